@@ -1,0 +1,92 @@
+// Package config turns cdcd's YAML file into a typed, validated Config.
+//
+// The keys are the user's contract (DESIGN.md "The config file"). Loading is
+// strict: unknown or duplicate keys, wrong types and YAML 1.1 traps are
+// errors that name the key path, line and column.
+package config
+
+import "time"
+
+// Config is the whole file.
+type Config struct {
+	// Pipeline names the pipeline; it is the default slot and publication
+	// name suffix and is stored in every Iceberg snapshot. Required.
+	Pipeline string `yaml:"pipeline"`
+	// DataDir holds the log, key indexes and local state. Default ./cdcd-data.
+	DataDir string `yaml:"data_dir"`
+
+	Source Source `yaml:"source"`
+	Log    Log    `yaml:"log"`
+	Sink   Sink   `yaml:"sink"`
+	Admin  Admin  `yaml:"admin"`
+}
+
+// Source configures exactly one database reader.
+type Source struct {
+	Postgres *Postgres `yaml:"postgres"`
+}
+
+// Postgres configures the PostgreSQL reader.
+type Postgres struct {
+	// DSN is a libpq URL or key=value string; ${ENV} is expanded. Required.
+	DSN string `yaml:"dsn"`
+	// Slot is the logical replication slot; default cdcd_<pipeline>.
+	Slot string `yaml:"slot"`
+	// Publication is the publication; default cdcd_<pipeline>.
+	Publication string `yaml:"publication"`
+	// Tables lists "schema.table" names to capture; a bare name means
+	// public.name. At least one.
+	Tables []string `yaml:"tables"`
+	// Snapshot is "initial" (load existing rows first; default) or "never".
+	Snapshot string `yaml:"snapshot"`
+}
+
+// Log configures the log backend.
+type Log struct {
+	// Backend is "embedded" (default) or "kafka".
+	Backend string `yaml:"backend"`
+	// Partitions per table topic; default 8.
+	Partitions int `yaml:"partitions"`
+	// Retention of table topics; default 168h.
+	Retention time.Duration `yaml:"retention"`
+}
+
+// Sink configures where tables land.
+type Sink struct {
+	Iceberg *Iceberg `yaml:"iceberg"`
+}
+
+// Iceberg configures the Iceberg sink.
+type Iceberg struct {
+	Catalog Catalog `yaml:"catalog"`
+	// Warehouse is the root of table locations: file://path or s3://bucket/path.
+	// Default file://<data_dir>/warehouse.
+	Warehouse string `yaml:"warehouse"`
+	// Namespace receives the tables: public.orders -> <namespace>.orders,
+	// other schemas -> <namespace>.<schema>_<table>. Default "cdc".
+	Namespace string `yaml:"namespace"`
+	// FormatVersion is 3 (deletion vectors; default) or 2 (position deletes).
+	FormatVersion int `yaml:"format_version"`
+	// Mode is "upsert" (mirror the source; default) or "append" (changelog).
+	Mode string `yaml:"mode"`
+	// CommitInterval is the longest time between commits; default 10s.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+}
+
+// Catalog configures the Iceberg catalog.
+type Catalog struct {
+	// Type is "sql" (default) or "rest".
+	Type string `yaml:"type"`
+	// URI: sqlite://path or postgres://... for sql; http(s)://... for rest.
+	// Default sqlite://<data_dir>/catalog.db.
+	URI string `yaml:"uri"`
+	// Name of the catalog; default "cdcd".
+	Name string `yaml:"name"`
+}
+
+// Admin configures the admin HTTP listener.
+type Admin struct {
+	// Listen is host:port for /metrics, /healthz, /status and the registry
+	// API; default 127.0.0.1:8089; "" or "off" disables it.
+	Listen string `yaml:"listen"`
+}

@@ -1,0 +1,3 @@
+module github.com/cdcd-dev/cdcd
+
+go 1.26.0

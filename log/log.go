@@ -1,0 +1,158 @@
+// Package log is cdcd's partitioned, durable log: topics split into
+// partitions, each an ordered sequence of records addressed by offset, with
+// consumer groups whose committed offsets give lag.
+//
+// The contract is the Log interface; the embedded implementation in this
+// package stores partitions as segment files on local disk, and log/kafka
+// (a later package) puts the same contract on Kafka or Redpanda. Keys are
+// placed into partitions with Kafka's default partitioner (murmur2), so a key
+// lands in the same partition number under both backends.
+//
+// Durability: Produce returns only once every record it was given is durable
+// (fsynced under the default policy); Fetch never returns a record that is not
+// durable. Callers acknowledge upstream only what Produce has returned for.
+package log
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors of the package.
+var (
+	// ErrUnknownTopic: the topic does not exist.
+	ErrUnknownTopic = errors.New("log: unknown topic")
+	// ErrTopicExists: CreateTopic was called for a topic that already exists.
+	ErrTopicExists = errors.New("log: topic already exists")
+	// ErrUnknownPartition: the partition number is outside the topic's range.
+	ErrUnknownPartition = errors.New("log: unknown partition")
+	// ErrOffsetOutOfRange: the fetch offset is below the partition's start
+	// offset (removed by retention or compaction) or above its end offset.
+	ErrOffsetOutOfRange = errors.New("log: offset out of range")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("log: closed")
+)
+
+// Header is a key/value pair attached to a record.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one entry of a partition.
+type Record struct {
+	// Key decides the partition when Partition is negative; nil is allowed.
+	Key []byte
+	// Value is the payload; nil marks a tombstone in a compacted topic.
+	Value   []byte
+	Headers []Header
+	// Timestamp is the producer's time (Kafka's CreateTime); Produce fills in
+	// the current time when it is zero.
+	Timestamp time.Time
+	// Partition is set by the producer to choose a partition explicitly, or
+	// to -1 to place the record by its key. Produce and Fetch fill it in.
+	Partition int32
+	// Offset is assigned by Produce and returned by Fetch.
+	Offset int64
+}
+
+// Header returns the value of the first header named key, or nil.
+func (r *Record) Header(key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// CleanupPolicy says how old records of a topic are removed.
+type CleanupPolicy string
+
+const (
+	// CleanupDelete removes whole segments older than the retention time or
+	// beyond the retention size.
+	CleanupDelete CleanupPolicy = "delete"
+	// CleanupCompact keeps the latest record of every key and removes
+	// tombstones after DeleteRetention.
+	CleanupCompact CleanupPolicy = "compact"
+)
+
+// TopicConfig configures a topic at creation.
+type TopicConfig struct {
+	// Partitions is the number of partitions; at least 1.
+	Partitions int32
+	// Retention is the age after which closed segments are deleted under
+	// CleanupDelete; 0 keeps records forever.
+	Retention time.Duration
+	// RetentionBytes bounds each partition's size under CleanupDelete; 0 is
+	// unbounded.
+	RetentionBytes int64
+	// Cleanup is the cleanup policy; the default is CleanupDelete.
+	Cleanup CleanupPolicy
+	// DeleteRetention is how long tombstones survive compaction; default 24h.
+	DeleteRetention time.Duration
+}
+
+// PartitionInfo describes one partition of a topic.
+type PartitionInfo struct {
+	Partition int32
+	// Start is the first offset still held; End is the offset the next
+	// produced record will get (Kafka's log-end offset / high watermark).
+	Start, End int64
+	// Bytes is the size on disk (0 where a backend cannot tell).
+	Bytes int64
+}
+
+// TopicInfo describes a topic.
+type TopicInfo struct {
+	Name       string
+	Config     TopicConfig
+	Partitions []PartitionInfo
+}
+
+// FetchOptions bounds one Fetch.
+type FetchOptions struct {
+	// MaxBytes is a soft cap on the total size of returned records; at least
+	// one record is returned if any is available. 0 means 1 MiB.
+	MaxBytes int
+	// MaxWait is how long Fetch waits for a record to arrive when none is
+	// available at the offset (long poll). 0 returns at once.
+	MaxWait time.Duration
+}
+
+// Log is the contract every backend implements.
+type Log interface {
+	// CreateTopic creates a topic; ErrTopicExists if it exists.
+	CreateTopic(ctx context.Context, name string, cfg TopicConfig) error
+	// DescribeTopic returns a topic's configuration and partitions.
+	DescribeTopic(ctx context.Context, name string) (TopicInfo, error)
+	// ListTopics returns the names of all topics, sorted.
+	ListTopics(ctx context.Context) ([]string, error)
+	// DeleteTopic removes a topic and its data.
+	DeleteTopic(ctx context.Context, name string) error
+
+	// Produce appends recs to topic. A record whose Partition is negative is
+	// placed by PartitionFor(Key); records keep their order within each
+	// partition. It returns once all of them are durable, with Partition and
+	// Offset filled in. On error, none of the records may be assumed durable.
+	Produce(ctx context.Context, topic string, recs []Record) error
+
+	// Fetch returns records of one partition from offset on, in offset order
+	// (offsets may have gaps in compacted topics). With no record at offset
+	// it waits up to opts.MaxWait and may return an empty slice.
+	Fetch(ctx context.Context, topic string, partition int32, offset int64, opts FetchOptions) ([]Record, error)
+	// OffsetForTime returns the first offset whose timestamp is at or after
+	// ts, or the end offset if there is none.
+	OffsetForTime(ctx context.Context, topic string, partition int32, ts time.Time) (int64, error)
+
+	// CommitOffsets stores a consumer group's next offsets to read.
+	CommitOffsets(ctx context.Context, group, topic string, offsets map[int32]int64) error
+	// CommittedOffsets returns a group's committed offsets for topic
+	// (partitions without a commit are absent).
+	CommittedOffsets(ctx context.Context, group, topic string) (map[int32]int64, error)
+
+	// Close flushes and releases everything; later calls return ErrClosed.
+	Close() error
+}

@@ -1,0 +1,112 @@
+// Package source defines the row-change event every database reader emits
+// and the contract between a reader and the stage that makes its events
+// durable. source/postgres and source/mysql implement it.
+package source
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// Op is the kind of a change, with Debezium's letters.
+type Op byte
+
+const (
+	OpCreate   Op = 'c'
+	OpUpdate   Op = 'u'
+	OpDelete   Op = 'd'
+	OpRead     Op = 'r' // a row read by a snapshot
+	OpTruncate Op = 't'
+)
+
+func (o Op) String() string { return string(o) }
+
+// Position is a source position as a byte string whose bytewise order is the
+// order in which the source committed the changes. Each source defines its
+// layout (PostgreSQL: see PGPosition).
+type Position []byte
+
+// Compare orders two positions; an empty position sorts first.
+func (p Position) Compare(o Position) int { return bytes.Compare(p, o) }
+
+// PGPosition is the position of the idx-th change (from 0) of the
+// transaction whose commit record ends at endLSN: 8 bytes big-endian endLSN,
+// then 4 bytes big-endian idx. The end LSN, not the commit LSN, is what
+// PostgreSQL is told is flushed once the transaction is durable, so the
+// slot's confirmed_flush_lsn compares directly with the first 8 bytes.
+func PGPosition(endLSN uint64, idx uint32) Position {
+	p := make(Position, 12)
+	binary.BigEndian.PutUint64(p, endLSN)
+	binary.BigEndian.PutUint32(p[8:], idx)
+	return p
+}
+
+// ParsePGPosition splits a PostgreSQL position.
+func ParsePGPosition(p Position) (endLSN uint64, idx uint32, err error) {
+	if len(p) != 12 {
+		return 0, 0, fmt.Errorf("source: postgres position has %d bytes, want 12", len(p))
+	}
+	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:]), nil
+}
+
+// Change is one row change, in the table model of package schema.
+type Change struct {
+	// Table is the shape of the table at this change. Changes of one table
+	// share the pointer until the shape changes.
+	Table *schema.Table
+	Op    Op
+	// Before is the old row of an update or delete as far as the source
+	// knows it (PostgreSQL's replica identity; absent columns are nil); nil
+	// for inserts, reads and truncates. After is the new row of an insert,
+	// update or read; nil otherwise. A value may be schema.Unchanged.
+	Before, After []any
+	// Pos orders the change among all changes of the source.
+	Pos Position
+	// LSN is the commit LSN of a PostgreSQL transaction (0 for MySQL).
+	LSN uint64
+	// TxID is the source's transaction id (PostgreSQL xid), 0 if none.
+	TxID uint64
+	// CommitTime is when the source transaction committed (snapshot reads:
+	// when the snapshot started).
+	CommitTime time.Time
+	// Snapshot marks rows read by a snapshot rather than streamed.
+	Snapshot bool
+}
+
+// Key returns the primary-key values of the change: from After when there is
+// one, else from Before. Nil for truncates.
+func (c *Change) Key() []any {
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	if row == nil {
+		return nil
+	}
+	k := make([]any, len(c.Table.Key))
+	for i, ci := range c.Table.Key {
+		k[i] = row[ci]
+	}
+	return k
+}
+
+// Emitter is where a source hands its changes. Emit returns once every change
+// in batch is durable downstream; only then may the source tell its database
+// that it may forget them. A batch holds whole transactions in commit order.
+type Emitter interface {
+	Emit(ctx context.Context, batch []Change) error
+}
+
+// Source reads a database's changes until ctx ends or a terminal error.
+type Source interface {
+	// Run emits changes to e. After a restart it starts from what the
+	// database still holds for it (PostgreSQL: the slot's confirmed
+	// position), so changes already durable downstream may come again; the
+	// Emitter drops those by position, per log partition.
+	Run(ctx context.Context, e Emitter) error
+}
