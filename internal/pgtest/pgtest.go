@@ -1,0 +1,192 @@
+// Package pgtest gives tests a real PostgreSQL 15 (internal/pgserver): one
+// server shared by a package's tests, a fresh database per test, and unique
+// slot and publication names.
+//
+// A package that uses Server, NewDB or Names must run its tests through Main,
+// which stops the shared server when they are done:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// When the PostgreSQL binaries are missing, tests that ask for a server are
+// skipped with a message naming the package to install, except under CI=true,
+// where they fail with that message: CI never skips silently.
+//
+// No server outlives the test binary: Main stops the shared one after the
+// tests (also when some failed) and NewServer's are stopped in t.Cleanup. If
+// the binary dies first (a panic, -timeout, ^C, SIGKILL), the kernel sends
+// each postmaster SIGQUIT (see internal/dbproc), and the directory left
+// behind is swept by a later Start. pgtest installs no signal handler, so
+// tests may signal their own process.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/dbtest"
+	"github.com/cdcd-dev/cdcd/internal/pgserver"
+)
+
+// cleanupTimeout bounds each cleanup step (drop a database, drop a slot).
+const cleanupTimeout = 30 * time.Second
+
+// shared is the package-wide server, started on first use.
+var shared struct {
+	mu      sync.Mutex
+	inMain  bool // Main is running the tests
+	started bool // Start was attempted; srv or err is set
+	srv     *pgserver.Server
+	err     error
+}
+
+// Main runs the package's tests, stops the shared server (if a test started
+// it) and exits with the tests' status; a failure to stop makes the run fail.
+// Call it from TestMain, as the package doc shows.
+func Main(m *testing.M) {
+	shared.mu.Lock()
+	shared.inMain = true
+	shared.mu.Unlock()
+
+	code := m.Run()
+
+	shared.mu.Lock()
+	srv := shared.srv
+	shared.srv, shared.err = nil, errors.New("pgtest: shared server already stopped by Main")
+	shared.mu.Unlock()
+	if srv != nil {
+		if err := srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// Server returns the package's shared server, starting it on first use.
+// Tests sharing it should each work in their own database (NewDB) and use
+// unique slot and publication names (Names). The test fails (or skips, see
+// the package doc) when the server can't be started.
+// REQUIRES: the package's TestMain calls Main.
+func Server(t testing.TB) *pgserver.Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.inMain {
+		t.Fatal("pgtest: the package's TestMain must call pgtest.Main(m) so the shared PostgreSQL is stopped: " +
+			"func TestMain(m *testing.M) { pgtest.Main(m) }")
+	}
+	if !shared.started {
+		shared.started = true
+		shared.srv, shared.err = pgserver.Start(context.Background(), pgserver.Options{})
+	}
+	if shared.err != nil {
+		unavailable(t, shared.err)
+	}
+	return shared.srv
+}
+
+// NewServer starts a server of the test's own, with opts (e.g. settings the
+// shared one must not have), and stops it in t.Cleanup. It does not need
+// Main.
+func NewServer(t testing.TB, opts pgserver.Options) *pgserver.Server {
+	t.Helper()
+	srv, err := pgserver.Start(context.Background(), opts)
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return srv
+}
+
+// NewDB creates a database with a name unique to this call on the shared
+// server and returns its DSN (a postgres:// URL, superuser, trust auth). In
+// t.Cleanup the database is dropped after its backends are terminated and
+// its replication slots dropped.
+// REQUIRES: the package's TestMain calls Main.
+func NewDB(t testing.TB) (dsn string) {
+	t.Helper()
+	return NewDBOn(t, Server(t))
+}
+
+// NewDBOn is NewDB on a given server, e.g. one from NewServer.
+func NewDBOn(t testing.TB, srv *pgserver.Server) (dsn string) {
+	t.Helper()
+	name := UniqueName(t, "db")
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := srv.CreateDatabase(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := srv.DropDatabase(ctx, name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return srv.DSN(name)
+}
+
+// TestNames are names unique to one call of Names.
+type TestNames struct {
+	// Slot is a replication slot name.
+	Slot string
+	// Publication is a publication name.
+	Publication string
+}
+
+// Names returns slot and publication names unique within the test binary
+// (lower case, at most 63 bytes, derived from the test's name). Slots of a
+// NewDB database are dropped with it; in addition, if the shared server is
+// running at cleanup, a slot of this name is dropped there (a physical slot,
+// or one in a database NewDB didn't make). Publications live in their
+// database and go with it.
+func Names(t testing.TB) TestNames {
+	t.Helper()
+	n := TestNames{Slot: UniqueName(t, "slot"), Publication: UniqueName(t, "pub")}
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		srv := shared.srv
+		shared.mu.Unlock()
+		if srv == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := srv.DropSlot(ctx, n.Slot); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return n
+}
+
+var seq atomic.Uint64
+
+// UniqueName returns "<kind>_<test name>_<n>": lower-case letters, digits
+// and underscores, at most 63 bytes (PostgreSQL's identifier and slot name
+// limit), unique within the test binary.
+func UniqueName(t testing.TB, kind string) string {
+	return dbtest.UniqueName(t.Name(), kind, seq.Add(1))
+}
+
+// unavailable ends a test that could not get a server: skip when the
+// binaries are missing (fail under CI=true), fail otherwise.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, pgserver.ErrNotInstalled) {
+		dbtest.MissingBinaries(t, err)
+	}
+	t.Fatal(err)
+}
