@@ -97,7 +97,9 @@ func (c *Change) Key() []any {
 
 // Emitter is where a source hands its changes. Emit returns once every change
 // in batch is durable downstream; only then may the source tell its database
-// that it may forget them. A batch holds whole transactions in commit order.
+// that it may forget them — and only for transactions all of whose changes
+// have been emitted. Batches come in position order; a large transaction may
+// span several batches.
 type Emitter interface {
 	Emit(ctx context.Context, batch []Change) error
 }

@@ -1,0 +1,157 @@
+// Command cdcd captures PostgreSQL changes into a durable log and Apache
+// Iceberg tables.
+//
+// Exit codes:
+//
+//	0  success, or a clean stop on SIGINT/SIGTERM
+//	1  the pipeline failed at run time (the log says what and what to do)
+//	2  bad usage or an invalid config file
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cdcd-dev/cdcd/config"
+	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/demo"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+const usage = `cdcd — change data capture from PostgreSQL into Apache Iceberg
+
+Usage:
+  cdcd demo [--data-dir DIR] [--keep]  start a throwaway PostgreSQL, capture a small shop, show the tables
+  cdcd run -c FILE                      run the pipeline the config file describes
+  cdcd validate -c FILE                 check a config file; print every problem with its line
+  cdcd log SUBCOMMAND ...               inspect the embedded log (topics, describe, consume, groups, ...)
+  cdcd version                          print the version
+
+Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the process (hard stop)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	logger := newLogger(stderr)
+	switch args[0] {
+	case "run":
+		return runCmd(ctx, args[1:], stderr, logger)
+	case "validate":
+		return validateCmd(args[1:], stdout, stderr)
+	case "demo":
+		return demoCmd(ctx, args[1:], stdout, stderr, logger)
+	case "log":
+		return logCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "cdcd", daemon.Version)
+		return exitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "cdcd: unknown command %q\n\n%s", args[0], usage)
+	return exitUsage
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	if v := os.Getenv("CDCD_LOG_LEVEL"); v != "" {
+		_ = level.UnmarshalText([]byte(strings.ToUpper(v)))
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet("cdcd "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if *path == "" {
+		fmt.Fprintf(stderr, "cdcd %s: -c FILE is required\n", name)
+		return "", false
+	}
+	return *path, true
+}
+
+func validateCmd(args []string, stdout, stderr io.Writer) int {
+	path, ok := configFlag("validate", args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	if _, err := config.Load(path); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	return exitOK
+}
+
+func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) int {
+	path, ok := configFlag("run", args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	d, err := daemon.New(ctx, cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return exitFailure
+	}
+	err = d.Run(ctx)
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("pipeline failed", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet("cdcd demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("data-dir", "./cdcd-demo", "where the demo keeps the log, catalog and warehouse (emptied first)")
+	keep := fs.Bool("keep", false, "keep capturing after the summary until Ctrl-C")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	err := demo.Run(ctx, demo.Options{DataDir: *dir, Keep: *keep, Out: stdout}, logger)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("demo failed", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}

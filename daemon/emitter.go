@@ -1,0 +1,189 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// Record headers every change record carries.
+const (
+	HeaderPosition = "cdcd.pos"  // the source position (sortable bytes)
+	HeaderTxID     = "cdcd.txid" // the source transaction id, decimal
+)
+
+// tableCodec is the registered schemas of one table version.
+type tableCodec struct {
+	topic   string
+	keyID   uint32
+	valueID uint32
+}
+
+// emitter is the source.Emitter that encodes changes as Confluent-framed
+// Avro and appends them to the log. It drops changes at or before the
+// newest position already stored in their partition: after a restart the
+// database re-sends from its confirmed position, which may be older.
+type emitter struct {
+	lg         log.Log
+	reg        *schema.Registry
+	pipeline   string
+	db         string
+	connector  string
+	topicOf    func(namespace, table string) string
+	partitions int32
+
+	codecs map[*schema.Table]*tableCodec
+	last   map[string][]source.Position // topic -> partition -> newest stored
+
+	produced atomic.Int64
+	dropped  atomic.Int64
+	buf      []byte
+}
+
+var _ source.Emitter = (*emitter)(nil)
+
+// loadLast reads the newest stored position of every partition of topic.
+func (e *emitter) loadLast(ctx context.Context, topic string) error {
+	info, err := e.lg.DescribeTopic(ctx, topic)
+	if err != nil {
+		return err
+	}
+	last := make([]source.Position, len(info.Partitions))
+	for _, p := range info.Partitions {
+		if p.End <= p.Start {
+			continue
+		}
+		recs, err := e.lg.Fetch(ctx, topic, p.Partition, p.End-1, log.FetchOptions{MaxBytes: 1})
+		if err != nil {
+			return fmt.Errorf("daemon: read last record of %s/%d: %w", topic, p.Partition, err)
+		}
+		if len(recs) > 0 {
+			last[p.Partition] = source.Position(recs[len(recs)-1].Header(HeaderPosition))
+		}
+	}
+	e.last[topic] = last
+	return nil
+}
+
+func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, error) {
+	if c, ok := e.codecs[t]; ok {
+		return c, nil
+	}
+	topic := e.topicOf(t.Namespace, t.Name)
+	ks, err := schema.KeySchema(t, topic)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := schema.ValueSchema(t, topic)
+	if err != nil {
+		return nil, err
+	}
+	c := &tableCodec{topic: topic}
+	if c.keyID, err = e.reg.Register(ctx, topic+"-key", ks); err != nil {
+		return nil, err
+	}
+	if c.valueID, err = e.reg.Register(ctx, topic+"-value", vs); err != nil {
+		return nil, err
+	}
+	if _, ok := e.last[topic]; !ok {
+		if err := e.loadLast(ctx, topic); err != nil {
+			return nil, err
+		}
+	}
+	e.codecs[t] = c
+	return c, nil
+}
+
+// Emit encodes batch and appends it; it returns once all of it is durable.
+func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
+	byTopic := map[string][]log.Record{}
+	var order []string
+	newest := map[string][]source.Position{}
+	for i := range batch {
+		c := &batch[i]
+		tc, err := e.codec(ctx, c.Table)
+		if err != nil {
+			return err
+		}
+		recs, err := e.records(tc, c)
+		if err != nil {
+			return err
+		}
+		last := e.last[tc.topic]
+		nw := newest[tc.topic]
+		if nw == nil {
+			nw = make([]source.Position, len(last))
+			newest[tc.topic] = nw
+		}
+		for _, r := range recs {
+			p := r.Partition
+			if last[p] != nil && c.Pos.Compare(last[p]) <= 0 {
+				e.dropped.Add(1)
+				continue
+			}
+			if _, ok := byTopic[tc.topic]; !ok {
+				order = append(order, tc.topic)
+			}
+			byTopic[tc.topic] = append(byTopic[tc.topic], r)
+			nw[p] = c.Pos
+		}
+	}
+	for _, topic := range order {
+		recs := byTopic[topic]
+		if err := e.lg.Produce(ctx, topic, recs); err != nil {
+			return fmt.Errorf("daemon: append to %s: %w", topic, err)
+		}
+		e.produced.Add(int64(len(recs)))
+		for p, pos := range newest[topic] {
+			if pos != nil {
+				e.last[topic][p] = pos
+			}
+		}
+	}
+	return nil
+}
+
+// records encodes one change: one record, or one per partition for a
+// truncate (it applies to every key, so every partition carries it in order).
+func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error) {
+	env := schema.Envelope{
+		Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: time.Now().UnixMilli(),
+		Source: schema.SourceInfo{
+			Version: Version, Connector: e.connector, Name: e.pipeline, TsMs: c.CommitTime.UnixMilli(),
+			Snapshot: "false", DB: e.db, Schema: c.Table.Namespace, Table: c.Table.Name,
+			TxID: c.TxID, LSN: c.LSN, Position: c.Pos,
+		},
+	}
+	if c.Snapshot {
+		env.Source.Snapshot = "true"
+	}
+	value := schema.AppendFrame(nil, tc.valueID)
+	value, err := schema.AppendEnvelope(value, c.Table, &env)
+	if err != nil {
+		return nil, err
+	}
+	headers := []log.Header{{Key: HeaderPosition, Value: c.Pos}, {Key: HeaderTxID, Value: []byte(strconv.FormatUint(c.TxID, 10))}}
+	ts := c.CommitTime
+	if c.Op == source.OpTruncate {
+		recs := make([]log.Record, e.partitions)
+		for p := range recs {
+			recs[p] = log.Record{Value: value, Headers: headers, Timestamp: ts, Partition: int32(p)}
+		}
+		return recs, nil
+	}
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	key := schema.AppendFrame(nil, tc.keyID)
+	if key, err = schema.AppendKey(key, c.Table, row); err != nil {
+		return nil, err
+	}
+	return []log.Record{{Key: key, Value: value, Headers: headers, Timestamp: ts, Partition: log.PartitionFor(key, e.partitions)}}, nil
+}

@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// Internal topics, compacted changelogs of state.
+const (
+	TopicSchemas = "_schemas"    // the registry (Confluent's layout)
+	TopicState   = "_cdcd_state" // sources' own state (slot, system id, snapshot progress)
+)
+
+// ensureTopic creates topic unless it exists.
+func ensureTopic(ctx context.Context, lg log.Log, name string, cfg log.TopicConfig) error {
+	err := lg.CreateTopic(ctx, name, cfg)
+	if err == nil || errors.Is(err, log.ErrTopicExists) {
+		return nil
+	}
+	return fmt.Errorf("daemon: create topic %s: %w", name, err)
+}
+
+// readAll calls fn for every record of a one-partition topic, in order.
+func readAll(ctx context.Context, lg log.Log, topic string, fn func(r *log.Record) error) error {
+	info, err := lg.DescribeTopic(ctx, topic)
+	if err != nil {
+		return err
+	}
+	for _, p := range info.Partitions {
+		for off := p.Start; off < p.End; {
+			recs, err := lg.Fetch(ctx, topic, p.Partition, off, log.FetchOptions{MaxBytes: 1 << 20})
+			if err != nil {
+				return fmt.Errorf("daemon: read %s/%d at %d: %w", topic, p.Partition, off, err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			for i := range recs {
+				if err := fn(&recs[i]); err != nil {
+					return err
+				}
+				off = recs[i].Offset + 1
+			}
+		}
+	}
+	return nil
+}
+
+// schemaStore keeps the registry in the _schemas topic.
+type schemaStore struct{ lg log.Log }
+
+var _ schema.Store = schemaStore{}
+
+func (s schemaStore) Load(ctx context.Context, fn func(key, value []byte) error) error {
+	return readAll(ctx, s.lg, TopicSchemas, func(r *log.Record) error { return fn(r.Key, r.Value) })
+}
+
+func (s schemaStore) Append(ctx context.Context, key, value []byte) error {
+	return s.lg.Produce(ctx, TopicSchemas, []log.Record{{Key: key, Value: value, Partition: 0}})
+}
+
+// stateStore is a key/value store over the _cdcd_state topic, cached in
+// memory: the newest record of a key is its value.
+type stateStore struct {
+	lg log.Log
+
+	mu     sync.Mutex
+	values map[string][]byte
+}
+
+func openStateStore(ctx context.Context, lg log.Log) (*stateStore, error) {
+	s := &stateStore{lg: lg, values: map[string][]byte{}}
+	err := readAll(ctx, lg, TopicState, func(r *log.Record) error {
+		if r.Value == nil {
+			delete(s.values, string(r.Key))
+		} else {
+			s.values[string(r.Key)] = r.Value
+		}
+		return nil
+	})
+	return s, err
+}
+
+func (s *stateStore) Load(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.values[key], nil
+}
+
+func (s *stateStore) Save(ctx context.Context, key string, value []byte) error {
+	if err := s.lg.Produce(ctx, TopicState, []log.Record{{Key: []byte(key), Value: value, Partition: 0}}); err != nil {
+		return fmt.Errorf("daemon: save state %s: %w", key, err)
+	}
+	s.mu.Lock()
+	s.values[key] = value
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,180 @@
+package iceberg
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// change is one decoded log record bound for a table.
+type change struct {
+	table     *schema.Table
+	env       schema.Envelope
+	partition int32
+	offset    int64
+}
+
+// changelogBuilder turns changes into an Arrow record in the table's
+// current Iceberg schema.
+type changelogBuilder struct {
+	sc     *iceberg.Schema
+	asc    *arrow.Schema
+	rb     *array.RecordBuilder
+	fields map[string]int // column name -> arrow field index
+	rows   int
+}
+
+func newChangelogBuilder(sc *iceberg.Schema) (*changelogBuilder, error) {
+	asc, err := table.SchemaToArrowSchema(sc, nil, false, false)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: arrow schema: %w", err)
+	}
+	b := &changelogBuilder{sc: sc, asc: asc, rb: array.NewRecordBuilder(memory.DefaultAllocator, asc), fields: map[string]int{}}
+	for i, f := range asc.Fields() {
+		b.fields[f.Name] = i
+	}
+	return b, nil
+}
+
+func (b *changelogBuilder) release() { b.rb.Release() }
+
+// add appends one changelog row. Columns of the table version that the
+// Iceberg schema lacks are an error: the caller evolves the schema first.
+func (b *changelogBuilder) add(c *change) error {
+	row := c.env.After
+	if row == nil {
+		row = c.env.Before
+	}
+	set := make([]bool, len(b.asc.Fields()))
+	var unchanged []string
+	for i, col := range c.table.Columns {
+		fi, ok := b.fields[col.Name]
+		if !ok {
+			return fmt.Errorf("iceberg: column %q of %s is not in the table schema", col.Name, c.table.QualifiedName())
+		}
+		var v any
+		if row != nil {
+			v = row[i]
+		}
+		if schema.IsUnchanged(v) {
+			unchanged = append(unchanged, col.Name)
+			v = nil
+		}
+		if err := appendValue(b.rb.Field(fi), col, v); err != nil {
+			return fmt.Errorf("iceberg: %s column %q: %w", c.table.QualifiedName(), col.Name, err)
+		}
+		set[fi] = true
+	}
+	meta := map[string]any{
+		colOp:        string([]byte{c.env.Op}),
+		colLSN:       optInt64(int64(c.env.Source.LSN), c.env.Source.LSN != 0),
+		colTxID:      optInt64(int64(c.env.Source.TxID), c.env.Source.TxID != 0),
+		colCommitTS:  c.env.Source.TsMs * 1000,
+		colPartition: c.partition,
+		colOffset:    c.offset,
+	}
+	if len(unchanged) > 0 {
+		js, _ := json.Marshal(unchanged)
+		meta[colUnchanged] = string(js)
+	}
+	for name, v := range meta {
+		fi := b.fields[name]
+		if err := appendMeta(b.rb.Field(fi), v); err != nil {
+			return fmt.Errorf("iceberg: %s: %w", name, err)
+		}
+		set[fi] = true
+	}
+	for fi, ok := range set {
+		if !ok { // a column the source no longer has
+			b.rb.Field(fi).AppendNull()
+		}
+	}
+	b.rows++
+	return nil
+}
+
+func optInt64(v int64, ok bool) any {
+	if !ok {
+		return nil
+	}
+	return v
+}
+
+func appendMeta(fb array.Builder, v any) error {
+	if v == nil {
+		fb.AppendNull()
+		return nil
+	}
+	switch fb := fb.(type) {
+	case *array.StringBuilder:
+		fb.Append(v.(string))
+	case *array.Int64Builder:
+		fb.Append(v.(int64))
+	case *array.Int32Builder:
+		fb.Append(v.(int32))
+	case *array.TimestampBuilder:
+		fb.Append(arrow.Timestamp(v.(int64)))
+	default:
+		return fmt.Errorf("unexpected builder %T", fb)
+	}
+	return nil
+}
+
+// appendValue appends v (cdcd's Go representation of col's kind) to fb.
+func appendValue(fb array.Builder, col schema.Column, v any) error {
+	if v == nil {
+		fb.AppendNull()
+		return nil
+	}
+	switch fb := fb.(type) {
+	case *array.BooleanBuilder:
+		fb.Append(v.(bool))
+	case *array.Int32Builder:
+		fb.Append(int32(v.(int64)))
+	case *array.Int64Builder:
+		fb.Append(v.(int64))
+	case *array.Float32Builder:
+		fb.Append(v.(float32))
+	case *array.Float64Builder:
+		fb.Append(v.(float64))
+	case *array.StringBuilder:
+		switch s := v.(type) {
+		case string:
+			fb.Append(s)
+		default:
+			return fmt.Errorf("value %T for a string column", v)
+		}
+	case *array.BinaryBuilder:
+		fb.Append(v.([]byte))
+	case *array.Decimal128Builder:
+		dt := fb.Type().(*arrow.Decimal128Type)
+		n, err := decimal128.FromString(v.(string), dt.Precision, dt.Scale)
+		if err != nil {
+			return err
+		}
+		fb.Append(n)
+	case *array.Date32Builder:
+		fb.Append(arrow.Date32(v.(int32)))
+	case *array.Time64Builder:
+		fb.Append(arrow.Time64(v.(int64)))
+	case *array.TimestampBuilder:
+		fb.Append(arrow.Timestamp(v.(int64)))
+	case *extensions.UUIDBuilder:
+		fb.AppendBytes(v.([16]byte))
+	default:
+		return fmt.Errorf("no conversion of %s to %T", col.Kind, fb)
+	}
+	return nil
+}
+
+// record returns the built rows as one Arrow record.
+func (b *changelogBuilder) record() arrow.RecordBatch { return b.rb.NewRecordBatch() }

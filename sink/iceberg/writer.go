@@ -1,0 +1,395 @@
+package iceberg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// commitBudget bounds the retries of one commit.
+const commitBudget = 2 * time.Minute
+
+// tableWriter is the loop of one table: fetch, decode, buffer, commit.
+type tableWriter struct {
+	s      *Sink
+	cfg    TableConfig
+	stats  *TableStats
+	logger *slog.Logger
+
+	tbl        *table.Table // nil until it exists
+	partitions int
+	next       []int64 // next offset to fetch
+	committed  []int64 // offsets the table holds
+	buf        []change
+	bufAt      time.Time
+	lastPos    []byte
+	tables     map[uint32]*schema.Table // schema id -> table version
+}
+
+func (w *tableWriter) run(ctx context.Context) error {
+	if err := w.load(ctx); err != nil {
+		return err
+	}
+	w.logger.Info("sink table ready", "offsets", encodeOffsets(w.next))
+	p := 0
+	idle := 0
+	for ctx.Err() == nil {
+		wait := time.Duration(0)
+		if idle >= w.partitions {
+			wait = 100 * time.Millisecond
+			if len(w.buf) > 0 {
+				if left := time.Until(w.bufAt.Add(w.s.cfg.CommitInterval)); left < wait {
+					wait = max(left, 0)
+				}
+			}
+		}
+		n, err := w.fetch(ctx, int32(p), wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		if n == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		p = (p + 1) % w.partitions
+		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
+			if err := w.commit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	// Stopping: commit what was consumed, within a bounded time.
+	if len(w.buf) > 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := w.commit(cctx); err != nil {
+			return fmt.Errorf("iceberg: final commit of %s: %w", identString(w.cfg.Ident), err)
+		}
+	}
+	return ctx.Err()
+}
+
+// load reads the topic's shape and the table's committed offsets.
+func (w *tableWriter) load(ctx context.Context) error {
+	info, err := w.s.lg.DescribeTopic(ctx, w.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("iceberg: topic %s: %w", w.cfg.Topic, err)
+	}
+	w.partitions = len(info.Partitions)
+	w.tables = map[uint32]*schema.Table{}
+	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
+	switch {
+	case errors.Is(err, catalog.ErrNoSuchTable):
+		w.tbl = nil
+	case err != nil:
+		return fmt.Errorf("iceberg: load table %s: %w", identString(w.cfg.Ident), err)
+	default:
+		w.tbl = tbl
+	}
+	w.committed = make([]int64, w.partitions)
+	if w.tbl != nil {
+		if w.committed, _, err = committedOffsets(w.tbl, w.s.cfg.Pipeline, w.partitions); err != nil {
+			return err
+		}
+	}
+	w.next = append([]int64(nil), w.committed...)
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// fetch reads one partition's next records into the buffer.
+func (w *tableWriter) fetch(ctx context.Context, p int32, wait time.Duration) (int, error) {
+	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, w.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait})
+	if err != nil {
+		return 0, fmt.Errorf("iceberg: fetch %s/%d at %d: %w", w.cfg.Topic, p, w.next[p], err)
+	}
+	for i := range recs {
+		rec := &recs[i]
+		w.next[p] = rec.Offset + 1
+		if rec.Value == nil {
+			continue
+		}
+		c, err := w.decode(rec)
+		if err != nil {
+			return 0, err
+		}
+		if c.env.Op == 't' && p != 0 {
+			continue // truncates are written to every partition; record one
+		}
+		if len(w.buf) == 0 {
+			w.bufAt = time.Now()
+		}
+		w.buf = append(w.buf, c)
+		if pos := c.env.Source.Position; string(pos) > string(w.lastPos) {
+			w.lastPos = pos
+		}
+	}
+	return len(recs), nil
+}
+
+func (w *tableWriter) decode(rec *log.Record) (change, error) {
+	id, body, err := schema.ParseFrame(rec.Value)
+	if err != nil {
+		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+	}
+	t, ok := w.tables[id]
+	if !ok {
+		s, err := w.s.reg.SchemaByID(id)
+		if err != nil {
+			return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+		}
+		if t, err = schema.TableFromValueSchema(s); err != nil {
+			return change{}, err
+		}
+		w.tables[id] = t
+	}
+	env, err := schema.DecodeEnvelope(t, body)
+	if err != nil {
+		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+	}
+	return change{table: t, env: env, partition: rec.Partition, offset: rec.Offset}, nil
+}
+
+// commit writes the buffer as one snapshot carrying the next offsets. An
+// error of unknown outcome is settled by looking for the commit id.
+func (w *tableWriter) commit(ctx context.Context) error {
+	started := time.Now()
+	if err := w.ensureTable(ctx); err != nil {
+		return err
+	}
+	id := newCommitID()
+	props := iceberg.Properties{
+		PropPipeline:       w.s.cfg.Pipeline,
+		PropOffsets:        encodeOffsets(w.next),
+		PropSourcePosition: hex.EncodeToString(w.lastPos),
+		PropCommitID:       id,
+	}
+	deadline := time.Now().Add(commitBudget)
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := w.tryCommit(ctx, props)
+		if err == nil {
+			break
+		}
+		settled, serr := w.settle(ctx, id)
+		if serr != nil {
+			return fmt.Errorf("iceberg: commit to %s failed (%v) and its outcome could not be read back: %w", identString(w.cfg.Ident), err, serr)
+		}
+		if settled {
+			w.logger.Warn("commit reported an error but landed", "commit_id", id, "err", err)
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts)", identString(w.cfg.Ident), err, attempt)
+		}
+		w.logger.Warn("commit failed; retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	rows := len(w.buf)
+	clear(w.buf)
+	w.buf = w.buf[:0]
+	copy(w.committed, w.next)
+	w.stats.Rows.Add(int64(rows))
+	w.stats.Commits.Add(1)
+	w.stats.LastCommit.Store(time.Now().UnixMilli())
+	w.stats.LastCommitDur.Store(int64(time.Since(started)))
+	if snap := w.tbl.CurrentSnapshot(); snap != nil {
+		w.stats.SnapshotID.Store(snap.SnapshotID)
+	}
+	w.logger.Debug("committed", "rows", rows, "offsets", props[PropOffsets], "took", time.Since(started))
+	offs := make(map[int32]int64, len(w.next))
+	for p, o := range w.next {
+		offs[int32(p)] = o
+	}
+	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
+		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
+	}
+	return nil
+}
+
+func (w *tableWriter) tryCommit(ctx context.Context, props iceberg.Properties) error {
+	if err := w.evolve(ctx); err != nil {
+		return err
+	}
+	b, err := newChangelogBuilder(w.tbl.Schema())
+	if err != nil {
+		return err
+	}
+	defer b.release()
+	for i := range w.buf {
+		if err := b.add(&w.buf[i]); err != nil {
+			return err
+		}
+	}
+	rec := b.record()
+	defer rec.Release()
+	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
+	if err != nil {
+		return err
+	}
+	defer rdr.Release()
+	tx := w.tbl.NewTransaction()
+	if err := tx.Append(ctx, rdr, props); err != nil {
+		return err
+	}
+	tbl, err := tx.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	w.tbl = tbl
+	return nil
+}
+
+// settle reloads the table after a failed commit: true if the commit landed
+// anyway. Otherwise the table must still hold the offsets this writer
+// started from, or someone else is writing it.
+func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
+	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
+	if err != nil {
+		return false, err
+	}
+	w.tbl = tbl
+	if hasCommit(tbl, id) {
+		return true, nil
+	}
+	now, _, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
+	if err != nil {
+		return false, err
+	}
+	for p := range now {
+		if now[p] != w.committed[p] {
+			return false, fmt.Errorf("iceberg: table %s moved to offsets %s while this writer held %s: another writer is committing to it",
+				identString(w.cfg.Ident), encodeOffsets(now), encodeOffsets(w.committed))
+		}
+	}
+	return false, nil
+}
+
+// ensureTable creates the table (and namespace) from the first buffered
+// change's table version.
+func (w *tableWriter) ensureTable(ctx context.Context) error {
+	if w.tbl != nil {
+		return nil
+	}
+	sc, err := changelogSchema(w.buf[0].table)
+	if err != nil {
+		return err
+	}
+	ns := catalog.NamespaceFromIdent(w.cfg.Ident)
+	if err := w.s.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return fmt.Errorf("iceberg: create namespace %v: %w", ns, err)
+	}
+	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithProperties(iceberg.Properties{
+		table.PropertyFormatVersion: fmt.Sprint(w.s.cfg.FormatVersion),
+		"cdcd.mode":                 "append",
+		"cdcd.source-table":         w.buf[0].table.QualifiedName(),
+	}))
+	if errors.Is(err, catalog.ErrTableAlreadyExists) {
+		tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident)
+	}
+	if err != nil {
+		return fmt.Errorf("iceberg: create table %s: %w", identString(w.cfg.Ident), err)
+	}
+	w.logger.Info("created table", "location", tbl.Location(), "format_version", w.s.cfg.FormatVersion)
+	w.tbl = tbl
+	return nil
+}
+
+// evolve adds the columns that buffered table versions have and the table
+// lacks. Type changes are refused with the column and both types.
+func (w *tableWriter) evolve(ctx context.Context) error {
+	cur := w.tbl.Schema()
+	type add struct {
+		name string
+		typ  iceberg.Type
+		doc  string
+	}
+	var adds []add
+	seen := map[*schema.Table]bool{}
+	for i := range w.buf {
+		t := w.buf[i].table
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		for _, c := range t.Columns {
+			typ, err := icebergType(c)
+			if err != nil {
+				return err
+			}
+			f, ok := cur.FindFieldByName(c.Name)
+			if !ok {
+				dup := false
+				for _, a := range adds {
+					dup = dup || a.name == c.Name
+				}
+				if !dup {
+					adds = append(adds, add{c.Name, typ, c.SourceType})
+				}
+				continue
+			}
+			if !f.Type.Equals(typ) && !promotable(typ, f.Type) {
+				return fmt.Errorf("iceberg: column %q of %s changed type to %s (%s) but table %s has %s; type changes are not applied yet",
+					c.Name, t.QualifiedName(), c.SourceType, typ, identString(w.cfg.Ident), f.Type)
+			}
+		}
+	}
+	if len(adds) == 0 {
+		return nil
+	}
+	tx := w.tbl.NewTransaction()
+	us := tx.UpdateSchema(true, false)
+	for _, a := range adds {
+		us = us.AddColumn([]string{a.name}, a.typ, a.doc, false, nil)
+	}
+	if err := us.Commit(); err != nil {
+		return fmt.Errorf("iceberg: add columns to %s: %w", identString(w.cfg.Ident), err)
+	}
+	tbl, err := tx.Commit(ctx)
+	if err != nil {
+		return fmt.Errorf("iceberg: add columns to %s: %w", identString(w.cfg.Ident), err)
+	}
+	w.logger.Info("added columns", "count", len(adds))
+	w.tbl = tbl
+	return nil
+}
+
+// promotable reports whether values of type from can be written into a
+// column of type to (a widening the table already went through).
+func promotable(from, to iceberg.Type) bool {
+	switch {
+	case from.Equals(iceberg.PrimitiveTypes.Int32) && to.Equals(iceberg.PrimitiveTypes.Int64):
+		return true
+	case from.Equals(iceberg.PrimitiveTypes.Float32) && to.Equals(iceberg.PrimitiveTypes.Float64):
+		return true
+	}
+	return false
+}
+
+func newCommitID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
