@@ -2,7 +2,17 @@
 //
 // The keys are the user's contract (DESIGN.md "The config file"). Loading is
 // strict: unknown or duplicate keys, wrong types and YAML 1.1 traps are
-// errors that name the key path, line and column.
+// errors that name the key path, line and column, and every problem of a
+// file is reported at once (see Errors):
+//
+//	cdcd.yaml:7:3: log.partitions: 010 is ambiguous: YAML 1.1 reads a leading zero as octal (8), YAML 1.2 as decimal 10; write 10 (or 8 if you meant octal)
+//	cdcd.yaml:11:5: sink.iceberg.comit_interval: unknown key comit_interval; did you mean commit_interval?
+//
+// String values may refer to the environment as ${NAME}; $${ is a literal ${.
+// A key that is absent or null takes its default (documented on each
+// field); a key set explicitly, even to a zero value, keeps that value and
+// is validated. Relative paths are relative to the working directory, not
+// to the file.
 package config
 
 import "time"
@@ -19,6 +29,9 @@ type Config struct {
 	Log    Log    `yaml:"log"`
 	Sink   Sink   `yaml:"sink"`
 	Admin  Admin  `yaml:"admin"`
+
+	// origin records where each key came from; nil for a Config built in Go.
+	origin *origin
 }
 
 // Source configures exactly one database reader.
@@ -29,7 +42,8 @@ type Source struct {
 // Postgres configures the PostgreSQL reader.
 type Postgres struct {
 	// DSN is a libpq URL or key=value string; ${ENV} is expanded. Required.
-	DSN string `yaml:"dsn"`
+	// Its password is redacted by Config.String.
+	DSN string `yaml:"dsn" secret:"true"`
 	// Slot is the logical replication slot; default cdcd_<pipeline>.
 	Slot string `yaml:"slot"`
 	// Publication is the publication; default cdcd_<pipeline>.
@@ -45,9 +59,10 @@ type Postgres struct {
 type Log struct {
 	// Backend is "embedded" (default) or "kafka".
 	Backend string `yaml:"backend"`
-	// Partitions per table topic; default 8.
+	// Partitions per table topic, 1 to 1024; default 8.
 	Partitions int `yaml:"partitions"`
-	// Retention of table topics; default 168h.
+	// Retention of table topics; default 168h; an explicit 0 keeps records
+	// forever.
 	Retention time.Duration `yaml:"retention"`
 }
 
@@ -60,8 +75,9 @@ type Sink struct {
 type Iceberg struct {
 	Catalog Catalog `yaml:"catalog"`
 	// Warehouse is the root of table locations: file://path or s3://bucket/path.
-	// Default file://<data_dir>/warehouse.
-	Warehouse string `yaml:"warehouse"`
+	// Default file://<data_dir>/warehouse. A relative file:// path is made
+	// absolute (table locations must be readable from anywhere).
+	Warehouse string `yaml:"warehouse" secret:"true"`
 	// Namespace receives the tables: public.orders -> <namespace>.orders,
 	// other schemas -> <namespace>.<schema>_<table>. Default "cdc".
 	Namespace string `yaml:"namespace"`
@@ -78,8 +94,9 @@ type Catalog struct {
 	// Type is "sql" (default) or "rest".
 	Type string `yaml:"type"`
 	// URI: sqlite://path or postgres://... for sql; http(s)://... for rest.
-	// Default sqlite://<data_dir>/catalog.db.
-	URI string `yaml:"uri"`
+	// Default sqlite://<data_dir>/catalog.db for sql; required for rest. Its
+	// password is redacted by Config.String.
+	URI string `yaml:"uri" secret:"true"`
 	// Name of the catalog; default "cdcd".
 	Name string `yaml:"name"`
 }
@@ -87,6 +104,14 @@ type Catalog struct {
 // Admin configures the admin HTTP listener.
 type Admin struct {
 	// Listen is host:port for /metrics, /healthz, /status and the registry
-	// API; default 127.0.0.1:8089; "" or "off" disables it.
+	// API; default 127.0.0.1:8089; "off" (quoted in YAML) disables it, and
+	// so does an explicit "", which loads as "off".
 	Listen string `yaml:"listen"`
 }
+
+// ListenOff is the Admin.Listen value that disables the admin listener.
+const ListenOff = "off"
+
+// Enabled reports whether the admin listener should run: not for "off",
+// nor for "" (a Config built in Go before ApplyDefaults).
+func (a Admin) Enabled() bool { return a.Listen != "" && a.Listen != ListenOff }

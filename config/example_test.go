@@ -1,0 +1,83 @@
+package config_test
+
+import (
+	"fmt"
+
+	"github.com/cdcd-dev/cdcd/config"
+)
+
+// Every problem of a file is reported, one per line, as
+// file:line:column: key.path: message.
+func ExampleErrors() {
+	src := `pipeline: shop
+source:
+  postgres:
+    dsn: postgres://cdc:${PGPASSWORD}@db/shop
+    tables: [orders]
+log:
+  partitions: 010
+sink:
+  iceberg:
+    mode: append
+    comit_interval: 10
+`
+	noEnv := func(string) (string, bool) { return "", false }
+	_, err := config.Parse([]byte(src), "cdcd.yaml", config.WithLookupEnv(noEnv))
+	fmt.Println(err)
+	// Output:
+	// cdcd.yaml:4:5: source.postgres.dsn: environment variable PGPASSWORD is not set (referenced as ${PGPASSWORD})
+	// cdcd.yaml:7:3: log.partitions: 010 is ambiguous: YAML 1.1 reads a leading zero as octal (8), YAML 1.2 as decimal 10; write 10 (or 8 if you meant octal)
+	// cdcd.yaml:11:5: sink.iceberg.comit_interval: unknown key comit_interval; did you mean commit_interval?
+}
+
+// String prints the effective config with defaults filled in and
+// passwords redacted.
+func ExampleConfig_String() {
+	src := `pipeline: shop
+source:
+  postgres:
+    dsn: host=db user=cdc password=${PGPASSWORD} dbname=shop
+    tables: [orders, sales.invoices]
+data_dir: /var/lib/cdcd
+sink: {iceberg: {mode: append}}
+`
+	env := func(string) (string, bool) { return "s3cret", true }
+	c, err := config.Parse([]byte(src), "cdcd.yaml", config.WithLookupEnv(env))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(c)
+	ns, table := c.Sink.Iceberg.TableIdent("sales.invoices")
+	fmt.Println("# sales.invoices ->", ns+"."+table)
+	// Output:
+	// pipeline: shop
+	// data_dir: /var/lib/cdcd
+	// source:
+	//   postgres:
+	//     dsn: "host=db user=cdc password=*** dbname=shop"
+	//     slot: cdcd_shop
+	//     publication: cdcd_shop
+	//     tables:
+	//       - public.orders
+	//       - sales.invoices
+	//     snapshot: initial
+	// log:
+	//   backend: embedded
+	//   partitions: 8
+	//   retention: 168h
+	// sink:
+	//   iceberg:
+	//     catalog:
+	//       type: sql
+	//       uri: sqlite:///var/lib/cdcd/catalog.db
+	//       name: cdcd
+	//     warehouse: file:///var/lib/cdcd/warehouse
+	//     namespace: cdc
+	//     format_version: 3
+	//     mode: append
+	//     commit_interval: 10s
+	// admin:
+	//   listen: 127.0.0.1:8089
+	// # sales.invoices -> cdc.sales_invoices
+}

@@ -1,0 +1,23 @@
+package config
+
+// Not available yet.
+//
+// This file is the one place that rejects what the config language
+// accepts but this build cannot run. When a feature lands, delete its
+// entry here and its case in TestNotYet; nothing else needs to change.
+
+// plannedKeys are keys of planned features, with what to tell the user.
+var plannedKeys = map[string]string{
+	"source.mysql": "not available yet: the MySQL/MariaDB source is planned; use source.postgres",
+}
+
+// notYet rejects values of planned features.
+func (v *validator) notYet() {
+	c := v.c
+	if c.Log.Backend == "kafka" {
+		v.fail("log.backend", ErrNotAvailable, "not available yet: the Kafka backend is planned; use backend: embedded")
+	}
+	if ic := c.Sink.Iceberg; ic != nil && ic.Mode == "upsert" {
+		v.fail("sink.iceberg.mode", ErrNotAvailable, "upsert mode (the default) is not available yet in this build: set mode: append under sink.iceberg")
+	}
+}
