@@ -26,6 +26,7 @@ type Embedded struct {
 	recovery  RecoveryReport
 
 	adminMu sync.Mutex // serializes CreateTopic and DeleteTopic
+	cleanMu sync.Mutex // one Cleanup at a time
 
 	mu sync.RWMutex
 	// Guarded by mu.

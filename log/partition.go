@@ -36,6 +36,10 @@ type partition struct {
 	// Owned by the flusher goroutine.
 	fl flusherState
 
+	// Owned by Cleanup (under Embedded.cleanMu).
+	compactedTo    int64 // end of the closed segments at the last compaction
+	tombstonesLeft bool  // that compaction kept tombstones still to expire
+
 	kick chan struct{} // wakes the flusher; capacity 1
 	stop chan struct{} // closed by close
 	done chan struct{} // closed when the flusher exits
