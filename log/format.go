@@ -36,8 +36,9 @@ const (
 	offCount        = 22
 	offFirstTs      = 26
 	offMaxTs        = 34
-	minBatchLen     = batchHeaderLen - batchLenField + 5 // header + smallest record
-	maxBatchLen     = 64 << 20                           // largest length field accepted
+	minRecordLen    = 5                                             // five one-byte varints
+	minBatchLen     = batchHeaderLen - batchLenField + minRecordLen // header + smallest record
+	maxBatchLen     = 64 << 20                                      // largest length field accepted
 	crcCoveredStart = 8
 )
 
@@ -90,6 +91,8 @@ func parseBatchHeader(buf []byte) (batchHeader, error) {
 		return h, errBadVersion
 	case h.Base < 0 || h.Count == 0 || h.LastDelta < h.Count-1 || h.Base > math.MaxInt64-int64(h.LastDelta):
 		return h, errBadHeader
+	case int64(h.Count)*minRecordLen > int64(h.Length)-(batchHeaderLen-batchLenField):
+		return h, errBadHeader // more records than bytes could hold
 	}
 	return h, nil
 }
