@@ -260,3 +260,73 @@ func TestStatsAndLag(t *testing.T) {
 		t.Fatalf("groups after delete = %v", groups)
 	}
 }
+
+// TestCleanupConcurrent runs compaction and retention in a loop while a
+// producer appends and a consumer tails: the tail sees every record, in
+// order, and nothing blocks.
+func TestCleanupConcurrent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := openTest(t, t.TempDir(), nil)
+	defer l.Close()
+	if err := l.CreateTopic(ctx, "c", TopicConfig{Partitions: 1, Cleanup: CleanupCompact, DeleteRetention: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CreateTopic(ctx, "d", TopicConfig{Partitions: 1, RetentionBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1500
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if err := l.Cleanup(ctx); err != nil && ctx.Err() == nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	tailErr := make(chan error, 2)
+	for _, topic := range []string{"c", "d"} {
+		go func() {
+			off := int64(0)
+			for off < n {
+				recs, err := l.Fetch(ctx, topic, 0, off, FetchOptions{MaxWait: time.Second})
+				if errors.Is(err, ErrOffsetOutOfRange) && topic == "d" {
+					info, _ := l.DescribeTopic(ctx, topic)
+					off = info.Partitions[0].Start
+					continue
+				}
+				if err != nil {
+					tailErr <- err
+					return
+				}
+				for _, r := range recs {
+					if r.Offset < off || (topic == "c" && string(r.Value) != fmt.Sprint(r.Offset) && r.Value != nil) {
+						tailErr <- fmt.Errorf("%s: record %d = %q after %d", topic, r.Offset, r.Value, off)
+						return
+					}
+					off = r.Offset + 1
+				}
+			}
+			tailErr <- nil
+		}()
+	}
+	for i := 0; i < n; i++ {
+		for _, topic := range []string{"c", "d"} {
+			rec := Record{Key: fmt.Appendf(nil, "k%d", i%20), Value: fmt.Appendf(nil, "%d", i), Partition: 0}
+			if i%7 == 0 {
+				rec.Value = nil
+			}
+			mustProduce(t, l, topic, rec)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-tailErr; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+}
