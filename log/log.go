@@ -1,16 +1,3 @@
-// Package log is cdcd's partitioned, durable log: topics split into
-// partitions, each an ordered sequence of records addressed by offset, with
-// consumer groups whose committed offsets give lag.
-//
-// The contract is the Log interface; the embedded implementation in this
-// package stores partitions as segment files on local disk, and log/kafka
-// (a later package) puts the same contract on Kafka or Redpanda. Keys are
-// placed into partitions with Kafka's default partitioner (murmur2), so a key
-// lands in the same partition number under both backends.
-//
-// Durability: Produce returns only once every record it was given is durable
-// (fsynced under the default policy); Fetch never returns a record that is not
-// durable. Callers acknowledge upstream only what Produce has returned for.
 package log
 
 import (
@@ -32,6 +19,23 @@ var (
 	ErrOffsetOutOfRange = errors.New("log: offset out of range")
 	// ErrClosed: the log was closed.
 	ErrClosed = errors.New("log: closed")
+
+	// ErrInvalidTopic: a topic name or TopicConfig is not acceptable; the
+	// wrapping error says which field and why.
+	ErrInvalidTopic = errors.New("log: invalid topic")
+	// ErrReservedTopic: the topic is reserved for the log's own use (the
+	// consumer-offsets topic) and cannot be created, deleted or produced to.
+	ErrReservedTopic = errors.New("log: reserved topic")
+	// ErrRecordTooLarge: one record does not fit in a batch (see MaxRecordBytes).
+	ErrRecordTooLarge = errors.New("log: record too large")
+	// ErrLocked: another process holds the data directory for writing; the
+	// *LockError that wraps it names the directory and the holder's PID.
+	ErrLocked = errors.New("log: data directory locked")
+	// ErrReadOnly: a write was attempted on a log opened read-only.
+	ErrReadOnly = errors.New("log: opened read-only")
+	// ErrCorrupt: stored data failed its checks; the *CorruptionError that
+	// wraps it names the file, position and reason.
+	ErrCorrupt = errors.New("log: corrupt data")
 )
 
 // Header is a key/value pair attached to a record.

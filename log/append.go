@@ -1,0 +1,315 @@
+package log
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// maxWriteBuf is how much a group commit buffers before writing.
+const maxWriteBuf = 8 << 20
+
+// appendReq is one caller's records for one partition, waiting for the
+// flusher (group commit: the flusher writes and syncs every pending request
+// at once, then answers each on its own done channel).
+type appendReq struct {
+	batches [][]byte // built batches; enqueue sets base offsets, the flusher the CRC
+	records int64
+	base    int64 // offset of the first record, set by enqueue
+	done    chan error
+}
+
+// enqueue assigns offsets to req and hands it to the flusher.
+func (p *partition) enqueue(req *appendReq) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return ErrClosed
+	case p.werr != nil:
+		return p.werr
+	}
+	req.base = p.next
+	off := p.next
+	for _, b := range req.batches {
+		binary.LittleEndian.PutUint64(b[offBaseOffset:], uint64(off))
+		off += int64(binary.LittleEndian.Uint32(b[offLastDelta:])) + 1
+	}
+	p.next = off
+	p.pending = append(p.pending, req)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// flusherState is the flusher's view of the active segment, ahead of what
+// is published to readers while a write is in progress.
+type flusherState struct {
+	seg     *segment
+	size    int64 // bytes written to seg
+	next    int64
+	maxTs   int64
+	idx     []indexEntry
+	lastIdx int64 // position of the last index entry, -1 if none
+	dirty   bool  // written but not synced (SyncInterval)
+	buf     []byte
+	spare   []*appendReq
+}
+
+// run is the flusher goroutine: one per writable partition.
+func (p *partition) run() {
+	defer close(p.done)
+	var tick <-chan time.Time
+	if p.opts.Sync == SyncInterval {
+		t := time.NewTicker(p.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-p.kick:
+			p.flushPending()
+		case <-tick:
+			p.syncInterval()
+		case <-p.stop:
+			p.flushPending()
+			p.syncInterval()
+			return
+		}
+	}
+}
+
+// flushPending writes every pending request as one group commit.
+func (p *partition) flushPending() {
+	p.mu.Lock()
+	reqs := p.pending
+	if len(reqs) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.pending = p.fl.spare[:0] // double buffering: never the array of reqs
+	p.mu.Unlock()
+	err := p.writeGroup(reqs)
+	for i, r := range reqs {
+		r.done <- err
+		reqs[i] = nil
+	}
+	p.fl.spare = reqs[:0]
+}
+
+// closedSeg is a segment the current group commit closed by rolling.
+type closedSeg struct {
+	seg *segment
+	sum segmentSummary
+	idx []indexEntry
+}
+
+// writeGroup writes the batches of reqs in order, rolling segments as
+// needed, syncs (under SyncBatch) and publishes the new end to readers.
+func (p *partition) writeGroup(reqs []*appendReq) error {
+	if err := p.stickyErr(); err != nil {
+		return err
+	}
+	fl := &p.fl
+	var rolled []closedSeg
+	var records, batches, nbytes uint64
+	start := fl.size
+	fl.buf = fl.buf[:0]
+	for _, r := range reqs {
+		for _, b := range r.batches {
+			finishBatch(b, int64(binary.LittleEndian.Uint64(b[offBaseOffset:])))
+			h, _ := parseBatchHeader(b)
+			if p.needRoll(int64(len(b))) {
+				c, err := p.roll(start, h.Base)
+				if err != nil {
+					return p.fail("roll", err)
+				}
+				rolled = append(rolled, c)
+				start = 0
+			}
+			p.addToIndex(h)
+			if len(fl.buf) >= maxWriteBuf {
+				if err := p.writeBuf(start); err != nil {
+					return p.fail("write", err)
+				}
+				start += int64(len(fl.buf))
+				fl.buf = fl.buf[:0]
+			}
+			fl.buf = append(fl.buf, b...)
+			fl.size += h.Size()
+			fl.next, fl.maxTs = h.Last()+1, max(fl.maxTs, h.MaxTs)
+			records += uint64(h.Count)
+			batches++
+			nbytes += uint64(h.Size())
+		}
+	}
+	if err := p.writeBuf(start); err != nil {
+		return p.fail("write", err)
+	}
+	if p.opts.Sync == SyncBatch {
+		if err := syncData(fl.seg.f); err != nil {
+			return p.fail("sync", err)
+		}
+	} else {
+		fl.dirty = true
+	}
+	p.publish(rolled, records, batches, nbytes)
+	return nil
+}
+
+func (p *partition) needRoll(n int64) bool {
+	fl := &p.fl
+	if fl.size == 0 {
+		return false
+	}
+	if fl.size+n > p.opts.SegmentBytes {
+		return true
+	}
+	return !fl.seg.created.IsZero() && p.opts.now().Sub(fl.seg.created) >= p.opts.SegmentMaxAge
+}
+
+// addToIndex adds an index entry for a batch about to be written at
+// fl.size when it is far enough from the previous entry.
+func (p *partition) addToIndex(h batchHeader) {
+	fl := &p.fl
+	if fl.lastIdx >= 0 && fl.size-fl.lastIdx < int64(p.opts.IndexIntervalBytes) {
+		return
+	}
+	fl.idx = append(fl.idx, indexEntry{off: h.Base, pos: fl.size, prevMaxTs: fl.maxTs})
+	fl.lastIdx = fl.size
+}
+
+// writeBuf writes fl.buf at position start of the active segment.
+func (p *partition) writeBuf(start int64) error {
+	if len(p.fl.buf) == 0 {
+		return nil
+	}
+	_, err := p.fl.seg.f.WriteAt(p.fl.buf, start)
+	return err
+}
+
+// roll writes and syncs what is buffered for the active segment, writes
+// its index files, and starts a new segment at base.
+func (p *partition) roll(start, base int64) (closedSeg, error) {
+	fl := &p.fl
+	if err := p.writeBuf(start); err != nil {
+		return closedSeg{}, err
+	}
+	if err := syncData(fl.seg.f); err != nil {
+		return closedSeg{}, err
+	}
+	c := closedSeg{seg: fl.seg, sum: segmentSummary{size: fl.size, next: fl.next, maxTs: fl.maxTs}, idx: fl.idx}
+	if err := writeIndexFiles(p.dir, fl.seg.base, c.sum, c.idx); err != nil {
+		p.logger.Warn("log: cannot write segment index; it will be rebuilt at next open", "segment", fl.seg.path, "err", err)
+	}
+	s, err := createSegment(p.dir, base)
+	if err != nil {
+		return closedSeg{}, err
+	}
+	*fl = flusherState{seg: s, next: base, maxTs: noTimestamp, lastIdx: -1, buf: fl.buf[:0], spare: fl.spare}
+	return c, nil
+}
+
+// publish makes the written batches visible: segment states, the new end,
+// stats; then wakes long-polling fetchers.
+func (p *partition) publish(rolled []closedSeg, records, batches, bytes uint64) {
+	fl := &p.fl
+	now := p.opts.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(rolled) > 0 {
+		segs := make([]*segment, 0, len(p.segs)+len(rolled))
+		segs = append(segs, p.segs...)
+		for i, c := range rolled {
+			c.seg.size, c.seg.next, c.seg.maxTs, c.seg.idx = c.sum.size, c.sum.next, c.sum.maxTs, c.idx
+			if i > 0 {
+				segs = append(segs, c.seg)
+			}
+		}
+		p.segs = append(segs, fl.seg)
+	}
+	s := fl.seg
+	if s.created.IsZero() && fl.size > 0 {
+		s.created = now
+	}
+	s.size, s.next, s.maxTs, s.idx = fl.size, fl.next, fl.maxTs, fl.idx
+	p.end = fl.next
+	p.lastAppend = now
+	p.stats.records += records
+	p.stats.batches += batches
+	p.stats.bytes += bytes
+	if p.opts.Sync == SyncBatch {
+		p.stats.syncs++
+	}
+	p.wakeLocked()
+}
+
+// syncInterval fsyncs the active segment if it has unsynced writes.
+func (p *partition) syncInterval() {
+	if !p.fl.dirty || p.stickyErr() != nil {
+		return
+	}
+	if err := syncData(p.fl.seg.f); err != nil {
+		_ = p.fail("sync", err)
+		return
+	}
+	p.fl.dirty = false
+	p.mu.Lock()
+	p.stats.syncs++
+	p.mu.Unlock()
+}
+
+func (p *partition) stickyErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.werr
+}
+
+// fail records a write error; the partition accepts no more appends.
+func (p *partition) fail(op string, err error) error {
+	werr := &WriteError{Topic: p.topic, Partition: p.id, Op: op, Err: err}
+	p.logger.Error("log: partition write failed; appends refused until reopen", "op", op, "err", err)
+	p.mu.Lock()
+	p.werr = werr
+	p.mu.Unlock()
+	return werr
+}
+
+// start launches the flusher. REQUIRES: a writable log.
+func (p *partition) start() {
+	s := p.fl.seg
+	p.fl.size, p.fl.next, p.fl.maxTs = s.size, s.next, s.maxTs
+	p.fl.lastIdx = -1
+	if n := len(s.idx); n > 0 {
+		p.fl.lastIdx = s.idx[n-1].pos
+	}
+	if s.size > 0 {
+		s.created = p.opts.now()
+	}
+	go p.run()
+}
+
+// close stops the flusher after it has written what is pending, wakes
+// fetchers and closes the files.
+func (p *partition) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.wakeLocked()
+	p.mu.Unlock()
+	if !p.opts.ReadOnly {
+		close(p.stop)
+		<-p.done
+	}
+	p.closeFiles()
+}
+
+// newAppendReq is a request with a buffered done channel, so the flusher
+// never blocks on a caller that gave up.
+func newAppendReq(batches [][]byte, records int64) *appendReq {
+	return &appendReq{batches: batches, records: records, done: make(chan error, 1)}
+}

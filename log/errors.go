@@ -1,0 +1,55 @@
+package log
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// LockError reports that another process holds the data directory.
+type LockError struct {
+	Dir string
+	// PID is the holder's process id as written in the lock file; 0 if it
+	// could not be read.
+	PID int
+}
+
+func (e *LockError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder = "process " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("log: data directory %s is locked by %s (is a cdcd daemon running? stop it, or open read-only)", e.Dir, holder)
+}
+
+// Unwrap makes errors.Is(err, ErrLocked) true.
+func (e *LockError) Unwrap() error { return ErrLocked }
+
+// CorruptionError reports stored data that failed its checks.
+type CorruptionError struct {
+	Path   string // file
+	Pos    int64  // byte position of the bad batch or entry
+	Reason string // which check failed, e.g. "bad crc"
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("log: corrupt data in %s at byte %d: %s", e.Path, e.Pos, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
+
+// WriteError reports that a partition could not write or sync its segment.
+// The partition refuses all later appends (an fsync failure leaves the page
+// cache in an unknown state); reopen the log to recover from disk.
+type WriteError struct {
+	Topic     string
+	Partition int32
+	Op        string // "write", "sync", "roll"
+	Err       error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("log: %s/%d: %s failed: %v (partition is read-only until the log is reopened)", e.Topic, e.Partition, e.Op, e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }

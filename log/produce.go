@@ -1,0 +1,118 @@
+package log
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// partBuild collects one Produce call's records for one partition.
+type partBuild struct {
+	p       *partition
+	b       batchBuilder
+	batches [][]byte
+	records int64
+	req     *appendReq
+	next    int64 // offset for the next record when filling in offsets
+}
+
+// add encodes a record into the current batch, starting a new batch at
+// softBatchBytes.
+func (pb *partBuild) add(r *Record, tsMs int64) {
+	if pb.b.buf == nil {
+		pb.b.reset(make([]byte, 0, batchHeaderLen+encodedSize(r)))
+	} else if len(pb.b.buf) >= softBatchBytes {
+		pb.batches = append(pb.batches, pb.b.finish())
+		pb.b.reset(make([]byte, 0, batchHeaderLen+encodedSize(r)))
+	}
+	delta := uint32(0)
+	if pb.b.count > 0 {
+		delta = pb.b.last + 1
+	}
+	pb.b.add(r, delta, tsMs)
+	pb.records++
+}
+
+// produce places, encodes, enqueues and waits for recs (see Log.Produce).
+func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := l.placeRecords(t, recs); err != nil {
+		return err
+	}
+	builds := l.buildBatches(t, recs)
+	for _, pb := range builds {
+		pb.batches = append(pb.batches, pb.b.finish())
+		pb.req = newAppendReq(pb.batches, pb.records)
+		if err := pb.p.enqueue(pb.req); err != nil {
+			return l.appendError(t, err)
+		}
+	}
+	for _, pb := range builds {
+		select {
+		case err := <-pb.req.done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		pb.next = pb.req.base
+	}
+	for i := range recs {
+		pb := builds[recs[i].Partition]
+		recs[i].Offset = pb.next
+		pb.next++
+	}
+	return nil
+}
+
+// placeRecords fills in partitions and timestamps and checks sizes.
+func (l *Embedded) placeRecords(t *topic, recs []Record) error {
+	n := int32(len(t.parts))
+	var now time.Time
+	for i := range recs {
+		r := &recs[i]
+		if r.Partition < 0 {
+			r.Partition = PartitionFor(r.Key, n)
+		} else if r.Partition >= n {
+			return fmt.Errorf("%w: %s has %d partitions; record %d asks for partition %d", ErrUnknownPartition, t.name, n, i, r.Partition)
+		}
+		if r.Timestamp.IsZero() {
+			if now.IsZero() {
+				now = time.UnixMilli(l.opts.now().UnixMilli())
+			}
+			r.Timestamp = now
+		}
+		if encodedSize(r) > MaxRecordBytes {
+			return fmt.Errorf("%w: %s record %d is %d bytes; the limit is %d", ErrRecordTooLarge, t.name, i, encodedSize(r), MaxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// buildBatches encodes recs into batches per partition.
+func (l *Embedded) buildBatches(t *topic, recs []Record) map[int32]*partBuild {
+	builds := make(map[int32]*partBuild, 1)
+	for i := range recs {
+		r := &recs[i]
+		pb := builds[r.Partition]
+		if pb == nil {
+			pb = &partBuild{p: t.parts[r.Partition]}
+			builds[r.Partition] = pb
+		}
+		pb.add(r, r.Timestamp.UnixMilli())
+	}
+	return builds
+}
+
+// appendError maps a partition closed by DeleteTopic to ErrUnknownTopic.
+func (l *Embedded) appendError(t *topic, err error) error {
+	if err == ErrClosed {
+		if _, lerr := l.lookup(t.name); lerr != nil {
+			return lerr
+		}
+	}
+	return err
+}

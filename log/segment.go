@@ -1,0 +1,214 @@
+package log
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// segment is one file of a partition. Its fields below mu-of-partition are
+// read by fetchers under the partition's lock; once the segment is closed
+// (no longer the partition's last) they never change.
+type segment struct {
+	base int64
+	path string
+	f    *os.File // read-write for the active segment, read-only otherwise
+
+	// Guarded by the owning partition's mu.
+	size    int64        // bytes readers may read: durable and verified
+	next    int64        // offset after the segment's last record
+	maxTs   int64        // largest record timestamp, Unix ms; noTimestamp if empty
+	idx     []indexEntry // sparse index; appended to only beyond readers' len
+	created time.Time    // wall time of the first append since open, for SegmentMaxAge
+
+	// Reference count: readers hold a reference while they read the file,
+	// so a segment removed by retention or replaced by compaction is closed
+	// only when the last reader is done.
+	rc struct {
+		sync.Mutex
+		refs    int
+		retired bool
+	}
+}
+
+// acquire takes a reader reference. REQUIRES: the partition's mu.
+func (s *segment) acquire() {
+	s.rc.Lock()
+	s.rc.refs++
+	s.rc.Unlock()
+}
+
+// release drops a reader reference, closing a retired segment's file when
+// it was the last.
+func (s *segment) release() {
+	s.rc.Lock()
+	s.rc.refs--
+	done := s.rc.retired && s.rc.refs == 0
+	s.rc.Unlock()
+	if done && s.f != nil {
+		_ = s.f.Close()
+	}
+}
+
+// retire marks the segment as no longer part of its partition; its file is
+// closed now or when the last reader releases it.
+func (s *segment) retire() {
+	s.rc.Lock()
+	s.rc.retired = true
+	done := s.rc.refs == 0
+	s.rc.Unlock()
+	if done && s.f != nil {
+		_ = s.f.Close()
+	}
+}
+
+// summary is the segment's state as an index file records it.
+// REQUIRES: the partition's mu, or exclusive ownership.
+func (s *segment) summaryLocked() segmentSummary {
+	return segmentSummary{size: s.size, next: s.next, maxTs: s.maxTs}
+}
+
+// createSegment creates an empty segment file and fsyncs its directory.
+func createSegment(dir string, base int64) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base, segmentSuffix))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(dir); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &segment{base: base, path: path, f: f, next: base, maxTs: noTimestamp}, nil
+}
+
+// batchReader reads verified batches of one segment file sequentially
+// through a buffer. With fresh set, each refill allocates a new buffer so
+// that slices returned earlier (and records aliasing them) stay valid.
+type batchReader struct {
+	f      *os.File
+	pos    int64 // position of the next batch
+	limit  int64 // bytes of the file that may be read
+	buf    []byte
+	bufPos int64 // file position of buf[0]
+	chunk  int
+	fresh  bool
+}
+
+func newBatchReader(f *os.File, pos, limit int64, chunk int, fresh bool) *batchReader {
+	return &batchReader{f: f, pos: pos, limit: limit, chunk: max(chunk, batchHeaderLen), fresh: fresh}
+}
+
+// next returns the next batch, its header, and its position. It returns
+// io.EOF at limit and a corruptReason (errShort, errBadCRC, ...) for a bad
+// batch, leaving pos at it.
+func (r *batchReader) next() ([]byte, batchHeader, int64, error) {
+	if r.pos >= r.limit {
+		return nil, batchHeader{}, r.pos, io.EOF
+	}
+	hb, err := r.window(batchHeaderLen)
+	if err != nil {
+		return nil, batchHeader{}, r.pos, err
+	}
+	h, err := parseBatchHeader(hb)
+	if err != nil {
+		return nil, h, r.pos, err
+	}
+	b, err := r.window(h.Size())
+	if err != nil {
+		return nil, h, r.pos, err
+	}
+	if _, err := checkBatch(b); err != nil {
+		return nil, h, r.pos, err
+	}
+	pos := r.pos
+	r.pos += h.Size()
+	return b, h, pos, nil
+}
+
+// window returns n bytes at pos, reading them if they are not buffered.
+func (r *batchReader) window(n int64) ([]byte, error) {
+	if r.limit-r.pos < n {
+		return nil, errShort
+	}
+	off := r.pos - r.bufPos
+	if off >= 0 && off+n <= int64(len(r.buf)) {
+		return r.buf[off : off+n], nil
+	}
+	want := min(max(n, int64(r.chunk)), r.limit-r.pos)
+	if r.fresh || int64(cap(r.buf)) < want {
+		r.buf = make([]byte, want)
+	}
+	r.buf = r.buf[:want]
+	if _, err := r.f.ReadAt(r.buf, r.pos); err != nil {
+		r.buf = r.buf[:0]
+		if errors.Is(err, io.EOF) {
+			return nil, errShort
+		}
+		return nil, err
+	}
+	r.bufPos = r.pos
+	return r.buf[:n], nil
+}
+
+// scanResult is what scanning a segment found.
+type scanResult struct {
+	size  int64 // bytes of valid batches from the start
+	next  int64 // offset after the last valid record
+	maxTs int64
+	idx   []indexEntry
+	// Set when the scan stopped before the end of the file.
+	bad            error // a corruptReason or an I/O error
+	droppedBatches int
+	droppedBytes   int64
+}
+
+// scanSegment verifies every batch of a segment of fileSize bytes, builds
+// its index and finds where the valid prefix ends. prevNext is the offset
+// the segment's first batch may not precede.
+func scanSegment(f *os.File, base, fileSize, prevNext int64, interval int) scanResult {
+	res := scanResult{next: max(base, prevNext), maxTs: noTimestamp}
+	r := newBatchReader(f, 0, fileSize, 1<<20, false)
+	lastIdx := int64(-1)
+	for {
+		_, h, pos, err := r.next()
+		if err == nil && h.Base < res.next {
+			err = errNotAfter
+		}
+		if err == io.EOF {
+			return res
+		}
+		if err != nil {
+			res.bad = err
+			res.droppedBatches, res.droppedBytes = countFrames(f, pos, fileSize), fileSize-pos
+			return res
+		}
+		if lastIdx < 0 || pos-lastIdx >= int64(interval) {
+			res.idx = append(res.idx, indexEntry{off: h.Base, pos: pos, prevMaxTs: res.maxTs})
+			lastIdx = pos
+		}
+		res.size, res.next, res.maxTs = pos+h.Size(), h.Last()+1, max(res.maxTs, h.MaxTs)
+	}
+}
+
+// countFrames counts the batches (valid or not) that seem to start at pos:
+// the bad one plus every following frame whose length field fits.
+func countFrames(f *os.File, pos, fileSize int64) int {
+	n := 0
+	hb := make([]byte, batchHeaderLen)
+	for pos < fileSize {
+		n++
+		if _, err := f.ReadAt(hb, pos); err != nil {
+			return n
+		}
+		h, err := parseBatchHeader(hb)
+		if err != nil || pos+h.Size() > fileSize {
+			return n
+		}
+		pos += h.Size()
+	}
+	return n
+}
