@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
 // adminServer serves /metrics, /healthz, /readyz and /status.
@@ -74,6 +76,7 @@ type SourceStatus struct {
 	Events       int64  `json:"events"`
 	SnapshotRows int64  `json:"snapshot_rows"`
 	FlushedLSN   string `json:"flushed_lsn"`
+	Flushed      uint64 `json:"flushed"`
 	ReceivedLSN  string `json:"received_lsn"`
 }
 
@@ -85,6 +88,9 @@ type TableStatus struct {
 	Commits    int64  `json:"commits"`
 	LastCommit string `json:"last_commit,omitempty"`
 	SnapshotID int64  `json:"snapshot_id,omitempty"`
+	// Lag is how many records of the topic the table has not committed
+	// yet; -1 while the table's position is not known.
+	Lag int64 `json:"lag"`
 }
 
 func formatLSN(v uint64) string { return fmt.Sprintf("%X/%X", v>>32, uint32(v)) }
@@ -97,17 +103,39 @@ func (d *Daemon) Status() Status {
 		Uptime:   time.Since(d.started).Round(time.Second).String(),
 		Source: SourceStatus{
 			Slot: d.cfg.Source.Postgres.Slot, Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
-			FlushedLSN: formatLSN(ss.Flushed.Load()), ReceivedLSN: formatLSN(ss.Received.Load()),
+			FlushedLSN: formatLSN(ss.Flushed.Load()), Flushed: ss.Flushed.Load(), ReceivedLSN: formatLSN(ss.Received.Load()),
 		},
 	}
 	for _, t := range d.sink.Stats() {
-		ts := TableStatus{Table: t.Table, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(), SnapshotID: t.SnapshotID.Load()}
+		ts := TableStatus{Table: t.Table, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(), SnapshotID: t.SnapshotID.Load(),
+			Lag: d.lag(t)}
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}
 		st.Tables = append(st.Tables, ts)
 	}
 	return st
+}
+
+// lag is the number of records of t's topic not yet committed to t.
+func (d *Daemon) lag(t *iceberg.TableStats) int64 {
+	committed := t.Committed.Load()
+	if committed == nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := d.lg.DescribeTopic(ctx, t.Topic)
+	if err != nil {
+		return -1
+	}
+	var lag int64
+	for _, p := range info.Partitions {
+		if int(p.Partition) < len(*committed) {
+			lag += p.End - (*committed)[p.Partition]
+		}
+	}
+	return lag
 }
 
 // collector adapts the components' stats to Prometheus at scrape time.

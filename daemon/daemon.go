@@ -184,23 +184,22 @@ func (d *Daemon) SourceStats() *postgres.Stats { return d.reader.Stats() }
 // SinkStats returns the sink's per-table counters.
 func (d *Daemon) SinkStats() []*iceberg.TableStats { return d.sink.Stats() }
 
-// SinkCaughtUp reports whether every table has committed all of its topic.
-func (d *Daemon) SinkCaughtUp(ctx context.Context) (bool, error) {
-	group := "cdcd-sink-" + d.cfg.Pipeline
-	for _, topic := range d.topics {
-		info, err := d.lg.DescribeTopic(ctx, topic)
-		if err != nil {
-			return false, err
-		}
-		committed, err := d.lg.CommittedOffsets(ctx, group, topic)
-		if err != nil {
-			return false, err
-		}
-		for _, p := range info.Partitions {
-			if p.End > committed[p.Partition] {
-				return false, nil
-			}
+// CaughtUp reports whether the source has made everything up to lsn
+// durable and every table has committed all of its topic.
+func (d *Daemon) CaughtUp(lsn uint64) bool {
+	st := d.Status()
+	return st.CaughtUp(lsn)
+}
+
+// CaughtUp reports whether st shows the source past lsn and no table lag.
+func (st Status) CaughtUp(lsn uint64) bool {
+	if st.Source.Flushed < lsn {
+		return false
+	}
+	for _, t := range st.Tables {
+		if t.Lag != 0 {
+			return false
 		}
 	}
-	return true, nil
+	return true
 }

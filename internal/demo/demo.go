@@ -91,7 +91,11 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(dctx) }()
 
-	p("Running a workload: inserts, updates and deletes in small transactions ...")
+	if err := waitStreaming(ctx, d, done); err != nil {
+		return err
+	}
+	p("The initial load is in the log; streaming changes from the slot.")
+	p("Running a workload: inserts, updates and deletes in small transactions for a few seconds ...")
 	stats, marker, err := workload(ctx, conn)
 	if err != nil {
 		return err
@@ -170,19 +174,27 @@ admin:
 `, dir, dsn, "sqlite://"+filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"))
 }
 
+// waitStreaming returns once the initial load is done and the slot streams.
+func waitStreaming(ctx context.Context, d *daemon.Daemon, done <-chan error) error {
+	for !d.SourceStats().Streaming.Load() {
+		select {
+		case err := <-done:
+			return fmt.Errorf("demo: the pipeline stopped: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // waitCaughtUp returns once the source has made the transaction at marker
 // durable and every table's committed offsets reach its topic's end.
 func waitCaughtUp(ctx context.Context, d *daemon.Daemon, marker uint64, done <-chan error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		if d.SourceStats().Flushed.Load() >= marker {
-			ok, err := d.SinkCaughtUp(ctx)
-			if err != nil {
-				return err
-			}
-			if ok {
-				return nil
-			}
+		if d.CaughtUp(marker) {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return errors.New("demo: the pipeline did not catch up within 2 minutes; see the daemon log")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -91,6 +92,11 @@ func workload(ctx context.Context, conn *pgx.Conn) (workloadStats, uint64, error
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return st, 0, err
+		}
+		select { // pace it so the sink commits several snapshots
+		case <-ctx.Done():
+			return st, 0, ctx.Err()
+		case <-time.After(40 * time.Millisecond):
 		}
 	}
 	// A last transaction whose own LSN marks the end of the workload.

@@ -21,6 +21,7 @@ type change struct {
 	env       schema.Envelope
 	partition int32
 	offset    int64
+	skip      bool // consumed but makes no row (a truncate's extra copies)
 }
 
 // changelogBuilder turns changes into an Arrow record in the table's

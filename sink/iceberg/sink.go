@@ -63,6 +63,8 @@ type TableStats struct {
 	LastCommit    atomic.Int64 // unix ms
 	LastCommitDur atomic.Int64 // ns
 	SnapshotID    atomic.Int64
+	// Committed is the next offset per partition the table holds.
+	Committed atomic.Pointer[[]int64]
 }
 
 // Sink writes every configured topic into its table, one loop per table.

@@ -111,6 +111,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	}
 	w.next = append([]int64(nil), w.committed...)
 	w.buf = w.buf[:0]
+	w.publishCommitted()
 	return nil
 }
 
@@ -130,9 +131,10 @@ func (w *tableWriter) fetch(ctx context.Context, p int32, wait time.Duration) (i
 		if err != nil {
 			return 0, err
 		}
-		if c.env.Op == 't' && p != 0 {
-			continue // truncates are written to every partition; record one
-		}
+		// Truncates are written to every partition; the changelog records
+		// the copy in partition 0. The others stay in the buffer, so their
+		// offsets get committed, but make no row.
+		c.skip = c.env.Op == 't' && p != 0
 		if len(w.buf) == 0 {
 			w.bufAt = time.Now()
 		}
@@ -211,6 +213,7 @@ func (w *tableWriter) commit(ctx context.Context) error {
 	clear(w.buf)
 	w.buf = w.buf[:0]
 	copy(w.committed, w.next)
+	w.publishCommitted()
 	w.stats.Rows.Add(int64(rows))
 	w.stats.Commits.Add(1)
 	w.stats.LastCommit.Store(time.Now().UnixMilli())
@@ -229,6 +232,11 @@ func (w *tableWriter) commit(ctx context.Context) error {
 	return nil
 }
 
+func (w *tableWriter) publishCommitted() {
+	c := append([]int64(nil), w.committed...)
+	w.stats.Committed.Store(&c)
+}
+
 func (w *tableWriter) tryCommit(ctx context.Context, props iceberg.Properties) error {
 	if err := w.evolve(ctx); err != nil {
 		return err
@@ -239,9 +247,20 @@ func (w *tableWriter) tryCommit(ctx context.Context, props iceberg.Properties) e
 	}
 	defer b.release()
 	for i := range w.buf {
+		if w.buf[i].skip {
+			continue
+		}
 		if err := b.add(&w.buf[i]); err != nil {
 			return err
 		}
+	}
+	tx := w.tbl.NewTransaction()
+	if b.rows == 0 {
+		// Only offsets to record: an empty snapshot carries them.
+		if err := tx.AddFiles(ctx, nil, props, false); err != nil {
+			return err
+		}
+		return w.finish(ctx, tx)
 	}
 	rec := b.record()
 	defer rec.Release()
@@ -250,10 +269,13 @@ func (w *tableWriter) tryCommit(ctx context.Context, props iceberg.Properties) e
 		return err
 	}
 	defer rdr.Release()
-	tx := w.tbl.NewTransaction()
 	if err := tx.Append(ctx, rdr, props); err != nil {
 		return err
 	}
+	return w.finish(ctx, tx)
+}
+
+func (w *tableWriter) finish(ctx context.Context, tx *table.Transaction) error {
 	tbl, err := tx.Commit(ctx)
 	if err != nil {
 		return err

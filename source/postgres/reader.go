@@ -41,7 +41,8 @@ type Config struct {
 	// is emitted; default 20ms.
 	BatchDelay time.Duration
 	// StatusInterval is how often the flushed position is reported to the
-	// server when it does not ask; default 10s (wal_sender_timeout is 60s).
+	// server when it does not ask; default 1s, so a restart re-reads little
+	// (wal_sender_timeout is 60s).
 	StatusInterval time.Duration
 }
 
@@ -53,7 +54,7 @@ func (c *Config) defaults() {
 		c.BatchDelay = 20 * time.Millisecond
 	}
 	if c.StatusInterval <= 0 {
-		c.StatusInterval = 10 * time.Second
+		c.StatusInterval = time.Second
 	}
 }
 
