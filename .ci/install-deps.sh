@@ -15,10 +15,12 @@ PG_INITDB=/usr/lib/postgresql/15/bin/initdb
 
 need_pg=0
 need_maria=0
+need_make=0
 [[ -x "$PG_INITDB" ]] || need_pg=1
 command -v mariadbd >/dev/null 2>&1 || [[ -x /usr/sbin/mariadbd ]] || need_maria=1
+command -v make >/dev/null 2>&1 || need_make=1
 
-if (( need_pg || need_maria )); then
+if (( need_pg || need_maria || need_make )); then
 	if [[ $(id -u) -ne 0 ]]; then
 		echo "install-deps: must run as root to install packages" >&2
 		exit 1
@@ -26,6 +28,7 @@ if (( need_pg || need_maria )); then
 	pkgs=()
 	(( need_pg )) && pkgs+=(postgresql-15)
 	(( need_maria )) && pkgs+=(mariadb-server)
+	(( need_make )) && pkgs+=(make)
 
 	# Keep apt from starting services. Only remove the policy file if we
 	# created it; an existing one (e.g. in containers) stays as it was.

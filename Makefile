@@ -1,0 +1,31 @@
+# cdcd — make targets. `make test` is the command CI runs (.ci/run).
+GO      ?= go
+PKGS    ?= ./...
+TIMEOUT ?= 20m
+
+.PHONY: all build test race lint bench demo clean
+
+all: build
+
+build: ## the cdcd binary, static
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cdcd ./cmd/cdcd
+
+test: lint ## vet, format check, then every test (they start real PostgreSQL and MariaDB)
+	$(GO) test -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+race: ## every test under the race detector
+	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+lint: ## gofmt and go vet must be clean
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: ## benchmarks that print ratios against the raw limits measured in the same run
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./log/
+
+demo: ## README's first command
+	$(GO) run ./cmd/cdcd demo
+
+clean:
+	rm -rf bin cdcd-demo

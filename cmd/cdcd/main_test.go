@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestValidateReportsEveryProblemWithLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := `pipeline: shop
+source:
+  postgres:
+    dsn: postgres://localhost/shop
+    tables: [orders]
+log:
+  partitions: 010
+sink:
+  iceberg:
+    mode: append
+    comit_interval: 10s
+`
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "validate", "-c", path)
+	if code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	}
+	for _, want := range []string{
+		path + ":7:3: log.partitions: 010 is ambiguous",
+		path + ":11:5: sink.iceberg.comit_interval: unknown key",
+		"did you mean commit_interval?",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+func TestValidateAcceptsGoodConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ok.yaml")
+	good := `pipeline: shop
+source:
+  postgres:
+    dsn: postgres://localhost/shop
+    tables: [orders]
+sink:
+  iceberg:
+    mode: append
+`
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := runCLI(t, "validate", "-c", path); code != exitOK || !strings.Contains(out, "ok") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"bogus"}, {"validate"}, {"run"}} {
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("cdcd %v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code, _, _ := runCLI(t, "validate", "-c", "/nonexistent/cdcd.yaml"); code != exitUsage {
+		t.Errorf("missing file: exit %d", code)
+	}
+}
