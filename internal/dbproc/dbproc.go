@@ -101,7 +101,9 @@ func MakeDir(prefix string, acct Account) (string, error) {
 func SetServerPID(dir string, pid int) error { return writeOwner(dir, pid) }
 
 func writeOwner(dir string, serverPID int) error {
-	body := fmt.Sprintf("%d %d\n", os.Getpid(), serverPID)
+	// PIDs are reused (pid_max is 32768 here), so each PID is recorded with
+	// its process's start time: a reused PID is not mistaken for the owner.
+	body := fmt.Sprintf("%d %d %d %d\n", os.Getpid(), startTime(os.Getpid()), serverPID, startTime(serverPID))
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(body), 0o644); err != nil {
 		return fmt.Errorf("dbproc: write owner file: %w", err)
 	}
@@ -111,9 +113,10 @@ func writeOwner(dir string, serverPID int) error {
 // Sweep removes directories /tmp/<prefix>* left behind by processes that
 // died without cleaning up: those whose owner file names an owner process
 // and a server process that both no longer exist. Directories without an
-// owner file (being created right now, or not ours) are left alone. A reused
-// PID only makes Sweep keep a directory it could have removed. Errors are
-// ignored: sweeping is best effort.
+// owner file (being created right now, or not ours) are left alone. A PID
+// counts as its recorded process only if the start time matches too, so a
+// reused PID does not keep a directory alive. Errors are ignored: sweeping
+// is best effort.
 func Sweep(prefix string) {
 	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range matches {
@@ -122,14 +125,44 @@ func Sweep(prefix string) {
 			continue
 		}
 		var owner, server int
-		if _, err := fmt.Sscanf(string(b), "%d %d", &owner, &server); err != nil {
+		var ownerStart, serverStart uint64
+		if n, _ := fmt.Sscanf(string(b), "%d %d %d %d", &owner, &ownerStart, &server, &serverStart); n != 4 {
 			continue
 		}
-		if owner == os.Getpid() || Alive(owner) || Alive(server) {
+		if owner == os.Getpid() || same(owner, ownerStart) || same(server, serverStart) {
 			continue
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// same reports whether pid is alive and is the process that started at start
+// (start 0: unknown, so any live process counts).
+func same(pid int, start uint64) bool {
+	if !Alive(pid) {
+		return false
+	}
+	return start == 0 || startTime(pid) == start
+}
+
+// startTime returns a process's start time in clock ticks since boot (field
+// 22 of /proc/PID/stat), or 0 when it cannot be read.
+func startTime(pid int) uint64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	// rest[0] is field 3 (state); field 22 is rest[19].
+	if len(rest) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(rest[19], 10, 64)
+	return v
 }
 
 // Alive reports whether a process with this PID exists and is not a zombie
