@@ -5,8 +5,12 @@ import (
 	"time"
 )
 
-// maxWriteBuf is how much a group commit buffers before writing.
-const maxWriteBuf = 8 << 20
+// A group commit copies small batches into one buffer and writes it with
+// one call; batches of directWrite bytes or more are written as they are.
+const (
+	maxWriteBuf = 8 << 20
+	directWrite = 64 << 10
+)
 
 // appendReq is one caller's records for one partition, waiting for the
 // flusher (group commit: the flusher writes and syncs every pending request
@@ -129,14 +133,21 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 				start = 0
 			}
 			p.addToIndex(h)
-			if len(fl.buf) >= maxWriteBuf {
+			if len(fl.buf) >= maxWriteBuf || (len(b) >= directWrite && len(fl.buf) > 0) {
 				if err := p.writeBuf(start); err != nil {
 					return p.fail("write", err)
 				}
 				start += int64(len(fl.buf))
 				fl.buf = fl.buf[:0]
 			}
-			fl.buf = append(fl.buf, b...)
+			if len(b) >= directWrite { // large: skip the copy
+				if _, err := fl.seg.f.WriteAt(b, start); err != nil {
+					return p.fail("write", err)
+				}
+				start += int64(len(b))
+			} else {
+				fl.buf = append(fl.buf, b...)
+			}
 			fl.size += h.Size()
 			fl.next, fl.maxTs = h.Last()+1, max(fl.maxTs, h.MaxTs)
 			records += uint64(h.Count)
