@@ -335,7 +335,14 @@ func (l *Embedded) Fetch(ctx context.Context, topic string, partition int32, off
 	if err != nil {
 		return nil, err
 	}
-	return p.fetch(ctx, offset, opts)
+	recs, err := p.fetch(ctx, offset, opts)
+	if errors.Is(err, ErrClosed) {
+		_, err = l.lookupPartition(topic, partition) // deleted while waiting?
+		if err == nil {
+			err = ErrClosed
+		}
+	}
+	return recs, err
 }
 
 // OffsetForTime implements Log.

@@ -170,3 +170,52 @@ func TestReservedTopic(t *testing.T) {
 		}
 	}
 }
+
+func TestDeleteTopicWakesFetch(t *testing.T) {
+	ctx := context.Background()
+	l := openEmbedded(t, t.TempDir(), log.Options{})
+	defer l.Close()
+	if err := l.CreateTopic(ctx, "t", log.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Fetch(ctx, "t", 0, 0, log.FetchOptions{MaxWait: time.Minute})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := l.DeleteTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, log.ErrUnknownTopic) {
+			t.Fatalf("Fetch woken by DeleteTopic returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeleteTopic did not wake a long-polling Fetch")
+	}
+}
+
+func TestCloseWakesFetch(t *testing.T) {
+	ctx := context.Background()
+	l := openEmbedded(t, t.TempDir(), log.Options{})
+	if err := l.CreateTopic(ctx, "t", log.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Fetch(ctx, "t", 0, 0, log.FetchOptions{MaxWait: time.Minute})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, log.ErrClosed) {
+		t.Fatalf("Fetch woken by Close returned %v", err)
+	}
+	if err := l.Produce(ctx, "t", []log.Record{{Value: []byte("x"), Partition: 0}}); !errors.Is(err, log.ErrClosed) {
+		t.Fatalf("Produce after Close: %v", err)
+	}
+}
