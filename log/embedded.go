@@ -130,6 +130,9 @@ func (l *Embedded) openTopics() error {
 			continue
 		}
 		t, err := l.openTopic(filepath.Join(l.topicsDir, name))
+		if err != nil && l.opts.ReadOnly && errors.Is(err, os.ErrNotExist) {
+			continue // deleted by the writer since the listing
+		}
 		if err != nil {
 			return err
 		}

@@ -219,3 +219,76 @@ func TestCloseWakesFetch(t *testing.T) {
 		t.Fatalf("Produce after Close: %v", err)
 	}
 }
+
+// TestReadOnlyDuringWritesAndCleanup opens read-only views again and again
+// while a writer appends and compacts: every view opens without reporting
+// loss and reads increasing offsets with intact values.
+func TestReadOnlyDuringWritesAndCleanup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	w := openEmbedded(t, dir, log.Options{SegmentBytes: 2048, CleanupInterval: -1})
+	defer w.Close()
+	if err := w.CreateTopic(ctx, "c", log.TopicConfig{Partitions: 1, Cleanup: log.CleanupCompact}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			rec := []log.Record{{Key: fmt.Appendf(nil, "k%d", i%30), Value: fmt.Appendf(nil, "value-%d", i), Partition: 0}}
+			if err := w.Produce(ctx, "c", rec); err != nil {
+				writerDone <- err
+				return
+			}
+			if i%50 == 0 {
+				if err := w.Cleanup(ctx); err != nil {
+					writerDone <- err
+					return
+				}
+			}
+		}
+	}()
+	for n := 0; n < 30; n++ {
+		r, err := log.Open(dir, log.Options{ReadOnly: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Recovery().Lost() {
+			t.Fatalf("read-only view %d reported loss: %+v", n, r.Recovery())
+		}
+		info, err := r.DescribeTopic(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := int64(-1)
+		for off := info.Partitions[0].Start; off < info.Partitions[0].End; {
+			recs, err := r.Fetch(ctx, "c", 0, off, log.FetchOptions{})
+			if err != nil {
+				t.Fatalf("view %d: %v", n, err)
+			}
+			if len(recs) == 0 {
+				break
+			}
+			for _, rec := range recs {
+				if rec.Offset <= prev || string(rec.Value) != fmt.Sprintf("value-%d", rec.Offset) {
+					t.Fatalf("view %d: record %d = %q after %d", n, rec.Offset, rec.Value, prev)
+				}
+				prev = rec.Offset
+			}
+			off = prev + 1
+		}
+		r.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -93,6 +93,9 @@ func openPartition(dir, topic string, id int32, opts *Options, logger *slog.Logg
 			continue
 		}
 		s, tr, err := p.openSegment(base, prevNext, i == len(bases)-1)
+		if err != nil && p.opts.ReadOnly && os.IsNotExist(err) {
+			continue // removed by the writer's cleaner since the listing
+		}
 		if err != nil {
 			p.closeFiles()
 			return nil, nil, err
