@@ -301,6 +301,8 @@ func (l *Embedded) DeleteTopic(ctx context.Context, name string) error {
 	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
+	l.cleanMu.Lock() // no compaction writing into the directory being removed
+	defer l.cleanMu.Unlock()
 	t, err := l.lookup(name)
 	if err != nil {
 		return err
