@@ -334,7 +334,10 @@ func (l *Embedded) Produce(ctx context.Context, topic string, recs []Record) err
 	return l.produce(ctx, t, recs)
 }
 
-// Fetch implements Log.
+// Fetch implements Log. It returns only durable records. A batch that
+// fails its CRC in a closed segment (trusted at Open through its index) is
+// reported as a *CorruptionError (ErrCorrupt), after the records before it
+// have been returned by earlier calls.
 func (l *Embedded) Fetch(ctx context.Context, topic string, partition int32, offset int64, opts FetchOptions) ([]Record, error) {
 	p, err := l.lookupPartition(topic, partition)
 	if err != nil {
@@ -350,7 +353,8 @@ func (l *Embedded) Fetch(ctx context.Context, topic string, partition int32, off
 	return recs, err
 }
 
-// OffsetForTime implements Log.
+// OffsetForTime implements Log, at millisecond precision (the stored
+// timestamps' unit): ts is rounded up to a whole millisecond.
 func (l *Embedded) OffsetForTime(ctx context.Context, topic string, partition int32, ts time.Time) (int64, error) {
 	p, err := l.lookupPartition(topic, partition)
 	if err != nil {
