@@ -74,6 +74,15 @@
 // "CDXT" (time index; entries: max timestamp of all earlier batches int64,
 // offset int64). The crc covers every preceding byte.
 //
+// # Consumer offsets (frozen, version 1)
+//
+// Each commit is a record of "_offsets" (one partition, compacted):
+//
+//	key:   0x01 | uvarint len | group | uvarint len | topic | partition int32 big-endian
+//	value: 0x01 | next offset int64 big-endian | commit time Unix ms int64 big-endian
+//
+// A nil value deletes the commit. Open replays the topic into memory.
+//
 // # Cleanup
 //
 // Retention (CleanupDelete) deletes whole closed segments, oldest first,
