@@ -5,8 +5,12 @@ import (
 	"time"
 )
 
-// maxWriteBuf is how much a group commit buffers before writing.
-const maxWriteBuf = 8 << 20
+// A group commit copies small batches into one buffer and writes it with
+// one call; batches of directWrite bytes or more are written as they are.
+const (
+	maxWriteBuf = 8 << 20
+	directWrite = 64 << 10
+)
 
 // appendReq is one caller's records for one partition, waiting for the
 // flusher (group commit: the flusher writes and syncs every pending request
@@ -105,6 +109,13 @@ type closedSeg struct {
 	idx []indexEntry
 }
 
+// groupWrite tracks one group commit in progress.
+type groupWrite struct {
+	start                     int64 // segment position where fl.buf goes
+	rolled                    []closedSeg
+	records, batches, written uint64
+}
+
 // writeGroup writes the batches of reqs in order, rolling segments as
 // needed, syncs (under SyncBatch) and publishes the new end to readers.
 func (p *partition) writeGroup(reqs []*appendReq) error {
@@ -112,39 +123,16 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 		return err
 	}
 	fl := &p.fl
-	var rolled []closedSeg
-	var records, batches, nbytes uint64
-	start := fl.size
+	g := groupWrite{start: fl.size}
 	fl.buf = fl.buf[:0]
 	for _, r := range reqs {
 		for _, b := range r.batches {
-			finishBatch(b, int64(binary.LittleEndian.Uint64(b[offBaseOffset:])))
-			h, _ := parseBatchHeader(b)
-			if p.needRoll(int64(len(b))) {
-				c, err := p.roll(start, h.Base)
-				if err != nil {
-					return p.fail("roll", err)
-				}
-				rolled = append(rolled, c)
-				start = 0
+			if err := p.stage(&g, b); err != nil {
+				return err
 			}
-			p.addToIndex(h)
-			if len(fl.buf) >= maxWriteBuf {
-				if err := p.writeBuf(start); err != nil {
-					return p.fail("write", err)
-				}
-				start += int64(len(fl.buf))
-				fl.buf = fl.buf[:0]
-			}
-			fl.buf = append(fl.buf, b...)
-			fl.size += h.Size()
-			fl.next, fl.maxTs = h.Last()+1, max(fl.maxTs, h.MaxTs)
-			records += uint64(h.Count)
-			batches++
-			nbytes += uint64(h.Size())
 		}
 	}
-	if err := p.writeBuf(start); err != nil {
+	if err := p.writeBuf(g.start); err != nil {
 		return p.fail("write", err)
 	}
 	if p.opts.Sync == SyncBatch {
@@ -154,7 +142,46 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 	} else {
 		fl.dirty = true
 	}
-	p.publish(rolled, records, batches, nbytes)
+	p.publish(g.rolled, g.records, g.batches, g.written)
+	return nil
+}
+
+// stage seals one batch with its CRC and adds it to the group: into the
+// write buffer, or written at once when large; rolling the segment first
+// when it is full.
+func (p *partition) stage(g *groupWrite, b []byte) error {
+	fl := &p.fl
+	finishBatch(b, int64(binary.LittleEndian.Uint64(b[offBaseOffset:])))
+	h, _ := parseBatchHeader(b)
+	if p.needRoll(int64(len(b))) {
+		c, err := p.roll(g.start, h.Base)
+		if err != nil {
+			return p.fail("roll", err)
+		}
+		g.rolled = append(g.rolled, c)
+		g.start = 0
+	}
+	p.addToIndex(h)
+	if len(fl.buf) >= maxWriteBuf || (len(b) >= directWrite && len(fl.buf) > 0) {
+		if err := p.writeBuf(g.start); err != nil {
+			return p.fail("write", err)
+		}
+		g.start += int64(len(fl.buf))
+		fl.buf = fl.buf[:0]
+	}
+	if len(b) >= directWrite { // large: skip the copy
+		if _, err := fl.seg.f.WriteAt(b, g.start); err != nil {
+			return p.fail("write", err)
+		}
+		g.start += int64(len(b))
+	} else {
+		fl.buf = append(fl.buf, b...)
+	}
+	fl.size += h.Size()
+	fl.next, fl.maxTs = h.Last()+1, max(fl.maxTs, h.MaxTs)
+	g.records += uint64(h.Count)
+	g.batches++
+	g.written += uint64(h.Size())
 	return nil
 }
 

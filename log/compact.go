@@ -62,7 +62,7 @@ func (p *partition) compact(ctx context.Context, deleteRetention time.Duration) 
 		}
 	}
 	p.compactedTo, p.tombstonesLeft = rp.segs[len(rp.segs)-1].s.next, tombstonesLeft
-	return nil
+	return p.mergeSmall(ctx)
 }
 
 // latestOffsets maps every key in segs to the offset of its last record.

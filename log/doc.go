@@ -74,6 +74,28 @@
 // "CDXT" (time index; entries: max timestamp of all earlier batches int64,
 // offset int64). The crc covers every preceding byte.
 //
+// # Consumer offsets (frozen, version 1)
+//
+// Each commit is a record of "_offsets" (one partition, compacted):
+//
+//	key:   0x01 | uvarint len | group | uvarint len | topic | partition int32 big-endian
+//	value: 0x01 | next offset int64 big-endian | commit time Unix ms int64 big-endian
+//
+// A nil value deletes the commit. Open replays the topic into memory.
+//
+// # Cleanup
+//
+// Retention (CleanupDelete) deletes whole closed segments, oldest first,
+// while their newest record is older than Retention or the partition stays
+// at or above RetentionBytes without them; the active segment is never
+// deleted. Compaction (CleanupCompact) rewrites closed segments keeping the
+// latest record per key (tombstones until DeleteRetention has passed),
+// writing "<base>.log.cleaned", fsyncing it and renaming it over the
+// original; then adjacent small segments are merged the same way (renamed
+// over the first, the others removed after). Offsets never change; gaps
+// appear. Open removes ".cleaned" files and segments a merged segment
+// already covers (a crash between a merge's rename and its removals).
+//
 // # Recovery
 //
 // Opening a partition scans its last segment (and any closed segment whose

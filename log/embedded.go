@@ -130,6 +130,9 @@ func (l *Embedded) openTopics() error {
 			continue
 		}
 		t, err := l.openTopic(filepath.Join(l.topicsDir, name))
+		if err != nil && l.opts.ReadOnly && errors.Is(err, os.ErrNotExist) {
+			continue // deleted by the writer since the listing
+		}
 		if err != nil {
 			return err
 		}
@@ -298,6 +301,8 @@ func (l *Embedded) DeleteTopic(ctx context.Context, name string) error {
 	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
+	l.cleanMu.Lock() // no compaction writing into the directory being removed
+	defer l.cleanMu.Unlock()
 	t, err := l.lookup(name)
 	if err != nil {
 		return err
@@ -329,16 +334,27 @@ func (l *Embedded) Produce(ctx context.Context, topic string, recs []Record) err
 	return l.produce(ctx, t, recs)
 }
 
-// Fetch implements Log.
+// Fetch implements Log. It returns only durable records. A batch that
+// fails its CRC in a closed segment (trusted at Open through its index) is
+// reported as a *CorruptionError (ErrCorrupt), after the records before it
+// have been returned by earlier calls.
 func (l *Embedded) Fetch(ctx context.Context, topic string, partition int32, offset int64, opts FetchOptions) ([]Record, error) {
 	p, err := l.lookupPartition(topic, partition)
 	if err != nil {
 		return nil, err
 	}
-	return p.fetch(ctx, offset, opts)
+	recs, err := p.fetch(ctx, offset, opts)
+	if errors.Is(err, ErrClosed) {
+		_, err = l.lookupPartition(topic, partition) // deleted while waiting?
+		if err == nil {
+			err = ErrClosed
+		}
+	}
+	return recs, err
 }
 
-// OffsetForTime implements Log.
+// OffsetForTime implements Log, at millisecond precision (the stored
+// timestamps' unit): ts is rounded up to a whole millisecond.
 func (l *Embedded) OffsetForTime(ctx context.Context, topic string, partition int32, ts time.Time) (int64, error) {
 	p, err := l.lookupPartition(topic, partition)
 	if err != nil {

@@ -38,6 +38,7 @@ func TestModel(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("replay with CDCD_LOG_MODEL_SEED=%d go test -run TestModel ./log/", seed)

@@ -17,7 +17,10 @@ const (
 	// SyncInterval writes each group commit to the file and returns at once,
 	// fsyncing every Options.SyncInterval. Weaker: records acknowledged (and
 	// fetched) in the last interval are lost if the machine (not just the
-	// process) crashes. Opt-in, for data that can be re-read from the source.
+	// process) crashes, and their offsets are then given to new records, so
+	// a consumer that stored offsets elsewhere may skip those. Opt-in, for
+	// data that can be re-read from the source and consumers that do not
+	// keep offsets outside the log.
 	SyncInterval
 )
 

@@ -88,7 +88,14 @@ func openPartition(dir, topic string, id int32, opts *Options, logger *slog.Logg
 	var truncs []Truncation
 	prevNext := int64(0)
 	for i, base := range bases {
+		if i > 0 && i < len(bases)-1 && base < prevNext {
+			p.dropMergeLeftover(base)
+			continue
+		}
 		s, tr, err := p.openSegment(base, prevNext, i == len(bases)-1)
+		if err != nil && p.opts.ReadOnly && os.IsNotExist(err) {
+			continue // removed by the writer's cleaner since the listing
+		}
 		if err != nil {
 			p.closeFiles()
 			return nil, nil, err
@@ -138,6 +145,20 @@ func (p *partition) listSegments() ([]int64, error) {
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	return bases, nil
+}
+
+// dropMergeLeftover removes a closed segment whose offsets the previous
+// (merged) segment already covers: a merge was interrupted after its
+// rename. Merges copy whole segments, so nothing is lost.
+func (p *partition) dropMergeLeftover(base int64) {
+	p.logger.Info("log: removing segment left by an interrupted merge", "segment", segmentName(base, segmentSuffix), "read_only", p.opts.ReadOnly)
+	if p.opts.ReadOnly {
+		return
+	}
+	for _, suffix := range []string{segmentSuffix, offsetIndexSuffix, timeIndexSuffix} {
+		_ = os.Remove(filepath.Join(p.dir, segmentName(base, suffix)))
+	}
+	_ = syncDir(p.dir)
 }
 
 func (p *partition) addFirstSegment() error {

@@ -14,17 +14,20 @@ type partBuild struct {
 	records int64
 	req     *appendReq
 	next    int64 // offset for the next record when filling in offsets
+	left    int   // encoded size estimate of the records not yet added
 }
 
 // add encodes a record into the current batch, starting a new batch at
-// softBatchBytes.
+// softBatchBytes. Buffers are sized from pb.left, the estimated encoded
+// size of the records still to come, so they do not grow by copying.
 func (pb *partBuild) add(r *Record, tsMs int64) {
-	if pb.b.buf == nil {
-		pb.b.reset(make([]byte, 0, batchHeaderLen+encodedSize(r)))
-	} else if len(pb.b.buf) >= softBatchBytes {
-		pb.batches = append(pb.batches, pb.b.finish())
-		pb.b.reset(make([]byte, 0, batchHeaderLen+encodedSize(r)))
+	if pb.b.buf == nil || len(pb.b.buf) >= softBatchBytes {
+		if pb.b.buf != nil {
+			pb.batches = append(pb.batches, pb.b.finish())
+		}
+		pb.b.reset(make([]byte, 0, batchHeaderLen+min(pb.left, softBatchBytes+encodedSize(r))))
 	}
+	pb.left -= encodedSize(r)
 	delta := uint32(0)
 	if pb.b.count > 0 {
 		delta = pb.b.last + 1
@@ -102,7 +105,11 @@ func (l *Embedded) buildBatches(t *topic, recs []Record) map[int32]*partBuild {
 			pb = &partBuild{p: t.parts[r.Partition]}
 			builds[r.Partition] = pb
 		}
-		pb.add(r, r.Timestamp.UnixMilli())
+		pb.left += encodedSize(r)
+	}
+	for i := range recs {
+		r := &recs[i]
+		builds[r.Partition].add(r, r.Timestamp.UnixMilli())
 	}
 	return builds
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -115,6 +116,9 @@ func (p *partition) readPlan(rp *readPlan, offset int64, maxBytes int) ([]Record
 		pos := lookupOffset(v.idx, offset)
 		r := newBatchReader(v.s.f, pos, v.size, min(maxBytes+batchHeaderLen, 4<<20), true)
 		for total < maxBytes || len(recs) == 0 {
+			if len(recs) > 0 && !r.fits(int64(maxBytes-total)) {
+				return recs, nil // the next batch would overshoot: leave it for the next fetch
+			}
 			b, h, bpos, err := r.next()
 			if err == io.EOF {
 				break
@@ -128,6 +132,7 @@ func (p *partition) readPlan(rp *readPlan, offset int64, maxBytes int) ([]Record
 			if h.Last() < offset {
 				continue
 			}
+			recs = slices.Grow(recs, int(h.Count))
 			err = walkRecords(b, h, func(rec Record) bool {
 				if rec.Offset < offset {
 					return true

@@ -129,6 +129,23 @@ func (r *batchReader) next() ([]byte, batchHeader, int64, error) {
 	return b, h, pos, nil
 }
 
+// fits reports whether the next batch is at most budget bytes (or cannot
+// be sized: then next reports why). It reads only the header when the
+// batch is not buffered.
+func (r *batchReader) fits(budget int64) bool {
+	if r.limit-r.pos < batchHeaderLen {
+		return true
+	}
+	hb := make([]byte, batchHeaderLen)
+	if off := r.pos - r.bufPos; off >= 0 && off+batchHeaderLen <= int64(len(r.buf)) {
+		hb = r.buf[off : off+batchHeaderLen]
+	} else if _, err := r.f.ReadAt(hb, r.pos); err != nil {
+		return true
+	}
+	h, err := parseBatchHeader(hb)
+	return err != nil || h.Size() <= budget
+}
+
 // window returns n bytes at pos, reading them if they are not buffered.
 func (r *batchReader) window(n int64) ([]byte, error) {
 	if r.limit-r.pos < n {

@@ -138,8 +138,19 @@ func testTopics(t *testing.T, l log.Log) {
 	if containsAll(names, a) {
 		t.Fatalf("ListTopics after delete still has %s: %v", a, names)
 	}
-	// A re-created topic starts empty.
-	create(t, l, a, 1)
+	// A re-created topic starts empty. (Kafka deletes asynchronously, so
+	// creation may report the topic as existing for a moment.)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := l.CreateTopic(ctx, a, log.TopicConfig{Partitions: 1})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, log.ErrTopicExists) || time.Now().After(deadline) {
+			t.Fatalf("re-create %s: %v", a, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	produce(t, l, a, log.Record{Key: []byte("k"), Value: []byte("v"), Partition: 0})
 	info, _ = l.DescribeTopic(ctx, a)
 	if info.Partitions[0].End != 1 {
