@@ -13,8 +13,9 @@ const (
 )
 
 // appendReq is one caller's records for one partition, waiting for the
-// flusher (group commit: the flusher writes and syncs every pending request
-// at once, then answers each on its own done channel).
+// flusher (group commit: one flush at a time per partition, under flushMu,
+// writes and syncs every pending request at once, then answers each on its
+// own done channel).
 type appendReq struct {
 	batches [][]byte // built batches; enqueue sets base offsets, the flusher the CRC
 	records int64
@@ -40,11 +41,23 @@ func (p *partition) enqueue(req *appendReq) error {
 	}
 	p.next = off
 	p.pending = append(p.pending, req)
+	return nil
+}
+
+// flush gets the pending requests written: by the calling goroutine when
+// inline is set and no flush is in progress (the uncontended case: no
+// hand-off to the flusher goroutine and back), else by the flusher
+// goroutine, which takes whatever has queued behind the running flush.
+func (p *partition) flush(inline bool) {
+	if inline && p.flushMu.TryLock() {
+		p.flushPending()
+		p.flushMu.Unlock()
+		return
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // flusherState is the flusher's view of the active segment, ahead of what
@@ -73,12 +86,18 @@ func (p *partition) run() {
 	for {
 		select {
 		case <-p.kick:
+			p.flushMu.Lock()
 			p.flushPending()
+			p.flushMu.Unlock()
 		case <-tick:
+			p.flushMu.Lock()
 			p.syncInterval()
+			p.flushMu.Unlock()
 		case <-p.stop:
+			p.flushMu.Lock()
 			p.flushPending()
 			p.syncInterval()
+			p.flushMu.Unlock()
 			return
 		}
 	}

@@ -13,6 +13,17 @@
 // (fsynced under the default policy); Fetch never returns a record that is not
 // durable. Callers acknowledge upstream only what Produce has returned for.
 //
+// # Writing
+//
+// Each partition has one writer at a time (its flushMu): Produce encodes
+// its records into batches in the caller's goroutine, takes offsets under
+// the partition's lock and queues a request with its own wait handle. The
+// first producer that finds the partition idle writes the whole queue
+// itself; while it (or the partition's flusher goroutine) is in fsync,
+// later requests queue up and the next flush writes them all with one
+// write and one fsync (group commit). Readers see a batch only after the
+// fsync that covers it; long-polling fetchers are woken then.
+//
 // # Embedded layout
 //
 //	<dir>/LOCK                              exclusive flock + holder PID

@@ -33,8 +33,10 @@ type partition struct {
 	lastAppend time.Time
 	stats      appendStats
 
-	// Owned by the flusher goroutine.
-	fl flusherState
+	// flushMu is held by whoever flushes: the partition's flusher goroutine
+	// or a producer flushing inline. It guards fl.
+	flushMu sync.Mutex
+	fl      flusherState
 
 	// Owned by Cleanup (under Embedded.cleanMu).
 	compactedTo    int64 // end of the closed segments at the last compaction

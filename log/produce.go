@@ -51,6 +51,9 @@ func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
 		if err := pb.p.enqueue(pb.req); err != nil {
 			return l.appendError(t, err)
 		}
+		// One partition: flush inline if idle. Several: let their flushers
+		// fsync in parallel.
+		pb.p.flush(len(builds) == 1)
 	}
 	for _, pb := range builds {
 		select {
