@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -38,7 +39,7 @@ Usage:
   cdcd demo [--data-dir DIR] [--keep]  start a throwaway PostgreSQL, capture a small shop, show the tables
   cdcd run -c FILE                      run the pipeline the config file describes
   cdcd validate -c FILE                 check a config file; print every problem with its line
-  cdcd log SUBCOMMAND ...               inspect the embedded log (topics, describe, consume, groups, ...)
+  cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd version                          print the version
 
 Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
@@ -67,7 +68,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "demo":
 		return demoCmd(ctx, args[1:], stdout, stderr, logger)
 	case "log":
-		return logCommand(ctx, args[1:], stdin, stdout, stderr)
+		largs, err := withLogDir(args[1:])
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitUsage
+		}
+		return logCommand(ctx, largs, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK
@@ -77,6 +83,36 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintf(stderr, "cdcd: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
+}
+
+// withLogDir replaces -c FILE (or --config FILE) in a `cdcd log` command
+// line with --log-dir <data_dir>/log from that config.
+func withLogDir(args []string) ([]string, error) {
+	out := make([]string, 0, len(args)+1)
+	path := ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-c" || a == "--config" || a == "-config":
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("cdcd log: %s needs a file", a)
+			}
+			path = args[i+1]
+			i++
+		case strings.HasPrefix(a, "-c=") || strings.HasPrefix(a, "--config="):
+			path = a[strings.IndexByte(a, '=')+1:]
+		default:
+			out = append(out, a)
+		}
+	}
+	if path == "" {
+		return out, nil
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, "--log-dir="+filepath.Join(cfg.DataDir, "log")), nil
 }
 
 func newLogger(w io.Writer) *slog.Logger {

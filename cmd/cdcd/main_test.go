@@ -77,3 +77,23 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("missing file: exit %d", code)
 	}
 }
+
+func TestLogTakesConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cdcd.yaml")
+	cfg := "pipeline: p\ndata_dir: " + dir + "\nsource:\n  postgres:\n    dsn: postgres://x/y\n    tables: [t]\nsink:\n  iceberg:\n    mode: append\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args, err := withLogDir([]string{"describe", "-c", path, "--topic", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"describe", "--topic", "x", "--log-dir=" + filepath.Join(dir, "log")}
+	if strings.Join(args, " ") != strings.Join(want, " ") {
+		t.Fatalf("args %q, want %q", args, want)
+	}
+	if _, err := withLogDir([]string{"topics", "-c"}); err == nil {
+		t.Fatal("-c without a file accepted")
+	}
+}
