@@ -17,7 +17,4 @@ func (v *validator) notYet() {
 	if c.Log.Backend == "kafka" {
 		v.fail("log.backend", ErrNotAvailable, "not available yet: the Kafka backend is planned; use backend: embedded")
 	}
-	if ic := c.Sink.Iceberg; ic != nil && ic.Mode == "upsert" {
-		v.fail("sink.iceberg.mode", ErrNotAvailable, "upsert mode (the default) is not available yet in this build: set mode: append under sink.iceberg")
-	}
 }

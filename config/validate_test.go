@@ -120,16 +120,25 @@ func TestValidateAccepts(t *testing.T) {
 func TestNotYet(t *testing.T) {
 	expect(t, edit(t, "  backend: embedded", "  backend: kafka"),
 		want{"log.backend", 11, 3, ErrNotAvailable, "not available yet: the Kafka backend is planned"})
-	expect(t, edit(t, "    mode: append", "    mode: upsert"),
-		want{"sink.iceberg.mode", 20, 5, ErrNotAvailable, "upsert mode (the default) is not available yet in this build: set mode: append under sink.iceberg"})
-	// Upsert is the default, so a config without mode fails for now, at the
-	// mapping that lacks the key.
-	expect(t, edit(t, "    mode: append", "    # no mode"),
-		want{"sink.iceberg.mode", 15, 3, ErrNotAvailable, "set mode: append"})
-	expect(t, "pipeline: shop\nsource:\n  postgres: {dsn: 'host=h', tables: [t]}\n",
-		want{"sink.iceberg.mode", 1, 1, ErrNotAvailable, "set mode: append"})
 	expect(t, edit(t, "log:", "  mysql: {dsn: 'mysql://x'}\nlog:"),
 		want{"source.mysql", 10, 3, ErrNotAvailable, "the MySQL/MariaDB source is planned"})
+}
+
+// TestUpsertIsTheDefault: a config without mode, or without a sink at
+// all, mirrors the source in upsert mode.
+func TestUpsertIsTheDefault(t *testing.T) {
+	for _, doc := range []string{
+		edit(t, "    mode: append", "    # no mode"),
+		"pipeline: shop\nsource:\n  postgres: {dsn: 'host=h', tables: [t]}\n",
+	} {
+		c, err := Parse([]byte(doc), "cdcd.yaml", testEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Sink.Iceberg == nil || c.Sink.Iceberg.Mode != "upsert" {
+			t.Fatalf("mode = %+v", c.Sink.Iceberg)
+		}
+	}
 }
 
 func TestTableIdent(t *testing.T) {

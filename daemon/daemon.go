@@ -103,6 +103,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	d.sink = iceberg.New(iceberg.Config{
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,
 		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval,
+		Mode: ice.Mode, IndexDir: filepath.Join(cfg.DataDir, "index"),
 	}, d.cat, d.lg, d.reg, logger)
 	return d, nil
 }

@@ -62,6 +62,10 @@ func runChild(path string) int {
 }
 
 func writeConfig(t *testing.T, dir, dsn, slot, admin string) string {
+	return writeConfigMode(t, dir, dsn, slot, admin, "append", 3)
+}
+
+func writeConfigMode(t *testing.T, dir, dsn, slot, admin, mode string, version int) string {
 	t.Helper()
 	cfg := fmt.Sprintf(`pipeline: e2e
 data_dir: %q
@@ -76,11 +80,12 @@ log:
 sink:
   iceberg:
     namespace: mirror
-    mode: append
+    mode: %s
+    format_version: %d
     commit_interval: 200ms
 admin:
   listen: %q
-`, dir, dsn, slot, slot, admin)
+`, dir, dsn, slot, slot, mode, version, admin)
 	path := filepath.Join(dir, "cdcd.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -197,10 +202,10 @@ type child struct {
 	done  chan error
 }
 
-func startChild(t *testing.T, cfgPath, admin string, logFile *os.File) *child {
+func startChild(t *testing.T, cfgPath, admin string, logFile *os.File, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+cfgPath)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+cfgPath), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

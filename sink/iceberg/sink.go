@@ -23,6 +23,9 @@ const (
 	PropOffsets        = "cdcd.offsets"         // JSON {"partition": next offset}
 	PropSourcePosition = "cdcd.source-position" // hex of the newest source position committed
 	PropCommitID       = "cdcd.commit-id"       // unique per commit attempt; settles unknown outcomes
+	// PropRows is "0" on commits that change no rows (offsets only), so a
+	// key index tagged with an older snapshot needs no rebuild.
+	PropRows = "cdcd.rows"
 )
 
 // Registry resolves the schema ids framed into log records.
@@ -53,7 +56,22 @@ type Config struct {
 	MaxBufferedRows int
 	// FetchBytes bounds one fetch; default 4 MiB.
 	FetchBytes int
+	// Mode is ModeUpsert (mirror the source; default) or ModeAppend (a
+	// changelog).
+	Mode string
+	// TargetFileSize is the size at which a data file is closed and the
+	// next one started; default 128 MiB.
+	TargetFileSize int
+	// IndexDir holds the upsert tables' key indexes (one directory each).
+	// REQUIRED in upsert mode.
+	IndexDir string
 }
+
+// Table modes.
+const (
+	ModeUpsert = "upsert"
+	ModeAppend = "append"
+)
 
 // TableStats are one table's counters.
 type TableStats struct {
@@ -92,6 +110,12 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 	}
 	if cfg.FormatVersion == 0 {
 		cfg.FormatVersion = 3
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeUpsert
+	}
+	if cfg.TargetFileSize <= 0 {
+		cfg.TargetFileSize = 128 << 20
 	}
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {

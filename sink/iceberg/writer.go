@@ -9,12 +9,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 )
@@ -37,16 +36,35 @@ type tableWriter struct {
 	bufAt      time.Time
 	lastPos    []byte
 	tables     map[uint32]*schema.Table // schema id -> table version
+
+	// truncate barrier (upsert): a partition that reached a truncate stops
+	// there until every partition has; then one commit empties the table.
+	blocked []bool
+	truncAt []int64 // offset of the truncate record per blocked partition
+
+	up      *upsert // upsert mode state
+	pending *plan   // the upsert commit in flight
+	writeID string  // names the files of the current commit attempt
+	fileSeq int
 }
+
+func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
 
 func (w *tableWriter) run(ctx context.Context) error {
 	if err := w.load(ctx); err != nil {
 		return err
 	}
-	w.logger.Info("sink table ready", "offsets", encodeOffsets(w.next))
+	defer w.close()
+	w.logger.Info("sink table ready", "mode", w.s.cfg.Mode, "offsets", encodeOffsets(w.next))
 	p := 0
 	idle := 0
 	for ctx.Err() == nil {
+		if w.allBlocked() {
+			if err := w.commitTruncate(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		wait := time.Duration(0)
 		if idle >= w.partitions {
 			wait = 100 * time.Millisecond
@@ -56,12 +74,15 @@ func (w *tableWriter) run(ctx context.Context) error {
 				}
 			}
 		}
-		n, err := w.fetch(ctx, int32(p), wait)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
+		n := 0
+		if !w.blocked[p] {
+			var err error
+			if n, err = w.fetch(ctx, int32(p), wait); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return err
 			}
-			return err
 		}
 		if n == 0 {
 			idle++
@@ -86,6 +107,12 @@ func (w *tableWriter) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+func (w *tableWriter) close() {
+	if w.up != nil && w.up.idx != nil {
+		w.up.idx.close()
+	}
+}
+
 // load reads the topic's shape and the table's committed offsets.
 func (w *tableWriter) load(ctx context.Context) error {
 	info, err := w.s.lg.DescribeTopic(ctx, w.cfg.Topic)
@@ -94,6 +121,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	}
 	w.partitions = len(info.Partitions)
 	w.tables = map[uint32]*schema.Table{}
+	w.blocked, w.truncAt = make([]bool, w.partitions), make([]int64, w.partitions)
 	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
 	switch {
 	case errors.Is(err, catalog.ErrNoSuchTable):
@@ -112,6 +140,9 @@ func (w *tableWriter) load(ctx context.Context) error {
 	w.next = append([]int64(nil), w.committed...)
 	w.buf = w.buf[:0]
 	w.publishCommitted()
+	if w.upsertMode() {
+		return w.loadUpsert(ctx)
+	}
 	return nil
 }
 
@@ -123,18 +154,26 @@ func (w *tableWriter) fetch(ctx context.Context, p int32, wait time.Duration) (i
 	}
 	for i := range recs {
 		rec := &recs[i]
-		w.next[p] = rec.Offset + 1
 		if rec.Value == nil {
+			w.next[p] = rec.Offset + 1
 			continue
 		}
 		c, err := w.decode(rec)
 		if err != nil {
 			return 0, err
 		}
-		// Truncates are written to every partition; the changelog records
-		// the copy in partition 0. The others stay in the buffer, so their
-		// offsets get committed, but make no row.
-		c.skip = c.env.Op == 't' && p != 0
+		if c.env.Op == 't' {
+			if w.upsertMode() {
+				// Stop this partition at the truncate until all have it.
+				w.blocked[p], w.truncAt[p] = true, rec.Offset
+				return i, nil
+			}
+			// Truncates are written to every partition; the changelog records
+			// the copy in partition 0. The others stay in the buffer, so their
+			// offsets get committed, but make no row.
+			c.skip = p != 0
+		}
+		w.next[p] = rec.Offset + 1
 		if len(w.buf) == 0 {
 			w.bufAt = time.Now()
 		}
@@ -144,6 +183,15 @@ func (w *tableWriter) fetch(ctx context.Context, p int32, wait time.Duration) (i
 		}
 	}
 	return len(recs), nil
+}
+
+func (w *tableWriter) allBlocked() bool {
+	for _, b := range w.blocked {
+		if !b {
+			return false
+		}
+	}
+	return len(w.blocked) > 0
 }
 
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
@@ -172,6 +220,13 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 // commit writes the buffer as one snapshot carrying the next offsets. An
 // error of unknown outcome is settled by looking for the commit id.
 func (w *tableWriter) commit(ctx context.Context) error {
+	return w.commitWith(ctx, w.next, w.attempt)
+}
+
+// commitWith runs attempt until it lands, within the commit budget: after
+// a failure the table is reloaded and the commit id looked for, so an
+// attempt whose outcome was unknown is never repeated blindly.
+func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func(context.Context, iceberg.Properties) error) error {
 	started := time.Now()
 	if err := w.ensureTable(ctx); err != nil {
 		return err
@@ -179,14 +234,14 @@ func (w *tableWriter) commit(ctx context.Context) error {
 	id := newCommitID()
 	props := iceberg.Properties{
 		PropPipeline:       w.s.cfg.Pipeline,
-		PropOffsets:        encodeOffsets(w.next),
+		PropOffsets:        encodeOffsets(next),
 		PropSourcePosition: hex.EncodeToString(w.lastPos),
 		PropCommitID:       id,
 	}
 	deadline := time.Now().Add(commitBudget)
 	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := w.tryCommit(ctx, props)
+	for n := 1; ; n++ {
+		err := attempt(ctx, props)
 		if err == nil {
 			break
 		}
@@ -196,12 +251,15 @@ func (w *tableWriter) commit(ctx context.Context) error {
 		}
 		if settled {
 			w.logger.Warn("commit reported an error but landed", "commit_id", id, "err", err)
+			if err := w.landed(ctx); err != nil {
+				return err
+			}
 			break
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts)", identString(w.cfg.Ident), err, attempt)
+			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts)", identString(w.cfg.Ident), err, n)
 		}
-		w.logger.Warn("commit failed; retrying", "attempt", attempt, "err", err)
+		w.logger.Warn("commit failed; retrying", "attempt", n, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -209,10 +267,16 @@ func (w *tableWriter) commit(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
-	rows := len(w.buf)
+	rows := 0
+	for i := range w.buf {
+		if !w.buf[i].skip {
+			rows++
+		}
+	}
 	clear(w.buf)
 	w.buf = w.buf[:0]
-	copy(w.committed, w.next)
+	copy(w.committed, next)
+	copy(w.next, next)
 	w.publishCommitted()
 	w.stats.Rows.Add(int64(rows))
 	w.stats.Commits.Add(1)
@@ -222,8 +286,8 @@ func (w *tableWriter) commit(ctx context.Context) error {
 		w.stats.SnapshotID.Store(snap.SnapshotID)
 	}
 	w.logger.Debug("committed", "rows", rows, "offsets", props[PropOffsets], "took", time.Since(started))
-	offs := make(map[int32]int64, len(w.next))
-	for p, o := range w.next {
+	offs := make(map[int32]int64, len(next))
+	for p, o := range next {
 		offs[int32(p)] = o
 	}
 	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
@@ -237,50 +301,45 @@ func (w *tableWriter) publishCommitted() {
 	w.stats.Committed.Store(&c)
 }
 
-func (w *tableWriter) tryCommit(ctx context.Context, props iceberg.Properties) error {
+// attempt makes one commit attempt of the buffer in the table's mode.
+func (w *tableWriter) attempt(ctx context.Context, props iceberg.Properties) error {
 	if err := w.evolve(ctx); err != nil {
 		return err
 	}
-	b, err := newChangelogBuilder(w.tbl.Schema())
-	if err != nil {
-		return err
+	w.writeID, w.fileSeq = newCommitID()[:16], 0
+	if w.upsertMode() {
+		return w.attemptUpsert(ctx, props)
 	}
-	defer b.release()
-	for i := range w.buf {
-		if w.buf[i].skip {
-			continue
-		}
-		if err := b.add(&w.buf[i]); err != nil {
-			return err
-		}
-	}
-	tx := w.tbl.NewTransaction()
-	if b.rows == 0 {
-		// Only offsets to record: an empty snapshot carries them.
-		if err := tx.AddFiles(ctx, nil, props, false); err != nil {
-			return err
-		}
-		return w.finish(ctx, tx)
-	}
-	rec := b.record()
-	defer rec.Release()
-	rdr, err := array.NewRecordReader(rec.Schema(), []arrow.RecordBatch{rec})
-	if err != nil {
-		return err
-	}
-	defer rdr.Release()
-	if err := tx.Append(ctx, rdr, props); err != nil {
-		return err
-	}
-	return w.finish(ctx, tx)
+	return w.attemptChangelog(ctx, props)
 }
 
+// finish commits tx and adopts the resulting table.
 func (w *tableWriter) finish(ctx context.Context, tx *table.Transaction) error {
+	return w.finishData(ctx, tx, true)
+}
+
+// finishData is finish; rows says the commit changes rows, the commits
+// crash tests aim the catalog-commit failpoints at.
+func (w *tableWriter) finishData(ctx context.Context, tx *table.Transaction, rows bool) error {
+	if rows {
+		w.failpoint("before-catalog-commit")
+	}
 	tbl, err := tx.Commit(ctx)
 	if err != nil {
 		return err
 	}
 	w.tbl = tbl
+	if rows {
+		w.failpoint("after-catalog-commit")
+	}
+	return nil
+}
+
+// landed adopts a commit that reported an error but is in the table.
+func (w *tableWriter) landed(ctx context.Context) error {
+	if w.upsertMode() {
+		return w.adoptUpsert(ctx)
+	}
 	return nil
 }
 
@@ -306,6 +365,11 @@ func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 				identString(w.cfg.Ident), encodeOffsets(now), encodeOffsets(w.committed))
 		}
 	}
+	if w.upsertMode() {
+		// The attempt did not land: its staged state is void.
+		w.dropPending()
+		return false, w.up.loadFiles(ctx, tbl)
+	}
 	return false, nil
 }
 
@@ -315,18 +379,33 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if w.tbl != nil {
 		return nil
 	}
-	sc, err := changelogSchema(w.buf[0].table)
-	if err != nil {
-		return err
+	var first *schema.Table
+	for i := range w.buf {
+		if w.buf[i].table != nil {
+			first = w.buf[i].table
+			break
+		}
+	}
+	if first == nil {
+		return errors.New("iceberg: no change to create the table from")
 	}
 	ns := catalog.NamespaceFromIdent(w.cfg.Ident)
 	if err := w.s.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return fmt.Errorf("iceberg: create namespace %v: %w", ns, err)
 	}
+	mode := "append"
+	sc, err := changelogSchema(first)
+	if w.upsertMode() {
+		mode = "upsert"
+		sc, err = upsertSchema(first)
+	}
+	if err != nil {
+		return err
+	}
 	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithProperties(iceberg.Properties{
 		table.PropertyFormatVersion: fmt.Sprint(w.s.cfg.FormatVersion),
-		"cdcd.mode":                 "append",
-		"cdcd.source-table":         w.buf[0].table.QualifiedName(),
+		"cdcd.mode":                 mode,
+		"cdcd.source-table":         first.QualifiedName(),
 	}))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident)
@@ -334,8 +413,11 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("iceberg: create table %s: %w", identString(w.cfg.Ident), err)
 	}
-	w.logger.Info("created table", "location", tbl.Location(), "format_version", w.s.cfg.FormatVersion)
+	w.logger.Info("created table", "location", tbl.Location(), "format_version", w.s.cfg.FormatVersion, "mode", mode)
 	w.tbl = tbl
+	if w.upsertMode() {
+		return w.initUpsert(ctx)
+	}
 	return nil
 }
 
@@ -352,7 +434,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 	seen := map[*schema.Table]bool{}
 	for i := range w.buf {
 		t := w.buf[i].table
-		if seen[t] {
+		if t == nil || seen[t] {
 			continue
 		}
 		seen[t] = true
@@ -408,6 +490,25 @@ func promotable(from, to iceberg.Type) bool {
 		return true
 	}
 	return false
+}
+
+// newFileLocation names a new file of the current commit attempt.
+func (w *tableWriter) newFileLocation(tbl *table.Table, ext string) string {
+	w.fileSeq++
+	lp, err := tbl.LocationProvider()
+	name := fmt.Sprintf("%s-%05d.%s", w.writeID, w.fileSeq, ext)
+	if err != nil {
+		return tbl.Location() + "/data/" + name
+	}
+	return lp.NewDataLocation(name)
+}
+
+// failpoint kills the process at a named point when crash tests arm it:
+// "sink.<point>" counts hits over all tables, "sink.<table>.<point>" (the
+// table's name without namespace) over one.
+func (w *tableWriter) failpoint(name string) {
+	failpoint.Hit("sink." + name)
+	failpoint.Hit("sink." + w.cfg.Ident[len(w.cfg.Ident)-1] + "." + name)
 }
 
 func newCommitID() string {

@@ -1,0 +1,109 @@
+package iceberg
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
+)
+
+// writeDeletes marks the replaced and deleted rows' old positions: one
+// Puffin file of merged deletion vectors (v3) or one position-delete file
+// (v2) per commit.
+func (u *upsert) writeDeletes(ctx context.Context, w *tableWriter, fs icebergio.IO, wfs icebergio.WriteFileIO, tbl *table.Table, deleted map[string][]int64, p *plan) error {
+	if len(deleted) == 0 {
+		return nil
+	}
+	if tbl.Metadata().Version() >= 3 {
+		return u.writeDVs(ctx, w, fs, wfs, tbl, deleted, p)
+	}
+	return u.writePositionDeletes(w, wfs, tbl, deleted, p)
+}
+
+// writeDVs loads each touched data file's current vector, merges the new
+// positions into it and writes all vectors into one Puffin file; the old
+// vectors are removed in the same commit (two live vectors for one data
+// file make the table unreadable).
+func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, wfs icebergio.WriteFileIO, tbl *table.Table, deleted map[string][]int64, p *plan) error {
+	meta := tbl.Metadata()
+	dvw := dv.NewDVWriter(wfs, func(id int32) *iceberg.PartitionSpec {
+		spec := meta.PartitionSpecByID(int(id))
+		return spec
+	})
+	files := make([]string, 0, len(deleted))
+	for f := range deleted {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, path := range files {
+		df := u.data[path]
+		if old, ok := u.dvs[path]; ok {
+			bm, err := dv.ReadDV(fs, old)
+			if err != nil {
+				return fmt.Errorf("iceberg: read deletion vector of %s: %w", path, err)
+			}
+			dvw.Load(path, bm, df.SpecID(), df.Partition())
+			p.removedDVs = append(p.removedDVs, old)
+		}
+		if err := dvw.Add(path, deleted[path], df.SpecID(), df.Partition()); err != nil {
+			return fmt.Errorf("iceberg: deletion vector for %s: %w", path, err)
+		}
+	}
+	dvs, err := dvw.Flush(ctx, w.newFileLocation(tbl, "puffin"))
+	if err != nil {
+		return fmt.Errorf("iceberg: write deletion vectors: %w", err)
+	}
+	w.failpoint("after-puffin-file")
+	for _, d := range dvs {
+		if ref := d.ReferencedDataFile(); ref != nil {
+			p.newDVs[*ref] = d
+		}
+	}
+	p.deletes = append(p.deletes, dvs...)
+	return nil
+}
+
+// writePositionDeletes writes one position-delete file (file_path, pos)
+// sorted as the spec requires.
+func (u *upsert) writePositionDeletes(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, deleted map[string][]int64, p *plan) error {
+	fsch, err := newFileSchema(iceberg.PositionalDeleteSchema)
+	if err != nil {
+		return err
+	}
+	files := make([]string, 0, len(deleted))
+	for f := range deleted {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	d := newDataFileWriter(fsch)
+	for _, f := range files {
+		pos := deleted[f]
+		sort.Slice(pos, func(i, j int) bool { return pos[i] < pos[j] })
+		for _, x := range pos {
+			if err := d.add([]any{f, x}); err != nil {
+				return err
+			}
+		}
+	}
+	path := w.newFileLocation(tbl, "parquet")
+	df, err := d.finishAs(wfs, path, tbl, iceberg.EntryContentPosDeletes, referenced(files))
+	if err != nil {
+		return err
+	}
+	w.failpoint("after-puffin-file")
+	p.deletes = append(p.deletes, df)
+	return nil
+}
+
+// referenced returns the single data file a position-delete file applies
+// to, or nil when it covers several.
+func referenced(files []string) *string {
+	if len(files) == 1 {
+		return &files[0]
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package iceberg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The key index maps each primary key of an upsert table to the data file
+// and row position holding its current row. It lives in a pebble database
+// per table under <data_dir>/index/, so memory stays bounded for tables of
+// any size, and is tagged with the snapshot id it reflects.
+//
+// Layout (frozen):
+//
+//	'k' key bytes                -> uvarint file id | uvarint row position
+//	'f' file id (4B big-endian)  -> data file path
+//	'm' "snapshot"               -> snapshot id (8B big-endian)
+//
+// Key bytes are encodeKey's canonical encoding of the key values.
+const (
+	idxPrefixKey  = 'k'
+	idxPrefixFile = 'f'
+	idxPrefixMeta = 'm'
+)
+
+var idxSnapshotKey = []byte{idxPrefixMeta, 's', 'n', 'a', 'p'}
+
+// location is where a key's current row lives.
+type location struct {
+	file string
+	pos  int64
+}
+
+type keyIndex struct {
+	db       *pebble.DB
+	ids      map[string]uint32
+	paths    map[uint32]string
+	nextID   uint32
+	snapshot int64 // the snapshot the index reflects; 0 = empty table
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+func openIndex(dir string) (*keyIndex, error) {
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, CacheSize: 32 << 20, MemTableSize: 16 << 20})
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: open key index %s: %w", dir, err)
+	}
+	x := &keyIndex{db: db, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1}
+	if err := x.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+func (x *keyIndex) load() error {
+	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixFile}, UpperBound: []byte{idxPrefixFile + 1}})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 5 {
+			it.Close()
+			return fmt.Errorf("iceberg: key index: bad file entry %x", k)
+		}
+		id := binary.BigEndian.Uint32(k[1:])
+		path := string(it.Value())
+		x.ids[path], x.paths[id] = id, path
+		if id >= x.nextID {
+			x.nextID = id + 1
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	v, closer, err := x.db.Get(idxSnapshotKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		x.snapshot = int64(binary.BigEndian.Uint64(v))
+		closer.Close()
+	}
+	return nil
+}
+
+func (x *keyIndex) close() error { return x.db.Close() }
+
+// get returns the location of key.
+func (x *keyIndex) get(key []byte) (location, bool, error) {
+	v, closer, err := x.db.Get(append([]byte{idxPrefixKey}, key...))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return location{}, false, nil
+	}
+	if err != nil {
+		return location{}, false, err
+	}
+	defer closer.Close()
+	id, n := binary.Uvarint(v)
+	pos, m := binary.Uvarint(v[max(n, 0):])
+	if n <= 0 || m <= 0 {
+		return location{}, false, fmt.Errorf("iceberg: key index: bad entry %x", v)
+	}
+	path, ok := x.paths[uint32(id)]
+	if !ok {
+		return location{}, false, fmt.Errorf("iceberg: key index: entry names unknown file id %d", id)
+	}
+	return location{file: path, pos: int64(pos)}, true, nil
+}
+
+// indexBatch stages index changes for one commit; apply makes them durable
+// together with the snapshot id they reflect.
+type indexBatch struct {
+	x     *keyIndex
+	b     *pebble.Batch
+	ids   map[string]uint32 // files registered by this batch
+	reset bool
+}
+
+func (x *keyIndex) newBatch() *indexBatch {
+	return &indexBatch{x: x, b: x.db.NewBatch(), ids: map[string]uint32{}}
+}
+
+func (b *indexBatch) fileID(path string) uint32 {
+	if id, ok := b.ids[path]; ok {
+		return id
+	}
+	if id, ok := b.x.ids[path]; ok && !b.reset {
+		return id
+	}
+	id := b.x.nextID + uint32(len(b.ids))
+	b.ids[path] = id
+	var k [5]byte
+	k[0] = idxPrefixFile
+	binary.BigEndian.PutUint32(k[1:], id)
+	_ = b.b.Set(k[:], []byte(path), nil)
+	return id
+}
+
+func (b *indexBatch) set(key []byte, loc location) {
+	id := b.fileID(loc.file)
+	v := binary.AppendUvarint(nil, uint64(id))
+	v = binary.AppendUvarint(v, uint64(loc.pos))
+	_ = b.b.Set(append([]byte{idxPrefixKey}, key...), v, nil)
+}
+
+func (b *indexBatch) del(key []byte) {
+	_ = b.b.Delete(append([]byte{idxPrefixKey}, key...), nil)
+}
+
+// clear drops every entry and file (a truncate, or a rebuild).
+func (b *indexBatch) clear() {
+	_ = b.b.DeleteRange([]byte{idxPrefixKey}, []byte{idxPrefixKey + 1}, nil)
+	_ = b.b.DeleteRange([]byte{idxPrefixFile}, []byte{idxPrefixFile + 1}, nil)
+	b.ids = map[string]uint32{}
+	b.reset = true
+}
+
+// apply commits the batch durably, tagged with snapshot.
+func (b *indexBatch) apply(snapshot int64) error {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(snapshot))
+	_ = b.b.Set(idxSnapshotKey, v[:], nil)
+	if err := b.b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("iceberg: key index: %w", err)
+	}
+	x := b.x
+	if b.reset {
+		x.ids, x.paths = map[string]uint32{}, map[uint32]string{}
+	}
+	for path, id := range b.ids {
+		x.ids[path], x.paths[id] = id, path
+		if id >= x.nextID {
+			x.nextID = id + 1
+		}
+	}
+	x.snapshot = snapshot
+	return b.b.Close()
+}
+
+func (b *indexBatch) discard() { _ = b.b.Close() }
+
+// files returns the data files the index knows, sorted.
+func (x *keyIndex) files() []string {
+	out := make([]string, 0, len(x.ids))
+	for p := range x.ids {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// encodeKey renders key values canonically: equal keys give equal bytes
+// whatever Go integer width or decimal spelling they arrive in.
+//
+//	integers: 0x01 | 8 bytes big-endian, sign bit flipped
+//	strings, bytes, decimals: 0x02 | bytes with 0x00 escaped as 0x00 0xFF | 0x00 0x01
+//	booleans: 0x03 | 0 or 1;  floats: 0x04 | 8 bytes;  uuids: 0x05 | 16 bytes
+func encodeKey(dst []byte, vals []any) ([]byte, error) {
+	for _, v := range vals {
+		switch v := v.(type) {
+		case int64:
+			dst = appendKeyInt(dst, v)
+		case int32:
+			dst = appendKeyInt(dst, int64(v))
+		case string:
+			dst = appendKeyBytes(dst, []byte(v))
+		case []byte:
+			dst = appendKeyBytes(dst, v)
+		case bool:
+			b := byte(0)
+			if v {
+				b = 1
+			}
+			dst = append(dst, 0x03, b)
+		case float64:
+			dst = binary.BigEndian.AppendUint64(append(dst, 0x04), math.Float64bits(v))
+		case float32:
+			dst = binary.BigEndian.AppendUint64(append(dst, 0x04), math.Float64bits(float64(v)))
+		case [16]byte:
+			dst = append(append(dst, 0x05), v[:]...)
+		case nil:
+			return nil, errors.New("iceberg: a primary-key column is NULL")
+		default:
+			return nil, fmt.Errorf("iceberg: no key encoding for %T", v)
+		}
+	}
+	return dst, nil
+}
+
+func appendKeyInt(dst []byte, v int64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, 0x01), uint64(v)^(1<<63))
+}
+
+func appendKeyBytes(dst, b []byte) []byte {
+	dst = append(dst, 0x02)
+	for _, c := range b {
+		dst = append(dst, c)
+		if c == 0 {
+			dst = append(dst, 0xFF)
+		}
+	}
+	return append(dst, 0x00, 0x01)
+}

@@ -1,0 +1,409 @@
+package iceberg
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// Upsert mode mirrors the source: every commit folds its changes per key
+// (last change wins), writes the surviving rows into new data files sorted
+// by key, and marks each replaced or deleted row's old position deleted:
+// in the data file's deletion vector (format v3: the file's current vector
+// is loaded, merged and replaced in the same commit, so a data file never
+// has two live vectors) or in a position-delete file (format v2). Never
+// equality deletes. The key index says where each key's current row is.
+
+// upsert is an upsert table's state between commits.
+type upsert struct {
+	idx  *keyIndex
+	data map[string]iceberg.DataFile // live data files by path
+	dvs  map[string]iceberg.DataFile // v3: the live deletion vector of each data file
+	// posDeletes are the live position-delete files (v2).
+	posDeletes []iceberg.DataFile
+	// keys are the identifier (primary-key) fields of the table.
+	keys []iceberg.NestedField
+}
+
+// loadFiles reads the live data files and deletion vectors of tbl's current
+// snapshot.
+func (u *upsert) loadFiles(ctx context.Context, tbl *table.Table) error {
+	u.data, u.dvs, u.posDeletes = map[string]iceberg.DataFile{}, map[string]iceberg.DataFile{}, nil
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	mfs, err := snap.Manifests(fs)
+	if err != nil {
+		return fmt.Errorf("iceberg: read manifest list of %s: %w", identString(tbl.Identifier()), err)
+	}
+	for _, mf := range mfs {
+		entries, err := mf.FetchEntries(fs, true)
+		if err != nil {
+			return fmt.Errorf("iceberg: read manifest %s: %w", mf.FilePath(), err)
+		}
+		for _, e := range entries {
+			df := e.DataFile()
+			switch df.ContentType() {
+			case iceberg.EntryContentData:
+				u.data[df.FilePath()] = df
+			case iceberg.EntryContentPosDeletes:
+				if table.IsDeletionVector(df) && df.ReferencedDataFile() != nil {
+					u.dvs[*df.ReferencedDataFile()] = df
+				} else {
+					u.posDeletes = append(u.posDeletes, df)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// keyFields returns the table's identifier fields in id order.
+func keyFields(sc *iceberg.Schema) ([]iceberg.NestedField, error) {
+	ids := sc.IdentifierFieldIDs
+	if len(ids) == 0 {
+		return nil, errors.New("iceberg: upsert table has no identifier fields (primary key)")
+	}
+	out := make([]iceberg.NestedField, 0, len(ids))
+	for _, id := range ids {
+		f, ok := sc.FindFieldByID(id)
+		if !ok {
+			return nil, fmt.Errorf("iceberg: identifier field %d is not in the schema", id)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// keyOf encodes the key of row (in t's column order) canonically.
+func (u *upsert) keyOf(t *schema.Table, row []any) ([]byte, error) {
+	vals := make([]any, len(u.keys))
+	for i, f := range u.keys {
+		ci := t.ColumnIndex(f.Name)
+		if ci < 0 {
+			return nil, fmt.Errorf("iceberg: %s has no key column %q", t.QualifiedName(), f.Name)
+		}
+		v, err := keyValue(f.Type, row[ci])
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: %s key column %q: %w", t.QualifiedName(), f.Name, err)
+		}
+		vals[i] = v
+	}
+	return encodeKey(nil, vals)
+}
+
+// keyValue normalizes a key value so the same key always encodes the same
+// way: decimals by their unscaled integer.
+func keyValue(typ iceberg.Type, v any) (any, error) {
+	if d, ok := typ.(iceberg.DecimalType); ok {
+		s, ok := v.(string)
+		if !ok {
+			return v, nil
+		}
+		u, err := unscaledDecimal(s, d.Scale())
+		if err != nil {
+			return nil, err
+		}
+		return u.String(), nil
+	}
+	return v, nil
+}
+
+// keyState is one key's fold over a commit's changes.
+type keyState struct {
+	key   []byte
+	table *schema.Table
+	// row is the newest image (kept after a delete). A value still
+	// schema.Unchanged after the fold comes from the table's current row.
+	row  []any
+	live bool
+}
+
+// fold applies the buffer's changes per key in source order.
+func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
+	order := make([]*change, 0, len(buf))
+	for i := range buf {
+		if !buf[i].skip && buf[i].env.Op != 't' {
+			order = append(order, &buf[i])
+		}
+	}
+	// Source order across partitions: one key's changes keep their order
+	// either way; references between keys (a key change) need it.
+	sort.SliceStable(order, func(i, j int) bool {
+		return bytes.Compare(order[i].env.Source.Position, order[j].env.Source.Position) < 0
+	})
+	states := map[string]*keyState{}
+	var keys []string
+	for _, c := range order {
+		row := c.env.After
+		if row == nil {
+			row = c.env.Before
+		}
+		k, err := u.keyOf(c.table, row)
+		if err != nil {
+			return nil, nil, err
+		}
+		st := states[string(k)]
+		if st == nil {
+			st = &keyState{key: k}
+			states[string(k)] = st
+			keys = append(keys, string(k))
+		}
+		switch c.env.Op {
+		case 'c', 'r', 'u':
+			after := append([]any(nil), c.env.After...)
+			for i, v := range after {
+				if schema.IsUnchanged(v) {
+					if prev, ok := st.image(c.table, i); ok {
+						after[i] = prev
+					}
+				}
+			}
+			st.table, st.row, st.live = c.table, after, true
+		case 'd':
+			st.live = false
+			if st.table == nil {
+				st.table = c.table
+			}
+		}
+	}
+	return states, keys, nil
+}
+
+// image returns the key's newest value of column i of t, if it has one.
+func (st *keyState) image(t *schema.Table, i int) (any, bool) {
+	if st.row == nil || st.table == nil || !st.live {
+		return nil, false
+	}
+	ci := st.table.ColumnIndex(t.Columns[i].Name)
+	if ci < 0 || schema.IsUnchanged(st.row[ci]) {
+		return nil, false
+	}
+	return st.row[ci], true
+}
+
+// plan is one upsert commit, staged: files written, nothing committed.
+type plan struct {
+	added      []iceberg.DataFile // new data files
+	deletes    []iceberg.DataFile // new deletion vectors or position-delete files
+	removedDVs []iceberg.DataFile // superseded deletion vectors
+	newDVs     map[string]iceberg.DataFile
+	batch      *indexBatch
+	rows       int
+}
+
+func (p *plan) empty() bool { return len(p.added) == 0 && len(p.deletes) == 0 }
+
+// stage folds buf and writes its data files and deletes against tbl.
+func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
+	states, keys, err := u.fold(buf)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return nil, fmt.Errorf("iceberg: the warehouse of %s is not writable", identString(tbl.Identifier()))
+	}
+	p := &plan{batch: u.idx.newBatch(), newDVs: map[string]iceberg.DataFile{}}
+	ok = false
+	defer func() {
+		if !ok {
+			p.batch.discard()
+		}
+	}()
+	// Where each key's current row is, and which positions that deletes.
+	deleted := map[string][]int64{}
+	locs := make(map[string]location, len(keys))
+	for _, k := range keys {
+		loc, found, err := u.idx.get([]byte(k))
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			continue
+		}
+		if _, live := u.data[loc.file]; !live {
+			return nil, fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
+				loc.file, identString(tbl.Identifier()))
+		}
+		locs[k] = loc
+		deleted[loc.file] = append(deleted[loc.file], loc.pos)
+	}
+	if err := u.resolveUnchanged(fs, tbl, states, keys, locs); err != nil {
+		return nil, err
+	}
+	if err := u.writeRows(w, wfs, tbl, states, keys, p); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if !states[k].live {
+			p.batch.del([]byte(k))
+		}
+	}
+	if err := u.writeDeletes(ctx, w, fs, wfs, tbl, deleted, p); err != nil {
+		return nil, err
+	}
+	ok = true
+	return p, nil
+}
+
+// unchangedColumns returns the columns of a live key's row whose value must
+// come from the table's current row.
+func (st *keyState) unchangedColumns() []int {
+	if !st.live {
+		return nil
+	}
+	var out []int
+	for i, v := range st.row {
+		if schema.IsUnchanged(v) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// resolveUnchanged fills unchanged values from the keys' current rows.
+func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[string]*keyState, keys []string, locs map[string]location) error {
+	byFile := map[string]map[int64]bool{}
+	for _, k := range keys {
+		st := states[k]
+		need := st.unchangedColumns()
+		if len(need) == 0 {
+			continue
+		}
+		loc, ok := locs[k]
+		if !ok {
+			return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for its key to take the value from",
+				st.table.QualifiedName(), st.table.Columns[need[0]].Name)
+		}
+		if byFile[loc.file] == nil {
+			byFile[loc.file] = map[int64]bool{}
+		}
+		byFile[loc.file][loc.pos] = true
+	}
+	if len(byFile) == 0 {
+		return nil
+	}
+	fields := tbl.Schema().Fields()
+	current := map[location][]any{}
+	for path, positions := range byFile {
+		pf, closeFn, err := parquetFile(fs, path)
+		if err != nil {
+			return err
+		}
+		rows, err := readRowsAt(pf, fields, positions)
+		closeFn()
+		if err != nil {
+			return err
+		}
+		for pos, r := range rows {
+			current[location{path, pos}] = r
+		}
+	}
+	for _, k := range keys {
+		st := states[k]
+		need := st.unchangedColumns()
+		if len(need) == 0 {
+			continue
+		}
+		cur := current[locs[k]]
+		for _, ci := range need {
+			name := st.table.Columns[ci].Name
+			found := false
+			for fi, f := range fields {
+				if f.Name == name && cur != nil {
+					st.row[ci], found = cur[fi], true
+				}
+			}
+			if !found {
+				return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table's row has no such column",
+					st.table.QualifiedName(), name)
+			}
+		}
+	}
+	return nil
+}
+
+// writeRows writes every live key's row into new data files, sorted by key,
+// and stages their index entries.
+func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, states map[string]*keyState, keys []string, p *plan) error {
+	live := make([]*keyState, 0, len(keys))
+	for _, k := range keys {
+		if st := states[k]; st.live {
+			live = append(live, st)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	sort.Slice(live, func(i, j int) bool { return compareKeys(live[i].key, live[j].key) < 0 })
+	fsch, err := newFileSchema(tbl.Schema())
+	if err != nil {
+		return err
+	}
+	fields := tbl.Schema().Fields()
+	vals := make([]any, len(fields))
+	var d *dataFileWriter
+	var path string
+	var pending []*keyState
+	flush := func() error {
+		df, err := d.finish(wfs, path, tbl, nil)
+		if err != nil {
+			return err
+		}
+		w.failpoint("after-data-file")
+		p.added = append(p.added, df)
+		for i, st := range pending {
+			p.batch.set(st.key, location{file: path, pos: int64(i)})
+		}
+		p.rows += len(pending)
+		d, pending = nil, pending[:0]
+		return nil
+	}
+	for _, st := range live {
+		if d == nil {
+			d = newDataFileWriter(fsch)
+			path = w.newFileLocation(tbl, "parquet")
+		}
+		for fi, f := range fields {
+			vals[fi] = nil
+			if ci := st.table.ColumnIndex(f.Name); ci >= 0 {
+				vals[fi] = st.row[ci]
+			}
+		}
+		if err := d.add(vals); err != nil {
+			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
+		}
+		pending = append(pending, st)
+		if d.size() >= w.s.cfg.TargetFileSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if d != nil {
+		return flush()
+	}
+	return nil
+}
+
+// compareKeys orders encoded keys; encodeKey is order-preserving for
+// integers and byte strings, which is what sorting data files by key needs.
+func compareKeys(a, b []byte) int { return bytes.Compare(a, b) }
