@@ -41,17 +41,23 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 	sort.Strings(files)
 	for _, path := range files {
 		df := u.data[path]
+		bm := dv.NewRoaringPositionBitmap()
 		if old, ok := u.dvs[path]; ok {
-			bm, err := dv.ReadDV(fs, old)
+			cur, err := u.currentDV(fs, path, old)
 			if err != nil {
-				return fmt.Errorf("iceberg: read deletion vector of %s: %w", path, err)
+				return err
 			}
-			dvw.Load(path, bm, df.SpecID(), df.Partition())
+			bm.Or(cur)
 			p.removedDVs = append(p.removedDVs, old)
 		}
-		if err := dvw.Add(path, deleted[path], df.SpecID(), df.Partition()); err != nil {
-			return fmt.Errorf("iceberg: deletion vector for %s: %w", path, err)
+		for _, pos := range deleted[path] {
+			if pos < 0 {
+				return fmt.Errorf("iceberg: negative row position %d for %s", pos, path)
+			}
+			bm.Set(uint64(pos))
 		}
+		dvw.Load(path, bm, df.SpecID(), df.Partition())
+		p.bitmaps[path] = bm
 	}
 	dvs, err := dvw.Flush(ctx, w.newFileLocation(tbl, "puffin"))
 	if err != nil {
@@ -65,6 +71,26 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 	}
 	p.deletes = append(p.deletes, dvs...)
 	return nil
+}
+
+// currentDV returns a data file's live deletion vector: from the cache of
+// vectors this writer committed, else read from its Puffin file.
+func (u *upsert) currentDV(fs icebergio.IO, path string, live iceberg.DataFile) (*dv.RoaringPositionBitmap, error) {
+	if c, ok := u.dvCache[path]; ok && c.puffin == live.FilePath() {
+		return c.bm, nil
+	}
+	bm, err := dv.ReadDV(fs, live)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: read deletion vector of %s: %w", path, err)
+	}
+	return bm, nil
+}
+
+// cachedDV is a committed deletion vector kept in memory, valid while the
+// live vector of its data file is the one in puffin.
+type cachedDV struct {
+	puffin string
+	bm     *dv.RoaringPositionBitmap
 }
 
 // writePositionDeletes writes one position-delete file (file_path, pos)

@@ -65,6 +65,8 @@ type Config struct {
 	// IndexDir holds the upsert tables' key indexes (one directory each).
 	// REQUIRED in upsert mode.
 	IndexDir string
+	// Maintenance says when each table's metadata is maintained.
+	Maintenance MaintenanceConfig
 }
 
 // Table modes.
@@ -117,6 +119,7 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 	if cfg.TargetFileSize <= 0 {
 		cfg.TargetFileSize = 128 << 20
 	}
+	cfg.Maintenance.defaults()
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {
 		s.stats = append(s.stats, &TableStats{Topic: t.Topic, Table: identString(t.Ident)})

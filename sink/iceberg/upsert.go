@@ -10,6 +10,7 @@ import (
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/cdcd-dev/cdcd/schema"
 )
@@ -29,6 +30,9 @@ type upsert struct {
 	dvs  map[string]iceberg.DataFile // v3: the live deletion vector of each data file
 	// posDeletes are the live position-delete files (v2).
 	posDeletes []iceberg.DataFile
+	// dvCache holds the vectors this writer committed, so the next commit
+	// touching the same data file need not read its Puffin file back.
+	dvCache map[string]cachedDV
 	// keys are the identifier (primary-key) fields of the table.
 	keys []iceberg.NestedField
 }
@@ -37,6 +41,7 @@ type upsert struct {
 // snapshot.
 func (u *upsert) loadFiles(ctx context.Context, tbl *table.Table) error {
 	u.data, u.dvs, u.posDeletes = map[string]iceberg.DataFile{}, map[string]iceberg.DataFile{}, nil
+	u.dvCache = map[string]cachedDV{}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return nil
@@ -201,6 +206,7 @@ type plan struct {
 	deletes    []iceberg.DataFile // new deletion vectors or position-delete files
 	removedDVs []iceberg.DataFile // superseded deletion vectors
 	newDVs     map[string]iceberg.DataFile
+	bitmaps    map[string]*dv.RoaringPositionBitmap // the merged vector per touched data file
 	batch      *indexBatch
 	rows       int
 }
@@ -221,7 +227,7 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	if !ok {
 		return nil, fmt.Errorf("iceberg: the warehouse of %s is not writable", identString(tbl.Identifier()))
 	}
-	p := &plan{batch: u.idx.newBatch(), newDVs: map[string]iceberg.DataFile{}}
+	p := &plan{batch: u.idx.newBatch(), newDVs: map[string]iceberg.DataFile{}, bitmaps: map[string]*dv.RoaringPositionBitmap{}}
 	ok = false
 	defer func() {
 		if !ok {

@@ -144,7 +144,7 @@ func rowNeutralSince(tbl *table.Table, since int64) bool {
 		if snap.SnapshotID == since {
 			return true
 		}
-		if snap.Summary == nil || snap.Summary.Properties[PropRows] != "0" {
+		if !rowNeutral(snap) {
 			return false
 		}
 		if snap.ParentSnapshotID == nil {
@@ -246,6 +246,27 @@ func (u *upsert) deletedPositions(ctx context.Context, fs icebergio.IO, tbl *tab
 	return out, nil
 }
 
+// rowNeutral reports whether a snapshot left the rows as they were: cdcd's
+// offsets-only commits, and manifest rewrites (REPLACE snapshots that add
+// and remove no files).
+func rowNeutral(snap *table.Snapshot) bool {
+	if snap.Summary == nil {
+		return false
+	}
+	if snap.Summary.Properties[PropRows] == "0" {
+		return true
+	}
+	if snap.Summary.Operation != table.OpReplace {
+		return false
+	}
+	for _, k := range []string{"added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"} {
+		if v, ok := snap.Summary.Properties[k]; ok && v != "0" {
+			return false
+		}
+	}
+	return true
+}
+
 // attemptUpsert stages the buffer and commits it as one RowDelta.
 func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Properties) error {
 	if w.up.keys == nil {
@@ -293,8 +314,14 @@ func (w *tableWriter) adoptUpsert(context.Context) error {
 	for _, df := range p.added {
 		w.up.data[df.FilePath()] = df
 	}
+	if w.up.dvCache == nil {
+		w.up.dvCache = map[string]cachedDV{}
+	}
 	for ref, d := range p.newDVs {
 		w.up.dvs[ref] = d
+		if bm := p.bitmaps[ref]; bm != nil {
+			w.up.dvCache[ref] = cachedDV{puffin: d.FilePath(), bm: bm}
+		}
 	}
 	if !p.empty() && w.tbl.Metadata().Version() < 3 {
 		w.up.posDeletes = append(w.up.posDeletes, p.deletes...)
@@ -356,6 +383,7 @@ func (w *tableWriter) attemptTruncate(ctx context.Context, props iceberg.Propert
 		return err
 	}
 	w.up.data, w.up.dvs, w.up.posDeletes = map[string]iceberg.DataFile{}, map[string]iceberg.DataFile{}, nil
+	w.up.dvCache = map[string]cachedDV{}
 	b := w.up.idx.newBatch()
 	b.clear()
 	return b.apply(w.tbl.CurrentSnapshot().SnapshotID)

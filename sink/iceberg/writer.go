@@ -46,6 +46,8 @@ type tableWriter struct {
 	pending *plan   // the upsert commit in flight
 	writeID string  // names the files of the current commit attempt
 	fileSeq int
+
+	commitsSinceExpire int
 }
 
 func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
@@ -293,6 +295,7 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
 		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
 	}
+	w.maintain(ctx)
 	return nil
 }
 

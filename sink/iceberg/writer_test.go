@@ -41,6 +41,7 @@ func newWriter(t *testing.T, cat catalog.Catalog, pipeline string, n int) *table
 		t.Fatal(err)
 	}
 	s := &Sink{cfg: Config{Pipeline: pipeline, FormatVersion: 3, Group: "g"}, cat: cat, lg: lg, logger: slog.New(slog.DiscardHandler)}
+	s.cfg.Maintenance.defaults()
 	return &tableWriter{
 		s: s, cfg: TableConfig{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}, stats: &TableStats{},
 		logger: s.logger, partitions: n, next: make([]int64, n), committed: make([]int64, n),

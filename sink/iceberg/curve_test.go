@@ -1,0 +1,111 @@
+package iceberg
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	icebergio "github.com/apache/iceberg-go/io"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// TestCommitCurve runs a long steady upsert stream — each commit inserts
+// new rows and updates earlier ones (deletion vectors) — and prints the
+// commit latency along the way, with the metadata sizes. It is a
+// benchmark in the shape of a test; run it with
+//
+//	CDCD_COMMIT_CURVE=3000 go test ./sink/iceberg/ -run TestCommitCurve -v -timeout 60m
+//
+// The goal: the median of the last 100 commits within 1.5x of commits
+// 100-200, with metadata.json and the manifest count bounded.
+func TestCommitCurve(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE"))
+	if n == 0 {
+		t.Skip("set CDCD_COMMIT_CURVE=<commits> to run")
+	}
+	inserts, updates := 2000, 200
+	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INSERTS")); v > 0 {
+		inserts = v
+	}
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	w.s.cfg.TargetFileSize = 128 << 20
+	w.s.cfg.Maintenance = MaintenanceConfig{RetainSnapshots: 50, SnapshotMaxAge: 0, ExpireEvery: 20}
+	w.s.cfg.Maintenance.defaults()
+	if os.Getenv("CDCD_COMMIT_CURVE_NO_MAINTENANCE") != "" {
+		w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 1 << 30, RetainSnapshots: 1 << 30, ExpireEvery: 1 << 30}
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var next int64
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		buf := make([]change, 0, inserts+updates)
+		for j := 0; j < inserts; j++ {
+			buf = append(buf, change{table: kv, env: schema.Envelope{Op: 'c', After: []any{next, "v", int64(j)}}})
+			next++
+		}
+		for j := 0; j < updates && next > 0; j++ {
+			id := rng.Int64N(next)
+			buf = append(buf, change{table: kv, env: schema.Envelope{Op: 'u', After: []any{id, "u", int64(j)}, Before: []any{id, nil, nil}}})
+		}
+		for j := range buf {
+			buf[j].env.Source.Position = []byte(fmt.Sprintf("%012d%06d", i, j))
+		}
+		w.buf = buf
+		w.next[0] = int64(i + 1)
+		start := time.Now()
+		if err := w.commit(t.Context()); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		lat = append(lat, time.Since(start))
+		if (i+1)%100 == 0 || i+1 == n {
+			meta := w.tbl.MetadataLocation()
+			st, _ := os.Stat(strings.TrimPrefix(meta, "file://"))
+			mfs, _ := w.tbl.CurrentSnapshot().Manifests(mustFS(t, w))
+			var dataM, delM int
+			for _, mf := range mfs {
+				if mf.ManifestContent() == 0 {
+					dataM++
+				} else {
+					delM++
+				}
+			}
+			var size int64
+			if st != nil {
+				size = st.Size()
+			}
+			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d",
+				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()))
+		}
+	}
+	if n >= 300 {
+		base := median(lat[100:200])
+		last := median(lat[n-100:])
+		t.Logf("commits 100-200 median %.1f ms; last 100 median %.1f ms; ratio %.2f (goal <= 1.5)", ms(base), ms(last), float64(last)/float64(base))
+	}
+	w.close()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func median(d []time.Duration) time.Duration { return pct(d, 0.5) }
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(float64(len(s)-1)*p)]
+}
+
+func mustFS(t *testing.T, w *tableWriter) icebergio.IO {
+	fs, err := w.tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
