@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // The key index maps each primary key of an upsert table to the data file
@@ -53,7 +54,13 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 func openIndex(dir string) (*keyIndex, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, CacheSize: 32 << 20, MemTableSize: 16 << 20})
+	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: 64 << 20, MemTableSize: 16 << 20}
+	// Bloom filters: most lookups are for new keys (inserts), which then
+	// cost no block reads.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: open key index %s: %w", dir, err)
 	}
@@ -120,6 +127,43 @@ func (x *keyIndex) get(key []byte) (location, bool, error) {
 		return location{}, false, fmt.Errorf("iceberg: key index: entry names unknown file id %d", id)
 	}
 	return location{file: path, pos: int64(pos)}, true, nil
+}
+
+// getMany looks up many keys with one iterator, in key order, so keys
+// that share blocks (new keys cluster at the end of the key space) load
+// each block once. found receives every key that has a location.
+func (x *keyIndex) getMany(keys [][]byte, found func(key []byte, loc location) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	sorted := append([][]byte(nil), keys...)
+	sort.Slice(sorted, func(i, j int) bool { return string(sorted[i]) < string(sorted[j]) })
+	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	buf := make([]byte, 0, 64)
+	for _, k := range sorted {
+		buf = append(append(buf[:0], idxPrefixKey), k...)
+		if !it.SeekGE(buf) || string(it.Key()) != string(buf) {
+			continue
+		}
+		v := it.Value()
+		id, n := binary.Uvarint(v)
+		pos, m := binary.Uvarint(v[max(n, 0):])
+		if n <= 0 || m <= 0 {
+			return fmt.Errorf("iceberg: key index: bad entry %x", v)
+		}
+		path, ok := x.paths[uint32(id)]
+		if !ok {
+			return fmt.Errorf("iceberg: key index: entry names unknown file id %d", id)
+		}
+		if err := found(k, location{file: path, pos: int64(pos)}); err != nil {
+			return err
+		}
+	}
+	return it.Error()
 }
 
 // indexBatch stages index changes for one commit; apply makes them durable

@@ -67,7 +67,14 @@ type Config struct {
 	IndexDir string
 	// Maintenance says when each table's metadata is maintained.
 	Maintenance MaintenanceConfig
+	// Producer selects how upsert commits are written: "" (cdcd's own
+	// snapshot producer, whose cost follows the change) or ProducerRowDelta
+	// (iceberg-go's RowDelta, for comparison).
+	Producer string
 }
+
+// ProducerRowDelta commits upserts through iceberg-go's RowDelta.
+const ProducerRowDelta = "rowdelta"
 
 // Table modes.
 const (

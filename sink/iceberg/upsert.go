@@ -33,6 +33,8 @@ type upsert struct {
 	// dvCache holds the vectors this writer committed, so the next commit
 	// touching the same data file need not read its Puffin file back.
 	dvCache map[string]cachedDV
+	// ms is the current snapshot's manifests for the snapshot producer.
+	ms *manifestState
 	// keys are the identifier (primary-key) fields of the table.
 	keys []iceberg.NestedField
 }
@@ -237,20 +239,21 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	// Where each key's current row is, and which positions that deletes.
 	deleted := map[string][]int64{}
 	locs := make(map[string]location, len(keys))
-	for _, k := range keys {
-		loc, found, err := u.idx.get([]byte(k))
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			continue
-		}
+	lookup := make([][]byte, len(keys))
+	for i, k := range keys {
+		lookup[i] = []byte(k)
+	}
+	err = u.idx.getMany(lookup, func(k []byte, loc location) error {
 		if _, live := u.data[loc.file]; !live {
-			return nil, fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
+			return fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
 				loc.file, identString(tbl.Identifier()))
 		}
-		locs[k] = loc
+		locs[string(k)] = loc
 		deleted[loc.file] = append(deleted[loc.file], loc.pos)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := u.resolveUnchanged(fs, tbl, states, keys, locs); err != nil {
 		return nil, err

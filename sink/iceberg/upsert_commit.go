@@ -281,10 +281,18 @@ func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Propertie
 		return err
 	}
 	w.pending = p
+	if p.empty() {
+		props = withRowsMarker(props)
+	}
+	if w.s.cfg.Producer != ProducerRowDelta {
+		if err := w.produce(ctx, p, props); err != nil {
+			return err
+		}
+		return w.adoptUpsert(ctx)
+	}
 	tx := w.tbl.NewTransaction()
 	if p.empty() {
 		// Nothing changed rows (deletes of unknown keys): record the offsets.
-		props = withRowsMarker(props)
 		if err := tx.AddFiles(ctx, nil, props, false); err != nil {
 			return err
 		}

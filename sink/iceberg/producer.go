@@ -1,0 +1,457 @@
+package iceberg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+)
+
+// The upsert commit's snapshot producer. iceberg-go's RowDelta reads every
+// data manifest of the parent (to validate that the files its deletes
+// reference exist) and reads and rewrites every delete manifest holding a
+// replaced deletion vector; both grow with the table's history. cdcd is
+// the table's only writer and keeps the table's files in memory anyway
+// (the upsert state), so it writes the snapshot itself with iceberg-go's
+// manifest writers:
+//
+//   - the new data files go into one new data manifest; every existing data
+//     manifest is reused as it is, unread;
+//   - the new delete files, plus the surviving entries of every delete
+//     manifest that held a replaced vector (EXISTING, with their original
+//     sequence numbers), go into one new delete manifest; other delete
+//     manifests are reused unread;
+//   - the manifest list, the snapshot and its summary are written from memory
+//     and committed with a requirement that the branch still points at the
+//     parent, so any other writer's commit in between fails this one.
+//
+// What it validates itself: every replaced vector is live in the parent
+// (the state is the parent's), and no data file ends up with two vectors.
+
+// liveDelete is one live delete file of the current snapshot.
+type liveDelete struct {
+	df         iceberg.DataFile
+	snapshotID int64
+	seq        int64
+	fileSeq    int64
+	manifest   string // path of the delete manifest holding it
+}
+
+// manifestState is the current snapshot's manifests, as the producer needs.
+type manifestState struct {
+	snapshotID int64
+	data       []iceberg.ManifestFile // data manifests, reused verbatim
+	deletes    map[string]iceberg.ManifestFile
+	live       map[string]*liveDelete // by referenced data file (DVs) or path (position-delete files)
+	// totals for the snapshot summary
+	records, dataFiles, dataBytes int64
+	deleteFiles, positionDeletes  int64
+	deleteBytes                   int64
+}
+
+// deleteKey identifies a live delete file: the data file a deletion vector
+// references, or a position-delete file's own path.
+func deleteKey(df iceberg.DataFile) string {
+	if table.IsDeletionVector(df) && df.ReferencedDataFile() != nil {
+		return "dv:" + *df.ReferencedDataFile()
+	}
+	return "pd:" + df.FilePath()
+}
+
+// loadManifests reads the current snapshot's manifest list and delete
+// manifests (data manifests are only listed, not read).
+func loadManifests(fs icebergio.IO, tbl *table.Table) (*manifestState, error) {
+	st := &manifestState{deletes: map[string]iceberg.ManifestFile{}, live: map[string]*liveDelete{}}
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return st, nil
+	}
+	st.snapshotID = snap.SnapshotID
+	mfs, err := snap.Manifests(fs)
+	if err != nil {
+		return nil, err
+	}
+	for _, mf := range mfs {
+		if mf.ManifestContent() == iceberg.ManifestContentData {
+			st.data = append(st.data, mf)
+			continue
+		}
+		st.deletes[mf.FilePath()] = mf
+		entries, err := mf.FetchEntries(fs, true)
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: read delete manifest %s: %w", mf.FilePath(), err)
+		}
+		for _, e := range entries {
+			df := e.DataFile()
+			ld := &liveDelete{df: df, snapshotID: e.SnapshotID(), seq: e.SequenceNum(), manifest: mf.FilePath()}
+			ld.fileSeq = ld.seq
+			if fsn := e.FileSequenceNum(); fsn != nil {
+				ld.fileSeq = *fsn
+			}
+			st.live[deleteKey(df)] = ld
+			st.deleteFiles++
+			st.positionDeletes += df.Count()
+			st.deleteBytes += df.FileSizeBytes()
+		}
+	}
+	if snap.Summary != nil {
+		p := snap.Summary.Properties
+		st.records, _ = strconv.ParseInt(p["total-records"], 10, 64)
+		st.dataFiles, _ = strconv.ParseInt(p["total-data-files"], 10, 64)
+		total, _ := strconv.ParseInt(p["total-files-size"], 10, 64)
+		st.dataBytes = total - st.deleteBytes
+	}
+	return st, nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// produce commits plan p as a new snapshot of w.tbl. On success w.tbl is
+// the new table and w.up.ms the new snapshot's manifest state.
+func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Properties) error {
+	tbl := w.tbl
+	meta := tbl.Metadata()
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return errors.New("iceberg: the warehouse is not writable")
+	}
+	parent := tbl.CurrentSnapshot()
+	ms := w.up.ms
+	if ms == nil || (parent != nil && ms.snapshotID != parent.SnapshotID) || (parent == nil && ms.snapshotID != 0) {
+		if ms, err = loadManifests(fs, tbl); err != nil {
+			return err
+		}
+		w.up.ms = ms
+	}
+	snapID := newSnapshotID(meta)
+	seq := meta.LastSequenceNumber() + 1
+	version := meta.Version()
+	var manifests []iceberg.ManifestFile
+
+	// Data: one new manifest; the parent's are reused unread.
+	if len(p.added) > 0 {
+		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *iceberg.ManifestWriter) error {
+			for _, df := range p.added {
+				if err := mw.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		manifests = append(manifests, mf)
+	}
+	manifests = append(manifests, ms.data...)
+
+	// Deletes: the replaced vectors' manifests are rewritten without them.
+	removed := map[string]bool{}
+	dirty := map[string]bool{}
+	for _, old := range p.removedDVs {
+		k := deleteKey(old)
+		ld, ok := ms.live[k]
+		if !ok {
+			return fmt.Errorf("iceberg: replaced deletion vector for %s is not live in snapshot %d", k, ms.snapshotID)
+		}
+		removed[k] = true
+		dirty[ld.manifest] = true
+	}
+	added := map[string]bool{}
+	for _, d := range p.deletes {
+		k := deleteKey(d)
+		if added[k] {
+			return fmt.Errorf("iceberg: two new deletion vectors for %s", k)
+		}
+		added[k] = true
+		if _, live := ms.live[k]; live && !removed[k] && table.IsDeletionVector(d) {
+			return fmt.Errorf("iceberg: new deletion vector for %s would leave two live vectors", k)
+		}
+	}
+	// Many small delete manifests are merged while rewriting anyway.
+	mergeAll := len(ms.deletes)-len(dirty) > w.s.cfg.Maintenance.MaxDataManifests
+	if len(p.deletes) > 0 || len(dirty) > 0 {
+		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentDeletes, func(mw *iceberg.ManifestWriter) error {
+			for _, d := range p.deletes {
+				if err := mw.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, d)); err != nil {
+					return err
+				}
+			}
+			for k, ld := range ms.live {
+				if removed[k] || !(dirty[ld.manifest] || mergeAll) {
+					continue
+				}
+				sid, s, f := ld.snapshotID, ld.seq, ld.fileSeq
+				if err := mw.Existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &s, &f, ld.df)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		manifests = append(manifests, mf)
+	}
+	for path, mf := range ms.deletes {
+		if !dirty[path] && !mergeAll {
+			manifests = append(manifests, mf)
+		}
+	}
+
+	// The manifest list, the snapshot, the commit.
+	lp, err := tbl.LocationProvider()
+	if err != nil {
+		return err
+	}
+	listPath := lp.NewMetadataLocation(fmt.Sprintf("snap-%d-1-%s.avro", snapID, w.writeID))
+	var parentID *int64
+	if parent != nil {
+		id := parent.SnapshotID
+		parentID = &id
+	}
+	firstRowID := int64(0)
+	if version >= 3 {
+		firstRowID = meta.NextRowID()
+	}
+	addedRows, err := writeManifestList(wfs, listPath, version, snapID, seq, firstRowID, parentID, manifests)
+	if err != nil {
+		return err
+	}
+	summary := w.summary(ms, p, removed, props)
+	snapshot := table.Snapshot{
+		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
+		TimestampMs: max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
+		ManifestList: listPath, Summary: &summary,
+	}
+	schemaID := tbl.Schema().ID
+	snapshot.SchemaID = &schemaID
+	if version >= 3 {
+		snapshot.FirstRowID, snapshot.AddedRows = &firstRowID, &addedRows
+	}
+	reqs := []table.Requirement{table.AssertRefSnapshotID(table.MainBranch, parentID)}
+	updates := []table.Update{
+		table.NewAddSnapshotUpdate(&snapshot),
+		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
+	}
+	w.failpoint("before-catalog-commit")
+	newMeta, loc, err := w.s.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)
+	if err != nil {
+		return err
+	}
+	w.tbl = table.New(tbl.Identifier(), newMeta, loc, tbl.FS, w.s.cat)
+	w.failpoint("after-catalog-commit")
+	return w.advanceManifests(fs, ms, p, removed, dirty, mergeAll)
+}
+
+// advanceManifests makes the manifest state the new snapshot's: its list
+// is read back for the descriptors the list writer completed (sequence
+// numbers, first row ids).
+func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *plan, removed, dirty map[string]bool, mergeAll bool) error {
+	snap := w.tbl.CurrentSnapshot()
+	mfs, err := snap.Manifests(fs)
+	if err != nil {
+		w.up.ms = nil // reloaded before the next commit
+		return nil
+	}
+	next := &manifestState{snapshotID: snap.SnapshotID, deletes: map[string]iceberg.ManifestFile{}, live: map[string]*liveDelete{}}
+	var newDelete string
+	for _, mf := range mfs {
+		if mf.ManifestContent() == iceberg.ManifestContentData {
+			next.data = append(next.data, mf)
+			continue
+		}
+		next.deletes[mf.FilePath()] = mf
+		if mf.SnapshotID() == snap.SnapshotID {
+			newDelete = mf.FilePath()
+		}
+	}
+	for k, ld := range ms.live {
+		if removed[k] {
+			continue
+		}
+		c := *ld
+		if dirty[ld.manifest] || mergeAll {
+			c.manifest = newDelete
+		}
+		next.live[k] = &c
+	}
+	for _, d := range p.deletes {
+		next.live[deleteKey(d)] = &liveDelete{df: d, snapshotID: snap.SnapshotID, seq: snap.SequenceNumber, fileSeq: snap.SequenceNumber, manifest: newDelete}
+	}
+	next.records, next.dataFiles, next.dataBytes = ms.records, ms.dataFiles, ms.dataBytes
+	for _, df := range p.added {
+		next.records += df.Count()
+		next.dataFiles++
+		next.dataBytes += df.FileSizeBytes()
+	}
+	for _, ld := range next.live {
+		next.deleteFiles++
+		next.positionDeletes += ld.df.Count()
+		next.deleteBytes += ld.df.FileSizeBytes()
+	}
+	w.up.ms = next
+	return nil
+}
+
+// writeManifest writes one manifest with fill's entries.
+func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, content iceberg.ManifestContent, fill func(*iceberg.ManifestWriter) error) (_ iceberg.ManifestFile, err error) {
+	lp, err := tbl.LocationProvider()
+	if err != nil {
+		return nil, err
+	}
+	w.fileSeq++
+	path := lp.NewMetadataLocation(fmt.Sprintf("%s-m%d.avro", w.writeID, w.fileSeq))
+	out, err := wfs.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: create manifest %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	cw := &countingWriter{w: out}
+	opts := []iceberg.ManifestWriterOption{}
+	if content == iceberg.ManifestContentDeletes {
+		opts = append(opts, iceberg.WithManifestWriterContent(content))
+	}
+	mw, err := iceberg.NewManifestWriter(tbl.Metadata().Version(), cw, tbl.Spec(), tbl.Schema(), snapID, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := fill(mw); err != nil {
+		return nil, err
+	}
+	if err := mw.Close(); err != nil {
+		return nil, err
+	}
+	return mw.ToManifestFile(path, cw.n, iceberg.WithManifestFileContent(content))
+}
+
+// writeManifestList writes the list and returns the rows it assigned ids
+// to (format v3).
+func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (added int64, err error) {
+	out, err := wfs.Create(path)
+	if err != nil {
+		return 0, fmt.Errorf("iceberg: create manifest list %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	var lw *iceberg.ManifestListWriter
+	switch version {
+	case 2:
+		lw, err = iceberg.NewManifestListWriterV2(out, snapID, seq, parent)
+	case 3:
+		lw, err = iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, parent)
+	default:
+		return 0, fmt.Errorf("iceberg: format version %d is not supported", version)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := lw.AddManifests(manifests); err != nil {
+		lw.Close()
+		return 0, err
+	}
+	if err := lw.Close(); err != nil {
+		return 0, err
+	}
+	if version >= 3 && lw.NextRowID() != nil {
+		added = *lw.NextRowID() - firstRowID
+	}
+	return added, nil
+}
+
+// summary is the snapshot summary: cdcd's properties, the added and
+// removed files, and the table's totals.
+func (w *tableWriter) summary(ms *manifestState, p *plan, removed map[string]bool, props iceberg.Properties) table.Summary {
+	out := iceberg.Properties{}
+	for k, v := range props {
+		out[k] = v
+	}
+	var addRecs, addBytes, addDelBytes, addPos, remPos, remDelBytes int64
+	for _, df := range p.added {
+		addRecs += df.Count()
+		addBytes += df.FileSizeBytes()
+	}
+	for _, d := range p.deletes {
+		addPos += d.Count()
+		addDelBytes += d.FileSizeBytes()
+	}
+	for k := range removed {
+		if ld := ms.live[k]; ld != nil {
+			remPos += ld.df.Count()
+			remDelBytes += ld.df.FileSizeBytes()
+		}
+	}
+	set := func(k string, v int64) { out[k] = strconv.FormatInt(v, 10) }
+	if len(p.added) > 0 {
+		set("added-data-files", int64(len(p.added)))
+		set("added-records", addRecs)
+		set("added-files-size", addBytes+addDelBytes)
+	}
+	if len(p.deletes) > 0 {
+		set("added-delete-files", int64(len(p.deletes)))
+		set("added-position-delete-files", int64(len(p.deletes)))
+		set("added-position-deletes", addPos)
+	}
+	if len(removed) > 0 {
+		set("removed-delete-files", int64(len(removed)))
+		set("removed-position-delete-files", int64(len(removed)))
+		set("removed-position-deletes", remPos)
+		set("removed-files-size", remDelBytes)
+	}
+	set("total-records", ms.records+addRecs)
+	set("total-data-files", ms.dataFiles+int64(len(p.added)))
+	set("total-delete-files", ms.deleteFiles+int64(len(p.deletes))-int64(len(removed)))
+	set("total-position-deletes", ms.positionDeletes+addPos-remPos)
+	set("total-equality-deletes", 0)
+	set("total-files-size", ms.dataBytes+ms.deleteBytes+addBytes+addDelBytes-remDelBytes)
+	op := table.OpOverwrite
+	switch {
+	case len(p.deletes) == 0:
+		op = table.OpAppend
+	case len(p.added) == 0:
+		op = table.OpDelete
+	}
+	return table.Summary{Operation: op, Properties: out}
+}
+
+// newSnapshotID returns a positive id no snapshot of meta has.
+func newSnapshotID(meta table.Metadata) int64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := int64(binary.LittleEndian.Uint64(b[:]) & math.MaxInt64)
+		if id != 0 && meta.SnapshotByID(id) == nil {
+			return id
+		}
+	}
+}
