@@ -244,7 +244,7 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 	summary := w.summary(ms, p, removed, props)
 	snapshot := table.Snapshot{
 		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
-		TimestampMs: max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
+		TimestampMs:  max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
 		ManifestList: listPath, Summary: &summary,
 	}
 	schemaID := tbl.Schema().ID
