@@ -98,6 +98,9 @@ require (
 
 require github.com/goccy/go-yaml v1.19.2
 
-require github.com/twmb/franz-go v1.22.3
+require (
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/sr v1.8.0
+)
 
 require github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
