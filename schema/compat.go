@@ -59,6 +59,23 @@ import (
 // One cdcd rule beyond Avro: records that both carry "cdcd.key" (the row
 // record of cdcd's value schemas) must name the same key columns, because
 // a table's identity, partitioning and upserts follow its key.
+//
+// How the schemas of KeySchema and ValueSchema evolve under the default
+// level (BACKWARD), DDL by DDL (TestTableEvolutionVerdicts proves each):
+//
+//	ADD COLUMN (any type, NULL or NOT NULL)   compatible: row fields are all ["null", T] with default null
+//	DROP COLUMN; RENAME (a drop plus an add)  compatible (a renamed column's old values are not carried over)
+//	SET / DROP NOT NULL; varchar(n) -> text   compatible: properties only
+//	int2 <-> int4 (both Avro int)             compatible
+//	int -> bigint, real -> double precision   compatible (Avro promotions; also for key columns)
+//	numeric(p,s) -> numeric(p',s), p' > p     compatible (cdcd's decimal rule)
+//	bigint -> int, double -> real, p' < p     refused: narrowing
+//	numeric scale change; numeric(p,s) <-> numeric; timestamptz <-> timestamp; int -> text
+//	                                          refused: the encoding or the meaning changes
+//	PRIMARY KEY change                        refused on both subjects (key record fields, cdcd.key)
+//
+// A refusal is an *IncompatibleError whose problems name the field (the
+// column), its old and new type and the reason.
 
 // Compatibility is a compatibility level.
 type Compatibility uint8

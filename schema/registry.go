@@ -117,6 +117,7 @@ const (
 type version struct {
 	SubjectVersion
 	deleted bool
+	norm    string // Schema normalized, for matching
 }
 
 // rejection is the last schema a subject refused.
@@ -189,7 +190,7 @@ func (r *Registry) apply(key, value []byte) error {
 		if err := json.Unmarshal(value, &v); err != nil {
 			return fmt.Errorf("schema: registry record %s v%d: %w", subject, *k.Version, err)
 		}
-		r.putLocked(version{SubjectVersion{Subject: v.Subject, Version: v.Version, ID: v.ID, Schema: v.Schema}, v.Deleted})
+		r.putLocked(version{SubjectVersion: SubjectVersion{Subject: v.Subject, Version: v.Version, ID: v.ID, Schema: v.Schema}, deleted: v.Deleted})
 	case keyConfig:
 		if len(value) == 0 {
 			r.resetLocked(subject)
@@ -230,8 +231,11 @@ func (r *Registry) apply(key, value []byte) error {
 
 // putLocked adds or replaces a version.
 func (r *Registry) putLocked(v version) {
-	r.byID[v.ID] = v.Schema
-	r.idOf[v.Schema] = v.ID
+	v.norm = normalize(v.Schema)
+	if _, ok := r.byID[v.ID]; !ok {
+		r.byID[v.ID] = v.Schema
+	}
+	r.idOf[v.norm] = v.ID
 	if v.ID >= r.nextID {
 		r.nextID = v.ID + 1
 	}
@@ -299,7 +303,8 @@ func (r *Registry) register(ctx context.Context, subject, schema string, force b
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range r.subjects[subject] {
-		if v.Schema == schema && !v.deleted {
+		if v.norm == schema && !v.deleted {
+			delete(r.rejected, subject) // the subject's writer moved on
 			return v.ID, nil
 		}
 	}
@@ -314,7 +319,9 @@ func (r *Registry) register(ctx context.Context, subject, schema string, force b
 		}
 	}
 	id, ok := r.idOf[schema]
-	if !ok {
+	if ok {
+		schema = r.byID[id] // an id has one text
+	} else {
 		id = r.nextID
 	}
 	sv := SubjectVersion{Subject: subject, Version: 1, ID: id, Schema: schema}
@@ -489,7 +496,7 @@ func (r *Registry) Lookup(subject, schema string) (SubjectVersion, error) {
 		return SubjectVersion{}, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
 	}
 	for _, v := range live {
-		if v.Schema == schema {
+		if v.norm == schema {
 			return v.SubjectVersion, nil
 		}
 	}
@@ -636,7 +643,7 @@ func (r *Registry) DeleteSubject(ctx context.Context, subject string) ([]int, er
 }
 
 // Rejected returns the last schema Register refused for subject and why,
-// until the subject registers a schema. It is kept in memory only: after a
+// until a Register of the subject succeeds. It is kept in memory only: after a
 // restart, the next Register of the schema rejects it again.
 func (r *Registry) Rejected(subject string) (schema string, err *IncompatibleError, ok bool) {
 	r.mu.Lock()

@@ -338,3 +338,20 @@ func TestRegistryLookups(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestRegistryMatchesLoadedTextsNormalized(t *testing.T) {
+	ctx := context.Background()
+	st := &testStore{}
+	_ = st.Append(ctx, []byte(`{"keytype":"SCHEMA","subject":"x","version":1,"magic":1}`),
+		[]byte(`{"subject":"x","version":1,"id":4,"schema":"{ \"type\": \"string\" }","deleted":false}`))
+	r, _ := OpenRegistry(ctx, st)
+	if id, err := r.Register(ctx, "x", `{"type":"string"}`); err != nil || id != 4 {
+		t.Fatalf("same schema, other spacing: %d %v", id, err)
+	}
+	if id, err := r.Register(ctx, "y", `{"type" : "string"}`); err != nil || id != 4 {
+		t.Fatalf("same schema, other subject: %d %v", id, err)
+	}
+	if s, _ := r.SchemaByID(4); s != `{ "type": "string" }` {
+		t.Fatalf("the stored text is served as stored: %q", s)
+	}
+}
