@@ -44,8 +44,8 @@ import (
 // incompatible schema, 42201 invalid schema, 42202 invalid version, 42203
 // invalid compatibility level, 50001 store error.
 
-// APIContentType is the content type of every response body (Confluent's).
-const APIContentType = "application/vnd.schemaregistry.v1+json"
+// apiContentType is the content type of every response body (Confluent's).
+const apiContentType = "application/vnd.schemaregistry.v1+json"
 
 // maxRequestBody bounds a request body (a schema and its JSON wrapping).
 const maxRequestBody = 8 << 20
@@ -126,7 +126,7 @@ func respondStatus(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error_code":50001,"message":"encoding the response failed"}`)
 	}
-	w.Header().Set("Content-Type", APIContentType)
+	w.Header().Set("Content-Type", apiContentType)
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
@@ -184,7 +184,7 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func acceptedContentType(ct string) bool {
 	ct, _, _ = strings.Cut(ct, ";")
 	switch strings.TrimSpace(strings.ToLower(ct)) {
-	case APIContentType, "application/vnd.schemaregistry+json", "application/json", "application/octet-stream":
+	case apiContentType, "application/vnd.schemaregistry+json", "application/json", "application/octet-stream":
 		return true
 	}
 	return false
@@ -277,7 +277,7 @@ func (h *apiHandler) versionSchema(w http.ResponseWriter, r *http.Request) {
 }
 
 func respondRaw(w http.ResponseWriter, schema string) {
-	w.Header().Set("Content-Type", APIContentType)
+	w.Header().Set("Content-Type", apiContentType)
 	_, _ = io.WriteString(w, schema)
 }
 

@@ -193,7 +193,7 @@ func TestAPIRawExchanges(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
 		if body != "" {
-			req.Header.Set("Content-Type", APIContentType)
+			req.Header.Set("Content-Type", apiContentType)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -226,7 +226,7 @@ func TestAPIRawExchanges(t *testing.T) {
 		{"POST", "/subjects/x/versions", `{"schema":`, 400, ``},
 	} {
 		status, ct, body := do(tc.method, tc.path, tc.body)
-		if status != tc.status || ct != APIContentType || (tc.want != "" && body != tc.want) {
+		if status != tc.status || ct != apiContentType || (tc.want != "" && body != tc.want) {
 			t.Errorf("%s %s:\n got %d %s %s\nwant %d %s", tc.method, tc.path, status, ct, body, tc.status, tc.want)
 		}
 	}

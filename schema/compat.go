@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -72,7 +71,8 @@ import (
 //	bigint -> int, double -> real, p' < p     refused: narrowing
 //	numeric scale change; numeric(p,s) <-> numeric; timestamptz <-> timestamp; int -> text
 //	                                          refused: the encoding or the meaning changes
-//	PRIMARY KEY change                        refused on both subjects (key record fields, cdcd.key)
+//	PRIMARY KEY change                        refused: by cdcd.key on the value subject, and on the key
+//	                                          subject too when a key column is added or changes type
 //
 // A refusal is an *IncompatibleError whose problems name the field (the
 // column), its old and new type and the reason.
@@ -635,17 +635,6 @@ func describeLogical(l avro.LogicalSchema) string {
 	}
 	return string(l.Type())
 }
-
-// Registry and compatibility errors.
-var (
-	// ErrIncompatible: a schema fails its subject's compatibility level;
-	// the error is an *IncompatibleError.
-	ErrIncompatible = errors.New("schema: incompatible schema")
-	// ErrInvalidSchema: the text is not a valid Avro schema.
-	ErrInvalidSchema = errors.New("schema: invalid Avro schema")
-	// ErrInvalidCompatibility: not a compatibility level name.
-	ErrInvalidCompatibility = errors.New("schema: invalid compatibility level")
-)
 
 func isPrimitive(t avro.Type) bool {
 	switch t {

@@ -13,9 +13,15 @@ import (
 	"github.com/hamba/avro/v2"
 )
 
-// Registry errors (see also ErrIncompatible, ErrInvalidSchema and
-// ErrInvalidCompatibility).
+// Registry and compatibility errors.
 var (
+	// ErrIncompatible: a schema fails its subject's compatibility level;
+	// the error is an *IncompatibleError.
+	ErrIncompatible = errors.New("schema: incompatible schema")
+	// ErrInvalidSchema: the text is not a valid Avro schema.
+	ErrInvalidSchema = errors.New("schema: invalid Avro schema")
+	// ErrInvalidCompatibility: not a compatibility level name.
+	ErrInvalidCompatibility = errors.New("schema: invalid compatibility level")
 	// ErrUnknownSchema: no schema has the id, or the subject has no such
 	// schema.
 	ErrUnknownSchema = errors.New("schema: unknown schema id")
