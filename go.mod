@@ -98,7 +98,10 @@ require (
 
 require github.com/goccy/go-yaml v1.19.2
 
-require github.com/twmb/franz-go v1.22.3
+require (
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/sr v1.8.0
+)
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect

@@ -187,6 +187,9 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 		if c.Precision == 0 {
 			return appendString(dst, s), nil
 		}
+		if v, ok := unscaled64(s, c.Scale); ok {
+			return appendDecimal64(dst, v), nil
+		}
 		u, err := unscaled(s, c.Scale)
 		if err != nil {
 			return dst, fmt.Errorf("column %q: %w", c.Name, err)
@@ -263,6 +266,54 @@ func unscaled(s string, scale int) (*big.Int, error) {
 		u.Neg(u)
 	}
 	return u, nil
+}
+
+// unscaled64 is unscaled's fast path for values whose unscaled integer
+// has at most 18 digits; ok is false for anything else (including every
+// malformed text, which unscaled then reports).
+func unscaled64(s string, scale int) (int64, bool) {
+	neg := false
+	if len(s) > 0 && (s[0] == '-' || s[0] == '+') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	intPart, frac, _ := strings.Cut(s, ".")
+	for len(frac) > 0 && frac[len(frac)-1] == '0' {
+		frac = frac[:len(frac)-1]
+	}
+	if len(frac) > scale || len(intPart)+scale > 18 || len(intPart)+len(frac) == 0 {
+		return 0, false
+	}
+	var v int64
+	for _, part := range [2]string{intPart, frac} {
+		for i := 0; i < len(part); i++ {
+			d := part[i] - '0'
+			if d > 9 {
+				return 0, false
+			}
+			v = v*10 + int64(d)
+		}
+	}
+	for range scale - len(frac) {
+		v *= 10
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// appendDecimal64 appends v as Avro bytes: its minimal big-endian two's
+// complement, the same bytes twosComplement gives.
+func appendDecimal64(dst []byte, v int64) []byte {
+	n := 1
+	for n < 8 && (v < -(1<<(8*n-1)) || v >= 1<<(8*n-1)) {
+		n++
+	}
+	dst = appendLong(dst, int64(n))
+	for i := n - 1; i >= 0; i-- {
+		dst = append(dst, byte(v>>(8*i)))
+	}
+	return dst
 }
 
 // twosComplement returns the minimal big-endian two's-complement bytes of u.

@@ -226,7 +226,7 @@ func TestRegistryIdsSurviveReload(t *testing.T) {
 	}
 	a1, _ := r.Register(ctx, "t-value", `"string"`)
 	a2, _ := r.Register(ctx, "t-value", `"string"`)
-	b1, _ := r.Register(ctx, "t-value", `"long"`)
+	b1, _ := r.Register(ctx, "t-value", `"bytes"`) // string -> bytes: BACKWARD compatible
 	c1, _ := r.Register(ctx, "u-value", `"string"`)
 	if a1 != 1 || a2 != 1 || b1 != 2 || c1 != 1 {
 		t.Fatalf("ids %d %d %d %d", a1, a2, b1, c1)
@@ -238,7 +238,7 @@ func TestRegistryIdsSurviveReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := r2.SchemaByID(2); err != nil || s != `"long"` {
+	if s, err := r2.SchemaByID(2); err != nil || s != `"bytes"` {
 		t.Fatalf("%q %v", s, err)
 	}
 	vs, _ := r2.Versions("t-value")

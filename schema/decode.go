@@ -2,15 +2,29 @@ package schema
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"math/big"
+	"strconv"
 )
 
-// reader decodes Avro binary; the first error sticks.
+// reader decodes Avro binary; the first error sticks. Every length read
+// from the data is checked against the bytes left before anything is
+// allocated, so garbage costs at most a copy of its own size.
+//
+// Strings are substrings of one copy of the record (made on the first
+// string), one allocation instead of one per string; a string kept alive
+// keeps that copy alive, which for records of a few hundred bytes costs
+// less than the allocations it saves.
 type reader struct {
-	buf []byte
-	err error
+	buf  []byte
+	err  error
+	orig []byte // the whole record; buf is its tail
+	str  string // string(orig), made on first use
 }
+
+func newReader(buf []byte) reader { return reader{buf: buf, orig: buf} }
 
 func (r *reader) fail(err error) {
 	if r.err == nil {
@@ -24,7 +38,11 @@ func (r *reader) long() int64 {
 	}
 	u, n := binary.Uvarint(r.buf)
 	if n <= 0 {
-		r.fail(ErrShortBuffer)
+		if n < 0 {
+			r.fail(errVarint)
+		} else {
+			r.fail(ErrShortBuffer)
+		}
 		return 0
 	}
 	r.buf = r.buf[n:]
@@ -44,8 +62,32 @@ func (r *reader) take(n int64) []byte {
 	return b
 }
 
-func (r *reader) bytes() []byte  { return r.take(r.long()) }
-func (r *reader) string() string { return string(r.bytes()) }
+func (r *reader) bytes() []byte { return r.take(r.long()) }
+
+// string returns the next string as a substring of the record's copy.
+func (r *reader) string() string {
+	b := r.bytes()
+	if len(b) == 0 {
+		return ""
+	}
+	if r.str == "" {
+		r.str = string(r.orig)
+	}
+	end := len(r.orig) - len(r.buf)
+	return r.str[end-len(b) : end]
+}
+
+// int reads an Avro int: a long in the int32 range.
+func (r *reader) int() int64 {
+	v := r.long()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		r.fail(fmt.Errorf("schema: int value %d out of range", v))
+		return 0
+	}
+	return v
+}
+
+var errVarint = errors.New("schema: avro varint longer than 64 bits")
 
 func (r *reader) optString() string {
 	switch r.long() {
@@ -71,7 +113,7 @@ func (r *reader) optLong() (int64, bool) {
 
 // DecodeKey decodes an Avro key record of t into the key values, in key order.
 func DecodeKey(t *Table, buf []byte) ([]any, error) {
-	r := reader{buf: buf}
+	r := newReader(buf)
 	key := make([]any, len(t.Key))
 	for i, ci := range t.Key {
 		key[i] = r.column(t.Columns[ci], false)
@@ -87,7 +129,7 @@ func DecodeKey(t *Table, buf []byte) ([]any, error) {
 
 // DecodeEnvelope decodes an Avro envelope written by AppendEnvelope for t.
 func DecodeEnvelope(t *Table, buf []byte) (Envelope, error) {
-	r := reader{buf: buf}
+	r := newReader(buf)
 	var e Envelope
 	e.Before = r.row(t)
 	e.After = r.row(t)
@@ -179,11 +221,16 @@ func (r *reader) column(c Column, nullable bool) any {
 		if b == nil {
 			return nil
 		}
-		return b[0] != 0
-	case Int16, Int32, Int64, Time, Timestamp, TimestampTZ:
+		if b[0] > 1 {
+			r.fail(fmt.Errorf("schema: column %q: boolean byte %d", c.Name, b[0]))
+		}
+		return b[0] == 1
+	case Int16, Int32:
+		return r.int()
+	case Int64, Time, Timestamp, TimestampTZ:
 		return r.long()
 	case Date:
-		return int32(r.long())
+		return int32(r.int())
 	case Float32:
 		b := r.take(4)
 		if b == nil {
@@ -202,16 +249,111 @@ func (r *reader) column(c Column, nullable bool) any {
 		if c.Precision == 0 {
 			return r.string()
 		}
-		return formatDecimal(fromTwosComplement(r.bytes()), c.Scale)
+		return r.decimal(c)
 	case Bytes:
 		return append([]byte{}, r.bytes()...) // never alias the record buffer
 	case UUID:
-		u, err := ParseUUID(r.string())
-		if err != nil {
-			r.fail(err)
+		u, ok := parseUUID(r.bytes())
+		if !ok && r.err == nil {
+			r.fail(fmt.Errorf("schema: column %q: bad uuid", c.Name))
 		}
 		return u
 	}
 	r.fail(fmt.Errorf("schema: column %q: unknown kind %s", c.Name, c.Kind))
 	return nil
+}
+
+// decimal reads a decimal(p,s) value as text. Its bytes may not be longer
+// than precision p needs (after dropping redundant sign bytes): a longer
+// value is corrupt, and refusing it bounds the cost of formatting garbage.
+func (r *reader) decimal(c Column) any {
+	b := r.bytes()
+	if r.err != nil {
+		return nil
+	}
+	for len(b) > 1 && len(b) > decimalMaxBytes(c.Precision) &&
+		((b[0] == 0 && b[1]&0x80 == 0) || (b[0] == 0xff && b[1]&0x80 != 0)) {
+		b = b[1:]
+	}
+	if len(b) > decimalMaxBytes(c.Precision) {
+		r.fail(fmt.Errorf("schema: column %q: decimal of %d bytes exceeds precision %d", c.Name, len(b), c.Precision))
+		return nil
+	}
+	if len(b) <= 8 {
+		var v int64
+		if len(b) > 0 {
+			v = int64(int8(b[0]))
+			for _, x := range b[1:] {
+				v = v<<8 | int64(x)
+			}
+		}
+		return formatDecimal64(v, c.Scale)
+	}
+	return formatDecimal(fromTwosComplement(b), c.Scale)
+}
+
+// decimalMaxBytes bounds the two's-complement bytes a decimal of
+// precision p needs: 10^p - 1 takes p*log2(10) bits (rounded up here with
+// 3.322 > log2(10)), plus a sign bit.
+func decimalMaxBytes(p int) int {
+	return ((p*3322+999)/1000 + 1 + 7) / 8
+}
+
+// formatDecimal64 is formatDecimal for an unscaled value that fits int64.
+func formatDecimal64(v int64, scale int) string {
+	var buf [48]byte
+	u := uint64(v)
+	if v < 0 {
+		u = -u
+	}
+	digits := strconv.AppendUint(buf[24:24], u, 10)
+	if scale <= 0 {
+		if v < 0 {
+			return "-" + string(digits)
+		}
+		return string(digits)
+	}
+	if scale > 20 {
+		return formatDecimal(big.NewInt(v), scale)
+	}
+	out := buf[:0]
+	if v < 0 {
+		out = append(out, '-')
+	}
+	// digits lives in buf[24:], out grows from buf[0:]: at most 22 bytes
+	// ('-', "0.", 19 zeros) before digits are copied, so no overlap.
+	if len(digits) <= scale {
+		out = append(out, '0', '.')
+		for range scale - len(digits) {
+			out = append(out, '0')
+		}
+		return string(append(out, digits...))
+	}
+	whole := len(digits) - scale
+	out = append(out, digits[:whole]...)
+	out = append(out, '.')
+	return string(append(out, digits[whole:]...))
+}
+
+// parseUUID is ParseUUID over bytes, without allocating.
+func parseUUID(b []byte) ([16]byte, bool) {
+	var u [16]byte
+	j := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] == '-' {
+			continue
+		}
+		hi, ok1 := unhex(b[i])
+		if i+1 >= len(b) || j >= 16 {
+			return u, false
+		}
+		lo, ok2 := unhex(b[i+1])
+		if !ok1 || !ok2 {
+			return u, false
+		}
+		u[j] = hi<<4 | lo
+		j++
+		i++
+	}
+	return u, j == 16
 }

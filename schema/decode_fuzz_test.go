@@ -1,0 +1,193 @@
+package schema
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+)
+
+// fuzzTables are the tables the fuzzer decodes with; the input's first
+// byte picks one.
+func fuzzTables() []*Table { return []*Table{allKindsTable(), benchTable()} }
+
+// envelopeSeeds are real encodings: every kind, nulls, unchanged values,
+// deletes and truncates.
+func envelopeSeeds(t testing.TB) [][]byte {
+	var seeds [][]byte
+	add := func(sel byte, tbl *Table, e Envelope) {
+		buf, err := AppendEnvelope([]byte{sel}, tbl, &e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, buf)
+	}
+	all := allKindsTable()
+	src := SourceInfo{Version: "0.1", Connector: "postgresql", Name: "shop", TsMs: 1, DB: "shop", Schema: "public",
+		Table: "every kind", TxID: 9, LSN: 77, Position: []byte{1, 2}}
+	add(0, all, Envelope{After: fullRow(), Op: 'c', TsMs: 5, Source: src})
+	withUnchanged := fullRow()
+	withUnchanged[8], withUnchanged[10] = Unchanged, Unchanged
+	add(0, all, Envelope{Before: fullRow(), After: withUnchanged, Op: 'u', Source: src})
+	nulls := make([]any, len(all.Columns))
+	nulls[0], nulls[17] = int64(1), "k"
+	add(0, all, Envelope{Before: nulls, Op: 'd', Source: SourceInfo{Connector: "mysql", File: "binlog.000001", Pos: 4, GTID: "x:1"}})
+	add(0, all, Envelope{Op: 't', Source: src})
+	for i := range 3 {
+		add(1, benchTable(), benchEnvelope(i*1000003+5))
+	}
+	return seeds
+}
+
+// FuzzDecodeEnvelope: decoding garbage never panics, and whatever decodes
+// re-encodes to bytes that decode to the same encoding again.
+func FuzzDecodeEnvelope(f *testing.F) {
+	for _, s := range envelopeSeeds(f) {
+		f.Add(s)
+	}
+	tables := fuzzTables()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		tbl := tables[int(data[0])%len(tables)]
+		e, err := DecodeEnvelope(tbl, data[1:])
+		if err != nil {
+			return
+		}
+		enc1, err := AppendEnvelope(nil, tbl, &e)
+		if err != nil {
+			t.Fatalf("decoded envelope does not re-encode: %v\n%#v", err, e)
+		}
+		e2, err := DecodeEnvelope(tbl, enc1)
+		if err != nil {
+			t.Fatalf("re-encoded envelope does not decode: %v", err)
+		}
+		enc2, err := AppendEnvelope(nil, tbl, &e2)
+		if err != nil || !bytes.Equal(enc1, enc2) {
+			t.Fatalf("unstable round trip: %v\n%x\n%x", err, enc1, enc2)
+		}
+	})
+}
+
+// TestDecodeBoundsAllocation: lengths claimed by the data are checked
+// against the bytes present before anything is allocated.
+func TestDecodeBoundsAllocation(t *testing.T) {
+	tbl := benchTable()
+	huge := appendLong(nil, 1) // after: present
+	huge = appendLong(huge, 1<<40)
+	huge = appendLong(huge, 1) // id
+	huge = appendLong(huge, 1)
+	huge = appendLong(huge, 1)
+	huge = appendLong(huge, 1) // label: present
+	huge = appendLong(huge, 1<<40)
+	huge = append([]byte{0}, huge...) // before: null
+	for name, buf := range map[string][]byte{
+		"long string":   huge,
+		"varint > 64b":  bytes.Repeat([]byte{0xff}, 11),
+		"negative size": append([]byte{0, 2, 0x02, 0, 0, 0, 0, 0, 0}, appendLong(nil, -5)...),
+	} {
+		var err error
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 10 {
+			_, err = DecodeEnvelope(tbl, buf)
+		}
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+		if perRun := (after.TotalAlloc - before.TotalAlloc) / 10; perRun > 2048 {
+			t.Errorf("%s: %d bytes allocated for %d bytes of garbage", name, perRun, len(buf))
+		}
+	}
+	if _, err := DecodeEnvelope(tbl, bytes.Repeat([]byte{0xff}, 11)); !errors.Is(err, errVarint) {
+		t.Errorf("overlong varint: %v", err)
+	}
+}
+
+func TestDecodeRejectsCorruptValues(t *testing.T) {
+	tbl := &Table{Namespace: "p", Name: "t", Columns: []Column{
+		{Name: "b", Kind: Bool}, {Name: "i", Kind: Int32}, {Name: "d", Kind: Decimal, Precision: 4, Scale: 1},
+	}, Key: []int{0, 1, 2}}
+	for name, buf := range map[string][]byte{
+		"bool 2":          {2, 0, 2, 0x01, 0x00},
+		"int > int32":     append(append([]byte{1}, appendLong(nil, math.MaxInt32+1)...), 2, 0x01, 0x00),
+		"decimal too big": {1, 0, 8, 0x01, 0x00, 0x00, 0x00},
+	} {
+		if _, err := DecodeKey(tbl, buf); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// Redundant sign bytes are tolerated: 0x00 0x00 0x7f is 127.
+	key, err := DecodeKey(tbl, []byte{1, 0, 6, 0x00, 0x00, 0x7f})
+	if err != nil || key[2] != "12.7" {
+		t.Errorf("padded decimal: %v %v", key, err)
+	}
+}
+
+// TestDecimalFastPaths: the int64 paths give the big.Int paths' bytes and
+// text for every value they take.
+func TestDecimalFastPaths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := []int64{0, 1, -1, 127, 128, -128, -129, 255, 256, 32767, -32768, 1<<31 - 1, -1 << 31, 999999999999999999, -999999999999999999,
+		math.MaxInt64, math.MinInt64}
+	for range 20000 {
+		values = append(values, rng.Int64()>>rng.IntN(63))
+	}
+	for _, v := range values {
+		for _, scale := range []int{0, 1, 2, 6, 18, 25} {
+			want := formatDecimal(big.NewInt(v), scale)
+			if got := formatDecimal64(v, scale); got != want {
+				t.Fatalf("formatDecimal64(%d, %d) = %q, want %q", v, scale, got, want)
+			}
+			fast, ok := unscaled64(want, scale)
+			slow, err := unscaled(want, scale)
+			if err != nil {
+				t.Fatalf("unscaled(%q): %v", want, err)
+			}
+			if ok && (!slow.IsInt64() || fast != slow.Int64()) {
+				t.Fatalf("unscaled64(%q, %d) = %d, want %s", want, scale, fast, slow)
+			}
+			if ok {
+				wantBytes := appendBytes(nil, twosComplement(slow))
+				if got := appendDecimal64(nil, fast); !bytes.Equal(got, wantBytes) {
+					t.Fatalf("appendDecimal64(%d) = %x, want %x", fast, got, wantBytes)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"", "-", ".", "1.", ".5", "+7", "1e5", "--1", "1.2.3", "0x10", " 1", "１", "1.234"} {
+		_, ok := unscaled64(s, 2)
+		slow, err := unscaled(s, 2)
+		if ok && err != nil {
+			t.Errorf("%q: fast path accepted what unscaled refuses (%v)", s, err)
+		}
+		if ok {
+			if v, _ := unscaled64(s, 2); slow.Int64() != v {
+				t.Errorf("%q: %d vs %s", s, v, slow)
+			}
+		}
+	}
+	if _, ok := unscaled64(strconv.Itoa(math.MaxInt32)+"123456789", 2); ok {
+		t.Error("19 digits must take the big path")
+	}
+}
+
+func TestParseUUIDBytes(t *testing.T) {
+	u := [16]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	for _, s := range []string{FormatUUID(u), "DEADBEEF010203040506070809" + "0A0B0C"} {
+		if got, ok := parseUUID([]byte(s)); !ok || got != u {
+			t.Errorf("%s: %x %v", s, got, ok)
+		}
+	}
+	for _, s := range []string{"", "deadbeef", FormatUUID(u) + "00", "zz" + FormatUUID(u)[2:], "d-eadbeef0102030405060708090a0b0c"} {
+		if _, ok := parseUUID([]byte(s)); ok {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
