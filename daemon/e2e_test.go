@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -308,6 +309,19 @@ func TestKillNineMidWorkload(t *testing.T) {
 		st, err := c.status()
 		return err == nil && st.CaughtUp(lsn)
 	}, c.done)
+	// The admin listener serves the registry's Confluent-compatible API.
+	resp, err := http.Get("http://" + admin + "/subjects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	if err := json.NewDecoder(resp.Body).Decode(&subjects); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !slices.Contains(subjects, "e2e.public.acct-value") || !slices.Contains(subjects, "e2e.public.kv-key") {
+		t.Errorf("/subjects = %v", subjects)
+	}
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
