@@ -87,6 +87,8 @@ type Iceberg struct {
 	Mode string `yaml:"mode"`
 	// CommitInterval is the longest time between commits; default 10s.
 	CommitInterval time.Duration `yaml:"commit_interval"`
+	// Tables holds per-table settings (partition spec of new tables).
+	Tables []IcebergTable `yaml:"tables"`
 }
 
 // Catalog configures the Iceberg catalog.

@@ -63,6 +63,21 @@ func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, in
 			return
 		}
 		fmt.Fprintf(b, "%s%s:\n%s", pad, key, inner.String())
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		// Lists of sections (sink.iceberg.tables) are optional: an empty one
+		// is left out.
+		if v.Len() == 0 {
+			return
+		}
+		fmt.Fprintf(b, "%s%s:\n", pad, key)
+		for i := range v.Len() {
+			var inner strings.Builder
+			writeStruct(&inner, v.Index(i), indent+2)
+			item := inner.String()
+			// "    key: v" -> "  - key: v" for the item's first line.
+			item = pad + "  - " + strings.TrimPrefix(item, pad+"    ")
+			b.WriteString(item)
+		}
 	case v.Kind() == reflect.Slice:
 		if v.Len() == 0 {
 			fmt.Fprintf(b, "%s%s: []\n", pad, key)

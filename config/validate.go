@@ -195,6 +195,7 @@ func (v *validator) sink() {
 	if ic.CommitInterval <= 0 {
 		v.fail("sink.iceberg.commit_interval", ErrInvalid, "must be positive, got %s", ic.CommitInterval)
 	}
+	v.icebergTables(ic)
 }
 
 func (v *validator) catalog(cat Catalog) {

@@ -89,7 +89,11 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		}
 		d.topics = append(d.topics, topic)
 		ins, itbl := ice.TableIdent(name)
-		tables = append(tables, iceberg.TableConfig{Topic: topic, Ident: table.Identifier{ins, itbl}})
+		tc := iceberg.TableConfig{Topic: topic, Ident: table.Identifier{ins, itbl}}
+		for _, f := range ice.PartitionSpec(name) {
+			tc.PartitionBy = append(tc.PartitionBy, iceberg.PartitionField{Transform: f.Transform, Param: f.Param, Column: f.Column})
+		}
+		tables = append(tables, tc)
 	}
 	d.emitter = &emitter{
 		lg: d.lg, reg: d.reg, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",

@@ -94,34 +94,51 @@ type cachedDV struct {
 }
 
 // writePositionDeletes writes one position-delete file (file_path, pos)
-// sorted as the spec requires.
+// per partition of the touched data files, sorted as the spec requires.
 func (u *upsert) writePositionDeletes(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, deleted map[string][]int64, p *plan) error {
 	fsch, err := newFileSchema(iceberg.PositionalDeleteSchema)
 	if err != nil {
 		return err
 	}
-	files := make([]string, 0, len(deleted))
-	for f := range deleted {
-		files = append(files, f)
-	}
-	sort.Strings(files)
-	d := newDataFileWriter(fsch)
-	for _, f := range files {
-		pos := deleted[f]
-		sort.Slice(pos, func(i, j int) bool { return pos[i] < pos[j] })
-		for _, x := range pos {
-			if err := d.add([]any{f, x}); err != nil {
-				return err
-			}
-		}
-	}
-	path := w.newFileLocation(tbl, "parquet")
-	df, err := d.finishAs(wfs, path, tbl, iceberg.EntryContentPosDeletes, referenced(files))
+	part, err := newPartitioner(tbl.Schema(), tbl.Spec())
 	if err != nil {
 		return err
 	}
+	groups := map[string][]string{}
+	var order []string
+	for f := range deleted {
+		key := fmt.Sprint(u.data[f].Partition())
+		if groups[key] == nil {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], f)
+	}
+	sort.Strings(order)
+	for _, key := range order {
+		files := groups[key]
+		sort.Strings(files)
+		d := newDataFileWriter(fsch)
+		for _, f := range files {
+			pos := deleted[f]
+			sort.Slice(pos, func(i, j int) bool { return pos[i] < pos[j] })
+			for _, x := range pos {
+				if err := d.add([]any{f, x}); err != nil {
+					return err
+				}
+			}
+		}
+		values := u.data[files[0]].Partition()
+		path := w.newFileLocation(tbl, "parquet")
+		if part.partitioned() {
+			path = w.newPartitionedLocation(tbl, part.path(values), "parquet")
+		}
+		df, err := d.finishAs(wfs, path, tbl, iceberg.EntryContentPosDeletes, referenced(files), values)
+		if err != nil {
+			return err
+		}
+		p.deletes = append(p.deletes, df)
+	}
 	w.failpoint("after-puffin-file")
-	p.deletes = append(p.deletes, df)
 	return nil
 }
 

@@ -37,6 +37,8 @@ type Registry interface {
 type TableConfig struct {
 	Topic string
 	Ident table.Identifier
+	// PartitionBy is the partition spec of the table if cdcd creates it.
+	PartitionBy []PartitionField
 }
 
 // Config configures a Sink.

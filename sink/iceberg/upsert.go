@@ -367,48 +367,75 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	if err != nil {
 		return err
 	}
+	part, err := newPartitioner(tbl.Schema(), tbl.Spec())
+	if err != nil {
+		return err
+	}
 	fields := tbl.Schema().Fields()
-	vals := make([]any, len(fields))
-	var d *dataFileWriter
-	var path string
-	var pending []*keyState
-	flush := func() error {
-		df, err := d.finish(wfs, path, tbl, nil)
+	// One open file per partition, rolled at the target size; rows stay in
+	// key order within each file.
+	type open struct {
+		d       *dataFileWriter
+		path    string
+		values  map[int]any
+		pending []*keyState
+	}
+	files := map[string]*open{}
+	var order []string
+	flush := func(o *open) error {
+		df, err := o.d.finish(wfs, o.path, tbl, o.values)
 		if err != nil {
 			return err
 		}
 		w.failpoint("after-data-file")
 		p.added = append(p.added, df)
-		for i, st := range pending {
-			p.batch.set(st.key, location{file: path, pos: int64(i)})
+		for i, st := range o.pending {
+			p.batch.set(st.key, location{file: o.path, pos: int64(i)})
 		}
-		p.rows += len(pending)
-		d, pending = nil, pending[:0]
+		p.rows += len(o.pending)
+		o.d, o.pending = nil, nil
 		return nil
 	}
 	for _, st := range live {
-		if d == nil {
-			d = newDataFileWriter(fsch)
-			path = w.newFileLocation(tbl, "parquet")
-		}
+		vals := make([]any, len(fields))
 		for fi, f := range fields {
-			vals[fi] = nil
 			if ci := st.table.ColumnIndex(f.Name); ci >= 0 {
 				vals[fi] = st.row[ci]
 			}
 		}
-		if err := d.add(vals); err != nil {
+		values, key, err := part.partition(vals)
+		if err != nil {
 			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
 		}
-		pending = append(pending, st)
-		if d.size() >= w.s.cfg.TargetFileSize {
-			if err := flush(); err != nil {
+		o := files[key]
+		if o == nil {
+			o = &open{values: values}
+			files[key] = o
+			order = append(order, key)
+		}
+		if o.d == nil {
+			o.d = newDataFileWriter(fsch)
+			o.path = w.newFileLocation(tbl, "parquet")
+			if part.partitioned() {
+				o.path = w.newPartitionedLocation(tbl, part.path(values), "parquet")
+			}
+		}
+		if err := o.d.add(vals); err != nil {
+			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
+		}
+		o.pending = append(o.pending, st)
+		if o.d.size() >= w.s.cfg.TargetFileSize {
+			if err := flush(o); err != nil {
 				return err
 			}
 		}
 	}
-	if d != nil {
-		return flush()
+	for _, key := range order {
+		if o := files[key]; o.d != nil {
+			if err := flush(o); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -337,3 +337,51 @@ func (u *upsert) liveEntries(ctx context.Context, tbl *table.Table) (map[string]
 	sort.Strings(keys)
 	return data, dvs, nil
 }
+
+func TestUpsertPartitioned(t *testing.T) {
+	for _, version := range []int{3, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			cat := testCatalog(t)
+			w := upsertWriter(t, cat, version, 1)
+			w.cfg.PartitionBy = []PartitionField{{Transform: "bucket", Param: 4, Column: "id"}, {Transform: "identity", Column: "n"}}
+			rng := rand.New(rand.NewPCG(uint64(version), 11))
+			want := model{}
+			var off int64
+			for round := 0; round < 12; round++ {
+				w.buf = randomChanges(rng, want, 1+rng.IntN(60), &off)
+				w.next[0] = off
+				if err := w.commit(t.Context()); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
+			tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := tbl.Spec()
+			if n := spec.NumFields(); n != 2 {
+				t.Fatalf("spec has %d fields", n)
+			}
+			// Files are split by partition: every data file holds one bucket.
+			for path, df := range w.up.data {
+				if !strings.Contains(path, "id_bucket_4=") || len(df.Partition()) != 2 {
+					t.Errorf("data file %s partition %v", path, df.Partition())
+				}
+			}
+			// A filter on the partition column prunes files.
+			scan := tbl.Scan(table.WithRowFilter(iceberg.EqualTo(iceberg.Reference("n"), int32(3))))
+			tasks, err := scan.PlanFiles(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tasks) >= len(w.up.data) {
+				t.Errorf("a filter on n=3 planned %d of %d files", len(tasks), len(w.up.data))
+			}
+			if version == 3 {
+				checkInvariants(t, cat, w.cfg.Ident)
+			}
+			w.close()
+		})
+	}
+}

@@ -405,7 +405,11 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithProperties(iceberg.Properties{
+	spec, err := buildSpec(sc, w.cfg.PartitionBy)
+	if err != nil {
+		return fmt.Errorf("iceberg: table %s: %w", identString(w.cfg.Ident), err)
+	}
+	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithPartitionSpec(spec), catalog.WithProperties(iceberg.Properties{
 		table.PropertyFormatVersion: fmt.Sprint(w.s.cfg.FormatVersion),
 		"cdcd.mode":                 mode,
 		"cdcd.source-table":         first.QualifiedName(),
@@ -500,6 +504,17 @@ func (w *tableWriter) newFileLocation(tbl *table.Table, ext string) string {
 	w.fileSeq++
 	lp, err := tbl.LocationProvider()
 	name := fmt.Sprintf("%s-%05d.%s", w.writeID, w.fileSeq, ext)
+	if err != nil {
+		return tbl.Location() + "/data/" + name
+	}
+	return lp.NewDataLocation(name)
+}
+
+// newPartitionedLocation names a new file under a partition directory.
+func (w *tableWriter) newPartitionedLocation(tbl *table.Table, partPath, ext string) string {
+	w.fileSeq++
+	name := fmt.Sprintf("%s/%s-%05d.%s", partPath, w.writeID, w.fileSeq, ext)
+	lp, err := tbl.LocationProvider()
 	if err != nil {
 		return tbl.Location() + "/data/" + name
 	}
