@@ -249,3 +249,41 @@ func TestRegistryIdsSurviveReload(t *testing.T) {
 		t.Fatalf("next id after reload = %d, want 3", id)
 	}
 }
+
+func TestScanEnvelopeMatchesDecode(t *testing.T) {
+	tbl := allKindsTable()
+	after := fullRow()
+	after[8] = Unchanged
+	for _, env := range []Envelope{
+		{After: fullRow(), Op: 'c', Source: SourceInfo{Connector: "postgresql", Table: "x", LSN: 77, TxID: 5, TsMs: 123, Position: []byte{9, 8}}},
+		{Before: fullRow(), After: after, Op: 'u', Source: SourceInfo{Connector: "postgresql", Table: "x", Snapshot: "true", Schema: "s", Position: []byte{1}}},
+		{Before: fullRow(), Op: 'd', Source: SourceInfo{Connector: "mysql", Table: "x", File: "bin.1", Pos: 4, GTID: "g"}},
+		{Op: 't', Source: SourceInfo{Table: "x"}},
+	} {
+		buf, err := AppendEnvelope(nil, tbl, &env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := ScanEnvelope(tbl, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Op != env.Op || info.HasBefore != (env.Before != nil) || info.HasAfter != (env.After != nil) ||
+			info.LSN != env.Source.LSN || info.TxID != env.Source.TxID || info.TsMs != env.Source.TsMs ||
+			!bytes.Equal(info.Position, env.Source.Position) {
+			t.Errorf("scan %+v for %c", info, env.Op)
+		}
+		if (info.Unchanged > 0) != (env.Op == 'u') {
+			t.Errorf("unchanged count %d", info.Unchanged)
+		}
+		for n := 0; n < len(buf); n++ {
+			if _, err := ScanEnvelope(tbl, buf[:n]); err == nil {
+				t.Fatalf("scan of %d/%d bytes succeeded", n, len(buf))
+			}
+		}
+	}
+	buf, _ := AppendEnvelope(nil, tbl, &Envelope{Before: fullRow(), After: fullRow(), Op: 'u'})
+	if n := testing.AllocsPerRun(100, func() { _, _ = ScanEnvelope(tbl, buf) }); n != 0 {
+		t.Errorf("ScanEnvelope allocates %v times", n)
+	}
+}

@@ -15,13 +15,46 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-// change is one decoded log record bound for a table.
+// change is one log record bound for a table. Its rows stay encoded until
+// a commit needs them, so a buffered change costs little more than its
+// bytes: info is what the envelope says without its rows.
 type change struct {
 	table     *schema.Table
-	env       schema.Envelope
+	info      schema.EnvelopeInfo
+	key       []byte // Avro key body (nil for truncates)
+	body      []byte // Avro envelope body
+	env       *schema.Envelope // decoded envelope, when set by a test
 	partition int32
 	offset    int64
 	skip      bool // consumed but makes no row (a truncate's extra copies)
+}
+
+// envelope decodes the change's envelope.
+func (c *change) envelope() (*schema.Envelope, error) {
+	if c.env != nil {
+		return c.env, nil
+	}
+	env, err := schema.DecodeEnvelope(c.table, c.body)
+	if err != nil {
+		return nil, err
+	}
+	return &env, nil
+}
+
+// op is the change's op letter.
+func (c *change) op() byte {
+	if c.env != nil {
+		return c.env.Op
+	}
+	return c.info.Op
+}
+
+// position is the change's source position.
+func (c *change) position() []byte {
+	if c.env != nil {
+		return c.env.Source.Position
+	}
+	return c.info.Position
 }
 
 // changelogBuilder turns changes into an Arrow record in the table's
@@ -51,9 +84,13 @@ func (b *changelogBuilder) release() { b.rb.Release() }
 // add appends one changelog row. Columns of the table version that the
 // Iceberg schema lacks are an error: the caller evolves the schema first.
 func (b *changelogBuilder) add(c *change) error {
-	row := c.env.After
+	env, err := c.envelope()
+	if err != nil {
+		return err
+	}
+	row := env.After
 	if row == nil {
-		row = c.env.Before
+		row = env.Before
 	}
 	set := make([]bool, len(b.asc.Fields()))
 	var unchanged []string
@@ -76,10 +113,10 @@ func (b *changelogBuilder) add(c *change) error {
 		set[fi] = true
 	}
 	meta := map[string]any{
-		colOp:        string([]byte{c.env.Op}),
-		colLSN:       optInt64(int64(c.env.Source.LSN), c.env.Source.LSN != 0),
-		colTxID:      optInt64(int64(c.env.Source.TxID), c.env.Source.TxID != 0),
-		colCommitTS:  c.env.Source.TsMs * 1000,
+		colOp:        string([]byte{env.Op}),
+		colLSN:       optInt64(int64(env.Source.LSN), env.Source.LSN != 0),
+		colTxID:      optInt64(int64(env.Source.TxID), env.Source.TxID != 0),
+		colCommitTS:  env.Source.TsMs * 1000,
 		colPartition: c.partition,
 		colOffset:    c.offset,
 	}

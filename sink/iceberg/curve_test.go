@@ -47,15 +47,16 @@ func TestCommitCurve(t *testing.T) {
 	for i := 0; i < n; i++ {
 		buf := make([]change, 0, inserts+updates)
 		for j := 0; j < inserts; j++ {
-			buf = append(buf, change{table: kv, env: schema.Envelope{Op: 'c', After: []any{next, "v", int64(j)}}})
+			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'c', After: []any{next, "v", int64(j)}}})
 			next++
 		}
 		for j := 0; j < updates && next > 0; j++ {
 			id := rng.Int64N(next)
-			buf = append(buf, change{table: kv, env: schema.Envelope{Op: 'u', After: []any{id, "u", int64(j)}, Before: []any{id, nil, nil}}})
+			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'u', After: []any{id, "u", int64(j)}, Before: []any{id, nil, nil}}})
 		}
 		for j := range buf {
 			buf[j].env.Source.Position = []byte(fmt.Sprintf("%012d%06d", i, j))
+			buf[j] = encoded(buf[j])
 		}
 		w.buf = buf
 		w.next[0] = int64(i + 1)

@@ -13,7 +13,7 @@ import (
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/parquet-go/parquet-go/compress/snappy"
 )
 
 // Data files are written with parquet-go (measured faster here than
@@ -47,7 +47,7 @@ func newFileSchema(sc *iceberg.Schema) (*fileSchema, error) {
 		if !f.Required {
 			node = parquet.Optional(node)
 		}
-		group[f.Name] = parquet.FieldID(parquet.Compressed(node, &zstd.Codec{Level: zstd.SpeedFastest}), f.ID)
+		group[f.Name] = parquet.FieldID(parquet.Compressed(node, &snappy.Codec{}), f.ID)
 	}
 	pq := parquet.NewSchema("table", group)
 	fs := &fileSchema{ice: sc, pq: pq}

@@ -56,6 +56,9 @@ type Config struct {
 	CommitInterval time.Duration
 	// MaxBufferedRows forces a commit when this many rows wait; default 500k.
 	MaxBufferedRows int
+	// MaxBufferedBytes forces a commit when this many bytes of records
+	// wait; default 8 MiB. It bounds the sink's memory.
+	MaxBufferedBytes int
 	// FetchBytes bounds one fetch; default 4 MiB.
 	FetchBytes int
 	// Mode is ModeUpsert (mirror the source; default) or ModeAppend (a
@@ -112,6 +115,9 @@ type Sink struct {
 func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog.Logger) *Sink {
 	if cfg.MaxBufferedRows <= 0 {
 		cfg.MaxBufferedRows = 500_000
+	}
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = 8 << 20
 	}
 	if cfg.FetchBytes <= 0 {
 		cfg.FetchBytes = 4 << 20

@@ -129,37 +129,72 @@ func keyValue(typ iceberg.Type, v any) (any, error) {
 	return v, nil
 }
 
-// keyState is one key's fold over a commit's changes.
-type keyState struct {
-	key   []byte
-	table *schema.Table
-	// row is the newest image (kept after a delete). A value still
-	// schema.Unchanged after the fold comes from the table's current row.
-	row  []any
-	live bool
+// keyOfChange encodes a change's key: from its Avro key when it has one,
+// else from its row.
+func (u *upsert) keyOfChange(c *change) ([]byte, error) {
+	if c.key == nil || c.env != nil {
+		env, err := c.envelope()
+		if err != nil {
+			return nil, err
+		}
+		row := env.After
+		if row == nil {
+			row = env.Before
+		}
+		return u.keyOf(c.table, row)
+	}
+	kv, err := schema.DecodeKey(c.table, c.key)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]any, len(u.keys))
+	for i, f := range u.keys {
+		found := false
+		for j, ci := range c.table.Key {
+			if c.table.Columns[ci].Name == f.Name {
+				v, err := keyValue(f.Type, kv[j])
+				if err != nil {
+					return nil, fmt.Errorf("iceberg: %s key column %q: %w", c.table.QualifiedName(), f.Name, err)
+				}
+				vals[i], found = v, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("iceberg: %s has no key column %q", c.table.QualifiedName(), f.Name)
+		}
+	}
+	return encodeKey(nil, vals)
 }
 
-// fold applies the buffer's changes per key in source order.
+// keyState is one key's fold over a commit's changes.
+type keyState struct {
+	key     []byte
+	changes []*change // in source order
+	live    bool
+	// table and row are the final image, set by materialize for live keys;
+	// a value still schema.Unchanged comes from the table's current row.
+	table *schema.Table
+	row   []any
+}
+
+// fold groups the buffer's changes per key in source order; a key's last
+// change decides whether it lives.
 func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 	order := make([]*change, 0, len(buf))
 	for i := range buf {
-		if !buf[i].skip && buf[i].env.Op != 't' {
+		if !buf[i].skip && buf[i].op() != 't' {
 			order = append(order, &buf[i])
 		}
 	}
 	// Source order across partitions: one key's changes keep their order
 	// either way; references between keys (a key change) need it.
 	sort.SliceStable(order, func(i, j int) bool {
-		return bytes.Compare(order[i].env.Source.Position, order[j].env.Source.Position) < 0
+		return bytes.Compare(order[i].position(), order[j].position()) < 0
 	})
 	states := map[string]*keyState{}
 	var keys []string
 	for _, c := range order {
-		row := c.env.After
-		if row == nil {
-			row = c.env.Before
-		}
-		k, err := u.keyOf(c.table, row)
+		k, err := u.keyOfChange(c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -169,37 +204,58 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 			states[string(k)] = st
 			keys = append(keys, string(k))
 		}
-		switch c.env.Op {
-		case 'c', 'r', 'u':
-			after := append([]any(nil), c.env.After...)
-			for i, v := range after {
-				if schema.IsUnchanged(v) {
-					if prev, ok := st.image(c.table, i); ok {
-						after[i] = prev
-					}
-				}
-			}
-			st.table, st.row, st.live = c.table, after, true
-		case 'd':
-			st.live = false
-			if st.table == nil {
-				st.table = c.table
-			}
+		st.changes = append(st.changes, c)
+		st.live = c.op() != 'd'
+	}
+	for _, k := range keys {
+		if err := states[k].materialize(); err != nil {
+			return nil, nil, err
 		}
 	}
 	return states, keys, nil
 }
 
-// image returns the key's newest value of column i of t, if it has one.
-func (st *keyState) image(t *schema.Table, i int) (any, bool) {
-	if st.row == nil || st.table == nil || !st.live {
-		return nil, false
+// materialize decodes a live key's last row, taking unchanged values from
+// the key's earlier images in the commit where it has them.
+func (st *keyState) materialize() error {
+	last := st.changes[len(st.changes)-1]
+	if !st.live {
+		st.table = last.table
+		return nil
 	}
-	ci := st.table.ColumnIndex(t.Columns[i].Name)
-	if ci < 0 || schema.IsUnchanged(st.row[ci]) {
-		return nil, false
+	env, err := last.envelope()
+	if err != nil {
+		return err
 	}
-	return st.row[ci], true
+	row := append([]any(nil), env.After...)
+	st.table, st.row = last.table, row
+	missing := 0
+	for _, v := range row {
+		if schema.IsUnchanged(v) {
+			missing++
+		}
+	}
+	for j := len(st.changes) - 2; j >= 0 && missing > 0; j-- {
+		prev := st.changes[j]
+		if prev.op() == 'd' {
+			break // a re-insert sends every value; nothing to take from before it
+		}
+		penv, err := prev.envelope()
+		if err != nil {
+			return err
+		}
+		for i, v := range row {
+			if !schema.IsUnchanged(v) {
+				continue
+			}
+			pi := prev.table.ColumnIndex(last.table.Columns[i].Name)
+			if pi >= 0 && penv.After != nil && !schema.IsUnchanged(penv.After[pi]) {
+				row[i] = penv.After[pi]
+				missing--
+			}
+		}
+	}
+	return nil
 }
 
 // plan is one upsert commit, staged: files written, nothing committed.

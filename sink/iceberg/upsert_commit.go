@@ -347,22 +347,15 @@ func (w *tableWriter) dropPending() {
 
 // commitTruncate empties the table once every partition has reached the
 // same truncate: the changes buffered before it are moot, and one commit
-// removes every data and delete file and records offsets past it.
-func (w *tableWriter) commitTruncate(ctx context.Context) error {
-	next := append([]int64(nil), w.next...)
-	for p := range next {
-		next[p] = w.truncAt[p] + 1
-	}
+// removes every data and delete file and records next (past the truncate).
+func (w *tableWriter) commitTruncate(ctx context.Context, next []int64) error {
 	clear(w.buf)
-	w.buf = w.buf[:0]
+	w.buf, w.bufBytes = w.buf[:0], 0
 	if w.tbl == nil {
 		// Nothing to empty: the next data commit records the offsets.
 		copy(w.next, next)
 	} else if err := w.commitWith(ctx, next, w.attemptTruncate); err != nil {
 		return err
-	}
-	for p := range w.blocked {
-		w.blocked[p] = false
 	}
 	w.logger.Info("table truncated", "offsets", encodeOffsets(next))
 	return nil

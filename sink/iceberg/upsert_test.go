@@ -153,22 +153,22 @@ func randomChanges(rng *rand.Rand, m model, n int, offset *int64) []change {
 		var c change
 		switch r := rng.IntN(10); {
 		case !exists || r < 3:
-			c = change{env: schema.Envelope{Op: 'c', After: []any{id, fmt.Sprintf("v%d", rng.IntN(1000)), int64(rng.IntN(50))}}}
+			c = change{env: &schema.Envelope{Op: 'c', After: []any{id, fmt.Sprintf("v%d", rng.IntN(1000)), int64(rng.IntN(50))}}}
 		case r < 7:
 			var v any = fmt.Sprintf("u%d", rng.IntN(1000))
 			if rng.IntN(3) == 0 {
 				v = schema.Unchanged
 			}
-			c = change{env: schema.Envelope{Op: 'u', Before: []any{id, nil, nil}, After: []any{id, v, int64(rng.IntN(50))}}}
+			c = change{env: &schema.Envelope{Op: 'u', Before: []any{id, nil, nil}, After: []any{id, v, int64(rng.IntN(50))}}}
 		default:
-			c = change{env: schema.Envelope{Op: 'd', Before: []any{id, nil, nil}}}
+			c = change{env: &schema.Envelope{Op: 'd', Before: []any{id, nil, nil}}}
 		}
 		c.table = kv
 		c.offset = *offset
 		c.env.Source.Position = []byte(fmt.Sprintf("%012d", *offset))
 		*offset++
 		m.apply(c)
-		out = append(out, c)
+		out = append(out, encoded(c))
 	}
 	return out
 }
@@ -247,7 +247,7 @@ func TestUpsertUnchangedFromTable(t *testing.T) {
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
 	mk := func(op byte, off int64, after []any) change {
-		c := change{table: kv, offset: off, env: schema.Envelope{Op: op, After: after, Before: []any{after[0], nil, nil}}}
+		c := change{table: kv, offset: off, env: &schema.Envelope{Op: op, After: after, Before: []any{after[0], nil, nil}}}
 		c.env.Source.Position = []byte(fmt.Sprintf("%012d", off))
 		return c
 	}
@@ -278,13 +278,12 @@ func TestUpsertUnchangedFromTable(t *testing.T) {
 func TestUpsertTruncateBarrier(t *testing.T) {
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 2)
-	w.buf = []change{{table: kv, env: schema.Envelope{Op: 'c', After: []any{int64(1), "a", nil}}, partition: 0, offset: 0}}
+	w.buf = []change{{table: kv, env: &schema.Envelope{Op: 'c', After: []any{int64(1), "a", nil}}, partition: 0, offset: 0}}
 	w.next = []int64{1, 0}
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	w.blocked, w.truncAt = []bool{true, true}, []int64{1, 0}
-	if err := w.commitTruncate(t.Context()); err != nil {
+	if err := w.commitTruncate(t.Context(), []int64{2, 1}); err != nil {
 		t.Fatal(err)
 	}
 	compareModel(t, model{}, scanTable(t, cat, w.cfg.Ident))
@@ -292,7 +291,7 @@ func TestUpsertTruncateBarrier(t *testing.T) {
 	if got := tbl.CurrentSnapshot().Summary.Properties[PropOffsets]; got != `{"0":2,"1":1}` {
 		t.Fatalf("offsets after truncate %s", got)
 	}
-	w.buf = []change{{table: kv, env: schema.Envelope{Op: 'c', After: []any{int64(1), "b", nil}}, partition: 0, offset: 2}}
+	w.buf = []change{{table: kv, env: &schema.Envelope{Op: 'c', After: []any{int64(1), "b", nil}}, partition: 0, offset: 2}}
 	w.next = []int64{3, 1}
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
@@ -384,4 +383,28 @@ func TestUpsertPartitioned(t *testing.T) {
 			w.close()
 		})
 	}
+}
+
+// encoded turns a test change into one as the fetcher makes it: the
+// envelope and key encoded, the info scanned, no decoded envelope.
+func encoded(c change) change {
+	body, err := schema.AppendEnvelope(nil, c.table, c.env)
+	if err != nil {
+		panic(err)
+	}
+	info, err := schema.ScanEnvelope(c.table, body)
+	if err != nil {
+		panic(err)
+	}
+	row := c.env.After
+	if row == nil {
+		row = c.env.Before
+	}
+	var key []byte
+	if row != nil {
+		if key, err = schema.AppendKey(nil, c.table, row); err != nil {
+			panic(err)
+		}
+	}
+	return change{table: c.table, info: info, body: body, key: key, partition: c.partition, offset: c.offset}
 }

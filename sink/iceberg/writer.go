@@ -35,12 +35,8 @@ type tableWriter struct {
 	buf        []change
 	bufAt      time.Time
 	lastPos    []byte
-	tables     map[uint32]*schema.Table // schema id -> table version
-
-	// truncate barrier (upsert): a partition that reached a truncate stops
-	// there until every partition has; then one commit empties the table.
-	blocked []bool
-	truncAt []int64 // offset of the truncate record per blocked partition
+	bufBytes   int                      // record bytes in buf
+	tables     map[uint32]*schema.Table // schema id -> table version (fetcher's)
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -58,41 +54,48 @@ func (w *tableWriter) run(ctx context.Context) error {
 	}
 	defer w.close()
 	w.logger.Info("sink table ready", "mode", w.s.cfg.Mode, "offsets", encodeOffsets(w.next))
-	p := 0
-	idle := 0
+	// The fetcher reads and decodes while this loop commits: the two
+	// overlap, and the channel bounds what waits in between.
+	fctx, stopFetch := context.WithCancel(ctx)
+	in := make(chan fetched, 2)
+	resume := make(chan struct{})
+	fetchErr := make(chan error, 1)
+	f := newFetcher(w, append([]int64(nil), w.next...))
+	go func() { fetchErr <- f.run(fctx, in, resume) }()
+	defer func() {
+		stopFetch()
+		<-fetchErr
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for ctx.Err() == nil {
-		if w.allBlocked() {
-			if err := w.commitTruncate(ctx); err != nil {
-				return err
-			}
-			continue
+		if len(w.buf) > 0 {
+			timer.Reset(max(time.Until(w.bufAt.Add(w.s.cfg.CommitInterval)), 0))
 		}
-		wait := time.Duration(0)
-		if idle >= w.partitions {
-			wait = 100 * time.Millisecond
-			if len(w.buf) > 0 {
-				if left := time.Until(w.bufAt.Add(w.s.cfg.CommitInterval)); left < wait {
-					wait = max(left, 0)
+		select {
+		case b := <-in:
+			if b.barrier {
+				if err := w.commitTruncate(ctx, b.next); err != nil {
+					return err
 				}
-			}
-		}
-		n := 0
-		if !w.blocked[p] {
-			var err error
-			if n, err = w.fetch(ctx, int32(p), wait); err != nil {
-				if ctx.Err() != nil {
-					break
+				select {
+				case resume <- struct{}{}:
+				case <-ctx.Done():
 				}
-				return err
+				continue
 			}
+			w.accept(b)
+		case err := <-fetchErr:
+			fetchErr <- err // for the deferred wait
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		case <-timer.C:
+		case <-ctx.Done():
 		}
-		if n == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
-		p = (p + 1) % w.partitions
-		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
+		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes ||
+			time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
 			if err := w.commit(ctx); err != nil {
 				return err
 			}
@@ -109,6 +112,19 @@ func (w *tableWriter) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// accept appends a fetched batch to the buffer.
+func (w *tableWriter) accept(b fetched) {
+	if len(b.changes) > 0 && len(w.buf) == 0 {
+		w.bufAt = time.Now()
+	}
+	w.buf = append(w.buf, b.changes...)
+	w.bufBytes += b.bytes
+	copy(w.next, b.next)
+	if string(b.lastPos) > string(w.lastPos) {
+		w.lastPos = b.lastPos
+	}
+}
+
 func (w *tableWriter) close() {
 	if w.up != nil && w.up.idx != nil {
 		w.up.idx.close()
@@ -123,7 +139,6 @@ func (w *tableWriter) load(ctx context.Context) error {
 	}
 	w.partitions = len(info.Partitions)
 	w.tables = map[uint32]*schema.Table{}
-	w.blocked, w.truncAt = make([]bool, w.partitions), make([]int64, w.partitions)
 	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
 	switch {
 	case errors.Is(err, catalog.ErrNoSuchTable):
@@ -148,54 +163,6 @@ func (w *tableWriter) load(ctx context.Context) error {
 	return nil
 }
 
-// fetch reads one partition's next records into the buffer.
-func (w *tableWriter) fetch(ctx context.Context, p int32, wait time.Duration) (int, error) {
-	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, w.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait})
-	if err != nil {
-		return 0, fmt.Errorf("iceberg: fetch %s/%d at %d: %w", w.cfg.Topic, p, w.next[p], err)
-	}
-	for i := range recs {
-		rec := &recs[i]
-		if rec.Value == nil {
-			w.next[p] = rec.Offset + 1
-			continue
-		}
-		c, err := w.decode(rec)
-		if err != nil {
-			return 0, err
-		}
-		if c.env.Op == 't' {
-			if w.upsertMode() {
-				// Stop this partition at the truncate until all have it.
-				w.blocked[p], w.truncAt[p] = true, rec.Offset
-				return i, nil
-			}
-			// Truncates are written to every partition; the changelog records
-			// the copy in partition 0. The others stay in the buffer, so their
-			// offsets get committed, but make no row.
-			c.skip = p != 0
-		}
-		w.next[p] = rec.Offset + 1
-		if len(w.buf) == 0 {
-			w.bufAt = time.Now()
-		}
-		w.buf = append(w.buf, c)
-		if pos := c.env.Source.Position; string(pos) > string(w.lastPos) {
-			w.lastPos = pos
-		}
-	}
-	return len(recs), nil
-}
-
-func (w *tableWriter) allBlocked() bool {
-	for _, b := range w.blocked {
-		if !b {
-			return false
-		}
-	}
-	return len(w.blocked) > 0
-}
-
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	id, body, err := schema.ParseFrame(rec.Value)
 	if err != nil {
@@ -212,11 +179,17 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 		}
 		w.tables[id] = t
 	}
-	env, err := schema.DecodeEnvelope(t, body)
+	info, err := schema.ScanEnvelope(t, body)
 	if err != nil {
 		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
 	}
-	return change{table: t, env: env, partition: rec.Partition, offset: rec.Offset}, nil
+	c := change{table: t, info: info, body: body, partition: rec.Partition, offset: rec.Offset}
+	if rec.Key != nil {
+		if _, kb, err := schema.ParseFrame(rec.Key); err == nil {
+			c.key = kb
+		}
+	}
+	return c, nil
 }
 
 // commit writes the buffer as one snapshot carrying the next offsets. An
@@ -276,7 +249,7 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 		}
 	}
 	clear(w.buf)
-	w.buf = w.buf[:0]
+	w.buf, w.bufBytes = w.buf[:0], 0
 	copy(w.committed, next)
 	copy(w.next, next)
 	w.publishCommitted()

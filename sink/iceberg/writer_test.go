@@ -76,8 +76,8 @@ func TestCommitEveryKindReadsBack(t *testing.T) {
 	unchanged := append([]any(nil), row...)
 	unchanged[8] = schema.Unchanged
 	w.buf = []change{
-		{table: everyKind, env: schema.Envelope{After: row, Op: 'c', Source: schema.SourceInfo{LSN: 100, TxID: 5, TsMs: 1_700_000_000_000}}, partition: 1, offset: 0},
-		{table: everyKind, env: schema.Envelope{Before: []any{int64(7), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil},
+		{table: everyKind, env: &schema.Envelope{After: row, Op: 'c', Source: schema.SourceInfo{LSN: 100, TxID: 5, TsMs: 1_700_000_000_000}}, partition: 1, offset: 0},
+		{table: everyKind, env: &schema.Envelope{Before: []any{int64(7), nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil},
 			After: unchanged, Op: 'u', Source: schema.SourceInfo{LSN: 200}}, partition: 1, offset: 1},
 	}
 	w.next[1] = 2
@@ -135,7 +135,7 @@ func TestOffsetsResumeAndOwnership(t *testing.T) {
 	cat := testCatalog(t)
 	w := newWriter(t, cat, "p", 3)
 	tbl := &schema.Table{Namespace: "public", Name: "x", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}}, Key: []int{0}}
-	w.buf = []change{{table: tbl, env: schema.Envelope{After: []any{int64(1)}, Op: 'c'}, partition: 2, offset: 4}}
+	w.buf = []change{{table: tbl, env: &schema.Envelope{After: []any{int64(1)}, Op: 'c'}, partition: 2, offset: 4}}
 	w.next = []int64{0, 0, 5}
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
@@ -183,12 +183,12 @@ func TestEvolveAddsColumnsAndRefusesTypeChanges(t *testing.T) {
 	w := newWriter(t, cat, "p", 1)
 	v1 := &schema.Table{Namespace: "public", Name: "x", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}, {Name: "n", Kind: schema.Int32, Nullable: true}}, Key: []int{0}}
 	v2 := &schema.Table{Namespace: "public", Name: "x", Columns: append(append([]schema.Column(nil), v1.Columns...), schema.Column{Name: "note", Kind: schema.String, Nullable: true}), Key: []int{0}}
-	w.buf = []change{{table: v1, env: schema.Envelope{After: []any{int64(1), int64(2)}, Op: 'c'}, offset: 0}}
+	w.buf = []change{{table: v1, env: &schema.Envelope{After: []any{int64(1), int64(2)}, Op: 'c'}, offset: 0}}
 	w.next[0] = 1
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	w.buf = []change{{table: v2, env: schema.Envelope{After: []any{int64(2), nil, "hi"}, Op: 'c'}, offset: 1}}
+	w.buf = []change{{table: v2, env: &schema.Envelope{After: []any{int64(2), nil, "hi"}, Op: 'c'}, offset: 1}}
 	w.next[0] = 2
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
@@ -197,13 +197,13 @@ func TestEvolveAddsColumnsAndRefusesTypeChanges(t *testing.T) {
 		t.Fatal("note was not added")
 	}
 	// Rows of the old version still write (the new column is null).
-	w.buf = []change{{table: v1, env: schema.Envelope{After: []any{int64(3), int64(4)}, Op: 'c'}, offset: 2}}
+	w.buf = []change{{table: v1, env: &schema.Envelope{After: []any{int64(3), int64(4)}, Op: 'c'}, offset: 2}}
 	w.next[0] = 3
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	v3 := &schema.Table{Namespace: "public", Name: "x", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}, {Name: "n", Kind: schema.String, SourceType: "text"}}, Key: []int{0}}
-	w.buf = []change{{table: v3, env: schema.Envelope{After: []any{int64(5), "five"}, Op: 'c'}, offset: 3}}
+	w.buf = []change{{table: v3, env: &schema.Envelope{After: []any{int64(5), "five"}, Op: 'c'}, offset: 3}}
 	w.next[0] = 4
 	err := w.evolve(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `column "n" of public.x changed type`) {

@@ -1,0 +1,122 @@
+package schema
+
+import "fmt"
+
+// EnvelopeInfo is what a consumer can learn from an envelope without
+// decoding its rows: enough to route, order and fold changes, deferring
+// the rows until (and unless) they are needed.
+type EnvelopeInfo struct {
+	Op                  byte
+	HasBefore, HasAfter bool
+	// Unchanged counts the columns listed as not sent by the source.
+	Unchanged int
+	TsMs      int64 // source commit time
+	TxID, LSN uint64
+	// Position aliases the scanned buffer.
+	Position []byte
+}
+
+// ScanEnvelope reads an envelope of t like DecodeEnvelope, but skips the
+// rows' values instead of materializing them: it allocates nothing.
+func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
+	r := newReader(buf)
+	var e EnvelopeInfo
+	e.HasBefore = r.skipRow(t)
+	e.HasAfter = r.skipRow(t)
+	r.bytes() // version
+	r.bytes() // connector
+	r.bytes() // name
+	e.TsMs = r.long()
+	r.skipOptBytes() // snapshot
+	r.bytes()        // db
+	r.skipOptBytes() // schema
+	r.bytes()        // table
+	tx, _ := r.optLong()
+	e.TxID = uint64(tx)
+	lsn, _ := r.optLong()
+	e.LSN = uint64(lsn)
+	r.skipOptBytes() // file
+	r.optLong()      // pos
+	r.skipOptBytes() // gtid
+	e.Position = r.bytes()
+	op := r.bytes()
+	if len(op) == 1 {
+		e.Op = op[0]
+	} else {
+		r.fail(fmt.Errorf("schema: op has %d bytes", len(op)))
+	}
+	r.optLong() // ts_ms
+	for {
+		n := r.long()
+		if n == 0 || r.err != nil {
+			break
+		}
+		if n < 0 {
+			n = -n
+			r.long()
+		}
+		for ; n > 0 && r.err == nil; n-- {
+			r.bytes()
+			e.Unchanged++
+		}
+	}
+	if r.err == nil && len(r.buf) != 0 {
+		r.fail(fmt.Errorf("schema: %d trailing bytes after envelope", len(r.buf)))
+	}
+	if r.err != nil {
+		return EnvelopeInfo{}, fmt.Errorf("schema: scan %s envelope: %w", t.QualifiedName(), r.err)
+	}
+	return e, nil
+}
+
+func (r *reader) skipOptBytes() {
+	switch r.long() {
+	case 0:
+	case 1:
+		r.bytes()
+	default:
+		r.fail(fmt.Errorf("schema: bad union index"))
+	}
+}
+
+// skipRow skips a nullable row record; it reports whether one was there.
+func (r *reader) skipRow(t *Table) bool {
+	switch r.long() {
+	case 0:
+		return false
+	case 1:
+	default:
+		r.fail(fmt.Errorf("schema: bad union index"))
+		return false
+	}
+	for _, c := range t.Columns {
+		switch r.long() {
+		case 0:
+			continue
+		case 1:
+		default:
+			r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
+			return false
+		}
+		r.skipValue(c)
+	}
+	return true
+}
+
+// skipValue skips one non-null value of column c.
+func (r *reader) skipValue(c Column) {
+	switch c.Kind {
+	case Bool:
+		r.take(1)
+	case Int16, Int32, Int64, Date, Time, Timestamp, TimestampTZ:
+		r.long()
+	case Float32:
+		r.take(4)
+	case Float64:
+		r.take(8)
+	case String, JSON, Bytes, Decimal, UUID:
+		r.bytes()
+	default:
+		r.column(c, false) // kinds without a skipper: decode and drop
+	}
+}
