@@ -21,8 +21,8 @@ import (
 type change struct {
 	table     *schema.Table
 	info      schema.EnvelopeInfo
-	key       []byte // Avro key body (nil for truncates)
-	body      []byte // Avro envelope body
+	key       []byte           // Avro key body (nil for truncates)
+	body      []byte           // Avro envelope body
 	env       *schema.Envelope // decoded envelope, when set by a test
 	partition int32
 	offset    int64

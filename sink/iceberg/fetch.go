@@ -22,10 +22,10 @@ type fetched struct {
 
 // fetcher reads a table's topic partition by partition and decodes it.
 type fetcher struct {
-	w       *tableWriter
-	next    []int64
-	blocked []bool  // stopped at a truncate (upsert)
-	truncAt []int64 // offset of that truncate
+	w        *tableWriter
+	next     []int64
+	blocked  []bool  // stopped at a truncate (upsert)
+	truncAt  []int64 // offset of that truncate
 	truncPos []byte
 }
 
