@@ -71,6 +71,9 @@ type Status struct {
 	Uptime   string        `json:"uptime"`
 	Source   SourceStatus  `json:"source"`
 	Tables   []TableStatus `json:"tables"`
+	// Paused lists tables whose changes are held after a schema change the
+	// registry refused.
+	Paused []PausedTable `json:"paused,omitempty"`
 }
 
 // SourceStatus describes the reader.
@@ -94,6 +97,9 @@ type TableStatus struct {
 	// Lag is how many records of the topic the table has not committed
 	// yet; -1 while the table's position is not known.
 	Lag int64 `json:"lag"`
+	// State is "running", or "paused: <why>" when the sink could not write
+	// the table (retried on its own).
+	State string `json:"state"`
 }
 
 func formatLSN(v uint64) string { return fmt.Sprintf("%X/%X", v>>32, uint32(v)) }
@@ -111,12 +117,16 @@ func (d *Daemon) Status() Status {
 	}
 	for _, t := range d.sink.Stats() {
 		ts := TableStatus{Table: t.Table, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(), SnapshotID: t.SnapshotID.Load(),
-			Lag: d.lag(t)}
+			Lag: d.lag(t), State: "running"}
+		if why := t.Paused.Load(); why != nil {
+			ts.State = "paused: " + *why
+		}
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}
 		st.Tables = append(st.Tables, ts)
 	}
+	st.Paused = d.emitter.Paused()
 	return st
 }
 

@@ -42,12 +42,14 @@ type Daemon struct {
 	sink    *iceberg.Sink
 	topics  []string
 	started time.Time
+	// resumeEvery is how often paused tables are retried.
+	resumeEvery time.Duration
 }
 
 // New opens the daemon's local state (the log, the registry, the catalog)
 // and builds its components. Close releases them.
 func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemon, err error) {
-	d := &Daemon{cfg: cfg, logger: logger, started: time.Now()}
+	d := &Daemon{cfg: cfg, logger: logger, started: time.Now(), resumeEvery: 2 * time.Second}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -96,9 +98,12 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		tables = append(tables, tc)
 	}
 	d.emitter = &emitter{
-		lg: d.lg, reg: d.reg, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",
-		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions),
-		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{},
+		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",
+		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
+	}
+	if err := d.emitter.loadPaused(ctx); err != nil {
+		return nil, err
 	}
 	d.reader = postgres.New(postgres.Config{
 		DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
@@ -151,6 +156,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(func() error { return d.emitter.resumeLoop(gctx, d.resumeEvery) })
 	if addr := d.cfg.Admin.Listen; addr != "" && addr != "off" {
 		srv, err := d.adminServer(addr)
 		if err != nil {

@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +19,9 @@ import (
 const (
 	HeaderPosition = "cdcd.pos"  // the source position (sortable bytes)
 	HeaderTxID     = "cdcd.txid" // the source transaction id, decimal
+	// Held records (a paused table's) carry their schemas, as they have no id.
+	HeaderKeySchema   = "cdcd.key-schema"
+	HeaderValueSchema = "cdcd.value-schema"
 )
 
 // tableCodec is the registered schemas of one table version.
@@ -23,27 +29,41 @@ type tableCodec struct {
 	topic   string
 	keyID   uint32
 	valueID uint32
+	// keySchema and valueSchema are the texts, for holding records when the
+	// registry refuses them.
+	keySchema, valueSchema string
+	refused                error
 }
 
 // emitter is the source.Emitter that encodes changes as Confluent-framed
 // Avro and appends them to the log. It drops changes at or before the
 // newest position already stored in their partition: after a restart the
 // database re-sends from its confirmed position, which may be older.
+//
+// A table whose new schema the registry refuses (an incompatible change)
+// is paused: its changes — that one and every later one, in order — go to
+// a holding topic with their schemas, so nothing is lost and the source
+// keeps going for the other tables. Once the registry accepts the schema
+// (`cdcd schema accept`, or a compatibility change) the held changes are
+// replayed into the table's topic and the table resumes.
 type emitter struct {
 	lg         log.Log
 	reg        *schema.Registry
+	state      *stateStore
 	pipeline   string
 	db         string
 	connector  string
 	topicOf    func(namespace, table string) string
 	partitions int32
+	logger     *slog.Logger
 
+	mu     sync.Mutex // Emit and resume
 	codecs map[*schema.Table]*tableCodec
 	last   map[string][]source.Position // topic -> partition -> newest stored
+	paused map[string]*pauseState       // topic -> pause
 
 	produced atomic.Int64
 	dropped  atomic.Int64
-	buf      []byte
 }
 
 var _ source.Emitter = (*emitter)(nil)
@@ -71,6 +91,9 @@ func (e *emitter) loadLast(ctx context.Context, topic string) error {
 	return nil
 }
 
+// codec returns the schemas of a table version, registering them on first
+// use. A refusal is kept in the codec (refused), not returned: the table
+// pauses.
 func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, error) {
 	if c, ok := e.codecs[t]; ok {
 		return c, nil
@@ -84,11 +107,16 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 	if err != nil {
 		return nil, err
 	}
-	c := &tableCodec{topic: topic}
-	if c.keyID, err = e.reg.Register(ctx, topic+"-key", ks); err != nil {
-		return nil, err
+	c := &tableCodec{topic: topic, keySchema: ks, valueSchema: vs}
+	c.keyID, err = e.reg.Register(ctx, topic+"-key", ks)
+	if err == nil {
+		c.valueID, err = e.reg.Register(ctx, topic+"-value", vs)
 	}
-	if c.valueID, err = e.reg.Register(ctx, topic+"-value", vs); err != nil {
+	var inc *schema.IncompatibleError
+	switch {
+	case errors.As(err, &inc):
+		c.refused = inc
+	case err != nil:
 		return nil, err
 	}
 	if _, ok := e.last[topic]; !ok {
@@ -102,6 +130,8 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 
 // Emit encodes batch and appends it; it returns once all of it is durable.
 func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	byTopic := map[string][]log.Record{}
 	var order []string
 	newest := map[string][]source.Position{}
@@ -111,15 +141,29 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 		if err != nil {
 			return err
 		}
-		recs, err := e.records(tc, c)
-		if err != nil {
+		if tc.refused != nil && e.paused[tc.topic] == nil {
+			if err := e.pause(ctx, tc, c); err != nil {
+				return err
+			}
+		}
+		topic := tc.topic
+		held := e.paused[topic] != nil
+		var recs []log.Record
+		if held {
+			topic = heldTopic(tc.topic)
+			rec, err := e.heldRecord(tc, c)
+			if err != nil {
+				return err
+			}
+			recs = []log.Record{rec}
+		} else if recs, err = e.records(tc, c); err != nil {
 			return err
 		}
-		last := e.last[tc.topic]
-		nw := newest[tc.topic]
+		last := e.last[topic]
+		nw := newest[topic]
 		if nw == nil {
 			nw = make([]source.Position, len(last))
-			newest[tc.topic] = nw
+			newest[topic] = nw
 		}
 		for _, r := range recs {
 			p := r.Partition
@@ -127,31 +171,37 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 				e.dropped.Add(1)
 				continue
 			}
-			if _, ok := byTopic[tc.topic]; !ok {
-				order = append(order, tc.topic)
+			if _, ok := byTopic[topic]; !ok {
+				order = append(order, topic)
 			}
-			byTopic[tc.topic] = append(byTopic[tc.topic], r)
+			byTopic[topic] = append(byTopic[topic], r)
 			nw[p] = c.Pos
 		}
 	}
 	for _, topic := range order {
-		recs := byTopic[topic]
-		if err := e.lg.Produce(ctx, topic, recs); err != nil {
-			return fmt.Errorf("daemon: append to %s: %w", topic, err)
-		}
-		e.produced.Add(int64(len(recs)))
-		for p, pos := range newest[topic] {
-			if pos != nil {
-				e.last[topic][p] = pos
-			}
+		if err := e.produce(ctx, topic, byTopic[topic], newest[topic]); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// records encodes one change: one record, or one per partition for a
-// truncate (it applies to every key, so every partition carries it in order).
-func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error) {
+// produce appends recs to topic and records the newest positions stored.
+func (e *emitter) produce(ctx context.Context, topic string, recs []log.Record, newest []source.Position) error {
+	if err := e.lg.Produce(ctx, topic, recs); err != nil {
+		return fmt.Errorf("daemon: append to %s: %w", topic, err)
+	}
+	e.produced.Add(int64(len(recs)))
+	for p, pos := range newest {
+		if pos != nil {
+			e.last[topic][p] = pos
+		}
+	}
+	return nil
+}
+
+// envelope is the Debezium envelope of a change.
+func (e *emitter) envelope(c *source.Change) schema.Envelope {
 	env := schema.Envelope{
 		Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: time.Now().UnixMilli(),
 		Source: schema.SourceInfo{
@@ -163,12 +213,23 @@ func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error
 	if c.Snapshot {
 		env.Source.Snapshot = "true"
 	}
+	return env
+}
+
+func (e *emitter) headers(c *source.Change) []log.Header {
+	return []log.Header{{Key: HeaderPosition, Value: c.Pos}, {Key: HeaderTxID, Value: []byte(strconv.FormatUint(c.TxID, 10))}}
+}
+
+// records encodes one change: one record, or one per partition for a
+// truncate (it applies to every key, so every partition carries it in order).
+func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error) {
+	env := e.envelope(c)
 	value := schema.AppendFrame(nil, tc.valueID)
 	value, err := schema.AppendEnvelope(value, c.Table, &env)
 	if err != nil {
 		return nil, err
 	}
-	headers := []log.Header{{Key: HeaderPosition, Value: c.Pos}, {Key: HeaderTxID, Value: []byte(strconv.FormatUint(c.TxID, 10))}}
+	headers := e.headers(c)
 	ts := c.CommitTime
 	if c.Op == source.OpTruncate {
 		recs := make([]log.Record, e.partitions)
@@ -185,5 +246,17 @@ func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error
 	if key, err = schema.AppendKey(key, c.Table, row); err != nil {
 		return nil, err
 	}
-	return []log.Record{{Key: key, Value: value, Headers: headers, Timestamp: ts, Partition: log.PartitionFor(key, e.partitions)}}, nil
+	return []log.Record{{Key: key, Value: value, Headers: headers, Timestamp: ts, Partition: partitionOf(key, e.partitions)}}, nil
+}
+
+// partitionOf places a framed key: by murmur2 of its Avro body, without
+// the schema id, so a key keeps its partition when the key schema gets a
+// new id (changes of one key must stay in one partition, in order). The
+// Kafka backend sets the same partition explicitly.
+func partitionOf(framedKey []byte, n int32) int32 {
+	_, body, err := schema.ParseFrame(framedKey)
+	if err != nil {
+		body = framedKey
+	}
+	return log.PartitionFor(body, n)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -90,6 +92,20 @@ func (s *stateStore) Load(_ context.Context, key string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.values[key], nil
+}
+
+// Keys returns the keys with prefix that have a value, sorted.
+func (s *stateStore) Keys(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, v := range s.values {
+		if v != nil && strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (s *stateStore) Save(ctx context.Context, key string, value []byte) error {

@@ -72,6 +72,9 @@ type Config struct {
 	IndexDir string
 	// Maintenance says when each table's metadata is maintained.
 	Maintenance MaintenanceConfig
+	// RetryInterval is how long a paused table waits before it is tried
+	// again; default 30s.
+	RetryInterval time.Duration
 	// Producer selects how upsert commits are written: "" (cdcd's own
 	// snapshot producer, whose cost follows the change) or ProducerRowDelta
 	// (iceberg-go's RowDelta, for comparison).
@@ -97,6 +100,8 @@ type TableStats struct {
 	SnapshotID    atomic.Int64
 	// Committed is the next offset per partition the table holds.
 	Committed atomic.Pointer[[]int64]
+	// Paused holds why the table is paused (nil while it runs).
+	Paused atomic.Pointer[string]
 }
 
 // Sink writes every configured topic into its table, one loop per table.
@@ -135,6 +140,9 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 		cfg.TargetFileSize = 128 << 20
 	}
 	cfg.Maintenance.defaults()
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 30 * time.Second
+	}
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {
 		s.stats = append(s.stats, &TableStats{Topic: t.Topic, Table: identString(t.Ident)})
@@ -151,11 +159,36 @@ func (s *Sink) Stats() []*TableStats {
 
 // Run consumes and commits until ctx ends (then commits what it holds) or a
 // table fails.
+//
+// A table that fails is paused, not the sink: its reason is in its stats
+// and the log says what to do; it is retried every RetryInterval from the
+// offsets its Iceberg table holds, so nothing is lost or doubled, while the
+// other tables keep going.
 func (s *Sink) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for i, t := range s.cfg.Tables {
-		w := &tableWriter{s: s, cfg: t, stats: s.stats[i], logger: s.logger.With("table", identString(t.Ident), "topic", t.Topic)}
-		g.Go(func() error { return w.run(gctx) })
+		stats := s.stats[i]
+		logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
+		g.Go(func() error {
+			for {
+				w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger}
+				err := w.run(gctx)
+				if gctx.Err() != nil {
+					return nil
+				}
+				reason := err.Error()
+				stats.Paused.Store(&reason)
+				logger.Error("table paused: its changes wait in the log until the problem is solved",
+					"err", err, "retry_in", s.cfg.RetryInterval,
+					"what_to_do", "read the error; the table is retried from the offsets its snapshot holds, nothing is lost")
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-time.After(s.cfg.RetryInterval):
+				}
+				stats.Paused.Store(nil)
+			}
+		})
 	}
 	return g.Wait()
 }

@@ -401,8 +401,12 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	return nil
 }
 
-// evolve adds the columns that buffered table versions have and the table
-// lacks. Type changes are refused with the column and both types.
+// evolve brings the table's schema up to the buffered table versions
+// before their rows are written: new columns are added; a column whose type
+// widened the way Iceberg allows (int to long, float to double, a decimal's
+// precision) is promoted; a narrower type is written into the wider
+// column. Any other type change is refused with the column and both types:
+// Iceberg cannot change it in place.
 func (w *tableWriter) evolve(ctx context.Context) error {
 	cur := w.tbl.Schema()
 	type add struct {
@@ -411,6 +415,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 		doc  string
 	}
 	var adds []add
+	widen := map[string]iceberg.Type{}
 	seen := map[*schema.Table]bool{}
 	for i := range w.buf {
 		t := w.buf[i].table
@@ -434,13 +439,22 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 				}
 				continue
 			}
-			if !f.Type.Equals(typ) && !promotable(typ, f.Type) {
-				return fmt.Errorf("iceberg: column %q of %s changed type to %s (%s) but table %s has %s; type changes are not applied yet",
+			to := f.Type
+			if wt, ok := widen[c.Name]; ok {
+				to = wt
+			}
+			switch {
+			case to.Equals(typ) || promotable(typ, to):
+			case promotable(to, typ):
+				widen[c.Name] = typ
+			default:
+				return fmt.Errorf("iceberg: column %q of %s changed type to %s (%s) but table %s has %s, and Iceberg cannot change a column's type that way; "+
+					"rename or drop the column in the Iceberg table (the sink then adds the new one), or recreate the table, and the table resumes",
 					c.Name, t.QualifiedName(), c.SourceType, typ, identString(w.cfg.Ident), f.Type)
 			}
 		}
 	}
-	if len(adds) == 0 {
+	if len(adds) == 0 && len(widen) == 0 {
 		return nil
 	}
 	tx := w.tbl.NewTransaction()
@@ -448,26 +462,32 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 	for _, a := range adds {
 		us = us.AddColumn([]string{a.name}, a.typ, a.doc, false, nil)
 	}
+	for name, typ := range widen {
+		us = us.UpdateColumn([]string{name}, table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: typ}})
+	}
 	if err := us.Commit(); err != nil {
-		return fmt.Errorf("iceberg: add columns to %s: %w", identString(w.cfg.Ident), err)
+		return fmt.Errorf("iceberg: evolve the schema of %s: %w", identString(w.cfg.Ident), err)
 	}
 	tbl, err := tx.Commit(ctx)
 	if err != nil {
-		return fmt.Errorf("iceberg: add columns to %s: %w", identString(w.cfg.Ident), err)
+		return fmt.Errorf("iceberg: evolve the schema of %s: %w", identString(w.cfg.Ident), err)
 	}
-	w.logger.Info("added columns", "count", len(adds))
+	w.logger.Info("evolved the table schema", "added", len(adds), "widened", len(widen))
 	w.tbl = tbl
 	return nil
 }
 
-// promotable reports whether values of type from can be written into a
-// column of type to (a widening the table already went through).
+// promotable reports whether a column of type from may become (or hold
+// values of) type to: Iceberg's allowed promotions.
 func promotable(from, to iceberg.Type) bool {
-	switch {
-	case from.Equals(iceberg.PrimitiveTypes.Int32) && to.Equals(iceberg.PrimitiveTypes.Int64):
-		return true
-	case from.Equals(iceberg.PrimitiveTypes.Float32) && to.Equals(iceberg.PrimitiveTypes.Float64):
-		return true
+	switch f := from.(type) {
+	case iceberg.Int32Type:
+		return to.Equals(iceberg.PrimitiveTypes.Int64)
+	case iceberg.Float32Type:
+		return to.Equals(iceberg.PrimitiveTypes.Float64)
+	case iceberg.DecimalType:
+		t, ok := to.(iceberg.DecimalType)
+		return ok && t.Scale() == f.Scale() && t.Precision() >= f.Precision()
 	}
 	return false
 }

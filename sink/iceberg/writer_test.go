@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/extensions"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
@@ -208,5 +209,43 @@ func TestEvolveAddsColumnsAndRefusesTypeChanges(t *testing.T) {
 	err := w.evolve(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `column "n" of public.x changed type`) {
 		t.Fatalf("type change: %v", err)
+	}
+}
+
+func TestEvolveWidensTypes(t *testing.T) {
+	cat := testCatalog(t)
+	w := newWriter(t, cat, "p", 1)
+	v1 := &schema.Table{Namespace: "public", Name: "w", Columns: []schema.Column{{Name: "id", Kind: schema.Int64},
+		{Name: "n", Kind: schema.Int32, Nullable: true}, {Name: "d", Kind: schema.Decimal, Precision: 10, Scale: 2, Nullable: true}}, Key: []int{0}}
+	v2 := &schema.Table{Namespace: "public", Name: "w", Columns: []schema.Column{{Name: "id", Kind: schema.Int64},
+		{Name: "n", Kind: schema.Int64, Nullable: true}, {Name: "d", Kind: schema.Decimal, Precision: 20, Scale: 2, Nullable: true}}, Key: []int{0}}
+	w.buf = []change{{table: v1, env: &schema.Envelope{After: []any{int64(1), int64(2), "3.25"}, Op: 'c'}, offset: 0}}
+	w.next[0] = 1
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.buf = []change{{table: v2, env: &schema.Envelope{After: []any{int64(2), int64(1) << 40, "123456789012345678.99"}, Op: 'c'}, offset: 1}}
+	w.next[0] = 2
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := w.tbl.Schema().FindFieldByName("n")
+	d, _ := w.tbl.Schema().FindFieldByName("d")
+	if !n.Type.Equals(iceberg.PrimitiveTypes.Int64) || !d.Type.Equals(iceberg.DecimalTypeOf(20, 2)) {
+		t.Fatalf("types after widening: n %s, d %s", n.Type, d.Type)
+	}
+	// A narrower version still writes into the wider columns.
+	w.buf = []change{{table: v1, env: &schema.Envelope{After: []any{int64(3), int64(7), "1.00"}, Op: 'c'}, offset: 2}}
+	w.next[0] = 3
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	at, err := w.tbl.Scan().ToArrowTable(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer at.Release()
+	if at.NumRows() != 3 {
+		t.Fatalf("%d rows", at.NumRows())
 	}
 }
