@@ -239,7 +239,7 @@ func checkOpenError(t *testing.T, err error, start time.Time, class error, says 
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("message shows a secret: %q", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("took %s to fail", d)
 	}
 }
