@@ -40,7 +40,7 @@ func openSQL(ctx context.Context, cfg CatalogConfig) (*sqlCatalog, error) {
 		dialect sqlcat.SupportedDialect
 		err     error
 	)
-	switch s := scheme(cfg.URI); s {
+	switch scheme(cfg.URI) {
 	case "sqlite":
 		db, err = openSQLite(cfg.URI)
 		dialect = sqlcat.SQLite
