@@ -88,7 +88,7 @@ func TestPostgresCatalog(t *testing.T) {
 	cat := openTest(t, cfg)
 	var idents []table.Identifier
 	for _, version := range []int{3, 2} {
-		idents = append(idents, randomizedUpsert(t, cat, version, 13))
+		idents = append(idents, randomizedUpsert(t, cat, version, 25))
 	}
 
 	other := openTest(t, cfg)
@@ -144,7 +144,7 @@ func TestRESTCatalog(t *testing.T) {
 	cfg := CatalogConfig{Type: "rest", URI: hs.URL, Name: "rest", Warehouse: wh, Credential: "cdcd:s3cret"}
 	cat := openTest(t, cfg)
 	for _, version := range []int{3, 2} {
-		ident := randomizedUpsert(t, cat, version, 13)
+		ident := randomizedUpsert(t, cat, version, 25)
 		tbl, err := cat.LoadTable(t.Context(), ident)
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +154,7 @@ func TestRESTCatalog(t *testing.T) {
 		}
 	}
 	calls := srv.Calls()
-	if calls["POST /v1/oauth/tokens"] == 0 || calls["POST /v1/namespaces/{ns}/tables"] != 2 || calls["POST /v1/namespaces/{ns}/tables/{table}"] < 26 {
+	if calls["POST /v1/oauth/tokens"] == 0 || calls["POST /v1/namespaces/{ns}/tables"] != 2 || calls["POST /v1/namespaces/{ns}/tables/{table}"] < 50 {
 		t.Errorf("the client did not go through the REST server as expected: %v", calls)
 	}
 	// A bearer token works as well, and sees the same tables.

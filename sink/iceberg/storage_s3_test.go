@@ -62,7 +62,7 @@ func TestS3Warehouse(t *testing.T) {
 	cat := openTest(t, CatalogConfig{Type: "sql", URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Name: "s3",
 		Warehouse: "s3://lake/warehouse", S3: s3Config(srv)})
 	for _, version := range []int{3, 2} {
-		ident := randomizedUpsert(t, cat, version, 13)
+		ident := randomizedUpsert(t, cat, version, 25)
 		tbl, err := cat.LoadTable(t.Context(), ident)
 		if err != nil {
 			t.Fatal(err)
