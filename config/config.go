@@ -75,9 +75,16 @@ type Sink struct {
 type Iceberg struct {
 	Catalog Catalog `yaml:"catalog"`
 	// Warehouse is the root of table locations: file://path or s3://bucket/path.
-	// Default file://<data_dir>/warehouse. A relative file:// path is made
-	// absolute (table locations must be readable from anywhere).
+	// Default file://<data_dir>/warehouse for a sql catalog. A relative
+	// file:// path is made absolute (table locations must be readable from
+	// anywhere). A rest catalog is sent the warehouse (as its "warehouse"
+	// property), which may there also be a name the server knows; it has no
+	// default: the server then picks table locations.
 	Warehouse string `yaml:"warehouse" secret:"true"`
+	// S3 configures access to s3:// warehouses and locations. Absent, the
+	// AWS SDK's own defaults apply (AWS_* environment variables, shared
+	// config files, instance roles).
+	S3 *S3 `yaml:"s3"`
 	// Namespace receives the tables: public.orders -> <namespace>.orders,
 	// other schemas -> <namespace>.<schema>_<table>. Default "cdc".
 	Namespace string `yaml:"namespace"`
@@ -101,6 +108,33 @@ type Catalog struct {
 	URI string `yaml:"uri" secret:"true"`
 	// Name of the catalog; default "cdcd".
 	Name string `yaml:"name"`
+	// Credential authenticates to a rest catalog with OAuth2 client
+	// credentials: "client_id:client_secret" (or a bare secret), exchanged
+	// at the catalog's /v1/oauth/tokens for a bearer token. Use ${ENV};
+	// redacted by Config.String. Not together with Token.
+	Credential string `yaml:"credential,omitempty" secret:"all"`
+	// Token is a bearer token for a rest catalog. Use ${ENV}; redacted by
+	// Config.String. Not together with Credential.
+	Token string `yaml:"token,omitempty" secret:"all"`
+}
+
+// S3 configures the S3 (or S3-compatible) object store of the warehouse.
+type S3 struct {
+	// Endpoint is the http(s):// URL of an S3-compatible service (MinIO,
+	// Ceph, R2, ...). Default: AWS S3 for the region.
+	Endpoint string `yaml:"endpoint"`
+	// Region of the bucket, e.g. us-east-1. Default: AWS_REGION or the
+	// shared AWS config.
+	Region string `yaml:"region"`
+	// PathStyle addresses objects as <endpoint>/<bucket>/<key> rather than
+	// <bucket>.<endpoint>/<key>. Default true when an endpoint is set (what
+	// S3-compatible services expect), false for AWS S3.
+	PathStyle bool `yaml:"path_style"`
+	// AccessKeyID and SecretAccessKey are static credentials, both or
+	// neither; default: the AWS SDK's credential chain. Use ${ENV}; both
+	// are redacted by Config.String.
+	AccessKeyID     string `yaml:"access_key_id" secret:"all"`
+	SecretAccessKey string `yaml:"secret_access_key" secret:"all"`
 }
 
 // Admin configures the admin HTTP listener.

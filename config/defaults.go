@@ -72,11 +72,14 @@ func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool
 		orDefault(&cat.URI, "sqlite://"+uriDir(dataDir)+"/catalog.db", explicit(p+"catalog.uri"))
 	}
 	orDefault(&cat.Name, defaultCatalogName, explicit(p+"catalog.name"))
-	if dataDir != "" {
+	if dataDir != "" && cat.Type != "rest" {
 		orDefault(&ic.Warehouse, fileURL(filepath.Join(dataDir, "warehouse")), explicit(p+"warehouse"))
 	}
 	if rest, ok := strings.CutPrefix(ic.Warehouse, "file://"); ok && rest != "" && !strings.HasPrefix(rest, "/") {
 		ic.Warehouse = fileURL(rest)
+	}
+	if s3 := ic.S3; s3 != nil {
+		orDefault(&s3.PathStyle, s3.Endpoint != "", explicit(p+"s3.path_style"))
 	}
 	orDefault(&ic.Namespace, defaultNamespace, explicit(p+"namespace"))
 	orDefault(&ic.FormatVersion, defaultFormatVersion, explicit(p+"format_version"))

@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// String renders the effective config as YAML, every key written out, with
+// String renders the effective config as YAML, every key written out
+// (optional secrets such as a rest catalog's token only when set), with
 // the password of each DSN and URI replaced by *** (postgres://u:***@h/db,
-// password=***). Parsing the output gives the same Config, apart from
+// password=***) and tokens and keys by ***. Parsing the output gives the same Config, apart from
 // redacted passwords. It has a value receiver so that printing a Config
 // value, not only a pointer, is redacted too.
 func (c Config) String() string {
@@ -27,10 +28,11 @@ func (c Config) LogValue() slog.Value {
 }
 
 // Fields tagged secret:"true" (DSN, URI, Warehouse) hold URLs or DSNs whose
-// passwords String redacts.
+// passwords String redacts; fields tagged secret:"all" (tokens, keys) are
+// secrets as a whole and print as *** when set.
 
 // writeStruct writes the yaml keys of struct v at an indentation level;
-// nil sections are left out.
+// nil sections and unset ",omitempty" keys are left out.
 func writeStruct(b *strings.Builder, v reflect.Value, indent int) {
 	t := v.Type()
 	for i := range t.NumField() {
@@ -40,17 +42,20 @@ func writeStruct(b *strings.Builder, v reflect.Value, indent int) {
 			continue
 		}
 		fv := v.Field(i)
+		if fv.IsZero() && strings.HasSuffix(f.Tag.Get("yaml"), ",omitempty") {
+			continue // an optional setting, unset (e.g. a rest catalog's token)
+		}
 		if fv.Kind() == reflect.Pointer {
 			if fv.IsNil() {
 				continue
 			}
 			fv = fv.Elem()
 		}
-		writeField(b, key, fv, f.Tag.Get("secret") == "true", indent)
+		writeField(b, key, fv, f.Tag.Get("secret"), indent)
 	}
 }
 
-func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, indent int) {
+func writeField(b *strings.Builder, key string, v reflect.Value, secret string, indent int) {
 	pad := strings.Repeat("  ", indent)
 	switch {
 	case v.Type() == durationType:
@@ -89,8 +94,11 @@ func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, in
 		}
 	case v.Kind() == reflect.String:
 		s := v.String()
-		if secret {
+		switch {
+		case secret == "true":
 			s = redact(s)
+		case secret == "all" && s != "":
+			s = "***"
 		}
 		fmt.Fprintf(b, "%s%s: %s\n", pad, key, quoteYAML(s))
 	case v.CanInt():

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -182,7 +183,8 @@ func (v *validator) sink() {
 		return
 	}
 	v.catalog(ic.Catalog)
-	v.warehouse(ic.Warehouse)
+	v.warehouse(ic.Warehouse, ic.Catalog.Type)
+	v.s3(ic)
 	if !validNamespace(ic.Namespace) {
 		v.fail("sink.iceberg.namespace", ErrInvalid, "%s is not a namespace: use letters, digits, _ and -, with . between levels", shortQuote(ic.Namespace))
 	}
@@ -216,6 +218,14 @@ func (v *validator) catalog(cat Catalog) {
 	if cat.Name == "" {
 		v.fail(p+"name", ErrInvalid, "must not be empty (the default is %s)", defaultCatalogName)
 	}
+	for _, k := range []struct{ key, val string }{{"credential", cat.Credential}, {"token", cat.Token}} {
+		if k.val != "" && cat.Type == "sql" {
+			v.fail(p+k.key, ErrInvalid, "is for rest catalogs only: a sql catalog's credentials go in its uri (postgres://user:${PGPASSWORD}@host/db)")
+		}
+	}
+	if cat.Type == "rest" && cat.Credential != "" && cat.Token != "" {
+		v.fail(p+"token", ErrInvalid, "set credential (OAuth2 client credentials, exchanged for a token) or token (a bearer token), not both (credential is set%s)", v.where(p+"credential"))
+	}
 }
 
 // describeScheme names what a URI starts with, without echoing secrets.
@@ -229,9 +239,18 @@ func describeScheme(uri, s string) string {
 	return s + "://"
 }
 
-func (v *validator) warehouse(w string) {
+func (v *validator) warehouse(w, catalogType string) {
 	const path = "sink.iceberg.warehouse"
-	switch s := scheme(w); s {
+	s := scheme(w)
+	if catalogType == "rest" && s != "file" && s != "s3" {
+		// A rest catalog may know its warehouses by name, or pick
+		// locations itself (no warehouse).
+		if strings.TrimSpace(w) != w || strings.ContainsAny(w, "\n\r") {
+			v.fail(path, ErrInvalid, "%s has surrounding spaces or line breaks: write the warehouse name or URL alone", shortQuote(w))
+		}
+		return
+	}
+	switch s {
 	case "file":
 		if !strings.HasPrefix(strings.TrimPrefix(w, "file://"), "/") {
 			v.fail(path, ErrInvalid, "a file:// warehouse needs a path, e.g. file:///var/lib/cdcd/warehouse")
@@ -242,6 +261,36 @@ func (v *validator) warehouse(w string) {
 		}
 	default:
 		v.fail(path, ErrInvalid, "must be a file:// or s3:// URL, got %s", describeScheme(w, s))
+	}
+}
+
+// s3 checks the object-store settings. They apply to s3:// warehouses,
+// and to a rest catalog, whose server may hand out s3:// locations.
+func (v *validator) s3(ic *Iceberg) {
+	const p = "sink.iceberg.s3"
+	s3 := ic.S3
+	if s3 == nil {
+		return
+	}
+	if scheme(ic.Warehouse) != "s3" && ic.Catalog.Type != "rest" {
+		v.fail(p, ErrInvalid, "applies to s3:// warehouses, but the warehouse is %s%s: set warehouse: s3://bucket/path or remove sink.iceberg.s3",
+			describeScheme(ic.Warehouse, scheme(ic.Warehouse)), v.where("sink.iceberg.warehouse"))
+	}
+	if e := s3.Endpoint; e != "" {
+		if sc := scheme(e); sc != "http" && sc != "https" {
+			v.fail(p+".endpoint", ErrInvalid, "must be an http:// or https:// URL such as http://127.0.0.1:9000, got %s", describeScheme(e, sc))
+		} else if u, err := url.Parse(e); err != nil || u.Host == "" {
+			v.fail(p+".endpoint", ErrInvalid, "%s is not a URL with a host, e.g. https://s3.example.com", shortQuote(e))
+		}
+	}
+	if strings.ContainsAny(s3.Region, " /\t") {
+		v.fail(p+".region", ErrInvalid, "%s is not a region name such as us-east-1", shortQuote(s3.Region))
+	}
+	switch {
+	case s3.AccessKeyID != "" && s3.SecretAccessKey == "":
+		v.fail(p+".secret_access_key", ErrInvalid, "required with access_key_id: set both (e.g. secret_access_key: ${AWS_SECRET_ACCESS_KEY}) or neither (the AWS SDK's credential chain)")
+	case s3.AccessKeyID == "" && s3.SecretAccessKey != "":
+		v.fail(p+".access_key_id", ErrInvalid, "required with secret_access_key: set both (e.g. access_key_id: ${AWS_ACCESS_KEY_ID}) or neither (the AWS SDK's credential chain)")
 	}
 }
 

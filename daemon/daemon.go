@@ -75,9 +75,15 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		return nil, err
 	}
 	ice := cfg.Sink.Iceberg
-	if d.cat, err = iceberg.OpenCatalog(ctx, iceberg.CatalogConfig{
+	catCfg := iceberg.CatalogConfig{
 		Type: ice.Catalog.Type, URI: ice.Catalog.URI, Name: ice.Catalog.Name, Warehouse: ice.Warehouse,
-	}); err != nil {
+		Credential: ice.Catalog.Credential, Token: ice.Catalog.Token,
+	}
+	if s3 := ice.S3; s3 != nil {
+		catCfg.S3 = iceberg.S3Config{Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: s3.PathStyle,
+			AccessKeyID: s3.AccessKeyID, SecretAccessKey: s3.SecretAccessKey}
+	}
+	if d.cat, err = iceberg.OpenCatalog(ctx, catCfg); err != nil {
 		return nil, err
 	}
 
