@@ -17,8 +17,8 @@ import (
 // pauseState is a paused table, kept in the state topic under
 // "pause/<topic>" so a pause survives restarts.
 type pauseState struct {
-	Topic string `json:"topic"`
-	Table string `json:"table"`
+	Topic string    `json:"topic"`
+	Table string    `json:"table"`
 	Since time.Time `json:"since"`
 	// Position is the source position (hex) of the first held change.
 	Position string `json:"position"`

@@ -259,7 +259,7 @@ func TestSafeURI(t *testing.T) {
 
 // kvInsert is an insert of (id, v, null) into kv at offset off.
 func kvInsert(id int64, v string, off int64) change {
-	c := change{table: kv, offset: off, env: schema.Envelope{Op: 'c', After: []any{id, v, nil}}}
+	c := change{table: kv, offset: off, env: &schema.Envelope{Op: 'c', After: []any{id, v, nil}}}
 	c.env.Source.Position = []byte(fmt.Sprintf("%012d", off))
 	return c
 }
