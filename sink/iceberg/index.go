@@ -31,6 +31,10 @@ const (
 
 var idxSnapshotKey = []byte{idxPrefixMeta, 's', 'n', 'a', 'p'}
 
+var pebbleSync = pebble.Sync
+
+func isNotFound(err error) bool { return errors.Is(err, pebble.ErrNotFound) }
+
 // location is where a key's current row lives.
 type location struct {
 	file string

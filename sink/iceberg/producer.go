@@ -166,7 +166,15 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 		}
 		manifests = append(manifests, mf)
 	}
-	manifests = append(manifests, ms.data...)
+	if len(p.removedData) > 0 {
+		kept, err := w.rewriteDataManifests(fs, wfs, tbl, snapID, ms, p.removedData)
+		if err != nil {
+			return err
+		}
+		manifests = append(manifests, kept...)
+	} else {
+		manifests = append(manifests, ms.data...)
+	}
 
 	// Deletes: the replaced vectors' manifests are rewritten without them.
 	removed := map[string]bool{}
@@ -189,6 +197,13 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 		added[k] = true
 		if _, live := ms.live[k]; live && !removed[k] && table.IsDeletionVector(d) {
 			return fmt.Errorf("iceberg: new deletion vector for %s would leave two live vectors", k)
+		}
+	}
+	// A removed data file takes its vector with it.
+	for _, df := range p.removedData {
+		k := "dv:" + df.FilePath()
+		if ld, ok := ms.live[k]; ok && !removed[k] {
+			return fmt.Errorf("iceberg: removing %s but not its deletion vector %s", df.FilePath(), ld.df.FilePath())
 		}
 	}
 	// Many small delete manifests are merged while rewriting anyway.
@@ -308,6 +323,11 @@ func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *pl
 		next.dataFiles++
 		next.dataBytes += df.FileSizeBytes()
 	}
+	for _, df := range p.removedData {
+		next.records -= df.Count()
+		next.dataFiles--
+		next.dataBytes -= df.FileSizeBytes()
+	}
 	for _, ld := range next.live {
 		next.deleteFiles++
 		next.positionDeletes += ld.df.Count()
@@ -315,6 +335,64 @@ func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *pl
 	}
 	w.up.ms = next
 	return nil
+}
+
+// rewriteDataManifests returns the data manifests of the new snapshot when
+// it removes files: every manifest holding one is rewritten into one new
+// manifest — survivors EXISTING with their sequence numbers and row ids,
+// removed files DELETED — and the others are kept unread.
+func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, ms *manifestState, removed []iceberg.DataFile) ([]iceberg.ManifestFile, error) {
+	gone := make(map[string]bool, len(removed))
+	for _, df := range removed {
+		gone[df.FilePath()] = true
+	}
+	var kept []iceberg.ManifestFile
+	var entries []iceberg.ManifestEntry
+	found := 0
+	for _, mf := range ms.data {
+		es, err := mf.FetchEntries(fs, true)
+		if err != nil {
+			return nil, fmt.Errorf("iceberg: read data manifest %s: %w", mf.FilePath(), err)
+		}
+		touched := false
+		for _, e := range es {
+			if gone[e.DataFile().FilePath()] {
+				touched = true
+				found++
+			}
+		}
+		if !touched {
+			kept = append(kept, mf)
+			continue
+		}
+		entries = append(entries, es...)
+	}
+	if found != len(removed) {
+		return nil, fmt.Errorf("iceberg: %d of the %d files to remove are not live in snapshot %d", len(removed)-found, len(removed), ms.snapshotID)
+	}
+	mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *iceberg.ManifestWriter) error {
+		for _, e := range entries {
+			sid, seq := e.SnapshotID(), e.SequenceNum()
+			fseq := seq
+			if f := e.FileSequenceNum(); f != nil {
+				fseq = *f
+			}
+			if gone[e.DataFile().FilePath()] {
+				if err := mw.Delete(iceberg.NewManifestEntry(iceberg.EntryStatusDELETED, &snapID, &seq, &fseq, e.DataFile())); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := mw.Existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &seq, &fseq, e.DataFile())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(kept, mf), nil
 }
 
 // writeManifest writes one manifest with fill's entries.
@@ -436,6 +514,20 @@ func (w *tableWriter) summary(ms *manifestState, p *plan, removed map[string]boo
 	set("total-files-size", ms.dataBytes+ms.deleteBytes+addBytes+addDelBytes-remDelBytes)
 	op := table.OpOverwrite
 	switch {
+	case len(p.removedData) > 0:
+		// A compaction: the same rows, in other files.
+		op = table.OpReplace
+		var recs, size int64
+		for _, df := range p.removedData {
+			recs += df.Count()
+			size += df.FileSizeBytes()
+		}
+		set("deleted-data-files", int64(len(p.removedData)))
+		set("deleted-records", recs)
+		set("removed-files-size", remDelBytes+size)
+		set("total-records", ms.records+addRecs-recs)
+		set("total-data-files", ms.dataFiles+int64(len(p.added))-int64(len(p.removedData)))
+		set("total-files-size", ms.dataBytes+ms.deleteBytes+addBytes+addDelBytes-remDelBytes-size)
 	case len(p.deletes) == 0:
 		op = table.OpAppend
 	case len(p.added) == 0:

@@ -23,6 +23,8 @@ const (
 	PropOffsets        = "cdcd.offsets"         // JSON {"partition": next offset}
 	PropSourcePosition = "cdcd.source-position" // hex of the newest source position committed
 	PropCommitID       = "cdcd.commit-id"       // unique per commit attempt; settles unknown outcomes
+	// PropCompactionID marks a compaction's REPLACE snapshot.
+	PropCompactionID = "cdcd.compaction-id"
 	// PropRows is "0" on commits that change no rows (offsets only), so a
 	// key index tagged with an older snapshot needs no rebuild.
 	PropRows = "cdcd.rows"
@@ -72,6 +74,8 @@ type Config struct {
 	IndexDir string
 	// Maintenance says when each table's metadata is maintained.
 	Maintenance MaintenanceConfig
+	// Compaction configures data-file compaction of upsert tables.
+	Compaction CompactionConfig
 	// RetryInterval is how long a paused table waits before it is tried
 	// again; default 30s.
 	RetryInterval time.Duration
@@ -102,6 +106,8 @@ type TableStats struct {
 	Committed atomic.Pointer[[]int64]
 	// Paused holds why the table is paused (nil while it runs).
 	Paused atomic.Pointer[string]
+	// Compaction is the table's compaction record.
+	Compaction atomic.Pointer[CompactionStats]
 }
 
 // Sink writes every configured topic into its table, one loop per table.
@@ -140,6 +146,7 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 		cfg.TargetFileSize = 128 << 20
 	}
 	cfg.Maintenance.defaults()
+	cfg.Compaction.defaults()
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 30 * time.Second
 	}

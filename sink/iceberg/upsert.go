@@ -267,9 +267,14 @@ type plan struct {
 	bitmaps    map[string]*dv.RoaringPositionBitmap // the merged vector per touched data file
 	batch      *indexBatch
 	rows       int
+	// removedData are data files the commit removes (compaction), with
+	// their vectors in removedDVs; the commit is then a REPLACE.
+	removedData []iceberg.DataFile
 }
 
-func (p *plan) empty() bool { return len(p.added) == 0 && len(p.deletes) == 0 }
+func (p *plan) empty() bool {
+	return len(p.added) == 0 && len(p.deletes) == 0 && len(p.removedData) == 0
+}
 
 // stage folds buf and writes its data files and deletes against tbl.
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {

@@ -118,6 +118,9 @@ func (w *tableWriter) loadUpsert(ctx context.Context) error {
 	if err := w.up.loadFiles(ctx, w.tbl); err != nil {
 		return err
 	}
+	if err := w.resolveIntent(ctx); err != nil {
+		return err
+	}
 	cur := int64(0)
 	if s := w.tbl.CurrentSnapshot(); s != nil {
 		cur = s.SnapshotID

@@ -408,3 +408,132 @@ func encoded(c change) change {
 	}
 	return change{table: c.table, info: info, body: body, key: key, partition: c.partition, offset: c.offset}
 }
+
+func TestCompaction(t *testing.T) {
+	for _, version := range []int{3, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			cat := testCatalog(t)
+			w := upsertWriter(t, cat, version, 1)
+			w.s.cfg.Compaction = CompactionConfig{MinGroup: 3}
+			w.s.cfg.Compaction.defaults()
+			rng := rand.New(rand.NewPCG(uint64(version), 21))
+			want := model{}
+			var off int64
+			commit := func() {
+				t.Helper()
+				w.buf = randomChanges(rng, want, 1+rng.IntN(60), &off)
+				w.next[0] = off
+				if err := w.commit(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 10; i++ {
+				commit()
+			}
+			before := len(w.up.data)
+			c, err := w.planCompaction(t.Context())
+			if err != nil || c == nil {
+				t.Fatalf("plan: %v %v", c, err)
+			}
+			if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
+				t.Fatal(err)
+			}
+			// The sink keeps committing while the rewrite is "running":
+			// deletes and updates of rows in the old files must carry over.
+			commit()
+			commit()
+			if err := w.commitCompaction(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			if len(w.up.data) >= before {
+				t.Errorf("%d data files before, %d after compaction", before, len(w.up.data))
+			}
+			compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
+			if version == 3 {
+				checkInvariants(t, cat, w.cfg.Ident)
+			}
+			// The index points every key at its row: more commits stay right,
+			// and a restart needs no rebuild.
+			for i := 0; i < 5; i++ {
+				commit()
+			}
+			compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
+			spotCheckIndex(t, w)
+			w.close()
+			dir := w.s.cfg.IndexDir
+			w2 := upsertWriter(t, cat, version, 1)
+			w2.s.cfg.IndexDir = dir
+			if err := w2.load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			spotCheckIndex(t, w2)
+			w2.close()
+		})
+	}
+}
+
+// spotCheckIndex follows every key of the index to its file and position
+// and checks the row there has that key.
+func spotCheckIndex(t *testing.T, w *tableWriter) {
+	t.Helper()
+	fs, err := w.tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFile := map[string]map[int64][]byte{}
+	it, err := w.up.idx.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) == 0 || k[0] != idxPrefixKey {
+			continue
+		}
+		loc, ok, err := w.up.idx.get(k[1:])
+		if err != nil || !ok {
+			t.Fatalf("get %x: %v", k, err)
+		}
+		if byFile[loc.file] == nil {
+			byFile[loc.file] = map[int64][]byte{}
+		}
+		byFile[loc.file][loc.pos] = append([]byte(nil), k[1:]...)
+		n++
+	}
+	it.Close()
+	for path, want := range byFile {
+		if _, live := w.up.data[path]; !live {
+			t.Fatalf("index points at %s, not a live data file", path)
+		}
+		pf, closeFn, err := parquetFile(fs, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = readColumns(pf, w.up.keys, func(pos int64, vals []any) error {
+			k, ok := want[pos]
+			if !ok {
+				return nil
+			}
+			got, err := encodeKey(nil, []any{vals[0]})
+			if err != nil {
+				return err
+			}
+			if string(got) != string(k) {
+				return fmt.Errorf("%s@%d holds key %x, index says %x", path, pos, got, k)
+			}
+			delete(want, pos)
+			return nil
+		})
+		closeFn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) > 0 {
+			t.Fatalf("%d index entries point past %s", len(want), path)
+		}
+	}
+	if n == 0 {
+		t.Fatal("empty index")
+	}
+}

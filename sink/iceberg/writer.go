@@ -44,6 +44,10 @@ type tableWriter struct {
 	fileSeq int
 
 	commitsSinceExpire int
+
+	comp        *compaction // the rewrite in flight
+	lastCompact time.Time
+	compStats   CompactionStats
 }
 
 func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
@@ -92,6 +96,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 			}
 			return err
 		case <-timer.C:
+		case <-w.compactionDone():
+			if err := w.finishCompaction(ctx); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 		}
 		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes ||
@@ -100,6 +108,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 				return err
 			}
 		}
+		w.maybeCompact(ctx)
+	}
+	if w.comp != nil {
+		<-w.comp.done // its files are orphans; the next run's intent check or orphan sweep removes them
 	}
 	// Stopping: commit what was consumed, within a bounded time.
 	if len(w.buf) > 0 {

@@ -1,0 +1,676 @@
+package iceberg
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
+	"github.com/parquet-go/parquet-go"
+)
+
+// Compaction, per upsert table, inside the table's own loop:
+//
+//  1. plan (in the loop): pick small files in groups and delete-heavy files
+//     of one partition, up to a byte cap, and take their current vectors;
+//  2. rewrite (in the background, while the sink keeps committing): merge
+//     the files' surviving rows — each file is sorted by key, so a k-way
+//     merge keeps the output sorted and memory small — into new files,
+//     remembering each old row's new position;
+//  3. commit (in the loop, between two sink commits): rows the sink deleted
+//     in the old files meanwhile get the same deletion in the new files;
+//     one REPLACE snapshot removes the old files and their vectors and adds
+//     the new ones, carrying the latest offsets and the compaction id; then
+//     the key index moves the keys still pointing at old files.
+//
+// An intent {id, old files, new files} is stored in the key index before
+// the commit and removed with the index update, atomically. On a restart
+// with an intent left: if the commit landed the index is rebuilt; if not,
+// the new files are deleted.
+
+// CompactionConfig configures compaction.
+type CompactionConfig struct {
+	// Disabled turns compaction off.
+	Disabled bool
+	// Interval between compaction plans of a table; default 1m.
+	Interval time.Duration
+	// SmallFileRatio: files smaller than this share of the target file size
+	// are small; default 0.75.
+	SmallFileRatio float64
+	// MinGroup is the fewest small files of one partition worth a rewrite;
+	// default 5.
+	MinGroup int
+	// DeleteRatio: a file with at least this share of its rows deleted is
+	// rewritten on its own; default 0.30.
+	DeleteRatio float64
+	// MaxBytes caps the input of one compaction; default 128 MiB.
+	MaxBytes int64
+	// OrphanAge is how old an unreferenced file must be before it is
+	// removed; default 24h, never less than 1h.
+	OrphanAge time.Duration
+	// OrphanInterval between orphan sweeps of a table; default 6h.
+	OrphanInterval time.Duration
+}
+
+func (c *CompactionConfig) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = time.Minute
+	}
+	if c.SmallFileRatio <= 0 {
+		c.SmallFileRatio = 0.75
+	}
+	if c.MinGroup <= 0 {
+		c.MinGroup = 5
+	}
+	if c.DeleteRatio <= 0 {
+		c.DeleteRatio = 0.30
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 128 << 20
+	}
+	if c.OrphanAge < time.Hour {
+		c.OrphanAge = 24 * time.Hour
+	}
+	if c.OrphanInterval <= 0 {
+		c.OrphanInterval = 6 * time.Hour
+	}
+}
+
+// compaction is one rewrite in flight.
+type compaction struct {
+	id      string
+	old     []iceberg.DataFile
+	oldDV   []*dv.RoaringPositionBitmap // each old file's vector when planned (nil: none)
+	started time.Time
+
+	// set by the rewrite
+	newFiles []iceberg.DataFile
+	moved    [][]newLoc // per old file, per old position: where the row went
+	keys     []movedKey // every row written, for the index
+	err      error
+	done     chan struct{}
+}
+
+type newLoc struct {
+	file int32 // index into newFiles; -1: the row was deleted when planned
+	pos  int32
+}
+
+type movedKey struct {
+	key  []byte
+	file int32
+	pos  int32
+}
+
+// CompactionStats are a table's compaction counters.
+type CompactionStats struct {
+	Runs, FilesIn, FilesOut, BytesIn, BytesOut int64
+	Last                                       time.Time
+	LastDuration                               time.Duration
+	LastErr                                    string
+}
+
+// planCompaction picks the files of one partition to rewrite.
+func (w *tableWriter) planCompaction(ctx context.Context) (*compaction, error) {
+	cc := w.s.cfg.Compaction
+	target := int64(w.s.cfg.TargetFileSize)
+	type cand struct {
+		df      iceberg.DataFile
+		deleted int64
+	}
+	byPart := map[string][]cand{}
+	for _, df := range w.up.data {
+		var deleted int64
+		if d, ok := w.up.dvs[df.FilePath()]; ok {
+			deleted = d.Count()
+		}
+		byPart[fmt.Sprint(df.SpecID(), df.Partition())] = append(byPart[fmt.Sprint(df.SpecID(), df.Partition())], cand{df, deleted})
+	}
+	var pick []iceberg.DataFile
+	var bytes int64
+	keys := make([]string, 0, len(byPart))
+	for k := range byPart {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var small, heavy []iceberg.DataFile
+		for _, c := range byPart[k] {
+			switch {
+			case c.df.Count() > 0 && float64(c.deleted)/float64(c.df.Count()) >= cc.DeleteRatio:
+				heavy = append(heavy, c.df)
+			case float64(c.df.FileSizeBytes()) < cc.SmallFileRatio*float64(target):
+				small = append(small, c.df)
+			}
+		}
+		group := heavy
+		if len(small) >= cc.MinGroup || (len(small) > 0 && len(heavy) > 0) {
+			group = append(group, small...)
+		}
+		sort.Slice(group, func(i, j int) bool { return group[i].FilePath() < group[j].FilePath() })
+		for _, df := range group {
+			if bytes+df.FileSizeBytes() > cc.MaxBytes && len(pick) > 0 {
+				break
+			}
+			pick = append(pick, df)
+			bytes += df.FileSizeBytes()
+		}
+		if len(pick) > 0 {
+			break // one partition per compaction
+		}
+	}
+	if len(pick) == 0 || (len(pick) == 1 && w.up.dvs[pick[0].FilePath()] == nil) {
+		return nil, nil
+	}
+	fs, err := w.tbl.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &compaction{id: newCommitID(), old: pick, started: time.Now(), done: make(chan struct{})}
+	current, err := w.deletedIn(ctx, fs, pick)
+	if err != nil {
+		return nil, err
+	}
+	for _, df := range pick {
+		var bm *dv.RoaringPositionBitmap
+		if cur := current[df.FilePath()]; cur != nil {
+			bm = dv.NewRoaringPositionBitmap()
+			bm.Or(cur)
+		}
+		c.oldDV = append(c.oldDV, bm)
+	}
+	return c, nil
+}
+
+// deletedIn returns the deleted positions of files: their deletion vectors
+// (v3), or what the live position-delete files say about them (v2).
+func (w *tableWriter) deletedIn(ctx context.Context, fs icebergio.IO, files []iceberg.DataFile) (map[string]*dv.RoaringPositionBitmap, error) {
+	out := map[string]*dv.RoaringPositionBitmap{}
+	if len(w.up.posDeletes) > 0 {
+		all, err := w.up.deletedPositions(ctx, fs, w.tbl)
+		if err != nil {
+			return nil, err
+		}
+		for _, df := range files {
+			out[df.FilePath()] = all[df.FilePath()]
+		}
+		return out, nil
+	}
+	for _, df := range files {
+		if d, ok := w.up.dvs[df.FilePath()]; ok {
+			cur, err := w.up.currentDV(fs, df.FilePath(), d)
+			if err != nil {
+				return nil, err
+			}
+			out[df.FilePath()] = cur
+		}
+	}
+	return out, nil
+}
+
+// rewrite merges the old files' surviving rows into new files.
+func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceberg.NestedField, c *compaction) error {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return errors.New("iceberg: the warehouse is not writable")
+	}
+	sc := tbl.Schema()
+	fields := sc.Fields()
+	keyIdx := make([]int, len(keys))
+	for i, k := range keys {
+		for j, f := range fields {
+			if f.ID == k.ID {
+				keyIdx[i] = j
+			}
+		}
+	}
+	var cursors mergeHeap
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	c.moved = make([][]newLoc, len(c.old))
+	for i, df := range c.old {
+		pf, closeFn, err := parquetFile(fs, df.FilePath())
+		if err != nil {
+			return err
+		}
+		closers = append(closers, closeFn)
+		c.moved[i] = make([]newLoc, pf.NumRows())
+		for j := range c.moved[i] {
+			c.moved[i][j] = newLoc{file: -1}
+		}
+		cur := &fileCursor{src: i, pf: pf, fields: fields, keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
+		if ok, err := cur.next(); err != nil {
+			return err
+		} else if ok {
+			cursors = append(cursors, cur)
+		}
+	}
+	heap.Init(&cursors)
+	fsch, err := newFileSchema(sc)
+	if err != nil {
+		return err
+	}
+	part, err := newPartitioner(sc, tbl.Spec())
+	if err != nil {
+		return err
+	}
+	lp, err := tbl.LocationProvider()
+	if err != nil {
+		return err
+	}
+	var d *dataFileWriter
+	var path string
+	var values map[int]any
+	var pos int32
+	flush := func() error {
+		df, err := d.finish(wfs, path, tbl, values)
+		if err != nil {
+			return err
+		}
+		c.newFiles = append(c.newFiles, df)
+		d = nil
+		return nil
+	}
+	for cursors.Len() > 0 {
+		cur := cursors[0]
+		if d == nil {
+			if values, _, err = part.partition(cur.vals); err != nil {
+				return err
+			}
+			d = newDataFileWriter(fsch)
+			name := fmt.Sprintf("compact-%s-%05d.parquet", c.id[:16], len(c.newFiles))
+			if part.partitioned() {
+				name = part.path(values) + "/" + name
+			}
+			path = lp.NewDataLocation(name)
+			pos = 0
+		}
+		if err := d.add(cur.vals); err != nil {
+			return err
+		}
+		fileIdx := int32(len(c.newFiles))
+		c.moved[cur.src][cur.pos] = newLoc{file: fileIdx, pos: pos}
+		c.keys = append(c.keys, movedKey{key: cur.key, file: fileIdx, pos: pos})
+		pos++
+		if d.size() >= w.s.cfg.TargetFileSize {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if ok, err := cur.next(); err != nil {
+			return err
+		} else if ok {
+			heap.Fix(&cursors, 0)
+		} else {
+			heap.Pop(&cursors)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if d != nil {
+		return flush()
+	}
+	return nil
+}
+
+// fileCursor walks one data file's live rows in order (the file is sorted
+// by key), one row group at a time.
+type fileCursor struct {
+	src      int
+	pf       *parquet.File
+	fields   []iceberg.NestedField
+	keyIdx   []int
+	keyTypes []iceberg.NestedField
+	deleted  *dv.RoaringPositionBitmap
+
+	rg    int     // next row group
+	cols  [][]any // current row group, per field
+	i     int     // next row in it
+	base  int64   // position of the row group's first row
+	pos   int64   // position of the current row
+	vals  []any   // current row
+	key   []byte  // its encoded key
+	nrows int64
+}
+
+func (c *fileCursor) next() (bool, error) {
+	for {
+		if c.cols == nil || c.i >= int(c.nrows) {
+			if c.cols != nil {
+				c.base += c.nrows
+			}
+			if c.rg >= len(c.pf.RowGroups()) {
+				return false, nil
+			}
+			rg := c.pf.RowGroups()[c.rg]
+			c.rg++
+			c.nrows, c.i = rg.NumRows(), 0
+			c.cols = make([][]any, len(c.fields))
+			for fi, f := range c.fields {
+				leaf, ok := leafFor(c.pf, f)
+				if !ok {
+					c.cols[fi] = make([]any, c.nrows) // a column the file predates: null
+					continue
+				}
+				vals, err := readChunk(rg.ColumnChunks()[leaf], f.Type, c.nrows)
+				if err != nil {
+					return false, fmt.Errorf("iceberg: compaction read %q: %w", f.Name, err)
+				}
+				c.cols[fi] = vals
+			}
+		}
+		c.pos = c.base + int64(c.i)
+		r := c.i
+		c.i++
+		if c.deleted != nil && c.deleted.Contains(uint64(c.pos)) {
+			continue
+		}
+		c.vals = make([]any, len(c.fields))
+		for fi := range c.fields {
+			c.vals[fi] = c.cols[fi][r]
+		}
+		kv := make([]any, len(c.keyIdx))
+		for i, fi := range c.keyIdx {
+			v, err := keyValue(c.keyTypes[i].Type, c.vals[fi])
+			if err != nil {
+				return false, err
+			}
+			kv[i] = v
+		}
+		k, err := encodeKey(nil, kv)
+		if err != nil {
+			return false, err
+		}
+		c.key = k
+		return true, nil
+	}
+}
+
+type mergeHeap []*fileCursor
+
+func (h mergeHeap) Len() int           { return len(h) }
+func (h mergeHeap) Less(i, j int) bool { return compareKeys(h[i].key, h[j].key) < 0 }
+func (h mergeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)        { *h = append(*h, x.(*fileCursor)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// compactionIntent is stored in the key index while a compaction commits.
+type compactionIntent struct {
+	ID  string   `json:"id"`
+	Old []string `json:"old"`
+	New []string `json:"new"`
+}
+
+var idxIntentKey = []byte{idxPrefixMeta, 'i', 'n', 't', 'e', 'n', 't'}
+
+// commitCompaction commits a finished rewrite between two sink commits.
+func (w *tableWriter) commitCompaction(ctx context.Context, c *compaction) error {
+	for _, df := range c.old {
+		if _, ok := w.up.data[df.FilePath()]; !ok {
+			return w.dropCompaction(ctx, c, fmt.Errorf("%s is gone (truncated meanwhile)", df.FilePath()))
+		}
+	}
+	fs, err := w.tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	wfs, _ := fs.(icebergio.WriteFileIO)
+	// Rows deleted in the old files since the plan are deleted in the new.
+	deleted := map[string][]int64{}
+	p := &plan{batch: w.up.idx.newBatch(), newDVs: map[string]iceberg.DataFile{}, bitmaps: map[string]*dv.RoaringPositionBitmap{},
+		added: c.newFiles, removedData: c.old}
+	gone := map[movedRef]bool{}
+	current, err := w.deletedIn(ctx, fs, c.old)
+	if err != nil {
+		p.batch.discard()
+		return err
+	}
+	for i, df := range c.old {
+		if d, ok := w.up.dvs[df.FilePath()]; ok {
+			p.removedDVs = append(p.removedDVs, d)
+		}
+		if cur := current[df.FilePath()]; cur != nil {
+			for pos := range cur.Positions() {
+				if c.oldDV[i] != nil && c.oldDV[i].Contains(pos) {
+					continue
+				}
+				if loc := c.moved[i][pos]; loc.file >= 0 {
+					nf := c.newFiles[loc.file].FilePath()
+					deleted[nf] = append(deleted[nf], int64(loc.pos))
+					gone[movedRef{loc.file, loc.pos}] = true
+				}
+			}
+		}
+	}
+	if len(deleted) > 0 {
+		for _, df := range c.newFiles {
+			w.up.data[df.FilePath()] = df // the delete writer looks data files up
+		}
+		err := w.up.writeDeletes(ctx, w, fs, wfs, w.tbl, deleted, p)
+		for _, df := range c.newFiles {
+			delete(w.up.data, df.FilePath())
+		}
+		if err != nil {
+			p.batch.discard()
+			return err
+		}
+	}
+	// Keys still pointing at an old file move to their new place.
+	oldSet := map[string]bool{}
+	for _, df := range c.old {
+		oldSet[df.FilePath()] = true
+	}
+	lookup := make([][]byte, 0, len(c.keys))
+	where := make(map[string]movedKey, len(c.keys))
+	for _, mk := range c.keys {
+		if gone[movedRef{mk.file, mk.pos}] {
+			continue
+		}
+		lookup = append(lookup, mk.key)
+		where[string(mk.key)] = mk
+	}
+	err = w.up.idx.getMany(lookup, func(k []byte, loc location) error {
+		if oldSet[loc.file] {
+			mk := where[string(k)]
+			p.batch.set(k, location{file: c.newFiles[mk.file].FilePath(), pos: int64(mk.pos)})
+		}
+		return nil
+	})
+	if err != nil {
+		p.batch.discard()
+		return err
+	}
+	intent := compactionIntent{ID: c.id}
+	for _, df := range c.old {
+		intent.Old = append(intent.Old, df.FilePath())
+	}
+	for _, df := range c.newFiles {
+		intent.New = append(intent.New, df.FilePath())
+	}
+	if err := w.up.idx.putIntent(intent); err != nil {
+		p.batch.discard()
+		return err
+	}
+	p.batch.delIntent()
+	w.pending = p
+	props := iceberg.Properties{
+		PropPipeline: w.s.cfg.Pipeline, PropOffsets: encodeOffsets(w.committed), PropCommitID: c.id,
+		PropCompactionID: c.id,
+	}
+	w.writeID, w.fileSeq = newCommitID()[:16], 0
+	if err := w.produce(ctx, p, props); err != nil {
+		landed, serr := w.settle(ctx, c.id)
+		if serr != nil || !landed {
+			w.dropPending()
+			w.forgetIntent(fs, intent)
+			return fmt.Errorf("iceberg: compaction commit of %s: %w", identString(w.cfg.Ident), err)
+		}
+	}
+	w.failpoint("after-compaction-commit")
+	if err := w.adoptUpsert(ctx); err != nil {
+		return err
+	}
+	for _, df := range c.old {
+		delete(w.up.data, df.FilePath())
+		delete(w.up.dvs, df.FilePath())
+		delete(w.up.dvCache, df.FilePath())
+	}
+	return nil
+}
+
+type movedRef struct{ file, pos int32 }
+
+// dropCompaction abandons a rewrite: its files are deleted.
+func (w *tableWriter) dropCompaction(ctx context.Context, c *compaction, why error) error {
+	w.logger.Info("compaction abandoned", "id", c.id, "why", why)
+	fs, err := w.tbl.FS(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, df := range c.newFiles {
+		_ = fs.Remove(df.FilePath())
+	}
+	return nil
+}
+
+// forgetIntent removes an intent whose commit did not land, and its files.
+func (w *tableWriter) forgetIntent(fs icebergio.IO, in compactionIntent) {
+	for _, p := range in.New {
+		_ = fs.Remove(p)
+	}
+	b := w.up.idx.newBatch()
+	b.delIntent()
+	_ = b.apply(w.up.idx.snapshot)
+}
+
+// resolveIntent settles a compaction intent left by a crash: if its commit
+// landed, the index (behind the table) is rebuilt by loadUpsert; if not,
+// its files are removed.
+func (w *tableWriter) resolveIntent(ctx context.Context) error {
+	in, ok, err := w.up.idx.intent()
+	if err != nil || !ok {
+		return err
+	}
+	if w.tbl != nil && hasCommit(w.tbl, in.ID) {
+		w.logger.Info("a compaction committed before the last stop; its index update is redone by a rebuild", "id", in.ID)
+		b := w.up.idx.newBatch()
+		b.delIntent()
+		return b.apply(w.up.idx.snapshot)
+	}
+	w.logger.Info("a compaction did not commit before the last stop; removing its files", "id", in.ID, "files", len(in.New))
+	fs, err := w.tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	w.forgetIntent(fs, in)
+	return nil
+}
+
+func (x *keyIndex) putIntent(in compactionIntent) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return x.db.Set(idxIntentKey, b, pebbleSync)
+}
+
+func (x *keyIndex) intent() (compactionIntent, bool, error) {
+	var in compactionIntent
+	v, closer, err := x.db.Get(idxIntentKey)
+	if isNotFound(err) {
+		return in, false, nil
+	}
+	if err != nil {
+		return in, false, err
+	}
+	defer closer.Close()
+	return in, true, json.Unmarshal(v, &in)
+}
+
+func (b *indexBatch) delIntent() { _ = b.b.Delete(idxIntentKey, nil) }
+
+
+// compactionDone is the in-flight rewrite's done channel (nil: none).
+func (w *tableWriter) compactionDone() <-chan struct{} {
+	if w.comp == nil {
+		return nil
+	}
+	return w.comp.done
+}
+
+// maybeCompact starts a rewrite when one is due and none runs.
+func (w *tableWriter) maybeCompact(ctx context.Context) {
+	cc := w.s.cfg.Compaction
+	if cc.Disabled || !w.upsertMode() || w.comp != nil || w.tbl == nil || w.up == nil || time.Since(w.lastCompact) < cc.Interval {
+		return
+	}
+	w.lastCompact = time.Now()
+	c, err := w.planCompaction(ctx)
+	if err != nil {
+		w.logger.Warn("compaction: plan failed", "err", err)
+		return
+	}
+	if c == nil {
+		return
+	}
+	w.comp = c
+	tbl, keys := w.tbl, w.up.keys
+	go func() {
+		defer close(c.done)
+		c.err = w.rewrite(ctx, tbl, keys, c)
+	}()
+}
+
+// finishCompaction commits a finished rewrite (or drops a failed one).
+func (w *tableWriter) finishCompaction(ctx context.Context) error {
+	c := w.comp
+	w.comp = nil
+	st := w.compStats
+	st.Runs++
+	st.Last, st.LastDuration, st.LastErr = time.Now(), time.Since(c.started), ""
+	defer func() { s := st; w.stats.Compaction.Store(&s); w.compStats = st }()
+	if c.err != nil {
+		st.LastErr = c.err.Error()
+		if ctx.Err() == nil {
+			w.logger.Warn("compaction: rewrite failed; will plan again", "err", c.err)
+		}
+		return w.dropCompaction(ctx, c, c.err)
+	}
+	if err := w.commitCompaction(ctx, c); err != nil {
+		st.LastErr = err.Error()
+		w.logger.Warn("compaction: commit failed; will plan again", "err", err)
+		return nil
+	}
+	for _, df := range c.old {
+		st.FilesIn++
+		st.BytesIn += df.FileSizeBytes()
+	}
+	for _, df := range c.newFiles {
+		st.FilesOut++
+		st.BytesOut += df.FileSizeBytes()
+	}
+	w.logger.Info("compacted", "files_in", len(c.old), "files_out", len(c.newFiles), "took", time.Since(c.started).Round(time.Millisecond))
+	w.maintain(ctx)
+	return nil
+}
