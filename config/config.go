@@ -96,6 +96,8 @@ type Iceberg struct {
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// Tables holds per-table settings (partition spec of new tables).
 	Tables []IcebergTable `yaml:"tables"`
+	// Compaction configures compaction and metadata maintenance.
+	Compaction Compaction `yaml:"compaction"`
 }
 
 // Catalog configures the Iceberg catalog.

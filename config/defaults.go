@@ -75,6 +75,7 @@ func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool
 	if dataDir != "" && cat.Type != "rest" {
 		orDefault(&ic.Warehouse, fileURL(filepath.Join(dataDir, "warehouse")), explicit(p+"warehouse"))
 	}
+	ic.Compaction.applyDefaults(explicit)
 	if rest, ok := strings.CutPrefix(ic.Warehouse, "file://"); ok && rest != "" && !strings.HasPrefix(rest, "/") {
 		ic.Warehouse = fileURL(rest)
 	}

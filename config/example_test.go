@@ -77,6 +77,17 @@ sink: {iceberg: {mode: append}}
 	//     format_version: 3
 	//     mode: append
 	//     commit_interval: 10s
+	//     compaction:
+	//       enabled: true
+	//       interval: 1m
+	//       target_file_size_mb: 128
+	//       small_file_percent: 75
+	//       min_files: 5
+	//       delete_percent: 30
+	//       max_input_mb: 128
+	//       orphan_age: 24h
+	//       retain_snapshots: 100
+	//       snapshot_max_age: 1h
 	// admin:
 	//   listen: 127.0.0.1:8089
 	// # sales.invoices -> cdc.sales_invoices

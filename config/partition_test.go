@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParsePartitionField(t *testing.T) {
@@ -83,5 +84,37 @@ func TestUnquotedCommaHint(t *testing.T) {
 	_, err := ParsePartitionField("bucket(16")
 	if err == nil || !strings.Contains(err.Error(), "quote entries") {
 		t.Fatalf("%v", err)
+	}
+}
+
+func TestCompactionValidation(t *testing.T) {
+	doc := `pipeline: shop
+source:
+  postgres:
+    dsn: postgres://localhost/shop
+    tables: [orders]
+sink:
+  iceberg:
+    compaction:
+      enabled: false
+      min_files: 1
+      orphan_age: 5m
+`
+	_, err := Parse([]byte(doc), "cdcd.yaml")
+	for _, want := range []string{
+		"cdcd.yaml:10:7: sink.iceberg.compaction.min_files: must be between 2 and 10000, got 1",
+		"cdcd.yaml:11:7: sink.iceberg.compaction.orphan_age: must be at least 1h",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	c, err := Parse([]byte(strings.Replace(strings.Replace(doc, "min_files: 1", "min_files: 3", 1), "orphan_age: 5m", "orphan_age: 48h", 1)), "cdcd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.Sink.Iceberg.Compaction
+	if cc.Enabled || cc.MinFiles != 3 || cc.OrphanAge != 48*time.Hour || cc.TargetFileSizeMB != 128 {
+		t.Fatalf("compaction %+v", cc)
 	}
 }

@@ -198,6 +198,7 @@ func (v *validator) sink() {
 		v.fail("sink.iceberg.commit_interval", ErrInvalid, "must be positive, got %s", ic.CommitInterval)
 	}
 	v.icebergTables(ic)
+	v.compaction(ic.Compaction)
 }
 
 func (v *validator) catalog(cat Catalog) {

@@ -119,6 +119,16 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,
 		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval,
 		Mode: ice.Mode, IndexDir: filepath.Join(cfg.DataDir, "index"),
+		TargetFileSize: ice.Compaction.TargetFileSizeMB << 20,
+		Maintenance: iceberg.MaintenanceConfig{
+			RetainSnapshots: ice.Compaction.RetainSnapshots, SnapshotMaxAge: ice.Compaction.SnapshotMaxAge,
+		},
+		Compaction: iceberg.CompactionConfig{
+			Disabled: !ice.Compaction.Enabled, Interval: ice.Compaction.Interval,
+			SmallFileRatio: float64(ice.Compaction.SmallFilePercent) / 100, MinGroup: ice.Compaction.MinFiles,
+			DeleteRatio: float64(ice.Compaction.DeletePercent) / 100, MaxBytes: int64(ice.Compaction.MaxInputMB) << 20,
+			OrphanAge: ice.Compaction.OrphanAge,
+		},
 	}, d.cat, d.lg, d.reg, logger)
 	return d, nil
 }

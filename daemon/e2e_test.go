@@ -84,6 +84,7 @@ sink:
     mode: %s
     format_version: %d
     commit_interval: 200ms
+    compaction: {interval: 300ms, min_files: 3}
 admin:
   listen: %q
 `, dir, dsn, slot, slot, mode, version, admin)

@@ -281,7 +281,8 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 	}()
 	points := []string{
 		"sink.acct.after-data-file@2", "sink.acct.after-puffin-file@2", "sink.acct.before-catalog-commit@3",
-		"sink.acct.after-catalog-commit@2", "", "sink.after-catalog-commit@4", "sink.acct.after-catalog-commit@3", "",
+		"sink.acct.after-catalog-commit@2", "", "sink.acct.after-compaction-commit@1", "sink.after-catalog-commit@4",
+		"sink.acct.after-catalog-commit@3", "sink.acct.after-compaction-commit@1", "",
 	}
 	for i, fp := range points {
 		// The running child is killed: by an armed failpoint of the previous
@@ -319,6 +320,9 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 		t.Fatalf("daemon exit after SIGTERM: %v", err)
 	}
 	b, _ := os.ReadFile(logFile.Name())
+	if n := strings.Count(string(b), "msg=compacted"); n < 1 {
+		t.Errorf("no compaction ran")
+	}
 	if n := strings.Count(string(b), "failpoint: killing the process at sink.acct.after-catalog-commit"); n < 1 {
 		t.Errorf("the after-catalog-commit failpoint never fired on acct")
 	}

@@ -610,7 +610,6 @@ func (x *keyIndex) intent() (compactionIntent, bool, error) {
 
 func (b *indexBatch) delIntent() { _ = b.b.Delete(idxIntentKey, nil) }
 
-
 // compactionDone is the in-flight rewrite's done channel (nil: none).
 func (w *tableWriter) compactionDone() <-chan struct{} {
 	if w.comp == nil {

@@ -85,6 +85,43 @@ func (w *tableWriter) maintain(ctx context.Context) {
 	if data > mc.MaxDataManifests {
 		w.rewriteManifests(ctx, data)
 	}
+	if cc := w.s.cfg.Compaction; !cc.Disabled && time.Since(w.lastOrphans) >= cc.OrphanInterval {
+		w.lastOrphans = time.Now()
+		w.removeOrphans(ctx)
+	}
+}
+
+// removeOrphans deletes files under the table's location that no snapshot
+// references, once they are older than the orphan age — never a file a
+// compaction intent names (its commit may be settling).
+func (w *tableWriter) removeOrphans(ctx context.Context) {
+	keep := map[string]bool{}
+	if w.up != nil && w.up.idx != nil {
+		if in, ok, _ := w.up.idx.intent(); ok {
+			for _, p := range in.New {
+				keep[p] = true
+			}
+		}
+	}
+	fs, err := w.tbl.FS(ctx)
+	if err != nil {
+		return
+	}
+	started := time.Now()
+	res, err := w.tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(w.s.cfg.Compaction.OrphanAge),
+		table.WithDeleteFunc(func(path string) error {
+			if keep[path] {
+				return nil
+			}
+			return fs.Remove(path)
+		}))
+	if err != nil {
+		w.logger.Warn("maintenance: orphan sweep failed; will retry", "err", err)
+		return
+	}
+	if n := len(res.DeletedFiles); n > 0 {
+		w.logger.Info("maintenance: removed orphan files", "files", n, "took", time.Since(started).Round(time.Millisecond))
+	}
 }
 
 func (w *tableWriter) expire(ctx context.Context) {

@@ -208,7 +208,13 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 	}
 	// Many small delete manifests are merged while rewriting anyway.
 	mergeAll := len(ms.deletes)-len(dirty) > w.s.cfg.Maintenance.MaxDataManifests
-	if len(p.deletes) > 0 || len(dirty) > 0 {
+	survivors := 0
+	for k, ld := range ms.live {
+		if !removed[k] && (dirty[ld.manifest] || mergeAll) {
+			survivors++
+		}
+	}
+	if len(p.deletes) > 0 || survivors > 0 {
 		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentDeletes, func(mw *iceberg.ManifestWriter) error {
 			for _, d := range p.deletes {
 				if err := mw.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, d)); err != nil {
@@ -271,6 +277,11 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 	updates := []table.Update{
 		table.NewAddSnapshotUpdate(&snapshot),
 		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
+	}
+	if _, ok := props[PropOffsets]; ok {
+		// The newest snapshot carrying offsets is tagged, so no expiry
+		// removes it whatever comes after it.
+		updates = append(updates, table.NewSetSnapshotRefUpdate(OffsetsTag, snapID, table.TagRef, -1, -1, -1))
 	}
 	w.failpoint("before-catalog-commit")
 	newMeta, loc, err := w.s.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)

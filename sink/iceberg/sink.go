@@ -23,6 +23,8 @@ const (
 	PropOffsets        = "cdcd.offsets"         // JSON {"partition": next offset}
 	PropSourcePosition = "cdcd.source-position" // hex of the newest source position committed
 	PropCommitID       = "cdcd.commit-id"       // unique per commit attempt; settles unknown outcomes
+	// OffsetsTag names the tag on the newest snapshot carrying offsets.
+	OffsetsTag = "cdcd-offsets"
 	// PropCompactionID marks a compaction's REPLACE snapshot.
 	PropCompactionID = "cdcd.compaction-id"
 	// PropRows is "0" on commits that change no rows (offsets only), so a

@@ -47,6 +47,7 @@ type tableWriter struct {
 
 	comp        *compaction // the rewrite in flight
 	lastCompact time.Time
+	lastOrphans time.Time
 	compStats   CompactionStats
 }
 
@@ -169,6 +170,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	w.next = append([]int64(nil), w.committed...)
 	w.buf = w.buf[:0]
 	w.publishCommitted()
+	w.lastOrphans = time.Now() // the first sweep waits a full interval
 	if w.upsertMode() {
 		return w.loadUpsert(ctx)
 	}
