@@ -41,6 +41,10 @@ func TestCommitCurve(t *testing.T) {
 	if os.Getenv("CDCD_COMMIT_CURVE_NO_MAINTENANCE") != "" {
 		w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 1 << 30, RetainSnapshots: 1 << 30, ExpireEvery: 1 << 30}
 	}
+	compact := os.Getenv("CDCD_COMMIT_CURVE_COMPACT") != ""
+	w.s.cfg.Compaction = CompactionConfig{Disabled: !compact, Interval: time.Second}
+	w.s.cfg.Compaction.defaults()
+	var compactions int
 	rng := rand.New(rand.NewPCG(1, 1))
 	var next int64
 	lat := make([]time.Duration, 0, n)
@@ -65,6 +69,19 @@ func TestCommitCurve(t *testing.T) {
 			t.Fatalf("commit %d: %v", i, err)
 		}
 		lat = append(lat, time.Since(start))
+		if compact {
+			// Between two commits, as in the table loop: finish a rewrite
+			// that is done, or start one that is due.
+			select {
+			case <-w.compactionDone():
+				if err := w.finishCompaction(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				compactions++
+			default:
+			}
+			w.maybeCompact(t.Context())
+		}
 		if (i+1)%100 == 0 || i+1 == n {
 			meta := w.tbl.MetadataLocation()
 			st, _ := os.Stat(strings.TrimPrefix(meta, "file://"))
@@ -81,8 +98,9 @@ func TestCommitCurve(t *testing.T) {
 			if st != nil {
 				size = st.Size()
 			}
-			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d",
-				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()))
+			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d; data files %d, vectors %d; compactions %d",
+				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()),
+				len(w.up.data), len(w.up.dvs), compactions)
 		}
 	}
 	if n >= 300 {
