@@ -166,7 +166,7 @@ sink:
     catalog: {type: sql, uri: %q, name: cdcd}
     warehouse: %q
     namespace: shop
-    mode: append
+    mode: upsert          # a mirror of each table; append writes a changelog instead
     commit_interval: 1s
 
 admin:

@@ -39,12 +39,33 @@ func summarize(ctx context.Context, out io.Writer, d *daemon.Daemon, conn *pgx.C
 			at.Release()
 			return err
 		}
-		fmt.Fprintf(out, "\n  %s.%s  <-  PostgreSQL %s (%d rows there now)\n", ns, tbl, name, live)
+		if t.Properties()["cdcd.mode"] == "append" {
+			fmt.Fprintf(out, "\n  %s.%s  <-  PostgreSQL %s (%d rows there now)\n", ns, tbl, name, live)
+			fmt.Fprintf(out, "    location:   %s\n", t.Location())
+			fmt.Fprintf(out, "    snapshots:  %d (current %d)\n", len(t.Metadata().Snapshots()), t.CurrentSnapshot().SnapshotID)
+			fmt.Fprintf(out, "    data files: %d parquet files under %s\n", countFiles(t.Location()), strings.TrimPrefix(t.Location(), "file://")+"/data")
+			fmt.Fprintf(out, "    changelog:  %d rows  %s\n", at.NumRows(), opCounts(at))
+			printRows(out, at, 6)
+			at.Release()
+			continue
+		}
+		same, differ, err := compareWithSource(ctx, conn, name, at)
+		if err != nil {
+			at.Release()
+			return err
+		}
+		verdict := "identical: every row compared"
+		if differ > 0 {
+			verdict = fmt.Sprintf("%d rows differ", differ)
+		}
+		fmt.Fprintf(out, "\n  %s.%s  <-  PostgreSQL %s\n", ns, tbl, name)
+		fmt.Fprintf(out, "    rows:       %d in Iceberg, %d in PostgreSQL — %s (%d matched)\n", at.NumRows(), live, verdict, same)
 		fmt.Fprintf(out, "    location:   %s\n", t.Location())
-		fmt.Fprintf(out, "    snapshots:  %d (current %d)\n", len(t.Metadata().Snapshots()), t.CurrentSnapshot().SnapshotID)
-		fmt.Fprintf(out, "    data files: %d parquet files under %s\n", countFiles(t.Location()), strings.TrimPrefix(t.Location(), "file://")+"/data")
-		fmt.Fprintf(out, "    changelog:  %d rows  %s\n", at.NumRows(), opCounts(at))
-		printRows(out, at, 6)
+		summary := t.CurrentSnapshot().Summary.Properties
+		fmt.Fprintf(out, "    snapshots:  %d, each carrying the log offsets it covers (now %s)\n", len(t.Metadata().Snapshots()), summary["cdcd.offsets"])
+		fmt.Fprintf(out, "    files:      %s data files, %s deletion vectors (%s rows deleted or replaced)\n",
+			summary["total-data-files"], summary["total-delete-files"], summary["total-position-deletes"])
+		printRows(out, at, 5)
 		at.Release()
 	}
 	return nil
@@ -89,8 +110,12 @@ func opCounts(at arrow.Table) string {
 	return "(" + strings.Join(parts, ", ") + ")  r=snapshot read c=insert u=update d=delete t=truncate"
 }
 
-// printRows prints the last n changes in log order, as a table.
+// printRows prints up to n rows; a changelog's latest n changes.
 func printRows(out io.Writer, at arrow.Table, n int) {
+	if column(at, "_cdc_lsn") == nil {
+		printMirror(out, at, n)
+		return
+	}
 	rows := int(at.NumRows())
 	if rows == 0 {
 		return
@@ -148,4 +173,104 @@ Point cdcd at your own database:
   The tables land in the SQLite catalog (data_dir/catalog.db), readable by any engine
   that speaks Iceberg's SQL catalog (Spark, Trino, PyIceberg, DuckDB).
 `, cfgPath)
+}
+
+// printMirror prints the first n rows of a mirrored table by key.
+func printMirror(out io.Writer, at arrow.Table, n int) {
+	names := make([]string, 0, at.NumCols())
+	for _, f := range at.Schema().Fields() {
+		names = append(names, f.Name)
+	}
+	fmt.Fprintf(out, "    a few rows:\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "      "+strings.Join(names, "\t"))
+	tr := array.NewTableReader(at, 0)
+	defer tr.Release()
+	shown := 0
+	for tr.Next() && shown < n {
+		rec := tr.RecordBatch()
+		for i := 0; i < int(rec.NumRows()) && shown < n; i++ {
+			vals := make([]string, rec.NumCols())
+			for j := range vals {
+				vals[j] = rec.Column(j).ValueStr(i)
+				if d, ok := rec.Column(j).(*array.Decimal128); ok && !d.IsNull(i) {
+					vals[j] = renderArrow(d, i)
+				}
+			}
+			fmt.Fprintln(tw, "      "+strings.Join(vals, "\t"))
+			shown++
+		}
+	}
+	tw.Flush()
+}
+
+// compareWithSource compares every row of the Iceberg table with the
+// source table, column by column, keyed by the first column (the key).
+func compareWithSource(ctx context.Context, conn *pgx.Conn, source string, at arrow.Table) (same, differ int, err error) {
+	var exprs []string
+	for _, f := range at.Schema().Fields() {
+		col := pgx.Identifier{f.Name}.Sanitize()
+		switch f.Type.ID() {
+		case arrow.TIMESTAMP:
+			exprs = append(exprs, "(extract(epoch from "+col+") * 1000000)::bigint::text")
+		default:
+			exprs = append(exprs, col+"::text")
+		}
+	}
+	rows, err := conn.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+pgx.Identifier(strings.Split(source, ".")).Sanitize())
+	if err != nil {
+		return 0, 0, err
+	}
+	want := map[string]string{}
+	for rows.Next() {
+		vals := make([]*string, len(exprs))
+		ptrs := make([]any, len(exprs))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return 0, 0, err
+		}
+		rendered := make([]string, len(vals))
+		for i, v := range vals {
+			if v != nil {
+				rendered[i] = *v
+			}
+		}
+		want[rendered[0]] = strings.Join(rendered, "|")
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	tr := array.NewTableReader(at, 0)
+	defer tr.Release()
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		for i := 0; i < int(rec.NumRows()); i++ {
+			vals := make([]string, rec.NumCols())
+			for j := range vals {
+				vals[j] = renderArrow(rec.Column(j), i)
+			}
+			if want[vals[0]] == strings.Join(vals, "|") {
+				same++
+				delete(want, vals[0])
+			} else {
+				differ++
+			}
+		}
+	}
+	return same, differ + len(want), nil
+}
+
+func renderArrow(a arrow.Array, i int) string {
+	if a.IsNull(i) {
+		return ""
+	}
+	switch a := a.(type) {
+	case *array.Decimal128:
+		return a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)
+	case *array.Timestamp:
+		return fmt.Sprint(int64(a.Value(i)))
+	}
+	return a.ValueStr(i)
 }
