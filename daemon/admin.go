@@ -35,6 +35,7 @@ func (d *Daemon) adminServer(addr string) (*adminServer, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	d.maintenanceRoutes(mux)
 	// Everything else is the Confluent-compatible schema registry API.
 	mux.Handle("/", schema.NewHandler(d.reg))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {

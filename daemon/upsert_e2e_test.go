@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -312,6 +313,33 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 	waitFor(t, "caught up", func() bool {
 		st, err := c.status()
 		return err == nil && st.CaughtUp(lsn)
+	}, c.done)
+	// The operator surface: compact on request, and the maintenance status.
+	resp, err := http.Post("http://"+admin+"/cdcd/compact/mirror.acct", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("compact request: %s", resp.Status)
+	}
+	var ms []daemon.TableMaintenance
+	waitFor(t, "maintenance status", func() bool {
+		resp, err := http.Get("http://" + admin + "/cdcd/maintenance")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		ms = nil
+		if json.NewDecoder(resp.Body).Decode(&ms) != nil || len(ms) != 2 {
+			return false
+		}
+		for _, m := range ms {
+			if m.Table == "mirror.acct" && m.Files != nil && m.Files.DataFiles > 0 && m.Files.Rows > 0 {
+				return true
+			}
+		}
+		return false
 	}, c.done)
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

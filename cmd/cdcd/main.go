@@ -41,6 +41,8 @@ Usage:
   cdcd validate -c FILE                 check a config file; print every problem with its line
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
+  cdcd compact [-c FILE] TABLE          compact a table now (the daemon compacts on its own too)
+  cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
   cdcd version                          print the version
 
 Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
@@ -77,6 +79,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return logCommand(ctx, largs, stdin, stdout, stderr)
 	case "schema":
 		return schemaCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "compact":
+		return compactCommand(ctx, args[1:], stdout, stderr)
+	case "maintenance":
+		return maintenanceCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK

@@ -673,3 +673,84 @@ func (w *tableWriter) finishCompaction(ctx context.Context) error {
 	w.maintain(ctx)
 	return nil
 }
+
+// MaintenanceStatus describes a table's files, as `cdcd maintenance
+// status` shows them. The table's loop publishes it after its commits.
+type MaintenanceStatus struct {
+	DataFiles      int     `json:"data_files"`
+	DataBytes      int64   `json:"data_bytes"`
+	Partitions     int     `json:"partitions"`
+	FilesPerPart   float64 `json:"files_per_partition"`
+	SizeP10        int64   `json:"size_p10"`
+	SizeP50        int64   `json:"size_p50"`
+	SizeP90        int64   `json:"size_p90"`
+	SmallShare     float64 `json:"small_file_share"`
+	Rows           int64   `json:"rows"`
+	DeletedRows    int64   `json:"deleted_rows"`
+	DeletedRatio   float64 `json:"deleted_ratio"`
+	DeleteFiles    int     `json:"delete_files"`
+	DataManifests  int     `json:"data_manifests"`
+	DelManifests   int     `json:"delete_manifests"`
+	Snapshots      int     `json:"snapshots"`
+	CompactionRuns int64   `json:"compaction_runs"`
+	LastCompaction string  `json:"last_compaction,omitempty"`
+	LastError      string  `json:"last_error,omitempty"`
+}
+
+// publishMaintenance computes the table's maintenance status.
+func (w *tableWriter) publishMaintenance() {
+	if w.up == nil || w.tbl == nil {
+		return
+	}
+	st := MaintenanceStatus{DataFiles: len(w.up.data), DeleteFiles: len(w.up.dvs) + len(w.up.posDeletes),
+		Snapshots: len(w.tbl.Metadata().Snapshots()), CompactionRuns: w.compStats.Runs, LastError: w.compStats.LastErr}
+	if !w.compStats.Last.IsZero() {
+		st.LastCompaction = w.compStats.Last.UTC().Format(time.RFC3339)
+	}
+	sizes := make([]int64, 0, len(w.up.data))
+	parts := map[string]bool{}
+	small := 0
+	threshold := w.s.cfg.Compaction.SmallFileRatio * float64(w.s.cfg.TargetFileSize)
+	for _, df := range w.up.data {
+		sizes = append(sizes, df.FileSizeBytes())
+		st.DataBytes += df.FileSizeBytes()
+		st.Rows += df.Count()
+		parts[fmt.Sprint(df.SpecID(), df.Partition())] = true
+		if float64(df.FileSizeBytes()) < threshold {
+			small++
+		}
+	}
+	for _, d := range w.up.dvs {
+		st.DeletedRows += d.Count()
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	if n := len(sizes); n > 0 {
+		st.SizeP10, st.SizeP50, st.SizeP90 = sizes[n/10], sizes[n/2], sizes[n*9/10]
+		st.SmallShare = float64(small) / float64(n)
+	}
+	st.Partitions = len(parts)
+	if st.Partitions > 0 {
+		st.FilesPerPart = float64(st.DataFiles) / float64(st.Partitions)
+	}
+	if st.Rows > 0 {
+		st.DeletedRatio = float64(st.DeletedRows) / float64(st.Rows)
+	}
+	if ms := w.up.ms; ms != nil {
+		st.DataManifests, st.DelManifests = len(ms.data), len(ms.deletes)
+	}
+	w.stats.Maintenance.Store(&st)
+}
+
+// Compact asks the table's loop to plan a compaction now.
+func (s *Sink) Compact(tableName string) error {
+	for i, t := range s.cfg.Tables {
+		if identString(t.Ident) == tableName || t.Ident[len(t.Ident)-1] == tableName || t.Topic == tableName {
+			select {
+			case s.compactNow[i] <- struct{}{}:
+			default: // one request is pending already
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("iceberg: no table %q in this pipeline", tableName)
+}

@@ -110,6 +110,8 @@ type TableStats struct {
 	Paused atomic.Pointer[string]
 	// Compaction is the table's compaction record.
 	Compaction atomic.Pointer[CompactionStats]
+	// Maintenance describes the table's files (upsert tables).
+	Maintenance atomic.Pointer[MaintenanceStatus]
 }
 
 // Sink writes every configured topic into its table, one loop per table.
@@ -120,8 +122,9 @@ type Sink struct {
 	reg    Registry
 	logger *slog.Logger
 
-	mu    sync.Mutex
-	stats []*TableStats
+	mu         sync.Mutex
+	stats      []*TableStats
+	compactNow []chan struct{} // per table: compact now (cdcd compact)
 }
 
 // New returns a Sink; nothing runs until Run.
@@ -155,6 +158,7 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {
 		s.stats = append(s.stats, &TableStats{Topic: t.Topic, Table: identString(t.Ident)})
+		s.compactNow = append(s.compactNow, make(chan struct{}, 1))
 	}
 	return s
 }
@@ -180,7 +184,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
 		g.Go(func() error {
 			for {
-				w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger}
+				w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i]}
 				err := w.run(gctx)
 				if gctx.Err() != nil {
 					return nil

@@ -46,6 +46,7 @@ type tableWriter struct {
 	commitsSinceExpire int
 
 	comp        *compaction // the rewrite in flight
+	compactNow  <-chan struct{}
 	lastCompact time.Time
 	lastOrphans time.Time
 	compStats   CompactionStats
@@ -101,6 +102,8 @@ func (w *tableWriter) run(ctx context.Context) error {
 			if err := w.finishCompaction(ctx); err != nil {
 				return err
 			}
+		case <-w.compactNow:
+			w.lastCompact = time.Time{}
 		case <-ctx.Done():
 		}
 		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes ||
@@ -283,6 +286,7 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
 	}
 	w.maintain(ctx)
+	w.publishMaintenance()
 	return nil
 }
 

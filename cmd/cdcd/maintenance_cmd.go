@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/daemon"
+)
+
+// compactCommand is `cdcd compact [-c FILE | --admin ADDR] TABLE`: ask the
+// running daemon to compact a table now.
+func compactCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cdcd compact", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("c", "", "config file (for admin.listen)")
+	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: cdcd compact [-c FILE | --admin HOST:PORT] TABLE   (namespace.table, table or topic)")
+		return exitUsage
+	}
+	base, err := adminURL(*admin, *cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "cdcd compact:", err)
+		return exitUsage
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/cdcd/compact/"+fs.Arg(0), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdcd compact: the daemon at %s does not answer: %v\n", base, err)
+		return exitFailure
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusAccepted {
+		fmt.Fprintf(stderr, "cdcd compact: %s", body)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "%s: %s", fs.Arg(0), body)
+	return exitOK
+}
+
+// maintenanceCommand is `cdcd maintenance status`.
+func maintenanceCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "status" {
+		fmt.Fprintln(stderr, "usage: cdcd maintenance status [-c FILE | --admin HOST:PORT] [--json]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("cdcd maintenance status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("c", "", "config file (for admin.listen)")
+	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
+	asJSON := fs.Bool("json", false, "print the JSON the daemon serves")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	base, err := adminURL(*admin, *cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "cdcd maintenance:", err)
+		return exitUsage
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/cdcd/maintenance", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdcd maintenance: the daemon at %s does not answer: %v\n", base, err)
+		return exitFailure
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if *asJSON {
+		stdout.Write(body)
+		return exitOK
+	}
+	var tables []daemon.TableMaintenance
+	if err := json.Unmarshal(body, &tables); err != nil {
+		fmt.Fprintf(stderr, "cdcd maintenance: unexpected answer: %v\n", err)
+		return exitFailure
+	}
+	printMaintenance(stdout, tables)
+	return exitOK
+}
+
+func printMaintenance(w io.Writer, tables []daemon.TableMaintenance) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tFILES\tSIZE p10/p50/p90\tSMALL\tROWS\tDELETED\tMANIFESTS d/del\tSNAPSHOTS\tCOMPACTIONS\tLAST")
+	for _, t := range tables {
+		f := t.Files
+		if f == nil {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", t.Table)
+			continue
+		}
+		last := "never"
+		if f.LastCompaction != "" {
+			if ts, err := time.Parse(time.RFC3339, f.LastCompaction); err == nil {
+				last = time.Since(ts).Round(time.Second).String() + " ago"
+			}
+		}
+		if f.LastError != "" {
+			last += " (error: " + errors.New(f.LastError).Error() + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d in %d partitions\t%s/%s/%s\t%.0f%%\t%d\t%.1f%%\t%d/%d\t%d\t%d\t%s\n",
+			t.Table, f.DataFiles, f.Partitions, size(f.SizeP10), size(f.SizeP50), size(f.SizeP90), 100*f.SmallShare,
+			f.Rows, 100*f.DeletedRatio, f.DataManifests, f.DelManifests, f.Snapshots, f.CompactionRuns, last)
+	}
+	tw.Flush()
+}
+
+func size(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.0fK", float64(b)/(1<<10))
+	}
+	return strings.TrimSpace(fmt.Sprintf("%dB", b))
+}
