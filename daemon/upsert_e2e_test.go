@@ -3,10 +3,10 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
