@@ -25,6 +25,7 @@ import (
 	"github.com/cdcd-dev/cdcd/daemon"
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
+	"github.com/cdcd-dev/cdcd/internal/s3test"
 	sinkice "github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
@@ -171,8 +172,16 @@ func checkTableInvariants(t *testing.T, cat catalog.Catalog, ident table.Identif
 }
 
 func TestEndToEndUpsert(t *testing.T) {
-	for _, version := range []int{3, 2} {
-		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		s3      bool
+	}{{3, false}, {2, false}, {3, true}} {
+		version := tc.version
+		name := fmt.Sprintf("v%d", version)
+		if tc.s3 {
+			name += "-s3"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dsn := pgtest.NewDB(t)
 			names := pgtest.Names(t)
@@ -189,7 +198,20 @@ func TestEndToEndUpsert(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			cfg, err := config.Load(writeConfigMode(t, dir, dsn, names.Slot, "off", "upsert", version))
+			path := writeConfigMode(t, dir, dsn, names.Slot, "off", "upsert", version)
+			var store *s3test.Server
+			if tc.s3 {
+				// The warehouse on an S3 server (gofakes3) the test runs.
+				store = s3test.New(t, "lake")
+				b, _ := os.ReadFile(path)
+				conf := strings.Replace(string(b), "    namespace: mirror\n", fmt.Sprintf(
+					"    namespace: mirror\n    warehouse: s3://lake/wh\n    s3: {endpoint: %q, region: %s, access_key_id: %s, secret_access_key: %s}\n",
+					store.URL, s3test.Region, s3test.AccessKeyID, s3test.SecretAccessKey), 1)
+				if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, err := config.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,11 +239,26 @@ func TestEndToEndUpsert(t *testing.T) {
 			}
 			run(200)
 			run(200) // a clean restart resumes from the table's offsets
-			cat, err := sinkice.OpenCatalog(t.Context(), *openCatalog(t, dir))
+			cc := *openCatalog(t, dir)
+			if tc.s3 {
+				cc.Warehouse = "s3://lake/wh"
+				cc.S3 = sinkice.S3Config{Endpoint: store.URL, Region: s3test.Region, PathStyle: true,
+					AccessKeyID: s3test.AccessKeyID, SecretAccessKey: s3test.SecretAccessKey}
+			}
+			cat, err := sinkice.OpenCatalog(t.Context(), cc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cat.(interface{ Close() error }).Close()
+			if tc.s3 {
+				keys, err := store.Keys("lake", "wh/")
+				if err != nil || len(keys) < 10 {
+					t.Fatalf("%d objects in the bucket: %v", len(keys), err)
+				}
+				if entries, _ := os.ReadDir(filepath.Join(dir, "warehouse")); len(entries) > 0 {
+					t.Errorf("files landed in the local warehouse with the warehouse on S3")
+				}
+			}
 			acct, kv := m.expected()
 			compareMirror(t, "acct", acct, mirror(t, cat, table.Identifier{"mirror", "acct"}, "acct/"))
 			compareMirror(t, "kv", kv, mirror(t, cat, table.Identifier{"mirror", "kv"}, "kv/"))
