@@ -62,6 +62,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		c.Admin.Listen = ListenOff
 	}
 	orDefault(&c.Admin.Listen, defaultListen, explicit("admin.listen"))
+	c.applyOperatorDefaults(explicit)
 }
 
 func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool) {

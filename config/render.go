@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// String renders the effective config as YAML, every key written out, with
+// String renders the effective config as YAML, every key written out
+// (optional secrets such as a rest catalog's token only when set), with
 // the password of each DSN and URI replaced by *** (postgres://u:***@h/db,
-// password=***). Parsing the output gives the same Config, apart from
+// password=***) and tokens and keys by ***. Parsing the output gives the same Config, apart from
 // redacted passwords. It has a value receiver so that printing a Config
 // value, not only a pointer, is redacted too.
 func (c Config) String() string {
@@ -27,10 +28,11 @@ func (c Config) LogValue() slog.Value {
 }
 
 // Fields tagged secret:"true" (DSN, URI, Warehouse) hold URLs or DSNs whose
-// passwords String redacts.
+// passwords String redacts; fields tagged secret:"all" (tokens, keys) are
+// secrets as a whole and print as *** when set.
 
 // writeStruct writes the yaml keys of struct v at an indentation level;
-// nil sections are left out.
+// nil sections and unset ",omitempty" keys are left out.
 func writeStruct(b *strings.Builder, v reflect.Value, indent int) {
 	t := v.Type()
 	for i := range t.NumField() {
@@ -40,21 +42,26 @@ func writeStruct(b *strings.Builder, v reflect.Value, indent int) {
 			continue
 		}
 		fv := v.Field(i)
+		if fv.IsZero() && strings.HasSuffix(f.Tag.Get("yaml"), ",omitempty") {
+			continue // an optional setting, unset (e.g. a rest catalog's token)
+		}
 		if fv.Kind() == reflect.Pointer {
 			if fv.IsNil() {
 				continue
 			}
 			fv = fv.Elem()
 		}
-		writeField(b, key, fv, f.Tag.Get("secret") == "true", indent)
+		writeField(b, key, fv, f.Tag.Get("secret"), indent)
 	}
 }
 
-func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, indent int) {
+func writeField(b *strings.Builder, key string, v reflect.Value, secret string, indent int) {
 	pad := strings.Repeat("  ", indent)
 	switch {
 	case v.Type() == durationType:
 		fmt.Fprintf(b, "%s%s: %s\n", pad, key, formatDuration(time.Duration(v.Int())))
+	case v.Type() == byteSizeType:
+		fmt.Fprintf(b, "%s%s: %s\n", pad, key, ByteSize(v.Int()))
 	case v.Kind() == reflect.Struct:
 		var inner strings.Builder
 		writeStruct(&inner, v, indent+1)
@@ -63,6 +70,21 @@ func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, in
 			return
 		}
 		fmt.Fprintf(b, "%s%s:\n%s", pad, key, inner.String())
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		// Lists of sections (sink.iceberg.tables) are optional: an empty one
+		// is left out.
+		if v.Len() == 0 {
+			return
+		}
+		fmt.Fprintf(b, "%s%s:\n", pad, key)
+		for i := range v.Len() {
+			var inner strings.Builder
+			writeStruct(&inner, v.Index(i), indent+2)
+			item := inner.String()
+			// "    key: v" -> "  - key: v" for the item's first line.
+			item = pad + "  - " + strings.TrimPrefix(item, pad+"    ")
+			b.WriteString(item)
+		}
 	case v.Kind() == reflect.Slice:
 		if v.Len() == 0 {
 			fmt.Fprintf(b, "%s%s: []\n", pad, key)
@@ -74,8 +96,11 @@ func writeField(b *strings.Builder, key string, v reflect.Value, secret bool, in
 		}
 	case v.Kind() == reflect.String:
 		s := v.String()
-		if secret {
+		switch {
+		case secret == "true":
 			s = redact(s)
+		case secret == "all" && s != "":
+			s = "***"
 		}
 		fmt.Fprintf(b, "%s%s: %s\n", pad, key, quoteYAML(s))
 	case v.CanInt():

@@ -34,6 +34,7 @@ func (c *Config) validate() Errors {
 	v.log()
 	v.sink()
 	v.admin()
+	v.operator()
 	v.notYet()
 	v.errs.sort()
 	return v.errs
