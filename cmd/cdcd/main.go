@@ -6,6 +6,8 @@
 //	0  success, or a clean stop on SIGINT/SIGTERM
 //	1  the pipeline failed at run time (the log says what and what to do)
 //	2  bad usage or an invalid config file
+//	3  a hard stop: the graceful stop passed shutdown.deadline, or a second
+//	   signal came (restarting is safe)
 package main
 
 import (
@@ -16,10 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/daemon"
@@ -41,17 +41,14 @@ Usage:
   cdcd validate -c FILE                 check a config file; print every problem with its line
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
+  cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
   cdcd version                          print the version
 
 Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal kills the process (hard stop)
-	}()
+	ctx, _ := signalContexts() // the second signal: a hard stop (signals.go)
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -77,6 +74,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return logCommand(ctx, largs, stdin, stdout, stderr)
 	case "schema":
 		return schemaCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "status":
+		return statusCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK
@@ -168,7 +167,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		logger.Error("cannot start", "err", err)
 		return exitFailure
 	}
-	err = d.Run(ctx)
+	err = d.Run(ctx, daemon.WithHardStop(hardStopOf(ctx)))
+	if errors.Is(err, daemon.ErrHardStop) {
+		// Components may still be running: exit without waiting for them.
+		logger.Error("hard stop", "err", err, "what_to_do", "nothing: restarting is safe")
+		return exitHardStop
+	}
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
