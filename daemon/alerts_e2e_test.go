@@ -176,7 +176,9 @@ func TestSlotLagAlert(t *testing.T) {
 		t.Fatal(err)
 	}
 	const step = 8000 // rows of ~1 KiB: ~9 MB of WAL per statement
-	fired := func() bool { return hook.firing(daemon.AlertSlotSafeWALLow) != nil && hook.firing(daemon.AlertSlotLagBytes) != nil }
+	fired := func() bool {
+		return hook.firing(daemon.AlertSlotSafeWALLow) != nil && hook.firing(daemon.AlertSlotLagBytes) != nil
+	}
 	for i := 0; !fired(); i++ {
 		if i >= 40 {
 			t.Fatalf("no slot alert after %d MB of WAL; wal_status %s", i*9, slotWALStatus(t, conn, slot))
