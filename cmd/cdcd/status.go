@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -149,8 +150,9 @@ func progressBar(s daemon.SnapshotStatus) string {
 	if s.Percent < 0 {
 		return fmt.Sprintf("%s rows loaded", thousands(s.Rows))
 	}
-	filled := int(s.Percent / 100 * width)
-	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.Percent)
+	pct := math.Floor(s.Percent) // 99.9% is not done
+	filled := int(pct / 100 * width)
+	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct)
 }
 
 // ago renders an RFC 3339 time as "3s ago"; "never" when empty.
