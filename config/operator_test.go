@@ -92,6 +92,8 @@ func TestOperatorValidate(t *testing.T) {
 	}{
 		{"deadline zero", "  deadline: 20s", "  deadline: 0s",
 			want{"shutdown.deadline", 25, 3, ErrInvalid, "must be positive"}},
+		{"interval tiny", "  interval: 5s", "  interval: 1ms",
+			want{"alerts.interval", 27, 3, ErrInvalid, "must be at least 100ms"}},
 		{"size without unit word", "  slot_lag_bytes: {warning: 512MB, critical: 2GiB}", "  slot_lag_bytes: {warning: 512 megs, critical: 2GiB}",
 			want{"alerts.slot_lag_bytes.warning", 29, 20, ErrInvalid, `"512 megs" is not a size`}},
 		{"size octal trap", "  slot_lag_bytes: {warning: 512MB, critical: 2GiB}", "  slot_lag_bytes: {warning: 0100, critical: 2GiB}",

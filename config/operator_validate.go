@@ -10,6 +10,9 @@ import (
 // hashes of low-entropy values (phone numbers, national ids) guessable.
 const minSaltLen = 16
 
+// minAlertInterval bounds how often the slot is polled.
+const minAlertInterval = 100 * time.Millisecond
+
 // operator validates the shutdown, alerts and masking sections.
 func (v *validator) operator() {
 	if v.c.Shutdown.Deadline <= 0 {
@@ -21,8 +24,8 @@ func (v *validator) operator() {
 
 func (v *validator) alerts() {
 	a := v.c.Alerts
-	if a.Interval <= 0 {
-		v.fail("alerts.interval", ErrInvalid, "must be positive, got %s", a.Interval)
+	if a.Interval < minAlertInterval {
+		v.fail("alerts.interval", ErrInvalid, "must be at least %s (each round queries PostgreSQL), got %s", minAlertInterval, a.Interval)
 	}
 	if a.RealertInterval <= 0 {
 		v.fail("alerts.realert_interval", ErrInvalid, "must be positive, got %s", a.RealertInterval)

@@ -138,6 +138,8 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 
 	for i := range 4 {
 		if i > 0 {
+			// Stop a daemon that streams, under load.
+			waitFor(t, "streaming", func() bool { st, err := c.status(); return err == nil && st.Source.Streaming }, c.done)
 			time.Sleep(time.Duration(500+200*i) * time.Millisecond)
 		}
 		hard := i == 2 // the third stop gets a second signal right away
@@ -175,7 +177,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "caught up", func() bool { st, err := c.status(); return err == nil && st.CaughtUp(lsn) }, c.done)
+	waitChild(t, c, "caught up", func() bool { st, err := c.status(); return err == nil && st.CaughtUp(lsn) })
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +189,32 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		t.Errorf("%d clean stops logged, want at least 4", n)
 	}
 	verify(t, dir, m)
+}
+
+// waitChild is waitFor for a child daemon; on a timeout the child gets
+// SIGQUIT, so its goroutines' stacks land in its log for the failure.
+func waitChild(t *testing.T, c *child, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !ok() {
+		select {
+		case err := <-c.done:
+			t.Fatalf("daemon stopped while waiting for %s: %v", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			if st, err := c.status(); err == nil {
+				t.Logf("status: %+v", st)
+			}
+			_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+			}
+			t.Fatalf("timed out waiting for %s (the child's stacks are in its log)", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkAcknowledged compares the slot's confirmed_flush_lsn with the

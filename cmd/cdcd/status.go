@@ -102,6 +102,8 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 
 	s := st.Slot
 	switch {
+	case !s.Up && s.Error == "":
+		fmt.Fprintf(w, "slot %s: not polled yet\n", s.Name)
 	case !s.Up:
 		fmt.Fprintf(w, "slot %s: state unknown (%s)\n", s.Name, s.Error)
 	case !s.Exists:
