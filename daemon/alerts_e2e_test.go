@@ -170,10 +170,15 @@ func TestSlotLagAlert(t *testing.T) {
 
 	// Hold the pipeline back: the next append waits, so nothing more is
 	// confirmed to the server.
-	resume := d.PauseIntake()
+	resume, held := d.PauseIntake()
 	m := newModel(41)
 	if _, err := m.run(t.Context(), conn, 1, 0); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the source never tried to append the held change")
 	}
 	const step = 8000 // rows of ~1 KiB: ~9 MB of WAL per statement
 	fired := func() bool {

@@ -1,12 +1,19 @@
 package daemon
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // PauseIntake makes the source's next appends wait until resume is called
-// (or Run's context ends), so a test can hold the slot back.
-func (d *Daemon) PauseIntake() (resume func()) {
+// (or Run's context ends), so a test can hold the slot back. held is
+// closed once an append is waiting.
+func (d *Daemon) PauseIntake() (resume func(), held <-chan struct{}) {
 	ch := make(chan struct{})
+	h := make(chan struct{})
+	var once sync.Once
 	gate := func(ctx context.Context) error {
+		once.Do(func() { close(h) })
 		select {
 		case <-ch:
 			return nil
@@ -18,5 +25,5 @@ func (d *Daemon) PauseIntake() (resume func()) {
 	return func() {
 		d.intake.gate.Store(nil)
 		close(ch)
-	}
+	}, h
 }

@@ -238,11 +238,15 @@ func TestHardStopThenRestart(t *testing.T) {
 		if _, err := m.run(t.Context(), conn, 50, 0); err != nil {
 			t.Fatal(err)
 		}
-		resume := d.PauseIntake()
+		resume, held := d.PauseIntake()
 		if _, err := m.run(t.Context(), conn, 5, 0); err != nil { // held in the intake
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-held:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the source never tried to append the held changes")
+		}
 		began := time.Now()
 		cancel()
 		if secondSignal {
