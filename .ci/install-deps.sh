@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the database servers that cdcd's tests start themselves
 # (internal/pgtest, internal/mariadbtest): PostgreSQL 15 and MariaDB from
-# Debian's apt repository. Idempotent: a package whose binary is already
-# present is not installed again.
+# Debian's apt repository, and promtool (Debian's prometheus package), which
+# checks /metrics and examples/prometheus-rules.yml (internal/promtooltest).
+# Idempotent: a package whose binary is already present is not installed
+# again.
 #
 # Run as root on Debian 12. Services that the packages would start are kept
 # from starting (policy-rc.d answers 101 during the install), and any that
@@ -16,11 +18,13 @@ PG_INITDB=/usr/lib/postgresql/15/bin/initdb
 need_pg=0
 need_maria=0
 need_make=0
+need_promtool=0
 [[ -x "$PG_INITDB" ]] || need_pg=1
 command -v mariadbd >/dev/null 2>&1 || [[ -x /usr/sbin/mariadbd ]] || need_maria=1
 command -v make >/dev/null 2>&1 || need_make=1
+command -v promtool >/dev/null 2>&1 || need_promtool=1
 
-if (( need_pg || need_maria || need_make )); then
+if (( need_pg || need_maria || need_make || need_promtool )); then
 	if [[ $(id -u) -ne 0 ]]; then
 		echo "install-deps: must run as root to install packages" >&2
 		exit 1
@@ -29,6 +33,7 @@ if (( need_pg || need_maria || need_make )); then
 	(( need_pg )) && pkgs+=(postgresql-15)
 	(( need_maria )) && pkgs+=(mariadb-server)
 	(( need_make )) && pkgs+=(make)
+	(( need_promtool )) && pkgs+=(prometheus)
 
 	# Keep apt from starting services. Only remove the policy file if we
 	# created it; an existing one (e.g. in containers) stays as it was.
@@ -52,7 +57,7 @@ if (( need_pg || need_maria || need_make )); then
 	# Belt and braces: stop any service the packages started despite the
 	# policy (e.g. a systemd unit started by other means). The tests never
 	# use it.
-	for svc in postgresql mariadb; do
+	for svc in postgresql mariadb prometheus; do
 		if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
 			systemctl disable --now "$svc" >/dev/null 2>&1 || true
 		elif [[ -x /etc/init.d/$svc ]]; then
@@ -69,3 +74,4 @@ if command -v mariadbd >/dev/null 2>&1; then
 else
 	/usr/sbin/mariadbd --version
 fi
+promtool --version 2>&1 | head -1

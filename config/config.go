@@ -30,6 +30,12 @@ type Config struct {
 	Sink   Sink   `yaml:"sink"`
 	Admin  Admin  `yaml:"admin"`
 
+	// Shutdown, Alerts and Masking: see operator.go.
+	Shutdown Shutdown `yaml:"shutdown"`
+	Alerts   Alerts   `yaml:"alerts"`
+	// Masking is optional: absent, no column is masked.
+	Masking *Masking `yaml:"masking"`
+
 	// origin records where each key came from; nil for a Config built in Go.
 	origin *origin
 }

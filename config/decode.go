@@ -117,6 +117,8 @@ func (d *decoder) decode(path string, at position, n ast.Node, v reflect.Value) 
 	switch {
 	case v.Type() == durationType:
 		d.duration(path, at, n, asString, v)
+	case v.Type() == byteSizeType:
+		d.byteSize(path, at, n, asString, v)
 	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
 		d.pointer(path, at, n, v)
 	case v.Kind() == reflect.Struct:

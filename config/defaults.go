@@ -62,6 +62,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		c.Admin.Listen = ListenOff
 	}
 	orDefault(&c.Admin.Listen, defaultListen, explicit("admin.listen"))
+	c.applyOperatorDefaults(explicit)
 }
 
 func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool) {
@@ -124,4 +125,52 @@ func fileURL(p string) string {
 		p = abs
 	}
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String()
+}
+
+// The defaults of the shutdown, alerts and masking sections (operator.go).
+const (
+	defaultShutdownDeadline = 30 * time.Second
+	defaultAlertInterval    = 15 * time.Second
+	defaultRealert          = 10 * time.Minute
+	defaultWebhookTimeout   = 5 * time.Second
+	defaultWebhookRetries   = 5
+	defaultWebhookBackoff   = time.Second
+)
+
+var (
+	defaultSlotLagBytes   = SizeLimit{Warning: 1 << 30, Critical: 10 << 30}
+	defaultSlotLagTime    = TimeLimit{Warning: 5 * time.Minute, Critical: 30 * time.Minute}
+	defaultSafeWALPercent = PercentLimit{Warning: 50, Critical: 20}
+	defaultConsumerLag    = TimeLimit{Warning: 5 * time.Minute, Critical: 30 * time.Minute}
+	defaultTablePaused    = TimeLimit{Warning: time.Minute, Critical: 30 * time.Minute}
+	defaultCommitStall    = TimeLimit{Warning: 5 * time.Minute, Critical: 15 * time.Minute}
+)
+
+// applyOperatorDefaults fills the shutdown, alerts and masking sections.
+func (c *Config) applyOperatorDefaults(explicit func(path string) bool) {
+	orDefault(&c.Shutdown.Deadline, defaultShutdownDeadline, explicit("shutdown.deadline"))
+	a := &c.Alerts
+	orDefault(&a.Interval, defaultAlertInterval, explicit("alerts.interval"))
+	orDefault(&a.RealertInterval, defaultRealert, explicit("alerts.realert_interval"))
+	limit(&a.SlotLagBytes.Warning, &a.SlotLagBytes.Critical, defaultSlotLagBytes.Warning, defaultSlotLagBytes.Critical, "alerts.slot_lag_bytes", explicit)
+	limit(&a.SlotLagTime.Warning, &a.SlotLagTime.Critical, defaultSlotLagTime.Warning, defaultSlotLagTime.Critical, "alerts.slot_lag_time", explicit)
+	limit(&a.SafeWALPercent.Warning, &a.SafeWALPercent.Critical, defaultSafeWALPercent.Warning, defaultSafeWALPercent.Critical, "alerts.safe_wal_percent", explicit)
+	limit(&a.ConsumerLag.Warning, &a.ConsumerLag.Critical, defaultConsumerLag.Warning, defaultConsumerLag.Critical, "alerts.consumer_lag", explicit)
+	limit(&a.TablePaused.Warning, &a.TablePaused.Critical, defaultTablePaused.Warning, defaultTablePaused.Critical, "alerts.table_paused", explicit)
+	limit(&a.CommitStall.Warning, &a.CommitStall.Critical, defaultCommitStall.Warning, defaultCommitStall.Critical, "alerts.commit_stall", explicit)
+	if w := a.Webhook; w != nil {
+		orDefault(&w.Timeout, defaultWebhookTimeout, explicit("alerts.webhook.timeout"))
+		orDefault(&w.Retries, defaultWebhookRetries, explicit("alerts.webhook.retries"))
+		orDefault(&w.Backoff, defaultWebhookBackoff, explicit("alerts.webhook.backoff"))
+	}
+	if m := c.Masking; m != nil {
+		for i := range m.Tables {
+			m.Tables[i].Table = normalizeTable(m.Tables[i].Table)
+		}
+	}
+}
+
+func limit[T comparable](warn, crit *T, dw, dc T, path string, explicit func(string) bool) {
+	orDefault(warn, dw, explicit(path+".warning"))
+	orDefault(crit, dc, explicit(path+".critical"))
 }

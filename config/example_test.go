@@ -90,5 +90,28 @@ sink: {iceberg: {mode: append}}
 	//       snapshot_max_age: 1h
 	// admin:
 	//   listen: 127.0.0.1:8089
+	// shutdown:
+	//   deadline: 30s
+	// alerts:
+	//   interval: 15s
+	//   realert_interval: 10m
+	//   slot_lag_bytes:
+	//     warning: 1GiB
+	//     critical: 10GiB
+	//   slot_lag_time:
+	//     warning: 5m
+	//     critical: 30m
+	//   safe_wal_percent:
+	//     warning: 50
+	//     critical: 20
+	//   consumer_lag:
+	//     warning: 5m
+	//     critical: 30m
+	//   table_paused:
+	//     warning: 1m
+	//     critical: 30m
+	//   commit_stall:
+	//     warning: 5m
+	//     critical: 15m
 	// # sales.invoices -> cdc.sales_invoices
 }

@@ -60,6 +60,8 @@ func writeField(b *strings.Builder, key string, v reflect.Value, secret string, 
 	switch {
 	case v.Type() == durationType:
 		fmt.Fprintf(b, "%s%s: %s\n", pad, key, formatDuration(time.Duration(v.Int())))
+	case v.Type() == byteSizeType:
+		fmt.Fprintf(b, "%s%s: %s\n", pad, key, ByteSize(v.Int()))
 	case v.Kind() == reflect.Struct:
 		var inner strings.Builder
 		writeStruct(&inner, v, indent+1)

@@ -35,6 +35,7 @@ func (c *Config) validate() Errors {
 	v.log()
 	v.sink()
 	v.admin()
+	v.operator()
 	v.notYet()
 	v.errs.sort()
 	return v.errs

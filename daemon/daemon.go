@@ -1,21 +1,21 @@
 // Package daemon wires cdcd's components from a Config and runs them: the
 // source, the emitter that makes its changes durable in the log, the
-// Iceberg sink and the admin HTTP listener, in one errgroup.
+// Iceberg sink, the monitor (slot poller, alerts) and the admin HTTP
+// listener, with a two-phase stop (lifecycle.go).
 package daemon
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5/pgconn"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/log"
@@ -44,12 +44,20 @@ type Daemon struct {
 	started time.Time
 	// resumeEvery is how often paused tables are retried.
 	resumeEvery time.Duration
+
+	// Operator parts (lifecycle.go, monitor.go, metrics.go, alerts.go).
+	intake  *intake                     // the source's Emitter: counts, drain context
+	idents  map[string]table.Identifier // topic -> Iceberg table
+	monitor *monitor                    // slot poller, table lags, alerts
+	sampler *sampler                    // commit histograms
+	life    atomic.Value                // string: a State* constant
 }
 
 // New opens the daemon's local state (the log, the registry, the catalog)
 // and builds its components. Close releases them.
 func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemon, err error) {
-	d := &Daemon{cfg: cfg, logger: logger, started: time.Now(), resumeEvery: 2 * time.Second}
+	d := &Daemon{cfg: cfg, logger: logger, started: time.Now(), resumeEvery: 2 * time.Second, idents: map[string]table.Identifier{}}
+	d.life.Store(StateStarting)
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -102,15 +110,18 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			tc.PartitionBy = append(tc.PartitionBy, iceberg.PartitionField{Transform: f.Transform, Param: f.Param, Column: f.Column})
 		}
 		tables = append(tables, tc)
+		d.idents[topic] = table.Identifier{ins, itbl}
 	}
 	d.emitter = &emitter{
 		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",
 		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
+		masker: newMasker(cfg),
 	}
 	if err := d.emitter.loadPaused(ctx); err != nil {
 		return nil, err
 	}
+	d.intake = newIntake(d.emitter, pg.Tables)
 	d.reader = postgres.New(postgres.Config{
 		DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
 		Snapshot: pg.Snapshot == "initial",
@@ -130,6 +141,8 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			OrphanAge: ice.Compaction.OrphanAge,
 		},
 	}, d.cat, d.lg, d.reg, logger)
+	d.monitor = newMonitor(d)
+	d.sampler = newSampler(d)
 	return d, nil
 }
 
@@ -151,40 +164,6 @@ func databaseOf(dsn string) string {
 		return ""
 	}
 	return c.Database
-}
-
-// Run runs every component until ctx ends or one fails. On a stop, the
-// sink commits what it has consumed before Run returns.
-func (d *Daemon) Run(ctx context.Context) error {
-	d.logger.Info("cdcd starting", "pipeline", d.cfg.Pipeline, "tables", len(d.topics), "data_dir", d.cfg.DataDir)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		err := d.reader.Run(gctx, d.emitter)
-		if err != nil && gctx.Err() == nil {
-			return fmt.Errorf("source: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		err := d.sink.Run(gctx)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("sink: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error { return d.emitter.resumeLoop(gctx, d.resumeEvery) })
-	if addr := d.cfg.Admin.Listen; addr != "" && addr != "off" {
-		srv, err := d.adminServer(addr)
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return srv.serve(gctx) })
-	}
-	err := g.Wait()
-	if err == nil && ctx.Err() != nil {
-		d.logger.Info("cdcd stopped", "reason", context.Cause(ctx))
-	}
-	return err
 }
 
 // Close releases the log and the catalog.

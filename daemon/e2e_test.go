@@ -40,8 +40,17 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(path string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	// As cmd/cdcd does: the first signal stops gracefully, the second hard.
+	ctx, cancel := context.WithCancel(context.Background())
+	hard, cancelHard := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		cancelHard()
+	}()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -53,7 +62,11 @@ func runChild(path string) int {
 		logger.Error("start", "err", err)
 		return 1
 	}
-	err = d.Run(ctx)
+	err = d.Run(ctx, daemon.WithHardStop(hard))
+	if errors.Is(err, daemon.ErrHardStop) {
+		logger.Error("hard stop", "err", err)
+		return 3
+	}
 	d.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error("run", "err", err)

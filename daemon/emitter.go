@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/mask"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 )
@@ -61,6 +62,8 @@ type emitter struct {
 	codecs map[*schema.Table]*tableCodec
 	last   map[string][]source.Position // topic -> partition -> newest stored
 	paused map[string]*pauseState       // topic -> pause
+
+	masker *mask.Masker // nil: no table is masked (see masking.go)
 
 	produced atomic.Int64
 	dropped  atomic.Int64
@@ -136,7 +139,10 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 	var order []string
 	newest := map[string][]source.Position{}
 	for i := range batch {
-		c := &batch[i]
+		c, err := e.masked(&batch[i]) // before encoding: masked values never reach the log
+		if err != nil {
+			return err
+		}
 		tc, err := e.codec(ctx, c.Table)
 		if err != nil {
 			return err

@@ -284,3 +284,14 @@ func (e *emitter) Paused() []PausedTable {
 	}
 	return out
 }
+
+// pausedState reports whether the emitter holds topic's changes, since
+// when and why.
+func (e *emitter) pausedState(topic string) (bool, time.Time, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ps := e.paused[topic]; ps != nil {
+		return true, ps.Since, ps.Reason
+	}
+	return false, time.Time{}, ""
+}

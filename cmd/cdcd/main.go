@@ -6,6 +6,8 @@
 //	0  success, or a clean stop on SIGINT/SIGTERM
 //	1  the pipeline failed at run time (the log says what and what to do)
 //	2  bad usage or an invalid config file
+//	3  a hard stop: the graceful stop passed shutdown.deadline, or a second
+//	   signal came (restarting is safe)
 package main
 
 import (
@@ -16,10 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/daemon"
@@ -43,17 +43,14 @@ Usage:
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
   cdcd compact [-c FILE] TABLE          compact a table now (the daemon compacts on its own too)
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
+  cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
   cdcd version                          print the version
 
 Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal kills the process (hard stop)
-	}()
+	ctx, _ := signalContexts() // the second signal: a hard stop (signals.go)
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -83,6 +80,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return compactCommand(ctx, args[1:], stdout, stderr)
 	case "maintenance":
 		return maintenanceCommand(ctx, args[1:], stdout, stderr)
+	case "status":
+		return statusCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK
@@ -174,7 +173,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		logger.Error("cannot start", "err", err)
 		return exitFailure
 	}
-	err = d.Run(ctx)
+	err = d.Run(ctx, daemon.WithHardStop(hardStopOf(ctx)))
+	if errors.Is(err, daemon.ErrHardStop) {
+		// Components may still be running: exit without waiting for them.
+		logger.Error("hard stop", "err", err, "what_to_do", "nothing: restarting is safe")
+		return exitHardStop
+	}
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}

@@ -106,8 +106,10 @@ type TableStats struct {
 	SnapshotID    atomic.Int64
 	// Committed is the next offset per partition the table holds.
 	Committed atomic.Pointer[[]int64]
-	// Paused holds why the table is paused (nil while it runs).
-	Paused atomic.Pointer[string]
+	// Paused holds why the table is paused (nil while it runs), since
+	// PausedAt (unix ms).
+	Paused   atomic.Pointer[string]
+	PausedAt atomic.Int64
 	// Compaction is the table's compaction record.
 	Compaction atomic.Pointer[CompactionStats]
 	// Maintenance describes the table's files (upsert tables).
@@ -190,6 +192,7 @@ func (s *Sink) Run(ctx context.Context) error {
 					return nil
 				}
 				reason := err.Error()
+				stats.PausedAt.Store(time.Now().UnixMilli())
 				stats.Paused.Store(&reason)
 				logger.Error("table paused: its changes wait in the log until the problem is solved",
 					"err", err, "retry_in", s.cfg.RetryInterval,

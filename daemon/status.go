@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// Status is the JSON of /status, which `cdcd status` renders.
+type Status struct {
+	Pipeline string `json:"pipeline"`
+	Version  string `json:"version"`
+	// State is one of the State* constants; Ready mirrors /readyz.
+	State  string        `json:"state"`
+	Ready  bool          `json:"ready"`
+	Uptime string        `json:"uptime"`
+	Source SourceStatus  `json:"source"`
+	Slot   SlotStatus    `json:"slot"`
+	Tables []TableStatus `json:"tables"`
+	// Alerts are the firing alerts, most severe first.
+	Alerts []Alert `json:"alerts"`
+	// Paused details the tables whose changes are held after a schema
+	// change the registry refused: what is held and how to resolve it.
+	Paused []PausedTable `json:"paused,omitempty"`
+}
+
+// SourceStatus describes the reader.
+type SourceStatus struct {
+	Slot         string `json:"slot"`
+	Streaming    bool   `json:"streaming"`
+	Events       int64  `json:"events"`
+	SnapshotRows int64  `json:"snapshot_rows"`
+	FlushedLSN   string `json:"flushed_lsn"`
+	Flushed      uint64 `json:"flushed"`
+	ReceivedLSN  string `json:"received_lsn"`
+}
+
+// TableStatus describes one table.
+type TableStatus struct {
+	// Table is the Iceberg table; Source the captured table.
+	Table  string `json:"table"`
+	Source string `json:"source"`
+	Topic  string `json:"topic"`
+	// State is loading, streaming, paused or stopping (starting before the
+	// source is ready).
+	State string `json:"state"`
+	// EventsIn are changes appended to the log since start; Rows are rows
+	// committed to the table since start.
+	EventsIn int64 `json:"events_in"`
+	Rows     int64 `json:"rows"`
+	Commits  int64 `json:"commits"`
+	// Snapshot is the initial load's progress for this table.
+	Snapshot   SnapshotStatus `json:"snapshot"`
+	LastCommit string         `json:"last_commit,omitempty"`
+	SnapshotID int64          `json:"snapshot_id,omitempty"`
+	// Lag is how many records of the topic the table has not committed
+	// yet; -1 while the table's position is not known. LagSeconds is the
+	// age of the oldest of them (from the last monitor check).
+	Lag        int64   `json:"lag"`
+	LagSeconds float64 `json:"lag_seconds"`
+	// Paused, with why and since when (see Daemon.pausedState).
+	Paused       bool      `json:"paused"`
+	PausedReason string    `json:"paused_reason,omitempty"`
+	PausedSince  time.Time `json:"paused_since,omitzero"`
+	// CommitStallSeconds is how long changes have waited without a
+	// successful commit (0 when none wait).
+	CommitStallSeconds float64 `json:"commit_stall_seconds"`
+}
+
+// SnapshotStatus is one table's initial-load progress.
+type SnapshotStatus struct {
+	// Rows loaded since start; Estimated from pg_class.reltuples (0 when
+	// unknown); Percent is 100 once the load is over, -1 when unknown.
+	Rows      int64   `json:"rows"`
+	Estimated int64   `json:"estimated"`
+	Percent   float64 `json:"percent"`
+	Done      bool    `json:"done"`
+}
+
+func formatLSN(v uint64) string { return fmt.Sprintf("%X/%X", v>>32, uint32(v)) }
+
+// state returns the lifecycle state, with starting refined by the source.
+func (d *Daemon) lifecycleState() string {
+	s, _ := d.life.Load().(string)
+	if s != StateStarting {
+		return s
+	}
+	switch {
+	case d.reader.Stats().Streaming.Load():
+		return StateStreaming
+	case d.loading():
+		return StateLoading
+	}
+	return StateStarting
+}
+
+// ready reports whether /readyz answers 200: the source streams or loads,
+// and no stop has begun.
+func ready(state string) bool { return state == StateStreaming || state == StateLoading }
+
+// Status reports the pipeline's state.
+func (d *Daemon) Status() Status {
+	ss := d.reader.Stats()
+	state := d.lifecycleState()
+	st := Status{
+		Pipeline: d.cfg.Pipeline, Version: Version, State: state, Ready: ready(state),
+		Uptime: time.Since(d.started).Round(time.Second).String(),
+		Source: SourceStatus{
+			Slot: d.cfg.Source.Postgres.Slot, Streaming: ss.Streaming.Load(), Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
+			FlushedLSN: formatLSN(ss.Flushed.Load()), Flushed: ss.Flushed.Load(), ReceivedLSN: formatLSN(ss.Received.Load()),
+		},
+		Slot:   d.monitor.slot.status(),
+		Alerts: d.monitor.alerts.firing(),
+	}
+	sources := d.sourceTables()
+	for _, t := range d.sink.Stats() {
+		w := d.monitor.watch(t.Topic)
+		src := sources[t.Topic]
+		ts := TableStatus{Table: t.Table, Source: src, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(),
+			SnapshotID: t.SnapshotID.Load(), Lag: d.lag(t), LagSeconds: w.lagSeconds, CommitStallSeconds: w.stalledFor.Seconds()}
+		if c := d.intake.tables[src]; c != nil {
+			ts.EventsIn = c.Events.Load()
+			ts.Snapshot.Rows = c.SnapshotRows.Load()
+		}
+		ts.Snapshot.Estimated = d.monitor.slot.estimate(src)
+		ts.Snapshot.Done = ss.Streaming.Load()
+		switch {
+		case ts.Snapshot.Done:
+			ts.Snapshot.Percent = 100
+		case ts.Snapshot.Estimated > 0:
+			ts.Snapshot.Percent = min(99.9, 100*float64(ts.Snapshot.Rows)/float64(ts.Snapshot.Estimated))
+		default:
+			ts.Snapshot.Percent = -1
+		}
+		if ms := t.LastCommit.Load(); ms > 0 {
+			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+		}
+		ts.Paused, ts.PausedSince, ts.PausedReason = d.pausedState(t.Topic)
+		ts.State = state
+		if ts.Paused {
+			ts.State = "paused"
+		}
+		st.Tables = append(st.Tables, ts)
+	}
+	st.Paused = d.emitter.Paused()
+	return st
+}
+
+// sourceTables maps each topic to its "schema.table".
+func (d *Daemon) sourceTables() map[string]string {
+	out := make(map[string]string, len(d.topics))
+	for _, name := range d.cfg.Source.Postgres.Tables {
+		ns, tbl := splitTable(name)
+		out[d.topicOf(ns, tbl)] = name
+	}
+	return out
+}
+
+// lag is the number of records of t's topic not yet committed to t.
+func (d *Daemon) lag(t *iceberg.TableStats) int64 {
+	committed := t.Committed.Load()
+	if committed == nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := d.lg.DescribeTopic(ctx, t.Topic)
+	if err != nil {
+		return -1
+	}
+	var lag int64
+	for _, p := range info.Partitions {
+		if int(p.Partition) < len(*committed) {
+			lag += p.End - (*committed)[p.Partition]
+		}
+	}
+	return lag
+}
