@@ -133,17 +133,42 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 		}
 		return appendLong(dst, 0), nil
 	}
+	var branch int64 // index of the value's type in the field's union
 	if nullable {
-		dst = appendLong(dst, 1)
+		branch = 1
 	}
-	bad := func() ([]byte, error) {
-		return dst, fmt.Errorf("column %q (%s): unexpected Go value %T", c.Name, c.Kind, v)
+	if c.Kind == Decimal && c.Precision > 0 {
+		// [null,] decimal, special string (NaN)
+		s, ok := v.(string)
+		if !ok {
+			return dst, badValue(c, v)
+		}
+		if s == "NaN" {
+			return appendString(appendLong(dst, branch+1), s), nil
+		}
+		u, err := unscaled(s, c.Scale)
+		if err != nil {
+			return dst, fmt.Errorf("column %q: %w", c.Name, err)
+		}
+		return appendBytes(appendLong(dst, branch), twosComplement(u)), nil
 	}
+	if nullable {
+		dst = appendLong(dst, branch)
+	}
+	return appendValue(dst, c, v)
+}
+
+func badValue(c Column, v any) error {
+	return fmt.Errorf("column %q (%s): unexpected Go value %T", c.Name, c.TypeString(), v)
+}
+
+// appendValue writes a non-null value of a type that is not a union.
+func appendValue(dst []byte, c Column, v any) ([]byte, error) {
 	switch c.Kind {
 	case Bool:
 		b, ok := v.(bool)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		if b {
 			return append(dst, 1), nil
@@ -152,60 +177,71 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 	case Int16, Int32, Int64, Time, Timestamp, TimestampTZ:
 		i, ok := v.(int64)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendLong(dst, i), nil
 	case Date:
 		d, ok := v.(int32)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendLong(dst, int64(d)), nil
 	case Float32:
 		f, ok := v.(float32)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return binary.LittleEndian.AppendUint32(dst, math.Float32bits(f)), nil
 	case Float64:
 		f, ok := v.(float64)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return binary.LittleEndian.AppendUint64(dst, math.Float64bits(f)), nil
-	case String, JSON:
+	case String, JSON, Decimal: // a constrained Decimal never gets here
 		s, ok := v.(string)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendString(dst, s), nil
-	case Decimal:
-		s, ok := v.(string)
-		if !ok {
-			return bad()
-		}
-		if c.Precision == 0 {
-			return appendString(dst, s), nil
-		}
-		u, err := unscaled(s, c.Scale)
-		if err != nil {
-			return dst, fmt.Errorf("column %q: %w", c.Name, err)
-		}
-		return appendBytes(dst, twosComplement(u)), nil
 	case Bytes:
 		b, ok := v.([]byte)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendBytes(dst, b), nil
 	case UUID:
 		u, ok := v.([16]byte)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendString(dst, FormatUUID(u)), nil
+	case Interval:
+		iv, ok := v.(IntervalValue)
+		if !ok {
+			return dst, badValue(c, v)
+		}
+		dst = appendLong(dst, int64(iv.Months))
+		dst = appendLong(dst, int64(iv.Days))
+		return appendLong(dst, iv.Micros), nil
+	case List:
+		l, ok := v.([]any)
+		if !ok || c.Elem == nil {
+			return dst, badValue(c, v)
+		}
+		if len(l) == 0 {
+			return appendLong(dst, 0), nil
+		}
+		dst = appendLong(dst, int64(len(l)))
+		var err error
+		for _, e := range l {
+			if dst, err = appendColumn(dst, *c.Elem, false, e); err != nil {
+				return dst, fmt.Errorf("list %q: %w", c.Name, err)
+			}
+		}
+		return appendLong(dst, 0), nil
 	}
-	return bad()
+	return dst, badValue(c, v)
 }
 
 func appendLong(dst []byte, v int64) []byte {

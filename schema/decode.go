@@ -163,16 +163,33 @@ func (r *reader) source(s *SourceInfo) {
 }
 
 func (r *reader) column(c Column, nullable bool) any {
+	branch := int64(0)
 	if nullable || c.Nullable {
-		switch r.long() {
-		case 0:
-			return nil
-		case 1:
-		default:
-			r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
+		branch = r.long()
+		if branch == 0 {
 			return nil
 		}
+		branch--
 	}
+	if c.Kind == Decimal && c.Precision > 0 {
+		if !nullable && !c.Nullable {
+			branch = r.long() // a union even when not nullable
+		}
+		switch branch {
+		case 0:
+			return formatDecimal(fromTwosComplement(r.bytes()), c.Scale)
+		case 1:
+			return r.string()
+		}
+	} else if branch == 0 {
+		return r.value(c)
+	}
+	r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
+	return nil
+}
+
+// value reads a non-null value of a type that is not a union.
+func (r *reader) value(c Column) any {
 	switch c.Kind {
 	case Bool:
 		b := r.take(1)
@@ -196,13 +213,8 @@ func (r *reader) column(c Column, nullable bool) any {
 			return nil
 		}
 		return math.Float64frombits(binary.LittleEndian.Uint64(b))
-	case String, JSON:
+	case String, JSON, Decimal:
 		return r.string()
-	case Decimal:
-		if c.Precision == 0 {
-			return r.string()
-		}
-		return formatDecimal(fromTwosComplement(r.bytes()), c.Scale)
 	case Bytes:
 		return append([]byte{}, r.bytes()...) // never alias the record buffer
 	case UUID:
@@ -211,6 +223,31 @@ func (r *reader) column(c Column, nullable bool) any {
 			r.fail(err)
 		}
 		return u
+	case Interval:
+		return IntervalValue{Months: int32(r.long()), Days: int32(r.long()), Micros: r.long()}
+	case List:
+		if c.Elem == nil {
+			break
+		}
+		l := []any{}
+		for r.err == nil {
+			n := r.long()
+			if n == 0 {
+				break
+			}
+			if n < 0 { // a block with a byte size: skip the size
+				n = -n
+				r.long()
+			}
+			if n > int64(len(r.buf)) { // every element takes a byte at least
+				r.fail(ErrShortBuffer)
+				break
+			}
+			for ; n > 0 && r.err == nil; n-- {
+				l = append(l, r.column(*c.Elem, false))
+			}
+		}
+		return l
 	}
 	r.fail(fmt.Errorf("schema: column %q: unknown kind %s", c.Name, c.Kind))
 	return nil
