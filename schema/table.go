@@ -50,9 +50,9 @@ const (
 // Date, Timestamp and TimestampTZ values keep PostgreSQL's infinities as
 // the extreme values of their Go type, never as NULL or zero.
 const (
-	DateInfinity         = int32(math.MaxInt32)
-	DateMinusInfinity    = int32(math.MinInt32)
-	TimestampInfinity    = int64(math.MaxInt64)
+	DateInfinity           = int32(math.MaxInt32)
+	DateMinusInfinity      = int32(math.MinInt32)
+	TimestampInfinity      = int64(math.MaxInt64)
 	TimestampMinusInfinity = int64(math.MinInt64)
 )
 
