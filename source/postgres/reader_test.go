@@ -151,6 +151,10 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 		})
 		return err
 	}
+	failed := func(err error) {
+		once.Do(func() {}) // done was read: stop must not wait for it
+		t.Fatalf("reader stopped before streaming: %v", err)
+	}
 	t.Cleanup(func() { _ = stop() })
 	// Wait until the reader streams, so the test's changes are captured.
 	deadline := time.Now().Add(30 * time.Second)
@@ -160,7 +164,7 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("reader stopped before streaming: %v", err)
+			failed(err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -278,9 +282,11 @@ func TestRefusals(t *testing.T) {
 		tables    []string
 		want      []string
 	}{
-		{"no primary key", `CREATE TABLE nopk (a int)`, []string{"nopk"}, []string{"public.nopk has no primary key", "ADD PRIMARY KEY"}},
-		{"missing table", `SELECT 1`, []string{"public.ghost"}, []string{"public.ghost does not exist"}},
-		{"unsupported type", `CREATE TABLE geo (id int PRIMARY KEY, p point)`, []string{"geo"}, []string{"table public.geo", `column "p"`, "point"}},
+		{"no primary key", `CREATE TABLE nopk (a int)`, []string{"nopk"}, []string{"public.nopk: has no primary key", "ADD PRIMARY KEY", "REPLICA IDENTITY USING INDEX"}},
+		{"missing table", `SELECT 1`, []string{"public.ghost"}, []string{"public.ghost: does not exist"}},
+		{"unsupported type", `CREATE TABLE geo (id int PRIMARY KEY, q tsquery)`, []string{"geo"}, []string{"table public.geo", `column "q"`, "tsquery"}},
+		{"replica identity nothing", `CREATE TABLE rin (id int PRIMARY KEY); ALTER TABLE rin REPLICA IDENTITY NOTHING`, []string{"rin"},
+			[]string{"public.rin: has REPLICA IDENTITY NOTHING", "REPLICA IDENTITY DEFAULT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
