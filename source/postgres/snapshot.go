@@ -157,7 +157,9 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		return nil
 	})
 	for w := 0; w < min(r.cfg.SnapshotWorkers, total-lp.Done); w++ {
-		g.Go(func() error { return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs) })
+		g.Go(func() error {
+			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs)
+		})
 	}
 	g.Go(func() error {
 		for seq := lp.Done; seq < total; seq++ {
