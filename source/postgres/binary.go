@@ -157,14 +157,27 @@ func decodeTime(b []byte) (any, error) {
 	return int64(binary.BigEndian.Uint64(b)), nil
 }
 
+// maxTimestamp is the last microsecond since 2000 whose value since 1970
+// fits below the int64 that stands for infinity (294247-01-10
+// 04:00:54.775806 UTC); PostgreSQL's own range ends 29 years later.
+const maxTimestamp = math.MaxInt64 - 1 - pgEpochMicros
+
+// errTimestampRange refuses timestamps past maxTimestamp: Avro's and
+// Iceberg's microseconds since 1970 cannot hold them, and cdcd never
+// clamps or wraps a value.
+var errTimestampRange = errors.New("postgres: timestamp after 294247-01-10 04:00:54.775806 UTC has no int64 microseconds since 1970")
+
 // decodeTimestamp keeps ±infinity as the extreme int64 values.
 func decodeTimestamp(b []byte) (any, error) {
 	if err := fixed(8, b); err != nil {
 		return nil, err
 	}
 	t := int64(binary.BigEndian.Uint64(b))
-	if t == math.MaxInt64 || t == math.MinInt64 {
+	switch {
+	case t == math.MaxInt64 || t == math.MinInt64:
 		return t, nil
+	case t > maxTimestamp:
+		return nil, errTimestampRange
 	}
 	return t + pgEpochMicros, nil
 }
