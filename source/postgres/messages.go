@@ -87,6 +87,7 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 	}
 	s.inTx = false
 	s.commit(uint64(m.CommitLSN))
+	s.r.stats.StreamedTxns.Add(1)
 	return nil
 }
 

@@ -111,6 +111,7 @@ type Stats struct {
 	Reconnects    atomic.Int64  // sessions that ended in a retryable error
 	Heartbeats    atomic.Int64  // heartbeat messages written
 	SpilledBytes  atomic.Int64  // bytes in spill files of in-progress transactions
+	StreamedTxns  atomic.Int64  // transactions received streamed (before their commit) and replayed
 	// Initial load progress: rows estimated in all tables, and when this
 	// run's load started with how many rows already done.
 	SnapshotEstimate atomic.Int64

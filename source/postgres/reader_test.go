@@ -132,10 +132,19 @@ func (e *env) start(t *testing.T, tables []string, snapshot bool, c *collector) 
 	return stop
 }
 
-func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source.Emitter) (func() error, *Reader) {
+// config is the reader configuration of the env's tests.
+func (e *env) config(t *testing.T, tables []string, snapshot bool) Config {
+	return Config{DSN: e.dsn, Slot: e.names.Slot, Publication: e.names.Publication, Tables: tables,
+		Snapshot: snapshot, BatchDelay: 5 * time.Millisecond, SpillDir: t.TempDir(), ReconnectMin: 20 * time.Millisecond}
+}
+
+func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source.Emitter, opts ...func(*Config)) (func() error, *Reader) {
 	t.Helper()
-	r := New(Config{DSN: e.dsn, Slot: e.names.Slot, Publication: e.names.Publication, Tables: tables,
-		Snapshot: snapshot, BatchDelay: 5 * time.Millisecond}, e.state, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	cfg := e.config(t, tables, snapshot)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := New(cfg, e.state, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx, c) }()
