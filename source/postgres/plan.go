@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -82,20 +83,63 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 	if chunks <= 1 {
 		return p, nil
 	}
+	if len(t.key) == 1 && isIntegerType(t.column(t.key[0]).oid) {
+		return p, planIntegerRange(ctx, q, t, &p, chunks)
+	}
+	return p, planSampled(ctx, q, t, &p, chunks)
+}
+
+func isIntegerType(oid uint32) bool { return oid == oidInt2 || oid == oidInt4 || oid == oidInt8 }
+
+// column returns the catalog column named name.
+func (t *catalogTable) column(name string) catalogColumn {
+	for _, c := range t.columns {
+		if c.name == name {
+			return c
+		}
+	}
+	return catalogColumn{}
+}
+
+// planIntegerRange cuts a single integer key's range (min and max come from
+// the index) into chunks of equal width.
+func planIntegerRange(ctx context.Context, q querier, t *catalogTable, p *tablePlan, chunks int64) error {
+	k := pgx.Identifier{t.key[0]}.Sanitize()
+	var lo, hi *int64
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT min(%s)::int8, max(%s)::int8 FROM %s", k, k, t.ident())).Scan(&lo, &hi); err != nil {
+		return fmt.Errorf("postgres: key range of %s: %w", t.qualified(), err)
+	}
+	if lo == nil || hi == nil {
+		return nil
+	}
+	width := (float64(*hi) - float64(*lo) + 1) / float64(chunks)
+	for i := int64(1); i < chunks; i++ {
+		b := *lo + int64(width*float64(i))
+		if b <= *lo || len(p.Bounds) > 0 && p.Bounds[len(p.Bounds)-1][0] == strconv.FormatInt(b, 10) {
+			continue
+		}
+		p.Bounds = append(p.Bounds, []string{strconv.FormatInt(b, 10)})
+	}
+	return nil
+}
+
+// planSampled cuts the table at quantiles of a row sample (TABLESAMPLE
+// BERNOULLI: every block is read, so the sample is not clustered).
+func planSampled(ctx context.Context, q querier, t *catalogTable, p *tablePlan, chunks int64) error {
 	const perChunk = 20 // sampled keys per chunk
 	pct := min(100, max(0.0001, 100*float64(chunks*perChunk)/float64(p.Estimate)))
 	keys := make([]string, len(t.key))
 	for i, k := range t.key {
-		keys[i] = pgx.Identifier{k}.Sanitize()
+		keys[i] = tableAlias + "." + pgx.Identifier{k}.Sanitize() // never an output column's name
 	}
 	sel := make([]string, len(keys))
 	for i, k := range keys {
 		sel[i] = k + "::text"
 	}
-	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM %s TABLESAMPLE SYSTEM (%g) ORDER BY %s",
-		strings.Join(sel, ", "), t.ident(), pct, strings.Join(keys, ", ")))
+	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM %s AS %s TABLESAMPLE BERNOULLI (%g) ORDER BY %s",
+		strings.Join(sel, ", "), t.ident(), tableAlias, pct, strings.Join(keys, ", ")))
 	if err != nil {
-		return p, fmt.Errorf("postgres: sample keys of %s: %w", t.qualified(), err)
+		return fmt.Errorf("postgres: sample keys of %s: %w", t.qualified(), err)
 	}
 	var sample [][]string
 	for rows.Next() {
@@ -106,12 +150,12 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 		}
 		if err := rows.Scan(ptrs...); err != nil {
 			rows.Close()
-			return p, err
+			return err
 		}
 		sample = append(sample, vals)
 	}
 	if err := rows.Err(); err != nil {
-		return p, fmt.Errorf("postgres: sample keys of %s: %w", t.qualified(), err)
+		return fmt.Errorf("postgres: sample keys of %s: %w", t.qualified(), err)
 	}
 	for i := int64(1); i < chunks && len(sample) > 0; i++ {
 		b := sample[int(i*int64(len(sample))/chunks)]
@@ -119,8 +163,12 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 			p.Bounds = append(p.Bounds, b)
 		}
 	}
-	return p, nil
+	return nil
 }
+
+// tableAlias names the table in the load's queries, so ORDER BY and WHERE
+// refer to its columns, never to output columns of the same name.
+const tableAlias = "_cdcd_t"
 
 // keyPart says how one key column orders a chunk's rows and how its value
 // becomes part of the rows' positions: the rows of a chunk are read in the
@@ -155,7 +203,7 @@ func buildChunkQuery(t *catalogTable, rel *relation, p *tablePlan, i int) chunkQ
 	var order, keys, casts []string
 	for _, k := range t.key {
 		ci := rel.table.ColumnIndex(k)
-		id := pgx.Identifier{k}.Sanitize()
+		id := tableAlias + "." + pgx.Identifier{k}.Sanitize()
 		keys = append(keys, id)
 		casts = append(casts, t.columns[ci].typeName)
 		part := keyPart{col: ci}
@@ -185,7 +233,7 @@ func buildChunkQuery(t *catalogTable, rel *relation, p *tablePlan, i int) chunkQ
 	if i < len(p.Bounds) {
 		where = append(where, keyRow+" < "+row(p.Bounds[i]))
 	}
-	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.ident()
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.ident() + " AS " + tableAlias
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
