@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,12 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw)) // a reader process of the kill -9 and memory tests
+	}
+	pgtest.Main(m)
+}
 
 // collector is an Emitter that keeps every change in memory.
 type collector struct {
