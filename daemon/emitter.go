@@ -44,9 +44,14 @@ type emitter struct {
 	produced atomic.Int64
 	dropped  atomic.Int64
 	buf      []byte
+	// pipe appends submitted batches in order while the next is encoded.
+	pipe source.Pipeline
 }
 
-var _ source.Emitter = (*emitter)(nil)
+var (
+	_ source.Emitter   = (*emitter)(nil)
+	_ source.Pipeliner = (*emitter)(nil)
+)
 
 // loadLast reads the newest stored position of every partition of topic.
 func (e *emitter) loadLast(ctx context.Context, topic string) error {
@@ -102,6 +107,21 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 
 // Emit encodes batch and appends it; it returns once all of it is durable.
 func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
+	if err := e.Submit(ctx, batch); err != nil {
+		return err
+	}
+	return e.Sync(ctx)
+}
+
+// Sync returns once every submitted batch is durable.
+func (e *emitter) Sync(ctx context.Context) error { return e.pipe.Wait(ctx) }
+
+// Submit encodes batch and queues its append behind the batches submitted
+// before it; it returns before the append is durable (see Sync). The
+// newest positions per partition move on at once, so the next batch is
+// deduplicated against this one; an append that fails fails every later
+// Submit and Sync, and the source stops.
+func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	byTopic := map[string][]log.Record{}
 	var order []string
 	newest := map[string][]source.Position{}
@@ -135,18 +155,22 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 		}
 	}
 	for _, topic := range order {
-		recs := byTopic[topic]
-		if err := e.lg.Produce(ctx, topic, recs); err != nil {
-			return fmt.Errorf("daemon: append to %s: %w", topic, err)
-		}
-		e.produced.Add(int64(len(recs)))
 		for p, pos := range newest[topic] {
 			if pos != nil {
 				e.last[topic][p] = pos
 			}
 		}
 	}
-	return nil
+	return e.pipe.Go(ctx, func() error {
+		for _, topic := range order {
+			recs := byTopic[topic]
+			if err := e.lg.Produce(ctx, topic, recs); err != nil {
+				return fmt.Errorf("daemon: append to %s: %w", topic, err)
+			}
+			e.produced.Add(int64(len(recs)))
+		}
+		return nil
+	})
 }
 
 // records encodes one change: one record, or one per partition for a

@@ -112,23 +112,24 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 	return row, nil
 }
 
-// decodeFields decodes a row of a binary COPY (nil fields are NULL).
-func decodeFields(r *relation, fields [][]byte) ([]any, error) {
-	if len(fields) != len(r.types) {
-		return nil, fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
+// decodeFieldsInto decodes a row of a binary COPY (nil fields are NULL)
+// into row, which has a slot per column.
+func decodeFieldsInto(r *relation, fields [][]byte, row []any) error {
+	if len(fields) != len(r.types) || len(row) != len(r.types) {
+		return fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
 	}
-	row := make([]any, len(fields))
 	for i, f := range fields {
 		if f == nil {
+			row[i] = nil
 			continue
 		}
 		v, err := r.types[i].decode(f)
 		if err != nil {
-			return nil, r.valueError(i, err)
+			return r.valueError(i, err)
 		}
 		row[i] = v
 	}
-	return row, nil
+	return nil
 }
 
 func (r *relation) valueError(i int, err error) error {

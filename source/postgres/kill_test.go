@@ -223,17 +223,7 @@ func (ke *killEnv) waitCaughtUp(t *testing.T, lsn uint64) {
 }
 
 // rowsInLog counts the records of kv in the log.
-func (ke *killEnv) rowsInLog(t *testing.T) int {
-	recs, _, err := durable(t.Context(), ke.dir, topicPrefix+"public.kv")
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, p := range recs {
-		n += len(p)
-	}
-	return n
-}
+func (ke *killEnv) rowsInLog(t *testing.T) int { return countRecords(t, ke.dir, topicPrefix+"public.kv") }
 
 // verify checks the log: no key loaded twice; per key, the streamed changes
 // are exactly the workload's, in order; every transaction's changes are

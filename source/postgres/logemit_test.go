@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -40,17 +41,27 @@ type logEmitter struct {
 	last  map[string][]source.Position // topic -> partition -> newest stored
 	buf   []byte
 
-	produced, dropped int64
+	names             map[*schema.Table]string
+	one               [1]int32
+	pipe              source.Pipeline
+	produced, dropped int64         // written by the pipeline: read after Sync
+	produceTime       time.Duration // in Produce
 }
 
+var _ source.Pipeliner = (*logEmitter)(nil)
+
 func newLogEmitter(lg log.Log, parts int32) *logEmitter {
-	return &logEmitter{lg: lg, parts: parts, last: map[string][]source.Position{}}
+	return &logEmitter{lg: lg, parts: parts, last: map[string][]source.Position{}, names: map[*schema.Table]string{}}
 }
 
 // topic makes sure a table's topic exists and knows its newest positions.
 func (e *logEmitter) topic(ctx context.Context, t *schema.Table) (string, []source.Position, error) {
+	if name, ok := e.names[t]; ok {
+		return name, e.last[name], nil
+	}
 	name := topicPrefix + t.QualifiedName()
 	if last, ok := e.last[name]; ok {
+		e.names[t] = name
 		return name, last, nil
 	}
 	err := e.lg.CreateTopic(ctx, name, log.TopicConfig{Partitions: e.parts})
@@ -62,6 +73,7 @@ func (e *logEmitter) topic(ctx context.Context, t *schema.Table) (string, []sour
 		return "", nil, err
 	}
 	e.last[name] = last
+	e.names[t] = name
 	return name, last, nil
 }
 
@@ -88,33 +100,55 @@ func lastPositions(ctx context.Context, lg log.Log, topic string) ([]source.Posi
 }
 
 func (e *logEmitter) Emit(ctx context.Context, batch []source.Change) error {
+	if err := e.Submit(ctx, batch); err != nil {
+		return err
+	}
+	return e.Sync(ctx)
+}
+
+func (e *logEmitter) Sync(ctx context.Context) error { return e.pipe.Wait(ctx) }
+
+// Submit encodes batch and queues its append behind the earlier ones.
+func (e *logEmitter) Submit(ctx context.Context, batch []source.Change) error {
 	byTopic := map[string][]log.Record{}
 	newest := map[string][]source.Position{}
 	var order []string
+	arena := make([]byte, 0, 256*len(batch)) // the batch's keys and values
+	cut := func(start int) []byte { return arena[start:len(arena):len(arena)] }
+	headers := make([]log.Header, len(batch))
+	now := time.Now().UnixMilli()
 	for i := range batch {
 		c := &batch[i]
+		headers[i] = log.Header{Key: headerPos, Value: c.Pos}
 		name, last, err := e.topic(ctx, c.Table)
 		if err != nil {
 			return err
 		}
-		env := schema.Envelope{Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: time.Now().UnixMilli(),
+		env := schema.Envelope{Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: now,
 			Source: schema.SourceInfo{Connector: "postgresql", TsMs: c.CommitTime.UnixMilli(), Schema: c.Table.Namespace,
 				Table: c.Table.Name, TxID: c.TxID, LSN: c.LSN, Position: c.Pos}}
-		value, err := schema.AppendEnvelope(schema.AppendFrame(nil, 1), c.Table, &env)
-		if err != nil {
+		start := len(arena)
+		if arena, err = schema.AppendEnvelope(schema.AppendFrame(arena, 1), c.Table, &env); err != nil {
 			return err
 		}
+		value := cut(start)
 		var key []byte
-		parts := []int32{}
+		var parts []int32
 		if c.Op == source.OpTruncate {
 			for p := range e.parts {
 				parts = append(parts, p)
 			}
 		} else {
-			if key, err = schema.AppendKey(schema.AppendFrame(nil, 1), c.Table, c.Key()); err != nil {
+			start = len(arena)
+			row := c.After
+			if row == nil {
+				row = c.Before
+			}
+			if arena, err = schema.AppendKey(schema.AppendFrame(arena, 1), c.Table, row); err != nil {
 				return err
 			}
-			parts = append(parts, log.PartitionFor(key, e.parts))
+			key = cut(start)
+			parts = append(e.one[:0], log.PartitionFor(key, e.parts))
 		}
 		nw := newest[name]
 		if nw == nil {
@@ -126,26 +160,34 @@ func (e *logEmitter) Emit(ctx context.Context, batch []source.Change) error {
 				e.dropped++
 				continue
 			}
-			if _, ok := byTopic[name]; !ok {
+			recs, ok := byTopic[name]
+			if !ok {
 				order = append(order, name)
+				recs = make([]log.Record, 0, len(batch))
 			}
-			byTopic[name] = append(byTopic[name], log.Record{Key: key, Value: value, Partition: p,
-				Headers: []log.Header{{Key: headerPos, Value: c.Pos}}, Timestamp: c.CommitTime})
+			byTopic[name] = append(recs, log.Record{Key: key, Value: value, Partition: p,
+				Headers: headers[i : i+1 : i+1], Timestamp: c.CommitTime})
 			nw[p] = c.Pos
 		}
 	}
 	for _, name := range order {
-		if err := e.lg.Produce(ctx, name, byTopic[name]); err != nil {
-			return err
-		}
-		e.produced += int64(len(byTopic[name]))
 		for p, pos := range newest[name] {
 			if pos != nil {
 				e.last[name][p] = pos
 			}
 		}
 	}
-	return nil
+	return e.pipe.Go(ctx, func() error {
+		t0 := time.Now()
+		defer func() { e.produceTime += time.Since(t0) }()
+		for _, name := range order {
+			if err := e.lg.Produce(ctx, name, byTopic[name]); err != nil {
+				return err
+			}
+			e.produced += int64(len(byTopic[name]))
+		}
+		return nil
+	})
 }
 
 // logState is the reader's State in a compacted topic, as the daemon keeps it.
@@ -230,6 +272,13 @@ func runChild(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	go func() { // belt and braces: stop when the test binary is gone
+		parent := os.Getppid()
+		for ctx.Err() == nil && os.Getppid() == parent {
+			time.Sleep(200 * time.Millisecond)
+		}
+		stop()
+	}()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	lg, err := log.Open(filepath.Join(cc.Dir, "log"), log.Options{CleanupInterval: -1}, logger)
 	if err != nil {
@@ -266,11 +315,24 @@ func startChild(t *testing.T, cc childConfig, logFile *os.File, env ...string) *
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+string(raw)), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	// The child dies with the test binary (a timeout, a crash): the kernel
+	// sends SIGKILL when the thread that started it exits, so that thread
+	// stays locked until the child is gone (go.dev/issue/27505).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &readerProc{cmd: cmd, done: make(chan error, 1)}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
-	p := &readerProc{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/schema"
-	"github.com/cdcd-dev/cdcd/source"
 )
 
 // The initial load's plan: every table is cut into chunks by ranges of its
@@ -79,6 +78,7 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 	} else {
 		p.Estimate = int64(*est)
 	}
+	chunkRows = max(chunkRows, p.Estimate/10_000)
 	chunks := (p.Estimate + chunkRows - 1) / chunkRows
 	if chunks <= 1 {
 		return p, nil
@@ -261,17 +261,14 @@ func quoteLiteral(s string) string {
 	return b.String()
 }
 
-// snapshotPosition is the position of a row of the initial load: the
-// 12-byte PostgreSQL position (consistent point − 1, chunk sequence),
-// followed by the row's encoded key. Every row of the load sorts before
-// every change streamed from the slot (whose commit LSN is at least the
-// consistent point), the chunks in load order, and the rows of a chunk in
-// the order they are read — so a chunk read again after a crash, even in
-// another snapshot, gets the same position for the same key, and the
-// Emitter's per-partition dedupe drops exactly the rows it already holds.
-func snapshotPosition(cp uint64, seq int, key []byte) source.Position {
-	return append(source.PGPosition(cp-1, uint32(seq)), key...)
-}
+// A row of the initial load has the position: the 12-byte PostgreSQL
+// position (consistent point − 1, chunk sequence), followed by the row's
+// encoded key. Every row of the load sorts before every change streamed
+// from the slot (whose commit LSN is at least the consistent point), the
+// chunks in load order, and the rows of a chunk in the order they are
+// read, so a chunk read again after a crash, even in another snapshot,
+// gets the same position for the same key, and the Emitter's per-partition
+// dedupe drops exactly the rows it already holds.
 
 // appendKeyPart appends the order-preserving encoding of one key value:
 // integers as 8 big-endian bytes with the sign bit flipped, uuids as their

@@ -34,7 +34,8 @@ type Config struct {
 	SnapshotWorkers int
 	// SnapshotChunkRows is the target number of rows per chunk of the
 	// initial load (the unit of parallelism and of resumption); default
-	// 100000.
+	// 20000, raised for tables of more than 200M rows so a plan has at most
+	// about 10000 chunks each.
 	SnapshotChunkRows int64
 	// BatchMax is the most changes handed to the Emitter at once; default 8192.
 	BatchMax int
@@ -42,9 +43,9 @@ type Config struct {
 	// is emitted; default 20ms.
 	BatchDelay time.Duration
 	// StatusInterval is how often the flushed position is reported to the
-	// server when it does not ask (and at most how long a long replay or
-	// load goes without a report); default 1s, far inside
-	// wal_sender_timeout (60s by default).
+	// server when it does not ask (and at most how long a long replay goes
+	// without a report), and how often the initial load saves its progress;
+	// default 1s, far inside wal_sender_timeout (60s by default).
 	StatusInterval time.Duration
 	// HeartbeatInterval: when no change has arrived for this long, the
 	// reader writes a logical decoding message (pg_logical_emit_message),
@@ -67,7 +68,7 @@ func (c *Config) defaults() {
 		c.SnapshotWorkers = 4
 	}
 	if c.SnapshotChunkRows <= 0 {
-		c.SnapshotChunkRows = 100_000
+		c.SnapshotChunkRows = 20_000
 	}
 	if c.BatchMax <= 0 {
 		c.BatchMax = 8192

@@ -110,7 +110,7 @@ type env struct {
 	state *memState
 }
 
-func setup(t *testing.T, ddl string) *env {
+func setup(t testing.TB, ddl string) *env {
 	t.Helper()
 	dsn := pgtest.NewDB(t)
 	conn, err := pgx.Connect(t.Context(), dsn)
@@ -124,7 +124,7 @@ func setup(t *testing.T, ddl string) *env {
 	return &env{dsn: dsn, conn: conn, names: pgtest.Names(t), state: &memState{}}
 }
 
-func (e *env) exec(t *testing.T, sql string, args ...any) {
+func (e *env) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
 	if _, err := e.conn.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)

@@ -125,13 +125,21 @@ func (p *loadPlan) has(table string) bool {
 	return false
 }
 
+// loadBatch is the most rows the load hands the Emitter at once: twice
+// BatchMax, since nothing waits for a load batch's acknowledgement and
+// fewer, larger appends sync the log less often.
+func (r *Reader) loadBatch() int { return 2 * r.cfg.BatchMax }
+
 // chunkBatches carries one chunk's rows from its worker to the emitter.
 type chunkBatches chan []source.Change
 
 // copyChunks copies the chunks not yet done with SnapshotWorkers
 // connections in parallel, each in the snapshot, and emits them strictly
-// in plan order, saving progress after each chunk. At most a few batches
-// per worker wait in memory.
+// in plan order. Workers run ahead of the emitter by workers+2 chunks at
+// most, which bounds memory (about that many chunks of decoded rows) while
+// the emitter rarely waits. Progress is saved every StatusInterval and at
+// the end: a resumed load re-reads the chunks since the last save,
+// and the Emitter's dedupe drops what the log already holds.
 func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
 	snapshot string, st *sourceState, e source.Emitter) error {
 	lp := st.Load
@@ -139,15 +147,25 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 	if lp.Done >= total {
 		return nil
 	}
+	workers := min(r.cfg.SnapshotWorkers, total-lp.Done)
+	// Room for a whole chunk of the planned size (twice, for a chunk the
+	// table's growth made larger; a larger one makes its worker wait).
+	perChunk := 2*int(r.cfg.SnapshotChunkRows)/r.loadBatch() + 2
 	outs := make([]chunkBatches, total)
 	for i := lp.Done; i < total; i++ {
-		outs[i] = make(chunkBatches, 2)
+		outs[i] = make(chunkBatches, perChunk)
 	}
 	next := make(chan int)
+	inflight := make(chan struct{}, workers+2) // chunks handed out and not yet emitted
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(next)
 		for i := lp.Done; i < total; i++ {
+			select {
+			case inflight <- struct{}{}:
+			case <-gctx.Done():
+				return nil
+			}
 			select {
 			case next <- i:
 			case <-gctx.Done():
@@ -156,19 +174,37 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		}
 		return nil
 	})
-	for w := 0; w < min(r.cfg.SnapshotWorkers, total-lp.Done); w++ {
+	for w := 0; w < workers; w++ {
 		g.Go(func() error {
 			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs)
 		})
 	}
 	g.Go(func() error {
+		// An Emitter that pipelines gets the next batch while the last one
+		// syncs; progress is saved only for what Sync says is durable.
+		emit, sync := e.Emit, func(context.Context) error { return nil }
+		if p, ok := e.(source.Pipeliner); ok {
+			emit, sync = p.Submit, p.Sync
+		}
+		saved := time.Now()
 		for seq := lp.Done; seq < total; seq++ {
-			if err := r.emitChunk(gctx, outs[seq], lp, e); err != nil {
+			rows, err := r.emitChunk(gctx, outs[seq], emit)
+			if err != nil {
 				return err
 			}
-			lp.Done = seq + 1
-			if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
-				return err
+			outs[seq] = nil
+			<-inflight
+			if time.Since(saved) >= r.cfg.StatusInterval || seq+1 == total {
+				if err := sync(gctx); err != nil {
+					return err
+				}
+				lp.Done, lp.Rows = seq+1, lp.Rows+rows
+				if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
+					return err
+				}
+				saved = time.Now()
+			} else {
+				lp.Rows += rows // counted; saved with the next Done
 			}
 		}
 		return nil
@@ -176,21 +212,23 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 	return g.Wait()
 }
 
-// emitChunk emits one chunk's batches as its worker delivers them.
-func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, lp *loadProgress, e source.Emitter) error {
+// emitChunk emits one chunk's batches as its worker delivers them and
+// returns how many rows it had.
+func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(context.Context, []source.Change) error) (int64, error) {
+	var rows int64
 	for {
 		select {
 		case batch, ok := <-out:
 			if !ok {
-				return nil // the whole chunk arrived
+				return rows, nil // the whole chunk arrived
 			}
-			if err := e.Emit(ctx, batch); err != nil {
-				return err
+			if err := emit(ctx, batch); err != nil {
+				return rows, err
 			}
-			lp.Rows += int64(len(batch))
-			r.stats.SnapshotRows.Store(lp.Rows)
+			rows += int64(len(batch))
+			r.stats.SnapshotRows.Add(int64(len(batch)))
 		case <-ctx.Done():
-			return ctx.Err()
+			return rows, ctx.Err()
 		}
 	}
 }
@@ -229,36 +267,51 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 	return nil
 }
 
-// copyChunk runs one chunk's COPY and sends its rows in batches.
+// copyChunk runs one chunk's COPY and sends its rows in batches. The rows
+// and positions of a batch are cut from one allocation each.
 func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, rel *relation, cp uint64, seq int,
 	started time.Time, out chunkBatches) error {
-	batch := make([]source.Change, 0, r.cfg.BatchMax)
+	n := len(rel.types)
+	var (
+		batch  []source.Change
+		values []any  // the batch's rows, n values each
+		arena  []byte // the batch's positions
+	)
+	prefix := source.PGPosition(cp-1, uint32(seq))
+	fresh := func() {
+		batch = make([]source.Change, 0, r.loadBatch())
+		values = make([]any, r.loadBatch()*n)
+		arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
+	}
+	fresh()
 	send := func() error {
 		select {
 		case out <- batch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		batch = make([]source.Change, 0, r.cfg.BatchMax)
+		fresh()
 		return nil
 	}
-	var key []byte
 	p := &copyParser{row: func(fields [][]byte) error {
-		row, err := decodeFields(rel, fields[:min(q.ncols, len(fields))])
-		if err != nil {
+		i := len(batch)
+		row := values[i*n : (i+1)*n : (i+1)*n]
+		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row); err != nil {
 			return err
 		}
-		key = key[:0]
+		start := len(arena)
+		arena = append(arena, prefix...)
+		var err error
 		for _, part := range q.parts {
-			if key, err = appendKeyPart(key, part, row, fields); err != nil {
+			if arena, err = appendKeyPart(arena, part, row, fields); err != nil {
 				return err
 			}
 		}
 		batch = append(batch, source.Change{
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
-			Pos: snapshotPosition(cp, seq, key), LSN: cp, CommitTime: started,
+			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started,
 		})
-		if len(batch) >= r.cfg.BatchMax {
+		if len(batch) >= r.loadBatch() {
 			return send()
 		}
 		return nil

@@ -74,7 +74,7 @@ func TestLoadResumesPerChunk(t *testing.T) {
 		INSERT INTO nums SELECT g, 'v' || g FROM generate_series(1, 30000) g; ANALYZE nums`)
 	d := newDedupe(4)
 	cfg := e.config(t, []string{"nums"}, true)
-	cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax = 1000, 3, 400
+	cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval = 1000, 3, 200, time.Millisecond
 	run := func(failAfter int) error {
 		d.mu.Lock()
 		d.failAfter, d.batches = failAfter, 0
@@ -114,7 +114,7 @@ func TestLoadResumesPerChunk(t *testing.T) {
 	}
 	e.exec(t, `UPDATE nums SET v = 'changed again' WHERE id % 499 = 0`)
 	e.startReader(t, []string{"nums"}, true, d, func(c *Config) {
-		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax = cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax
+		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax, c.StatusInterval = cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval
 	})
 	e.exec(t, `INSERT INTO nums VALUES (0, 'last')`)
 	kept := d.waitFor(t, "the last insert", func(cs []source.Change) bool {
