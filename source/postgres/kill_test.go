@@ -223,7 +223,9 @@ func (ke *killEnv) waitCaughtUp(t *testing.T, lsn uint64) {
 }
 
 // rowsInLog counts the records of kv in the log.
-func (ke *killEnv) rowsInLog(t *testing.T) int { return countRecords(t, ke.dir, topicPrefix+"public.kv") }
+func (ke *killEnv) rowsInLog(t *testing.T) int {
+	return countRecords(t, ke.dir, topicPrefix+"public.kv")
+}
 
 // verify checks the log: no key loaded twice; per key, the streamed changes
 // are exactly the workload's, in order; every transaction's changes are
