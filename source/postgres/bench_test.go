@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -313,6 +314,9 @@ func TestLargeTransactionMemory(t *testing.T) {
 		rows, committed.Round(time.Millisecond), delivered.Round(time.Millisecond), peak>>20)
 	if peak >= 300<<20 {
 		t.Errorf("peak RSS %d MB, want under 300 MB", peak>>20)
+	}
+	if b, _ := os.ReadFile(ke.logFile.Name()); !strings.Contains(string(b), "replayed a transaction streamed before its commit") {
+		t.Error("the transaction did not arrive streamed: the test did not exercise the spill")
 	}
 	// Whole: one commit LSN, every index once.
 	lg, err := log.Open(filepath.Join(ke.dir, "log"), log.Options{ReadOnly: true, CleanupInterval: -1}, nil)

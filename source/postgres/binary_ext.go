@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -182,7 +183,7 @@ func decodeTSVector(b []byte) (any, error) {
 	n := int(c.int32())
 	var out []byte
 	for i := 0; i < n && c.err == nil; i++ {
-		end := strings.IndexByte(string(c.b), 0)
+		end := bytes.IndexByte(c.b, 0)
 		if end < 0 {
 			return nil, fmt.Errorf("%w: tsvector lexeme not terminated", errBadValue)
 		}
@@ -245,6 +246,9 @@ func decodeHstore(b []byte) (any, error) {
 	return string(append(out, '}')), nil
 }
 
+// maxArrayDims is PostgreSQL's limit on array dimensions (MAXDIM).
+const maxArrayDims = 6
+
 // arrayDecoder decodes array_send's format into nested lists of depth dims
 // (the column's declared dimensions), elements decoded by elem.
 //
@@ -265,6 +269,9 @@ func arrayDecoder(elem decodeFunc, dims int) decodeFunc {
 		}
 		if ndim == 0 {
 			return []any{}, c.done()
+		}
+		if ndim < 0 || ndim > maxArrayDims {
+			return nil, fmt.Errorf("%w: array of %d dimensions", errBadValue, ndim)
 		}
 		if ndim != dims {
 			return nil, fmt.Errorf("%w: the array has %d dimensions but the column is declared with %d; declare it with %d "+

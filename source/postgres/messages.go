@@ -71,6 +71,7 @@ func (s *streamer) message(ctx context.Context, data []byte) error {
 func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2) error {
 	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime}
 	s.inTx = true
+	spilled, began := s.spill.bytes, time.Now()
 	err := s.spill.replay(m.Xid, func(data []byte, aborted map[uint32]bool) error {
 		msg, err := pglogrepl.ParseV2(data, true)
 		if err != nil {
@@ -88,6 +89,8 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 	s.inTx = false
 	s.commit(uint64(m.CommitLSN))
 	s.r.stats.StreamedTxns.Add(1)
+	s.r.logger.Info("replayed a transaction streamed before its commit", "xid", m.Xid, "commit_lsn", m.CommitLSN.String(),
+		"changes", s.tx.next, "spilled_bytes", spilled-s.spill.bytes, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
