@@ -140,6 +140,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g.Go(func() error {
 		err := d.reader.Run(gctx, d.emitter)
 		if err != nil && gctx.Err() == nil {
+			var se *postgres.SlotError
+			if errors.As(err, &se) {
+				// The slot or the cluster can't be trusted to deliver every
+				// change: an operator must decide.
+				d.logger.Error("capture stopped: replication slot can't be trusted", "alert", true,
+					"kind", string(se.Kind), "slot", se.Slot, "detail", se.Detail)
+			}
 			return fmt.Errorf("source: %w", err)
 		}
 		return nil

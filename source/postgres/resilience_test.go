@@ -314,3 +314,37 @@ func TestSlotErrors(t *testing.T) {
 		wantSlotError(t, err, SlotInvalidated)
 	})
 }
+
+// slowDedupe delays every batch.
+type slowDedupe struct {
+	*dedupe
+	delay time.Duration
+}
+
+func (s slowDedupe) Emit(ctx context.Context, batch []source.Change) error {
+	time.Sleep(s.delay)
+	return s.dedupe.Emit(ctx, batch)
+}
+
+// TestKeepalivesDuringSlowEmit: with wal_sender_timeout at 1s, a streamed
+// transaction whose replay into a slow Emitter takes several seconds, and
+// a large one sent whole, both arrive without the walsender giving up:
+// status updates go out between batches.
+func TestKeepalivesDuringSlowEmit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE k (id int PRIMARY KEY, pad text)`)
+	e.dsn = smallDecodingMemory(e.dsn) + "&wal_sender_timeout=1s"
+	d := newDedupe(1)
+	_, r := e.startReader(t, []string{"k"}, false, slowDedupe{d, 40 * time.Millisecond}, func(c *Config) {
+		c.BatchMax, c.StatusInterval = 100, 200*time.Millisecond
+	})
+	e.exec(t, `INSERT INTO k SELECT g, repeat('x', 100) FROM generate_series(1, 6000) g`)
+	kept := d.waitFor(t, "all rows", func(cs []source.Change) bool { return len(cs) >= 6000 })
+	checkInsertsOnce(t, kept, 6000)
+	if n := r.Stats().Reconnects.Load(); n != 0 {
+		t.Fatalf("%d reconnects: the walsender timed out", n)
+	}
+	if r.Stats().StreamedTxns.Load() == 0 {
+		t.Fatal("the transaction did not arrive streamed")
+	}
+}
