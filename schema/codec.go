@@ -146,11 +146,15 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 		if s == "NaN" {
 			return appendString(appendLong(dst, branch+1), s), nil
 		}
+		dst = appendLong(dst, branch)
+		if v, ok := unscaledInt64(s, c.Scale); ok {
+			return appendInt64Decimal(dst, v), nil
+		}
 		u, err := unscaled(s, c.Scale)
 		if err != nil {
 			return dst, fmt.Errorf("column %q: %w", c.Name, err)
 		}
-		return appendBytes(appendLong(dst, branch), twosComplement(u)), nil
+		return appendBytes(dst, twosComplement(u)), nil
 	}
 	if nullable {
 		dst = appendLong(dst, branch)
@@ -299,6 +303,63 @@ func unscaled(s string, scale int) (*big.Int, error) {
 		u.Neg(u)
 	}
 	return u, nil
+}
+
+// unscaledInt64 is unscaled's fast path: decimal text with at most 18
+// digits in all, which fits an int64 at scale. ok is false for anything
+// else (more digits, a bad character, too many fractional digits), which
+// then takes the exact big.Int path and its errors.
+func unscaledInt64(s string, scale int) (int64, bool) {
+	i, neg := 0, false
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		neg, i = s[i] == '-', i+1
+	}
+	var v int64
+	digits, frac, dot := 0, 0, false
+	for ; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '.' && !dot:
+			dot = true
+		case c >= '0' && c <= '9':
+			if dot {
+				frac++
+			}
+			digits++
+			v = v*10 + int64(c-'0')
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || frac > scale || digits+scale-frac > 18 {
+		return 0, false
+	}
+	for ; frac < scale; frac++ {
+		v *= 10
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// appendInt64Decimal appends v as Avro bytes: the minimal big-endian two's
+// complement, as twosComplement writes a big.Int.
+func appendInt64Decimal(dst []byte, v int64) []byte {
+	n := 8
+	for n > 1 {
+		top, next := byte(v>>(8*(n-1))), byte(v>>(8*(n-2)))
+		if (top == 0 && next&0x80 == 0) || (top == 0xff && next&0x80 != 0) {
+			n--
+			continue
+		}
+		break
+	}
+	dst = appendLong(dst, int64(n))
+	for i := n - 1; i >= 0; i-- {
+		dst = append(dst, byte(v>>(8*i)))
+	}
+	return dst
 }
 
 // twosComplement returns the minimal big-endian two's-complement bytes of u.

@@ -397,3 +397,28 @@ func TestIntervalISO(t *testing.T) {
 		}
 	}
 }
+
+// TestDecimalFastPath: the int64 path writes exactly the bytes the big.Int
+// path does, and leaves what it can't hold to it.
+func TestDecimalFastPath(t *testing.T) {
+	for _, tc := range []struct {
+		s     string
+		scale int
+	}{
+		{"0", 2}, {"-0.01", 2}, {"128", 0}, {"-128", 0}, {"-129", 0}, {"127", 0}, {"255.5", 1}, {"32767", 0}, {"-32768", 0},
+		{"999999999999999999", 0}, {"-99999999999999.9999", 4}, {"1.10", 1}, {"+7", 3}, {"0.5", 0}, {"12a", 0},
+		{"1234567890123456789", 0}, {"", 0}, {"-", 0}, {".", 2}, {"1.2.3", 2},
+	} {
+		v, ok := unscaledInt64(tc.s, tc.scale)
+		u, err := unscaled(tc.s, tc.scale)
+		if !ok {
+			continue // the big.Int path decides
+		}
+		if err != nil {
+			t.Fatalf("%q: fast path accepted what the exact path refuses: %v", tc.s, err)
+		}
+		if got, want := appendInt64Decimal(nil, v), appendBytes(nil, twosComplement(u)); !bytes.Equal(got, want) {
+			t.Errorf("%q scale %d: fast %x, exact %x", tc.s, tc.scale, got, want)
+		}
+	}
+}
