@@ -187,7 +187,7 @@ func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error
 	if c.Snapshot {
 		env.Source.Snapshot = "true"
 	}
-	value := schema.AppendFrame(nil, tc.valueID)
+	value := schema.AppendFrame(make([]byte, 0, 256), tc.valueID) // room for a typical row: one allocation
 	value, err := schema.AppendEnvelope(value, c.Table, &env)
 	if err != nil {
 		return nil, err

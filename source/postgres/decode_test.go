@@ -264,3 +264,23 @@ func TestSpillRoundTripAndAborts(t *testing.T) {
 		t.Fatal("aborted transaction kept")
 	}
 }
+
+// TestSpillGaps: a stream block or a commit of a transaction whose earlier
+// blocks this session never saw is an error (the reader then reconnects
+// and the server streams the transaction again whole), never a partial
+// transaction.
+func TestSpillGaps(t *testing.T) {
+	s, err := newSpillSet(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(5, false); !errors.Is(err, errSpillGap) {
+		t.Fatalf("a continued block of an unknown transaction: %v", err)
+	}
+	if err := s.replay(6, func([]byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillGap) {
+		t.Fatalf("the commit of an unknown streamed transaction: %v", err)
+	}
+	if !retryable(&connError{errSpillGap}) {
+		t.Fatal("a gap must make the reader reconnect")
+	}
+}

@@ -56,7 +56,10 @@ func (s *streamer) message(ctx context.Context, data []byte) error {
 	case *pglogrepl.StreamStartMessageV2:
 		s.inStream, s.streamXid = true, m.Xid
 		s.lastData = time.Now()
-		return s.spill.start(m.Xid, m.FirstSegment == 1)
+		if err := s.spill.start(m.Xid, m.FirstSegment == 1); err != nil {
+			return &connError{err} // start over: the server streams it again whole
+		}
+		return nil
 	case *pglogrepl.StreamCommitMessageV2:
 		return s.streamCommit(ctx, m)
 	case *pglogrepl.StreamAbortMessageV2:
@@ -83,6 +86,9 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 		return s.maybeFlush(ctx, false)
 	})
 	s.r.stats.SpilledBytes.Store(s.spill.bytes)
+	if errors.Is(err, errSpillGap) {
+		return &connError{err} // start over: the server streams it again whole
+	}
 	if err != nil {
 		return err
 	}
@@ -244,6 +250,9 @@ func (s *streamer) rel(id uint32) (*relation, error) {
 // NOT NULL flags, type names and array dimensions, which pgoutput does not
 // send; the message's own column list and types are the version's.
 func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	// A type may have changed too (an attribute added to a composite, a
+	// label to an enum): look user-defined types up afresh.
+	s.types.forget()
 	qn := m.Namespace + "." + m.RelationName
 	if !s.captured(qn) {
 		s.relations[m.RelationID] = nil

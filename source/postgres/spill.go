@@ -40,6 +40,9 @@ var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 	// errSpillCorrupt: a spill file failed its checks while being replayed.
 	errSpillCorrupt = errors.New("postgres: spill file corrupt")
+	// errSpillGap: a streamed transaction's messages are incomplete in this
+	// session; the reader reconnects, and the server streams it again whole.
+	errSpillGap = errors.New("postgres: streamed transaction incomplete")
 )
 
 // spillSet manages the spill files of the in-progress streamed
@@ -82,6 +85,9 @@ func newSpillSet(dir string) (*spillSet, error) {
 // which starts the file afresh.
 func (s *spillSet) start(xid uint32, first bool) error {
 	sf := s.open[xid]
+	if sf == nil && !first {
+		return fmt.Errorf("%w: stream block of transaction %d continues one this session never saw", errSpillGap, xid)
+	}
 	if sf != nil && !first {
 		if sf.f == nil {
 			f, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_APPEND, 0o644)
@@ -170,12 +176,11 @@ func (s *spillSet) drop(xid uint32) {
 }
 
 // replay calls fn with every message of xid in order, telling it whether
-// the message's (sub)transaction was aborted, then removes the file. A
-// transaction that streamed nothing replays nothing.
+// the message's (sub)transaction was aborted, then removes the file.
 func (s *spillSet) replay(xid uint32, fn func(msg []byte, aborted map[uint32]bool) error) error {
 	sf := s.open[xid]
 	if sf == nil {
-		return nil
+		return fmt.Errorf("%w: commit of streamed transaction %d, whose stream blocks this session never saw", errSpillGap, xid)
 	}
 	defer s.drop(xid)
 	if err := s.stop(xid); err != nil {

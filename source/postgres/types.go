@@ -220,6 +220,10 @@ func newTypeResolver(q querier) *typeResolver {
 	return &typeResolver{q: q, cache: map[typeKey]*pgType{}, moneyScale: -1}
 }
 
+// forget drops the cached types, so the next lookups see the catalog as
+// it is now.
+func (r *typeResolver) forget() { clear(r.cache) }
+
 // catalogType is a pg_type row.
 type catalogType struct {
 	name, sendFunc       string
