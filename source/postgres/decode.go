@@ -15,7 +15,9 @@ import (
 
 // tableInfo is what the catalog says about a table that pgoutput's Relation
 // message does not: the key, NOT NULL columns, type names and declared
-// array dimensions.
+// array dimensions. The catalog is read when the message arrives, so these
+// may already reflect later DDL; the columns and their types come from the
+// message itself and are exact.
 type tableInfo struct {
 	key       []string // the replica identity index's columns, else the primary key's
 	notNull   map[string]bool
@@ -43,9 +45,9 @@ func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgTy
 	for i, mc := range msg.Columns {
 		c := types[i].col
 		c.Name = mc.Name
-		c.SourceType = info.typeNames[mc.Name]
+		c.SourceType = types[i].name // the message's type, not the catalog's now
 		if c.SourceType == "" {
-			c.SourceType = types[i].name
+			c.SourceType = info.typeNames[mc.Name]
 		}
 		c.Nullable = !info.notNull[mc.Name]
 		t.Columns = append(t.Columns, c)

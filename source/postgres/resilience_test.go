@@ -217,8 +217,24 @@ func runOnce(t *testing.T, e *env, tables []string, snapshot bool) (*Reader, err
 			if r.Stats().Streaming.Load() {
 				cancel()
 				<-done
+				waitSlotInactive(t, e)
 				return r, nil
 			}
+		}
+	}
+}
+
+// waitSlotInactive waits until the slot's walsender has let go of it.
+func waitSlotInactive(t *testing.T, e *env) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var active bool
+		err := e.conn.QueryRow(t.Context(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", e.names.Slot).Scan(&active)
+		if err != nil || !active {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot stayed active after the reader stopped")
 		}
 	}
 }

@@ -252,6 +252,15 @@ func (r *typeResolver) resolve(ctx context.Context, oid uint32, typmod int32, di
 	if err != nil {
 		return nil, err
 	}
+	if r.q != nil {
+		// The type's own name, as of its OID and modifier: the catalog's
+		// column may already have another type than the message describes.
+		named := *t
+		if err := r.q.QueryRow(ctx, "SELECT format_type($1, $2)", oid, typmod).Scan(&named.name); err != nil {
+			return nil, fmt.Errorf("postgres: name of type %d: %w", oid, err)
+		}
+		t = &named
+	}
 	r.cache[key] = t
 	return t, nil
 }
