@@ -44,6 +44,12 @@ func benchRows() int {
 	return 1_000_000
 }
 
+// benchWorkers is CDCD_BENCH_WORKERS, else the reader's default.
+func benchWorkers() int {
+	n, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_WORKERS"))
+	return n
+}
+
 // cpuTime is this process's user+system CPU time.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -59,6 +65,8 @@ type measured struct {
 }
 
 func measure(items int, fn func() error) (measured, error) {
+	// Reset the peak RSS (VmHWM) so it is this measurement's.
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 	cpu0, t0 := cpuTime(), time.Now()
 	if err := fn(); err != nil {
 		return measured{}, err
@@ -88,7 +96,7 @@ func BenchmarkInitialLoad(b *testing.B) {
 		}
 		env.names.Slot = fmt.Sprintf("%s_%d", env.names.Slot, time.Now().UnixNano()%1e6)
 		cfg := Config{DSN: env.dsn, Slot: env.names.Slot, Publication: env.names.Publication, Tables: []string{"bench"},
-			Snapshot: true, SpillDir: filepath.Join(dir, "spill"), HeartbeatInterval: -1}
+			Snapshot: true, SpillDir: filepath.Join(dir, "spill"), HeartbeatInterval: -1, SnapshotWorkers: benchWorkers()}
 		r := New(cfg, &memState{}, discard)
 		ours, err := measure(rows, func() error {
 			return runUntil(b.Context(), r, newLogEmitter(lg, 8), func() bool { return r.Stats().Streaming.Load() })
