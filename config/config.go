@@ -59,6 +59,11 @@ type Postgres struct {
 	Tables []string `yaml:"tables"`
 	// Snapshot is "initial" (load existing rows first; default) or "never".
 	Snapshot string `yaml:"snapshot"`
+	// HeartbeatInterval: when no change has arrived for this long, cdcd
+	// writes a logical decoding message so the slot keeps advancing while
+	// the captured tables are idle. Default 10s; an explicit 0 turns
+	// heartbeats off; otherwise at least 100ms.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 }
 
 // Log configures the log backend.

@@ -12,6 +12,7 @@ import (
 const (
 	defaultDataDir        = "./cdcd-data"
 	defaultSnapshot       = "initial"
+	defaultHeartbeat      = 10 * time.Second
 	defaultBackend        = "embedded"
 	defaultPartitions     = 8
 	defaultRetention      = 168 * time.Hour
@@ -47,6 +48,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 			orDefault(&pg.Publication, slotPrefix+c.Pipeline, explicit("source.postgres.publication"))
 		}
 		orDefault(&pg.Snapshot, defaultSnapshot, explicit("source.postgres.snapshot"))
+		orDefault(&pg.HeartbeatInterval, defaultHeartbeat, explicit("source.postgres.heartbeat_interval"))
 		for i, t := range pg.Tables {
 			pg.Tables[i] = normalizeTable(t)
 		}

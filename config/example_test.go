@@ -62,6 +62,7 @@ sink: {iceberg: {mode: append}}
 	//       - public.orders
 	//       - sales.invoices
 	//     snapshot: initial
+	//     heartbeat_interval: 10s
 	// log:
 	//   backend: embedded
 	//   partitions: 8

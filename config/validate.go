@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Validate reports every contradiction or invalid value in c as Errors,
@@ -89,6 +90,9 @@ func (v *validator) source() {
 	v.tables(pg.Tables)
 	if s := pg.Snapshot; s != "initial" && s != "never" {
 		v.fail("source.postgres.snapshot", ErrInvalid, "must be initial or never, got %s", shortQuote(s))
+	}
+	if h := pg.HeartbeatInterval; h < 0 || h > 0 && h < 100*time.Millisecond {
+		v.fail("source.postgres.heartbeat_interval", ErrInvalid, "must be 0 (off) or at least 100ms, got %s", h)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidate(t *testing.T) {
@@ -210,5 +211,34 @@ func TestErrorFormat(t *testing.T) {
 	}
 	if Errors(nil).err() != nil {
 		t.Errorf("no problems must be a nil error")
+	}
+}
+
+func TestHeartbeatInterval(t *testing.T) {
+	base := "pipeline: shop\nsink: {iceberg: {mode: append}}\nsource:\n  postgres:\n    dsn: postgres://h/db\n    tables: [t]\n"
+	for _, tc := range []struct {
+		line string
+		want time.Duration
+		bad  bool
+	}{
+		{"", 10 * time.Second, false},
+		{"    heartbeat_interval: 0s\n", 0, false},
+		{"    heartbeat_interval: 2s\n", 2 * time.Second, false},
+		{"    heartbeat_interval: 10ms\n", 0, true},
+		{"    heartbeat_interval: -1s\n", 0, true},
+	} {
+		c, err := Parse([]byte(base+tc.line), "cdcd.yaml")
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "source.postgres.heartbeat_interval") {
+				t.Errorf("%q: error %v", tc.line, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		if got := c.Source.Postgres.HeartbeatInterval; got != tc.want {
+			t.Errorf("%q: heartbeat %v, want %v", tc.line, got, tc.want)
+		}
 	}
 }

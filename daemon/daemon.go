@@ -122,9 +122,14 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		return nil, err
 	}
 	d.intake = newIntake(d.emitter, pg.Tables)
+	heartbeat := pg.HeartbeatInterval
+	if heartbeat == 0 {
+		heartbeat = -1 // off
+	}
 	d.reader = postgres.New(postgres.Config{
 		DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
-		Snapshot: pg.Snapshot == "initial",
+		Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
+		SpillDir: filepath.Join(cfg.DataDir, "spill"),
 	}, d.state, logger)
 	d.sink = iceberg.New(iceberg.Config{
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,

@@ -67,9 +67,15 @@ type emitter struct {
 
 	produced atomic.Int64
 	dropped  atomic.Int64
+	// pipe appends submitted batches in order while the next is encoded;
+	// used under mu.
+	pipe source.Pipeline
 }
 
-var _ source.Emitter = (*emitter)(nil)
+var (
+	_ source.Emitter   = (*emitter)(nil)
+	_ source.Pipeliner = (*emitter)(nil)
+)
 
 // loadLast reads the newest stored position of every partition of topic.
 func (e *emitter) loadLast(ctx context.Context, topic string) error {
@@ -133,6 +139,25 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 
 // Emit encodes batch and appends it; it returns once all of it is durable.
 func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
+	if err := e.Submit(ctx, batch); err != nil {
+		return err
+	}
+	return e.Sync(ctx)
+}
+
+// Sync returns once every submitted batch is durable.
+func (e *emitter) Sync(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pipe.Wait(ctx)
+}
+
+// Submit encodes batch and queues its append behind the batches submitted
+// before it; it returns before the append is durable (see Sync). The
+// newest positions per partition move on at once, so the next batch is
+// deduplicated against this one; an append that fails fails every later
+// Submit and Sync, and the source stops.
+func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	byTopic := map[string][]log.Record{}
@@ -185,11 +210,22 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 		}
 	}
 	for _, topic := range order {
-		if err := e.produce(ctx, topic, byTopic[topic], newest[topic]); err != nil {
-			return err
+		for p, pos := range newest[topic] {
+			if pos != nil {
+				e.last[topic][p] = pos
+			}
 		}
 	}
-	return nil
+	return e.pipe.Go(ctx, func() error {
+		for _, topic := range order {
+			recs := byTopic[topic]
+			if err := e.lg.Produce(ctx, topic, recs); err != nil {
+				return fmt.Errorf("daemon: append to %s: %w", topic, err)
+			}
+			e.produced.Add(int64(len(recs)))
+		}
+		return nil
+	})
 }
 
 // produce appends recs to topic and records the newest positions stored.
@@ -230,7 +266,7 @@ func (e *emitter) headers(c *source.Change) []log.Header {
 // truncate (it applies to every key, so every partition carries it in order).
 func (e *emitter) records(tc *tableCodec, c *source.Change) ([]log.Record, error) {
 	env := e.envelope(c)
-	value := schema.AppendFrame(nil, tc.valueID)
+	value := schema.AppendFrame(make([]byte, 0, 256), tc.valueID) // room for a typical row: one allocation
 	value, err := schema.AppendEnvelope(value, c.Table, &env)
 	if err != nil {
 		return nil, err

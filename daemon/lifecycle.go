@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres"
 )
 
 // ErrHardStop: the graceful stop did not finish, because the shutdown
@@ -89,6 +90,13 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 	r := &runner{failed: make(chan error, 8), logger: d.logger}
 	src := r.start("source", srcCtx, func(ctx context.Context) error {
 		if err := d.reader.Run(ctx, d.intake); err != nil {
+			var se *postgres.SlotError
+			if errors.As(err, &se) {
+				// The slot or the cluster can't be trusted to deliver every
+				// change: an operator must decide.
+				d.logger.Error("capture stopped: replication slot can't be trusted", "alert", true,
+					"kind", string(se.Kind), "slot", se.Slot, "detail", se.Detail)
+			}
 			return fmt.Errorf("source: %w", err)
 		}
 		return nil
@@ -288,7 +296,10 @@ type intakeCounts struct {
 	SnapshotRows atomic.Int64 // of which rows of the initial load
 }
 
-var _ source.Emitter = (*intake)(nil)
+var (
+	_ source.Emitter   = (*intake)(nil)
+	_ source.Pipeliner = (*intake)(nil)
+)
 
 func newIntake(next source.Emitter, tables []string) *intake {
 	in := &intake{next: next, tables: make(map[string]*intakeCounts, len(tables))}
@@ -311,6 +322,47 @@ func (in *intake) Emit(ctx context.Context, batch []source.Change) error {
 	if err := in.next.Emit(ctx, batch); err != nil {
 		return err
 	}
+	in.count(batch)
+	return nil
+}
+
+// Submit hands batch to the emitter's pipeline (an initial load keeps
+// reading while the log syncs); Sync waits for it. Without a pipelining
+// emitter it is Emit.
+func (in *intake) Submit(ctx context.Context, batch []source.Change) error {
+	p, ok := in.next.(source.Pipeliner)
+	if !ok {
+		return in.Emit(ctx, batch)
+	}
+	if c := in.ctx.Load(); c != nil {
+		ctx = *c
+	}
+	if g := in.gate.Load(); g != nil {
+		if err := (*g)(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.Submit(ctx, batch); err != nil {
+		return err
+	}
+	in.count(batch) // counted when queued: the counters show progress, not durability
+	return nil
+}
+
+// Sync returns once every submitted batch is durable.
+func (in *intake) Sync(ctx context.Context) error {
+	p, ok := in.next.(source.Pipeliner)
+	if !ok {
+		return nil
+	}
+	if c := in.ctx.Load(); c != nil {
+		ctx = *c
+	}
+	return p.Sync(ctx)
+}
+
+// count adds batch to its tables' counters.
+func (in *intake) count(batch []source.Change) {
 	var cur *intakeCounts
 	var curTable string
 	for i := range batch {
@@ -327,5 +379,4 @@ func (in *intake) Emit(ctx context.Context, batch []source.Change) error {
 			in.loading.Store(true)
 		}
 	}
-	return nil
 }

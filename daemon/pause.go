@@ -165,6 +165,14 @@ func (e *emitter) resumeLoop(ctx context.Context, every time.Duration) error {
 func (e *emitter) tryResume(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.paused) == 0 {
+		return nil
+	}
+	// Held records still in the pipeline must be in the holding topic
+	// before it is drained.
+	if err := e.pipe.Wait(ctx); err != nil {
+		return err
+	}
 	for topic, ps := range e.paused {
 		done, err := e.replay(ctx, ps)
 		if err != nil {

@@ -151,8 +151,29 @@ func avroNamespace(topic string) string {
 	return strings.Join(parts, ".")
 }
 
+// Names of the Avro types cdcd defines besides the table's own records.
+const (
+	intervalRecord = "cdcd.Interval"
+	propElemKind   = "cdcd.elem_kind"
+)
+
+// avroTypes builds the Avro types of one schema document; a named type
+// (the interval record) is defined at its first use and referenced after.
+type avroTypes struct{ defined map[string]bool }
+
+func (a *avroTypes) named(name string, def any) any {
+	if a.defined[name] {
+		return name
+	}
+	if a.defined == nil {
+		a.defined = map[string]bool{}
+	}
+	a.defined[name] = true
+	return def
+}
+
 // columnType returns the Avro type of a column's non-null values.
-func columnType(c Column) (any, error) {
+func (a *avroTypes) columnType(c Column) (any, error) {
 	switch c.Kind {
 	case Bool:
 		return "boolean", nil
@@ -169,6 +190,8 @@ func columnType(c Column) (any, error) {
 			// Unconstrained numeric: exact text, including NaN and ±Infinity.
 			return map[string]any{"type": "string", "connect.name": "cdcd.VariableDecimal"}, nil
 		}
+		// numeric(p,s) may hold NaN, which Avro's decimal cannot: the
+		// encoder refuses it with the fix rather than writing 0 or null.
 		return map[string]any{"type": "bytes", "logicalType": "decimal", "precision": c.Precision, "scale": c.Scale}, nil
 	case String:
 		return "string", nil
@@ -186,8 +209,34 @@ func columnType(c Column) (any, error) {
 		return map[string]any{"type": "long", "logicalType": "local-timestamp-micros"}, nil
 	case TimestampTZ:
 		return map[string]any{"type": "long", "logicalType": "timestamp-micros"}, nil
+	case Interval:
+		return a.named(intervalRecord, jsonRecord{Name: "Interval", Namespace: "cdcd", Fields: []jsonField{
+			{Name: "months", Type: "int"}, {Name: "days", Type: "int"}, {Name: "micros", Type: "long"},
+		}}), nil
+	case List:
+		if c.Elem == nil {
+			return nil, fmt.Errorf("schema: list column %q has no element type", c.Name)
+		}
+		items, err := a.columnType(*c.Elem)
+		if err != nil {
+			return nil, err
+		}
+		items = nullableUnion(items, c.Elem.Nullable)
+		return map[string]any{"type": "array", "items": items, propElemKind: c.Elem.Kind.String()}, nil
 	}
 	return nil, fmt.Errorf("schema: column %q has no Avro mapping for kind %s", c.Name, c.Kind)
+}
+
+// nullableUnion puts "null" first in typ's union when nullable; a union
+// type (a constrained decimal) is flattened into it.
+func nullableUnion(typ any, nullable bool) any {
+	if !nullable {
+		return typ
+	}
+	if u, ok := typ.([]any); ok {
+		return append([]any{"null"}, u...)
+	}
+	return []any{"null", typ}
 }
 
 // fieldNames returns the Avro field name of every column, checking that
@@ -209,9 +258,10 @@ func fieldNames(t *Table) ([]string, error) {
 
 func columnFields(t *Table, idx []int, names []string, forceNullable bool) ([]jsonField, error) {
 	fields := make([]jsonField, 0, len(idx))
+	var types avroTypes
 	for _, i := range idx {
 		c := t.Columns[i]
-		typ, err := columnType(c)
+		typ, err := types.columnType(c)
 		if err != nil {
 			return nil, fmt.Errorf("schema: table %s: %w", t.QualifiedName(), err)
 		}
@@ -226,7 +276,7 @@ func columnFields(t *Table, idx []int, names []string, forceNullable bool) ([]js
 			f.Props[propNotNull] = true
 		}
 		if c.Nullable || forceNullable {
-			f.Type = []any{"null", typ}
+			f.Type = nullableUnion(typ, true)
 			f.HasNullDefault = true
 		}
 		fields = append(fields, f)
@@ -379,19 +429,54 @@ func columnFromField(f *avro.Field) (Column, error) {
 	}
 	c.Kind = k
 	c.SourceType, _ = f.Prop(propSourceType).(string)
-	typ := f.Type()
-	if u, ok := typ.(*avro.UnionSchema); ok {
-		c.Nullable = f.Prop(propNotNull) != true
-		for _, ut := range u.Types() {
-			if ut.Type() != avro.Null {
-				typ = ut
-			}
+	typ, nullable := nonNull(f.Type())
+	c.Nullable = nullable && f.Prop(propNotNull) != true
+	if err := typeParams(&c, typ); err != nil {
+		return c, fmt.Errorf("field %q: %w", f.Name(), err)
+	}
+	return c, nil
+}
+
+// nonNull returns the first non-null type of a union (the type itself when
+// it is not a union) and whether null was among the union's types.
+func nonNull(typ avro.Schema) (avro.Schema, bool) {
+	u, ok := typ.(*avro.UnionSchema)
+	if !ok {
+		return typ, false
+	}
+	var first avro.Schema
+	nullable := false
+	for _, ut := range u.Types() {
+		if ut.Type() == avro.Null {
+			nullable = true
+		} else if first == nil {
+			first = ut
 		}
 	}
+	return first, nullable
+}
+
+// typeParams fills in a column's decimal parameters and list element from
+// its Avro type.
+func typeParams(c *Column, typ avro.Schema) error {
 	if ls, ok := typ.(avro.LogicalTypeSchema); ok && ls.Logical() != nil {
 		if d, ok := ls.Logical().(*avro.DecimalLogicalSchema); ok {
 			c.Precision, c.Scale = d.Precision(), d.Scale()
 		}
 	}
-	return c, nil
+	if c.Kind != List {
+		return nil
+	}
+	arr, ok := typ.(*avro.ArraySchema)
+	if !ok {
+		return fmt.Errorf("list column has Avro type %s, not an array", typ.Type())
+	}
+	kindName, _ := arr.Prop(propElemKind).(string)
+	k, ok := ParseKind(kindName)
+	if !ok {
+		return fmt.Errorf("unknown %s %q", propElemKind, kindName)
+	}
+	items, nullable := nonNull(arr.Items())
+	c.Elem = &Column{Kind: k, Nullable: nullable}
+	return typeParams(c.Elem, items)
 }

@@ -136,14 +136,20 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 	if nullable {
 		dst = appendLong(dst, 1)
 	}
-	bad := func() ([]byte, error) {
-		return dst, fmt.Errorf("column %q (%s): unexpected Go value %T", c.Name, c.Kind, v)
-	}
+	return appendValue(dst, c, v)
+}
+
+func badValue(c Column, v any) error {
+	return fmt.Errorf("column %q (%s): unexpected Go value %T", c.Name, c.TypeString(), v)
+}
+
+// appendValue writes a non-null value of a type that is not a union.
+func appendValue(dst []byte, c Column, v any) ([]byte, error) {
 	switch c.Kind {
 	case Bool:
 		b, ok := v.(bool)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		if b {
 			return append(dst, 1), nil
@@ -152,43 +158,47 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 	case Int16, Int32, Int64, Time, Timestamp, TimestampTZ:
 		i, ok := v.(int64)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendLong(dst, i), nil
 	case Date:
 		d, ok := v.(int32)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendLong(dst, int64(d)), nil
 	case Float32:
 		f, ok := v.(float32)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return binary.LittleEndian.AppendUint32(dst, math.Float32bits(f)), nil
 	case Float64:
 		f, ok := v.(float64)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return binary.LittleEndian.AppendUint64(dst, math.Float64bits(f)), nil
 	case String, JSON:
 		s, ok := v.(string)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendString(dst, s), nil
 	case Decimal:
 		s, ok := v.(string)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		if c.Precision == 0 {
 			return appendString(dst, s), nil
 		}
-		if v, ok := unscaled64(s, c.Scale); ok {
-			return appendDecimal64(dst, v), nil
+		if v, ok := unscaledInt64(s, c.Scale); ok {
+			return appendInt64Decimal(dst, v), nil
+		}
+		if s == "NaN" || s == "Infinity" || s == "-Infinity" {
+			return dst, fmt.Errorf("column %q (%s) holds %s, which an Avro or Iceberg decimal cannot carry: "+
+				"alter the column to unconstrained numeric (carried as exact text) or keep %s out of it", c.Name, c.TypeString(), s, s)
 		}
 		u, err := unscaled(s, c.Scale)
 		if err != nil {
@@ -198,17 +208,41 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 	case Bytes:
 		b, ok := v.([]byte)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendBytes(dst, b), nil
 	case UUID:
 		u, ok := v.([16]byte)
 		if !ok {
-			return bad()
+			return dst, badValue(c, v)
 		}
 		return appendString(dst, FormatUUID(u)), nil
+	case Interval:
+		iv, ok := v.(IntervalValue)
+		if !ok {
+			return dst, badValue(c, v)
+		}
+		dst = appendLong(dst, int64(iv.Months))
+		dst = appendLong(dst, int64(iv.Days))
+		return appendLong(dst, iv.Micros), nil
+	case List:
+		l, ok := v.([]any)
+		if !ok || c.Elem == nil {
+			return dst, badValue(c, v)
+		}
+		if len(l) == 0 {
+			return appendLong(dst, 0), nil
+		}
+		dst = appendLong(dst, int64(len(l)))
+		var err error
+		for _, e := range l {
+			if dst, err = appendColumn(dst, *c.Elem, false, e); err != nil {
+				return dst, fmt.Errorf("list %q: %w", c.Name, err)
+			}
+		}
+		return appendLong(dst, 0), nil
 	}
-	return bad()
+	return dst, badValue(c, v)
 }
 
 func appendLong(dst []byte, v int64) []byte {
@@ -268,32 +302,36 @@ func unscaled(s string, scale int) (*big.Int, error) {
 	return u, nil
 }
 
-// unscaled64 is unscaled's fast path for values whose unscaled integer
-// has at most 18 digits; ok is false for anything else (including every
-// malformed text, which unscaled then reports).
-func unscaled64(s string, scale int) (int64, bool) {
-	neg := false
-	if len(s) > 0 && (s[0] == '-' || s[0] == '+') {
-		neg, s = s[0] == '-', s[1:]
-	}
-	intPart, frac, _ := strings.Cut(s, ".")
-	for len(frac) > 0 && frac[len(frac)-1] == '0' {
-		frac = frac[:len(frac)-1]
-	}
-	if len(frac) > scale || len(intPart)+scale > 18 || len(intPart)+len(frac) == 0 {
-		return 0, false
+// unscaledInt64 is unscaled's fast path: decimal text with at most 18
+// digits in all, which fits an int64 at scale. ok is false for anything
+// else (more digits, a bad character, too many fractional digits), which
+// then takes the exact big.Int path and its errors.
+func unscaledInt64(s string, scale int) (int64, bool) {
+	i, neg := 0, false
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		neg, i = s[i] == '-', i+1
 	}
 	var v int64
-	for _, part := range [2]string{intPart, frac} {
-		for i := 0; i < len(part); i++ {
-			d := part[i] - '0'
-			if d > 9 {
-				return 0, false
+	digits, frac, dot := 0, 0, false
+	for ; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '.' && !dot:
+			dot = true
+		case c >= '0' && c <= '9':
+			if dot {
+				frac++
 			}
-			v = v*10 + int64(d)
+			digits++
+			v = v*10 + int64(c-'0')
+		default:
+			return 0, false
 		}
 	}
-	for range scale - len(frac) {
+	if digits == 0 || frac > scale || digits+scale-frac > 18 {
+		return 0, false
+	}
+	for ; frac < scale; frac++ {
 		v *= 10
 	}
 	if neg {
@@ -302,12 +340,17 @@ func unscaled64(s string, scale int) (int64, bool) {
 	return v, true
 }
 
-// appendDecimal64 appends v as Avro bytes: its minimal big-endian two's
-// complement, the same bytes twosComplement gives.
-func appendDecimal64(dst []byte, v int64) []byte {
-	n := 1
-	for n < 8 && (v < -(1<<(8*n-1)) || v >= 1<<(8*n-1)) {
-		n++
+// appendInt64Decimal appends v as Avro bytes: the minimal big-endian two's
+// complement, as twosComplement writes a big.Int.
+func appendInt64Decimal(dst []byte, v int64) []byte {
+	n := 8
+	for n > 1 {
+		top, next := byte(v>>(8*(n-1))), byte(v>>(8*(n-2)))
+		if (top == 0 && next&0x80 == 0) || (top == 0xff && next&0x80 != 0) {
+			n--
+			continue
+		}
+		break
 	}
 	dst = appendLong(dst, int64(n))
 	for i := n - 1; i >= 0; i-- {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hamba/avro/v2"
@@ -285,5 +286,207 @@ func TestScanEnvelopeMatchesDecode(t *testing.T) {
 	buf, _ := AppendEnvelope(nil, tbl, &Envelope{Before: fullRow(), After: fullRow(), Op: 'u'})
 	if n := testing.AllocsPerRun(100, func() { _, _ = ScanEnvelope(tbl, buf) }); n != 0 {
 		t.Errorf("ScanEnvelope allocates %v times", n)
+	}
+}
+
+// newKindsTable has the kinds added for PostgreSQL's full type range:
+// intervals (twice, so the named record is referenced), lists (nullable
+// elements, decimals, nested lists, lists of intervals) and a constrained
+// decimal key.
+func newKindsTable() *Table {
+	return &Table{
+		Namespace: "public",
+		Name:      "new_kinds",
+		Columns: []Column{
+			{Name: "id", Kind: Int64},
+			{Name: "iv", Kind: Interval, Nullable: true},
+			{Name: "iv2", Kind: Interval, Nullable: true},
+			{Name: "ints", Kind: List, Nullable: true, Elem: &Column{Kind: Int32, Nullable: true}},
+			{Name: "decs", Kind: List, Nullable: true, Elem: &Column{Kind: Decimal, Precision: 10, Scale: 2, Nullable: true}},
+			{Name: "grid", Kind: List, Nullable: true, Elem: &Column{Kind: List, Elem: &Column{Kind: String, Nullable: true}}},
+			{Name: "ivs", Kind: List, Nullable: true, Elem: &Column{Kind: Interval, Nullable: true}},
+			{Name: "nan", Kind: Decimal, Precision: 12, Scale: 3, Nullable: true},
+			{Name: "kd", Kind: Decimal, Precision: 5, Scale: 0},
+		},
+		Key: []int{0, 8},
+	}
+}
+
+func newKindsRow() []any {
+	return []any{
+		int64(7),
+		IntervalValue{Months: -14, Days: 3, Micros: -3_600_000_001},
+		IntervalValue{},
+		[]any{int64(1), nil, int64(-3)},
+		[]any{"1.50", nil, "99999999.99", "-0.01"},
+		[]any{[]any{"a", nil}, []any{"", "d"}},
+		[]any{IntervalValue{Months: 1}, nil},
+		"-1.250",
+		"12345",
+	}
+}
+
+func TestNewKindsRoundTrip(t *testing.T) {
+	tbl := newKindsTable()
+	topic := "shop.public.new_kinds"
+	vs, err := ValueSchema(tbl, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := KeySchema(tbl, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := [][]any{newKindsRow(), {int64(8), nil, nil, []any{}, nil, []any{}, []any{}, "12.500", "-99999"}}
+	for _, row := range rows {
+		env := Envelope{After: row, Op: 'c', Source: SourceInfo{Connector: "postgresql", Table: "new_kinds", Position: []byte{1}}}
+		buf, err := AppendEnvelope(nil, tbl, &env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeEnvelope(tbl, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.After, row) {
+			t.Fatalf("round trip:\n got %#v\nwant %#v", got.After, row)
+		}
+		for n := 0; n < len(buf); n++ {
+			if _, err := DecodeEnvelope(tbl, buf[:n]); err == nil {
+				t.Fatalf("decode of %d/%d bytes succeeded", n, len(buf))
+			}
+		}
+		// hamba reads the same bytes with our schema.
+		var generic map[string]any
+		if err := avro.Unmarshal(avro.MustParse(vs), buf, &generic); err != nil {
+			t.Fatalf("hamba cannot decode our bytes: %v\n%s", err, vs)
+		}
+		a := generic["after"].(map[string]any)["shop.public.new_kinds.Value"].(map[string]any)
+		if a["id"] != row[0] {
+			t.Fatalf("hamba id = %v", a["id"])
+		}
+		key, err := AppendKey(nil, tbl, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gk map[string]any
+		if err := avro.Unmarshal(avro.MustParse(ks), key, &gk); err != nil {
+			t.Fatalf("hamba cannot decode our key: %v\n%s", err, ks)
+		}
+		if dk, err := DecodeKey(tbl, key); err != nil || !reflect.DeepEqual(dk, []any{row[0], row[8]}) {
+			t.Fatalf("key %v %v", dk, err)
+		}
+	}
+
+	// The first row as hamba sees it.
+	env := Envelope{After: rows[0], Op: 'c', Source: SourceInfo{Connector: "postgresql", Table: "new_kinds", Position: []byte{1}}}
+	buf, _ := AppendEnvelope(nil, tbl, &env)
+	var generic map[string]any
+	if err := avro.Unmarshal(avro.MustParse(vs), buf, &generic); err != nil {
+		t.Fatal(err)
+	}
+	a := generic["after"].(map[string]any)["shop.public.new_kinds.Value"].(map[string]any)
+	iv := a["iv"].(map[string]any)["cdcd.Interval"].(map[string]any)
+	if iv["months"] != -14 || iv["days"] != 3 || iv["micros"] != int64(-3_600_000_001) {
+		t.Errorf("hamba interval = %v", iv)
+	}
+	ints := a["ints"].(map[string]any)["array"].([]any)
+	if len(ints) != 3 || ints[0] != 1 || ints[1] != nil {
+		t.Errorf("hamba ints = %v", ints)
+	}
+	decs := a["decs"].(map[string]any)["array"].([]any)
+	if r, ok := decs[0].(*big.Rat); !ok || r.FloatString(2) != "1.50" {
+		t.Errorf("hamba decimal element = %v", decs[0])
+	}
+	if r, ok := a["nan"].(*big.Rat); !ok || r.FloatString(3) != "-1.250" {
+		t.Errorf("hamba decimal = %#v", a["nan"])
+	}
+	// NaN has no decimal form: refused with the fix, never written as 0.
+	bad := newKindsRow()
+	bad[7] = "NaN"
+	_, err = AppendEnvelope(nil, tbl, &Envelope{After: bad, Op: 'c'})
+	if err == nil || !strings.Contains(err.Error(), `"nan"`) || !strings.Contains(err.Error(), "unconstrained numeric") {
+		t.Errorf("NaN in numeric(12,3): %v", err)
+	}
+	grid := a["grid"].(map[string]any)["array"].([]any)
+	if len(grid) != 2 || grid[0].([]any)[0] != "a" || grid[1].([]any)[1] != "d" {
+		t.Errorf("hamba grid = %v", grid)
+	}
+
+	// The model survives the schema.
+	back, err := TableFromValueSchema(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.Equal(tbl) {
+		t.Fatalf("rebuilt table\n got %s\nwant %s", back, tbl)
+	}
+}
+
+func TestIntervalISO(t *testing.T) {
+	for _, tc := range []struct {
+		iv   IntervalValue
+		want string
+	}{
+		{IntervalValue{}, "PT0S"},
+		{IntervalValue{Months: 14, Days: 3, Micros: 4*3_600_000_000 + 5*60_000_000 + 6_789_000}, "P1Y2M3DT4H5M6.789S"},
+		{IntervalValue{Months: -1, Days: 2, Micros: -3 * 3_600_000_000}, "P-1M2DT-3H"},
+		{IntervalValue{Micros: -1}, "PT-0.000001S"},
+		{IntervalValue{Micros: -61_500_000}, "PT-1M-1.5S"},
+		{IntervalValue{Months: -12}, "P-1Y"},
+	} {
+		if got := tc.iv.String(); got != tc.want {
+			t.Errorf("%+v: got %s want %s", tc.iv, got, tc.want)
+		}
+	}
+}
+
+// TestDecimalFastPath: the int64 path writes exactly the bytes the big.Int
+// path does, and leaves what it can't hold to it.
+func TestDecimalFastPath(t *testing.T) {
+	for _, tc := range []struct {
+		s     string
+		scale int
+	}{
+		{"0", 2}, {"-0.01", 2}, {"128", 0}, {"-128", 0}, {"-129", 0}, {"127", 0}, {"255.5", 1}, {"32767", 0}, {"-32768", 0},
+		{"999999999999999999", 0}, {"-99999999999999.9999", 4}, {"1.10", 1}, {"+7", 3}, {"0.5", 0}, {"12a", 0},
+		{"1234567890123456789", 0}, {"", 0}, {"-", 0}, {".", 2}, {"1.2.3", 2},
+	} {
+		v, ok := unscaledInt64(tc.s, tc.scale)
+		u, err := unscaled(tc.s, tc.scale)
+		if !ok {
+			continue // the big.Int path decides
+		}
+		if err != nil {
+			t.Fatalf("%q: fast path accepted what the exact path refuses: %v", tc.s, err)
+		}
+		if got, want := appendInt64Decimal(nil, v), appendBytes(nil, twosComplement(u)); !bytes.Equal(got, want) {
+			t.Errorf("%q scale %d: fast %x, exact %x", tc.s, tc.scale, got, want)
+		}
+	}
+}
+
+// TestScanEnvelopeNewKinds: the scanner skips intervals, lists and
+// decimals exactly as the decoder reads them.
+func TestScanEnvelopeNewKinds(t *testing.T) {
+	tbl := newKindsTable()
+	for _, row := range [][]any{newKindsRow(), {int64(8), nil, nil, []any{}, nil, []any{}, []any{}, "12.500", "-99999"}} {
+		env := Envelope{Before: row, After: row, Op: 'u', Source: SourceInfo{Connector: "postgresql", Table: "new_kinds", LSN: 9, Position: []byte{1}}}
+		buf, err := AppendEnvelope(nil, tbl, &env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := ScanEnvelope(tbl, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.HasBefore || !info.HasAfter || info.LSN != 9 || info.Op != 'u' {
+			t.Fatalf("scan %+v", info)
+		}
+		for n := 0; n < len(buf); n++ {
+			if _, err := ScanEnvelope(tbl, buf[:n]); err == nil {
+				t.Fatalf("scan of %d/%d bytes succeeded", n, len(buf))
+			}
+		}
 	}
 }

@@ -215,6 +215,11 @@ func (r *reader) column(c Column, nullable bool) any {
 			return nil
 		}
 	}
+	return r.value(c)
+}
+
+// value reads a non-null value.
+func (r *reader) value(c Column) any {
 	switch c.Kind {
 	case Bool:
 		b := r.take(1)
@@ -258,6 +263,31 @@ func (r *reader) column(c Column, nullable bool) any {
 			r.fail(fmt.Errorf("schema: column %q: bad uuid", c.Name))
 		}
 		return u
+	case Interval:
+		return IntervalValue{Months: int32(r.long()), Days: int32(r.long()), Micros: r.long()}
+	case List:
+		if c.Elem == nil {
+			break
+		}
+		l := []any{}
+		for r.err == nil {
+			n := r.long()
+			if n == 0 {
+				break
+			}
+			if n < 0 { // a block with a byte size: skip the size
+				n = -n
+				r.long()
+			}
+			if n > int64(len(r.buf)) { // every element takes a byte at least
+				r.fail(ErrShortBuffer)
+				break
+			}
+			for ; n > 0 && r.err == nil; n-- {
+				l = append(l, r.column(*c.Elem, false))
+			}
+		}
+		return l
 	}
 	r.fail(fmt.Errorf("schema: column %q: unknown kind %s", c.Name, c.Kind))
 	return nil

@@ -145,35 +145,35 @@ func TestDecimalFastPaths(t *testing.T) {
 			if got := formatDecimal64(v, scale); got != want {
 				t.Fatalf("formatDecimal64(%d, %d) = %q, want %q", v, scale, got, want)
 			}
-			fast, ok := unscaled64(want, scale)
+			fast, ok := unscaledInt64(want, scale)
 			slow, err := unscaled(want, scale)
 			if err != nil {
 				t.Fatalf("unscaled(%q): %v", want, err)
 			}
 			if ok && (!slow.IsInt64() || fast != slow.Int64()) {
-				t.Fatalf("unscaled64(%q, %d) = %d, want %s", want, scale, fast, slow)
+				t.Fatalf("unscaledInt64(%q, %d) = %d, want %s", want, scale, fast, slow)
 			}
 			if ok {
 				wantBytes := appendBytes(nil, twosComplement(slow))
-				if got := appendDecimal64(nil, fast); !bytes.Equal(got, wantBytes) {
-					t.Fatalf("appendDecimal64(%d) = %x, want %x", fast, got, wantBytes)
+				if got := appendInt64Decimal(nil, fast); !bytes.Equal(got, wantBytes) {
+					t.Fatalf("appendInt64Decimal(%d) = %x, want %x", fast, got, wantBytes)
 				}
 			}
 		}
 	}
 	for _, s := range []string{"", "-", ".", "1.", ".5", "+7", "1e5", "--1", "1.2.3", "0x10", " 1", "１", "1.234"} {
-		_, ok := unscaled64(s, 2)
+		_, ok := unscaledInt64(s, 2)
 		slow, err := unscaled(s, 2)
 		if ok && err != nil {
 			t.Errorf("%q: fast path accepted what unscaled refuses (%v)", s, err)
 		}
 		if ok {
-			if v, _ := unscaled64(s, 2); slow.Int64() != v {
+			if v, _ := unscaledInt64(s, 2); slow.Int64() != v {
 				t.Errorf("%q: %d vs %s", s, v, slow)
 			}
 		}
 	}
-	if _, ok := unscaled64(strconv.Itoa(math.MaxInt32)+"123456789", 2); ok {
+	if _, ok := unscaledInt64(strconv.Itoa(math.MaxInt32)+"123456789", 2); ok {
 		t.Error("19 digits must take the big path")
 	}
 }

@@ -117,6 +117,6 @@ func (r *reader) skipValue(c Column) {
 	case String, JSON, Bytes, Decimal, UUID:
 		r.bytes()
 	default:
-		r.column(c, false) // kinds without a skipper: decode and drop
+		r.value(c) // kinds without a skipper: decode and drop
 	}
 }

@@ -8,6 +8,7 @@ package schema
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -25,7 +26,8 @@ const (
 	Float64          // float64
 	// Decimal is exact decimal text ("-12.30"); Precision and Scale are set
 	// for numeric(p,s). With Precision 0 the column is unconstrained and its
-	// values may also be "NaN", "Infinity" or "-Infinity".
+	// values may also be "NaN", "Infinity" or "-Infinity"; a constrained
+	// column may hold "NaN" (PostgreSQL allows it in numeric(p,s)).
 	Decimal     // string
 	String      // string
 	Bytes       // []byte
@@ -35,13 +37,30 @@ const (
 	Time        // int64 microseconds since midnight
 	Timestamp   // int64 microseconds since 1970-01-01 00:00:00, no zone
 	TimestampTZ // int64 microseconds since 1970-01-01 00:00:00 UTC
+	// Interval is a calendar interval whose three parts don't convert into
+	// each other (a month has no fixed number of days, nor a day of
+	// microseconds across a DST change).
+	Interval // IntervalValue
+	// List is an array of values of the kind of Column.Elem, in order; an
+	// element is nil when NULL. A List column's value is never a nil slice
+	// when the array is empty: []any{}.
+	List // []any
+)
+
+// Date, Timestamp and TimestampTZ values keep PostgreSQL's infinities as
+// the extreme values of their Go type, never as NULL or zero.
+const (
+	DateInfinity           = int32(math.MaxInt32)
+	DateMinusInfinity      = int32(math.MinInt32)
+	TimestampInfinity      = int64(math.MaxInt64)
+	TimestampMinusInfinity = int64(math.MinInt64)
 )
 
 var kindNames = [...]string{
 	KindInvalid: "invalid", Bool: "bool", Int16: "int16", Int32: "int32", Int64: "int64",
 	Float32: "float32", Float64: "float64", Decimal: "decimal", String: "string", Bytes: "bytes",
 	JSON: "json", UUID: "uuid", Date: "date", Time: "time", Timestamp: "timestamp",
-	TimestampTZ: "timestamptz",
+	TimestampTZ: "timestamptz", Interval: "interval", List: "list",
 }
 
 func (k Kind) String() string {
@@ -84,6 +103,31 @@ type Column struct {
 	// SourceType is the type as the source database names it, for messages
 	// and for consumers that want it ("numeric(12,2)", "varchar(40)").
 	SourceType string
+	// Elem describes the elements of a List: their Kind (with Precision and
+	// Scale, or a further Elem for a list of lists) and, in Nullable,
+	// whether an element may be NULL. Nil for every other kind.
+	Elem *Column
+}
+
+// Equal reports whether two columns are the same, comparing Elem by value.
+func (c Column) Equal(o Column) bool {
+	if c.Name != o.Name || c.Kind != o.Kind || c.Precision != o.Precision || c.Scale != o.Scale ||
+		c.Nullable != o.Nullable || c.SourceType != o.SourceType || (c.Elem == nil) != (o.Elem == nil) {
+		return false
+	}
+	return c.Elem == nil || c.Elem.Equal(*o.Elem)
+}
+
+// TypeString renders the kind with its parameters: "decimal(10,2)",
+// "list<int32>".
+func (c Column) TypeString() string {
+	switch {
+	case c.Kind == Decimal && c.Precision > 0:
+		return fmt.Sprintf("decimal(%d,%d)", c.Precision, c.Scale)
+	case c.Kind == List && c.Elem != nil:
+		return "list<" + c.Elem.TypeString() + ">"
+	}
+	return c.Kind.String()
 }
 
 // Table is one version of a source table's shape.
@@ -124,7 +168,7 @@ func (t *Table) Equal(o *Table) bool {
 		return false
 	}
 	for i := range t.Columns {
-		if t.Columns[i] != o.Columns[i] {
+		if !t.Columns[i].Equal(o.Columns[i]) {
 			return false
 		}
 	}
@@ -147,10 +191,7 @@ func (t *Table) String() string {
 		}
 		b.WriteString(c.Name)
 		b.WriteByte(' ')
-		b.WriteString(c.Kind.String())
-		if c.Kind == Decimal && c.Precision > 0 {
-			fmt.Fprintf(&b, "(%d,%d)", c.Precision, c.Scale)
-		}
+		b.WriteString(c.TypeString())
 		for _, k := range t.Key {
 			if k == i {
 				b.WriteString(" key")
@@ -162,4 +203,62 @@ func (t *Table) String() string {
 	}
 	b.WriteByte(')')
 	return b.String()
+}
+
+// IntervalValue is the value of an Interval column. PostgreSQL keeps the three
+// parts apart and so does cdcd: 1 month is not 30 days, 1 day is not 24
+// hours.
+type IntervalValue struct {
+	Months int32
+	Days   int32
+	Micros int64
+}
+
+// String renders the interval in ISO 8601 the way PostgreSQL does under
+// intervalstyle iso_8601 ("P1Y2M3DT4H5M6.5S", "PT0S"; every part carries
+// its own sign, as in "P-1M2DT-3H").
+func (iv IntervalValue) String() string {
+	years, months := iv.Months/12, iv.Months%12
+	hours := iv.Micros / 3_600_000_000
+	rest := iv.Micros % 3_600_000_000
+	mins := rest / 60_000_000
+	rest %= 60_000_000
+	secs, fsec := rest/1_000_000, rest%1_000_000
+	if iv.Months == 0 && iv.Days == 0 && iv.Micros == 0 {
+		return "PT0S"
+	}
+	b := []byte{'P'}
+	part := func(v int64, unit byte) {
+		if v != 0 {
+			b = fmt.Appendf(b, "%d%c", v, unit)
+		}
+	}
+	part(int64(years), 'Y')
+	part(int64(months), 'M')
+	part(int64(iv.Days), 'D')
+	if hours != 0 || mins != 0 || secs != 0 || fsec != 0 {
+		b = append(b, 'T')
+	}
+	part(hours, 'H')
+	part(mins, 'M')
+	if secs != 0 || fsec != 0 {
+		if secs < 0 || fsec < 0 {
+			b = append(b, '-')
+		}
+		b = fmt.Appendf(b, "%d", abs64(secs))
+		if fsec != 0 {
+			frac := fmt.Sprintf("%06d", abs64(fsec))
+			b = append(b, '.')
+			b = append(b, strings.TrimRight(frac, "0")...)
+		}
+		b = append(b, 'S')
+	}
+	return string(b)
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

@@ -35,21 +35,27 @@ type Position []byte
 func (p Position) Compare(o Position) int { return bytes.Compare(p, o) }
 
 // PGPosition is the position of the idx-th change (from 0) of the
-// transaction whose commit record ends at endLSN: 8 bytes big-endian endLSN,
-// then 4 bytes big-endian idx. The end LSN, not the commit LSN, is what
-// PostgreSQL is told is flushed once the transaction is durable, so the
-// slot's confirmed_flush_lsn compares directly with the first 8 bytes.
-func PGPosition(endLSN uint64, idx uint32) Position {
+// transaction whose commit record starts at commitLSN: 8 bytes big-endian
+// commitLSN, then 4 bytes big-endian idx. The commit LSN is what PostgreSQL
+// is told is flushed once the transaction is durable, so the slot's
+// confirmed_flush_lsn compares directly with the first 8 bytes.
+//
+// Rows of the initial load extend the layout: (consistent point − 1, chunk
+// sequence) followed by the row's key, encoded so that bytes sort as the
+// chunk is read (see package source/postgres). They sort before every
+// streamed change.
+func PGPosition(commitLSN uint64, idx uint32) Position {
 	p := make(Position, 12)
-	binary.BigEndian.PutUint64(p, endLSN)
+	binary.BigEndian.PutUint64(p, commitLSN)
 	binary.BigEndian.PutUint32(p[8:], idx)
 	return p
 }
 
-// ParsePGPosition splits a PostgreSQL position.
-func ParsePGPosition(p Position) (endLSN uint64, idx uint32, err error) {
-	if len(p) != 12 {
-		return 0, 0, fmt.Errorf("source: postgres position has %d bytes, want 12", len(p))
+// ParsePGPosition splits a PostgreSQL position (a load row's key suffix is
+// ignored).
+func ParsePGPosition(p Position) (commitLSN uint64, idx uint32, err error) {
+	if len(p) < 12 {
+		return 0, 0, fmt.Errorf("source: postgres position has %d bytes, want 12 or more", len(p))
 	}
 	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:]), nil
 }
@@ -102,6 +108,23 @@ func (c *Change) Key() []any {
 // span several batches.
 type Emitter interface {
 	Emit(ctx context.Context, batch []Change) error
+}
+
+// Pipeliner is an optional ability of an Emitter (found by type assertion):
+// taking the next batch while earlier ones are still being made durable, so
+// a source with many rows and no need to acknowledge each batch (an initial
+// load) keeps reading while the log syncs. Submit and Sync are called from
+// one goroutine, interleaved with Emit as the source likes.
+type Pipeliner interface {
+	// Submit hands batch over like Emit but may return before it is
+	// durable; it does not keep batch after it returns. Batches become
+	// durable in the order submitted. An error (also one of an earlier
+	// batch) means nothing submitted since the last successful Sync may be
+	// assumed durable.
+	Submit(ctx context.Context, batch []Change) error
+	// Sync returns once every batch submitted so far is durable, or with
+	// the first error.
+	Sync(ctx context.Context) error
 }
 
 // Source reads a database's changes until ctx ends or a terminal error.

@@ -134,9 +134,14 @@ type Server struct {
 	dir     string
 	logfile string
 	port    int
-	proc    *dbproc.Proc
 	logger  *slog.Logger
 	stopTO  time.Duration
+	// acct and settings start the postmaster again in Restart.
+	acct     dbproc.Account
+	settings map[string]string
+
+	mu   sync.Mutex // guards proc, replaced by Restart
+	proc *dbproc.Proc
 
 	stopOnce sync.Once
 	stopErr  error
@@ -247,26 +252,17 @@ func (s *Server) startPostmaster(ctx context.Context, acct dbproc.Account, extra
 	}
 	defer logf.Close() // the child has its own copy
 
+	s.acct, s.settings = acct, settings
 	for try := 1; ; try++ {
 		port, err := dbproc.FreePort()
 		if err != nil {
 			return fmt.Errorf("pgserver: %w", err)
 		}
-		settings["port"] = strconv.Itoa(port)
-		args := []string{"-D", s.dataDir()}
-		for _, k := range slices.Sorted(maps.Keys(settings)) {
-			args = append(args, "-c", k+"="+settings[k])
-		}
-		cmd := exec.Command(filepath.Join(s.binDir, "postgres"), args...)
-		cmd.Dir = s.dir
-		cmd.Env = env()
-		cmd.Stdout, cmd.Stderr = logf, logf
-		proc, err := dbproc.Start(cmd, acct, syscall.SIGQUIT)
+		s.port = port
+		proc, err := s.launch(logf)
 		if err != nil {
-			return fmt.Errorf("pgserver: %w", err)
+			return err
 		}
-		s.port, s.proc = port, proc
-		_ = dbproc.SetServerPID(s.dir, proc.PID())
 		err = s.waitReady(ctx)
 		if err == nil {
 			return nil
@@ -281,6 +277,65 @@ func (s *Server) startPostmaster(ctx context.Context, acct dbproc.Account, extra
 		}
 		return dbproc.WithTail(fmt.Errorf("pgserver: start postgres on port %d (try %d): %w", port, try, err), s.logfile)
 	}
+}
+
+// launch starts a postmaster on s.port with s.settings.
+func (s *Server) launch(logf *os.File) (*dbproc.Proc, error) {
+	s.settings["port"] = strconv.Itoa(s.port)
+	args := []string{"-D", s.dataDir()}
+	for _, k := range slices.Sorted(maps.Keys(s.settings)) {
+		args = append(args, "-c", k+"="+s.settings[k])
+	}
+	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), args...)
+	cmd.Dir = s.dir
+	cmd.Env = env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	proc, err := dbproc.Start(cmd, s.acct, syscall.SIGQUIT)
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: %w", err)
+	}
+	s.mu.Lock()
+	s.proc = proc
+	s.mu.Unlock()
+	_ = dbproc.SetServerPID(s.dir, proc.PID())
+	return proc, nil
+}
+
+// Restart shuts the server down (fast shutdown: every connection ends) and
+// starts it again on the same cluster and port, returning once it accepts
+// connections; a test of reconnecting clients calls it. Not concurrent with
+// Stop.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.getProc().Stop(syscall.SIGINT, s.stopTO); err != nil {
+		return dbproc.WithTail(fmt.Errorf("pgserver: restart: stop: %w", err), s.logfile)
+	}
+	logf, err := os.OpenFile(s.logfile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgserver: open server log: %w", err)
+	}
+	defer logf.Close()
+	var last error
+	for try := 0; try < 50; try++ { // the port may linger briefly
+		proc, err := s.launch(logf)
+		if err != nil {
+			return err
+		}
+		if last = s.waitReady(ctx); last == nil {
+			return nil
+		}
+		_ = proc.Stop(syscall.SIGQUIT, 5*time.Second)
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return dbproc.WithTail(fmt.Errorf("pgserver: restart on port %d: %w", s.port, last), s.logfile)
+}
+
+func (s *Server) getProc() *dbproc.Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
 }
 
 // waitReady polls until the server accepts a connection, the postmaster
@@ -301,8 +356,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		lastErr = err
 		select {
-		case <-s.proc.Done():
-			return fmt.Errorf("postgres exited: %v", s.proc.Err())
+		case <-s.getProc().Done():
+			return fmt.Errorf("postgres exited: %v", s.getProc().Err())
 		case <-ctx.Done():
 			return fmt.Errorf("not accepting connections: %w (last error: %v)", ctx.Err(), lastErr)
 		case <-tick.C:
@@ -318,14 +373,15 @@ func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		began := time.Now()
 		var errs []error
-		if err := s.proc.Stop(syscall.SIGINT, s.stopTO); err != nil {
-			errs = append(errs, dbproc.WithTail(fmt.Errorf("pgserver: stop postgres pid %d: %w", s.proc.PID(), err), s.logfile))
+		proc := s.getProc()
+		if err := proc.Stop(syscall.SIGINT, s.stopTO); err != nil {
+			errs = append(errs, dbproc.WithTail(fmt.Errorf("pgserver: stop postgres pid %d: %w", proc.PID(), err), s.logfile))
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("pgserver: remove %s: %w", s.dir, err))
 		}
 		s.stopErr = errors.Join(errs...)
-		s.logger.Info("pgserver: stopped", "port", s.port, "pid", s.proc.PID(),
+		s.logger.Info("pgserver: stopped", "port", s.port, "pid", proc.PID(),
 			"took", time.Since(began).Round(time.Millisecond), "err", s.stopErr)
 	})
 	return s.stopErr
@@ -345,7 +401,7 @@ func (s *Server) Port() int { return s.port }
 func (s *Server) Dir() string { return s.dir }
 
 // PID is the postmaster's process id.
-func (s *Server) PID() int { return s.proc.PID() }
+func (s *Server) PID() int { return s.getProc().PID() }
 
 // BinDir is the directory of the PostgreSQL binaries the server runs
 // (psql, pg_recvlogical ... are there too).
@@ -355,4 +411,4 @@ func (s *Server) BinDir() string { return s.binDir }
 func (s *Server) Logfile() string { return s.logfile }
 
 // Exited is closed if the postmaster exits, whether through Stop or not.
-func (s *Server) Exited() <-chan struct{} { return s.proc.Done() }
+func (s *Server) Exited() <-chan struct{} { return s.getProc().Done() }

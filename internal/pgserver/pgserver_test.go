@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdcd-dev/cdcd/internal/dbproc"
 	"github.com/cdcd-dev/cdcd/internal/dbtest"
 	"github.com/cdcd-dev/cdcd/internal/pgserver"
@@ -195,4 +197,33 @@ func TestStartFailure(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("failed Start left %s behind (stat: %v)", dir, err)
 	}
+}
+
+// TestRestart: the cluster and port survive a restart, connections don't.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.NewServer(t, pgserver.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB"}})
+	ctx := t.Context()
+	if err := srv.CreateDatabase(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	pid, port := srv.PID(), srv.Port()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if srv.PID() == pid || srv.Port() != port {
+		t.Fatalf("pid %d -> %d, port %d -> %d", pid, srv.PID(), port, srv.Port())
+	}
+	if dbproc.Alive(pid) {
+		t.Fatalf("old postmaster %d still runs", pid)
+	}
+	conn, err := pgx.Connect(ctx, srv.DSN("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW max_slot_wal_keep_size").Scan(&v); err != nil || v != "1MB" {
+		t.Fatalf("setting after restart: %q %v", v, err)
+	}
+	conn.Close(ctx)
 }

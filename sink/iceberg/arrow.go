@@ -188,13 +188,30 @@ func appendValue(fb array.Builder, col schema.Column, v any) error {
 		switch s := v.(type) {
 		case string:
 			fb.Append(s)
+		case schema.IntervalValue:
+			fb.Append(s.String())
 		default:
 			return fmt.Errorf("value %T for a string column", v)
+		}
+	case *array.ListBuilder:
+		l, ok := v.([]any)
+		if !ok || col.Elem == nil {
+			return fmt.Errorf("value %T for a list column", v)
+		}
+		fb.Append(true)
+		for _, e := range l {
+			if err := appendValue(fb.ValueBuilder(), *col.Elem, e); err != nil {
+				return err
+			}
 		}
 	case *array.BinaryBuilder:
 		fb.Append(v.([]byte))
 	case *array.Decimal128Builder:
 		dt := fb.Type().(*arrow.Decimal128Type)
+		if v == "NaN" {
+			return fmt.Errorf("NaN cannot be stored in Iceberg's %s; declare the source column as unconstrained numeric "+
+				"(it then maps to exact text) or keep NaN out of it", dt)
+		}
 		n, err := decimal128.FromString(v.(string), dt.Precision, dt.Scale)
 		if err != nil {
 			return err

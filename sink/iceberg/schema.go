@@ -52,8 +52,46 @@ func icebergType(c schema.Column) (iceberg.Type, error) {
 		return iceberg.PrimitiveTypes.Timestamp, nil
 	case schema.TimestampTZ:
 		return iceberg.PrimitiveTypes.TimestampTz, nil
+	case schema.Interval:
+		// Iceberg has no interval: ISO 8601 text, the parts kept apart
+		// (schema.IntervalValue.String).
+		return iceberg.PrimitiveTypes.String, nil
+	case schema.List:
+		if c.Elem == nil {
+			return nil, fmt.Errorf("iceberg: list column %q has no element type", c.Name)
+		}
+		elem, err := icebergType(*c.Elem)
+		if err != nil {
+			return nil, err
+		}
+		// ElementID is a placeholder like every field id here (see
+		// changelogSchema, which makes them unique; catalogs assign their own).
+		return &iceberg.ListType{Element: elem, ElementRequired: !c.Elem.Nullable}, nil
 	}
 	return nil, fmt.Errorf("iceberg: column %q: no Iceberg type for %s", c.Name, c.Kind)
+}
+
+// withNestedIDs returns typ with its nested fields numbered from *next on,
+// so a schema of placeholder ids has no duplicates.
+func withNestedIDs(typ iceberg.Type, next *int) iceberg.Type {
+	l, ok := typ.(*iceberg.ListType)
+	if !ok {
+		return typ
+	}
+	id := *next
+	*next++
+	return &iceberg.ListType{ElementID: id, Element: withNestedIDs(l.Element, next), ElementRequired: l.ElementRequired}
+}
+
+// sameType reports whether two types are equal apart from nested field ids,
+// which differ between a type built here and the one a catalog stored.
+func sameType(a, b iceberg.Type) bool {
+	la, okA := a.(*iceberg.ListType)
+	lb, okB := b.(*iceberg.ListType)
+	if okA || okB {
+		return okA && okB && la.ElementRequired == lb.ElementRequired && sameType(la.Element, lb.Element)
+	}
+	return a.Equals(b)
 }
 
 // changelogSchema is the Iceberg schema of an append-mode table: every
@@ -74,6 +112,9 @@ func changelogSchema(t *schema.Table) (*iceberg.Schema, error) {
 		m.ID = id
 		id++
 		fields = append(fields, m)
+	}
+	for i := range fields {
+		fields[i].Type = withNestedIDs(fields[i].Type, &id)
 	}
 	return iceberg.NewSchema(0, fields...), nil
 }

@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 )
 
 // COPY ... TO STDOUT (FORMAT binary) stream layout:
@@ -16,74 +14,140 @@ import (
 //	trailer: field count -1
 var copySignature = []byte("PGCOPY\n\377\r\n\x00")
 
-// copyReader reads tuples of a binary COPY stream.
-type copyReader struct {
-	r      *bufio.Reader
-	fields [][]byte // reused per tuple; nil entries are NULL
-	buf    []byte
+const copyHeaderLen = 19
+
+var (
+	// errCopyIncomplete: the buffer ends inside the header or a tuple.
+	errCopyIncomplete = errors.New("postgres: copy data incomplete")
+	// errCopyFormat: the stream is not COPY binary.
+	errCopyFormat = errors.New("postgres: malformed COPY binary data")
+)
+
+// parseCopyHeader returns the length of the header at the start of buf.
+func parseCopyHeader(buf []byte) (int, error) {
+	if len(buf) < copyHeaderLen {
+		return 0, errCopyIncomplete
+	}
+	if !bytes.Equal(buf[:11], copySignature) {
+		return 0, fmt.Errorf("%w: no PGCOPY signature", errCopyFormat)
+	}
+	ext := int(binary.BigEndian.Uint32(buf[15:]))
+	if ext < 0 || ext > 1<<20 {
+		return 0, fmt.Errorf("%w: header extension of %d bytes", errCopyFormat, ext)
+	}
+	if len(buf) < copyHeaderLen+ext {
+		return 0, errCopyIncomplete
+	}
+	return copyHeaderLen + ext, nil
 }
 
-func newCopyReader(r io.Reader) (*copyReader, error) {
-	cr := &copyReader{r: bufio.NewReaderSize(r, 256<<10)}
-	var hdr [19]byte
-	if _, err := io.ReadFull(cr.r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("postgres: copy header: %w", err)
+// parseCopyTuple parses the tuple at the start of buf into fields (reused;
+// nil entries are NULL; slices alias buf) and returns its length. A
+// trailer returns fields nil and n 2.
+func parseCopyTuple(buf []byte, fields [][]byte) (_ [][]byte, n int, err error) {
+	if len(buf) < 2 {
+		return fields, 0, errCopyIncomplete
 	}
-	if !bytes.Equal(hdr[:11], copySignature) {
-		return nil, errors.New("postgres: copy stream lacks the PGCOPY signature")
-	}
-	ext := binary.BigEndian.Uint32(hdr[15:])
-	if _, err := cr.r.Discard(int(ext)); err != nil {
-		return nil, fmt.Errorf("postgres: copy header extension: %w", err)
-	}
-	return cr, nil
-}
-
-// next returns the fields of the next tuple, or io.EOF after the trailer.
-// The slices are valid until the next call.
-func (cr *copyReader) next() ([][]byte, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(cr.r, n[:2]); err != nil {
-		return nil, fmt.Errorf("postgres: copy tuple: %w", err)
-	}
-	count := int16(binary.BigEndian.Uint16(n[:2]))
+	count := int(int16(binary.BigEndian.Uint16(buf)))
 	if count == -1 {
-		return nil, io.EOF
+		return nil, 2, nil
 	}
 	if count < 0 {
-		return nil, fmt.Errorf("postgres: copy tuple has %d fields", count)
+		return fields, 0, fmt.Errorf("%w: tuple of %d fields", errCopyFormat, count)
 	}
-	cr.fields = cr.fields[:0]
-	cr.buf = cr.buf[:0]
-	lens := make([]int32, count)
-	for i := range lens {
-		if _, err := io.ReadFull(cr.r, n[:]); err != nil {
-			return nil, fmt.Errorf("postgres: copy field: %w", err)
+	fields = fields[:0]
+	off := 2
+	for i := 0; i < count; i++ {
+		if len(buf) < off+4 {
+			return fields, 0, errCopyIncomplete
 		}
-		l := int32(binary.BigEndian.Uint32(n[:]))
-		lens[i] = l
-		if l < -1 {
-			return nil, fmt.Errorf("postgres: copy field length %d", l)
-		}
-		if l > 0 {
-			start := len(cr.buf)
-			cr.buf = append(cr.buf, make([]byte, l)...)
-			if _, err := io.ReadFull(cr.r, cr.buf[start:]); err != nil {
-				return nil, fmt.Errorf("postgres: copy field: %w", err)
-			}
-		}
-	}
-	off := 0
-	for _, l := range lens {
+		l := int(int32(binary.BigEndian.Uint32(buf[off:])))
+		off += 4
 		switch {
+		case l == -1:
+			fields = append(fields, nil)
 		case l < 0:
-			cr.fields = append(cr.fields, nil)
-		case l == 0:
-			cr.fields = append(cr.fields, []byte{}) // empty, not NULL
+			return fields, 0, fmt.Errorf("%w: field length %d", errCopyFormat, l)
+		case len(buf) < off+l:
+			return fields, 0, errCopyIncomplete
 		default:
-			cr.fields = append(cr.fields, cr.buf[off:off+int(l):off+int(l)])
-			off += int(l)
+			fields = append(fields, buf[off:off+l:off+l]) // empty, not NULL, when l is 0
+			off += l
 		}
 	}
-	return cr.fields, nil
+	return fields, off, nil
+}
+
+// copyParser is the io.Writer a binary COPY is written into: it calls row
+// for every tuple, in order, with fields valid only during the call.
+type copyParser struct {
+	row    func(fields [][]byte) error
+	buf    []byte // an unparsed partial tuple
+	fields [][]byte
+	header bool // seen
+	done   bool // trailer seen
+}
+
+func (p *copyParser) Write(b []byte) (int, error) {
+	data := b
+	if len(p.buf) > 0 {
+		p.buf = append(p.buf, b...)
+		data = p.buf
+	}
+	off, err := p.parse(data)
+	rest := data[off:]
+	if len(p.buf) > 0 {
+		p.buf = p.buf[:copy(p.buf, rest)]
+	} else {
+		p.buf = append(p.buf, rest...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// parse consumes whole items of data and returns how many bytes it used.
+func (p *copyParser) parse(data []byte) (int, error) {
+	off := 0
+	if !p.header {
+		n, err := parseCopyHeader(data)
+		if errors.Is(err, errCopyIncomplete) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		p.header, off = true, n
+	}
+	for off < len(data) {
+		if p.done {
+			return off, fmt.Errorf("%w: data after the trailer", errCopyFormat)
+		}
+		fields, n, err := parseCopyTuple(data[off:], p.fields)
+		if errors.Is(err, errCopyIncomplete) {
+			return off, nil
+		}
+		if err != nil {
+			return off, err
+		}
+		off += n
+		if fields == nil {
+			p.done = true
+			continue
+		}
+		p.fields = fields
+		if err := p.row(fields); err != nil {
+			return off, err
+		}
+	}
+	return off, nil
+}
+
+// finish checks that the stream ended with its trailer.
+func (p *copyParser) finish() error {
+	if !p.done || len(p.buf) > 0 {
+		return fmt.Errorf("%w: stream ended without its trailer", errCopyFormat)
+	}
+	return nil
 }

@@ -1,7 +1,10 @@
 package postgres
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -11,67 +14,83 @@ import (
 )
 
 // tableInfo is what the catalog says about a table that pgoutput's Relation
-// message does not: the primary key, NOT NULL columns and type names.
+// message does not: the key, NOT NULL columns, type names and declared
+// array dimensions. The catalog is read when the message arrives, so these
+// may already reflect later DDL; the columns and their types come from the
+// message itself and are exact.
 type tableInfo struct {
-	key       []string
+	key       []string // the replica identity index's columns, else the primary key's
 	notNull   map[string]bool
 	typeNames map[string]string // column -> format_type(atttypid, atttypmod)
+	dims      map[string]int    // column -> attndims
 }
 
 // relation is one version of a captured table as pgoutput described it.
 type relation struct {
-	id       uint32
-	table    *schema.Table
-	decoders []decodeFunc
+	id    uint32
+	table *schema.Table
+	types []*pgType
 }
 
-// buildRelation turns a Relation message into a table version. The key comes
-// from the catalog's primary key (not from the replica identity flags, which
-// under REPLICA IDENTITY FULL mark every column).
-func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo) (*relation, error) {
+// buildRelation turns a Relation message and its columns' types into a
+// table version. The key comes from the catalog (tableInfo.key), not from
+// the message's flags, which under REPLICA IDENTITY FULL mark every column.
+func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgType) (*relation, error) {
 	qn := msg.Namespace + "." + msg.RelationName
+	if len(types) != len(msg.Columns) {
+		return nil, fmt.Errorf("postgres: table %s: %d column types for %d columns", qn, len(types), len(msg.Columns))
+	}
 	t := &schema.Table{Namespace: msg.Namespace, Name: msg.RelationName}
-	r := &relation{id: msg.RelationID, table: t}
-	for _, mc := range msg.Columns {
-		typeName := info.typeNames[mc.Name]
-		if typeName == "" {
-			typeName = fmt.Sprintf("oid %d", mc.DataType)
-		}
-		c, dec, err := columnKind(qn, mc.Name, mc.DataType, mc.TypeModifier, typeName)
-		if err != nil {
-			return nil, err
+	r := &relation{id: msg.RelationID, table: t, types: types}
+	for i, mc := range msg.Columns {
+		c := types[i].col
+		c.Name = mc.Name
+		c.SourceType = types[i].name // the message's type, not the catalog's now
+		if c.SourceType == "" {
+			c.SourceType = info.typeNames[mc.Name]
 		}
 		c.Nullable = !info.notNull[mc.Name]
 		t.Columns = append(t.Columns, c)
-		r.decoders = append(r.decoders, dec)
 	}
 	for _, k := range info.key {
 		i := t.ColumnIndex(k)
 		if i < 0 {
-			return nil, fmt.Errorf("postgres: table %s: primary-key column %q is not in the replication stream", qn, k)
+			return nil, &TableError{Table: qn, Err: fmt.Errorf("key column %q is not in the replication stream", k)}
 		}
 		t.Key = append(t.Key, i)
 	}
 	if len(t.Key) == 0 {
-		return nil, errNoPrimaryKey(qn)
+		return nil, errNoKey(qn)
 	}
 	return r, nil
 }
 
-func errNoPrimaryKey(table string) error {
-	return fmt.Errorf("postgres: table %s has no primary key; cdcd needs one to place and fold its changes: "+
-		"add one (ALTER TABLE %s ADD PRIMARY KEY (...)) or remove the table from source.postgres.tables", table, table)
+// errNoKey refuses a table without a primary key or replica identity index.
+func errNoKey(table string) error {
+	return &TableError{Table: table, Err: fmt.Errorf("has no primary key; cdcd needs one to place and fold its changes "+
+		"(and PostgreSQL rejects its UPDATEs and DELETEs once it is published). Fix: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), "+
+		"or name a unique index over NOT NULL columns (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), "+
+		"or remove the table from source.postgres.tables", table, table)}
 }
 
-// decodeTuple decodes a pgoutput tuple (binary format) into a row. Columns
-// the tuple marks as unchanged TOAST become schema.Unchanged.
+// errReplicaIdentityNothing refuses a table whose updates and deletes
+// could not be published.
+func errReplicaIdentityNothing(table string) error {
+	return &TableError{Table: table, Err: fmt.Errorf("has REPLICA IDENTITY NOTHING: its UPDATEs and DELETEs carry no key, so "+
+		"PostgreSQL refuses them while the table is published and cdcd could not place them. Fix: ALTER TABLE %s "+
+		"REPLICA IDENTITY DEFAULT (with a primary key), USING INDEX ..., or FULL; or remove the table from source.postgres.tables", table)}
+}
+
+// decodeTuple decodes a pgoutput tuple into a row. Columns the tuple marks
+// as unchanged TOAST become schema.Unchanged; values of types without a
+// binary form arrive as text.
 func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 	if tup == nil {
 		return nil, nil
 	}
-	if len(tup.Columns) != len(r.decoders) {
+	if len(tup.Columns) != len(r.types) {
 		return nil, fmt.Errorf("postgres: %s: tuple has %d columns, relation has %d",
-			r.table.QualifiedName(), len(tup.Columns), len(r.decoders))
+			r.table.QualifiedName(), len(tup.Columns), len(r.types))
 	}
 	row := make([]any, len(tup.Columns))
 	for i, col := range tup.Columns {
@@ -79,39 +98,72 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 		case pglogrepl.TupleDataTypeNull:
 		case pglogrepl.TupleDataTypeToast:
 			row[i] = schema.Unchanged
-		case pglogrepl.TupleDataTypeBinary:
-			v, err := r.decoders[i](col.Data)
+		case pglogrepl.TupleDataTypeBinary, pglogrepl.TupleDataTypeText:
+			if (col.DataType == pglogrepl.TupleDataTypeText) != r.types[i].text {
+				return nil, r.valueError(i, fmt.Errorf("%w: tuple data type %q", errBadValue, col.DataType))
+			}
+			v, err := r.types[i].decode(col.Data)
 			if err != nil {
-				return nil, fmt.Errorf("postgres: %s column %q: %w", r.table.QualifiedName(), r.table.Columns[i].Name, err)
+				return nil, r.valueError(i, err)
 			}
 			row[i] = v
 		default:
-			return nil, fmt.Errorf("postgres: %s column %q: tuple data type %q; cdcd asks for binary tuples",
-				r.table.QualifiedName(), r.table.Columns[i].Name, col.DataType)
+			return nil, r.valueError(i, fmt.Errorf("%w: tuple data type %q", errBadValue, col.DataType))
 		}
 	}
 	return row, nil
 }
 
+// decodeFieldsInto decodes a row of a binary COPY (nil fields are NULL)
+// into row, which has a slot per column.
+func decodeFieldsInto(r *relation, fields [][]byte, row []any) error {
+	if len(fields) != len(r.types) || len(row) != len(r.types) {
+		return fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
+	}
+	for i, f := range fields {
+		if f == nil {
+			row[i] = nil
+			continue
+		}
+		v, err := r.types[i].decode(f)
+		if err != nil {
+			return r.valueError(i, err)
+		}
+		row[i] = v
+	}
+	return nil
+}
+
+func (r *relation) valueError(i int, err error) error {
+	c := r.table.Columns[i]
+	return &ValueError{Table: r.table.QualifiedName(), Column: c.Name, Type: c.SourceType, Err: err}
+}
+
 // txState is the transaction being decoded.
 type txState struct {
 	xid        uint32
-	commitLSN  uint64 // Begin's FinalLSN: the LSN of the commit record
+	commitLSN  uint64 // the LSN of the commit record (Begin's FinalLSN, Stream Commit's CommitLSN)
 	commitTime time.Time
 	next       uint32 // index of the next change in the transaction
 }
 
-func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) source.Change {
+// errTooManyChanges: a transaction's change index would wrap.
+var errTooManyChanges = errors.New("postgres: transaction has more than 2^32-1 changes; positions cannot order them")
+
+func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) (source.Change, error) {
+	if tx.next == math.MaxUint32 {
+		return source.Change{}, errTooManyChanges
+	}
 	c := source.Change{
 		Table: t, Op: op, Before: before, After: after,
 		Pos: source.PGPosition(tx.commitLSN, tx.next), LSN: tx.commitLSN,
 		TxID: uint64(tx.xid), CommitTime: tx.commitTime,
 	}
 	tx.next++
-	return c
+	return c, nil
 }
 
-// keysDiffer reports whether an update changed the primary key.
+// keysDiffer reports whether an update changed the key.
 func keysDiffer(t *schema.Table, before, after []any) bool {
 	for _, k := range t.Key {
 		if !sameValue(before[k], after[k]) {
@@ -121,10 +173,29 @@ func keysDiffer(t *schema.Table, before, after []any) bool {
 	return false
 }
 
+// sameValue compares two decoded values exactly (floats by their bits).
 func sameValue(a, b any) bool {
-	if ab, ok := a.([]byte); ok {
-		bb, ok := b.([]byte)
-		return ok && string(ab) == string(bb)
+	switch av := a.(type) {
+	case []byte:
+		bv, ok := b.([]byte)
+		return ok && bytes.Equal(av, bv)
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if !sameValue(av[i], bv[i]) {
+				return false
+			}
+		}
+		return true
+	case float64:
+		bv, ok := b.(float64)
+		return ok && math.Float64bits(av) == math.Float64bits(bv)
+	case float32:
+		bv, ok := b.(float32)
+		return ok && math.Float32bits(av) == math.Float32bits(bv)
 	}
 	return a == b
 }
@@ -142,24 +213,34 @@ func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, out []
 	}
 	if before != nil && keysDiffer(r.table, before, after) {
 		for i, v := range after {
-			if schema.IsUnchanged(v) {
-				// The insert of the new key needs the value; the old row has it
-				// under REPLICA IDENTITY FULL, otherwise the sink resolves it.
-				if !schema.IsUnchanged(before[i]) && m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld {
-					after[i] = before[i]
-				}
+			// The insert of the new key needs every value; the old row has
+			// the unchanged ones under REPLICA IDENTITY FULL, otherwise the
+			// sink resolves them from the old key's row.
+			if schema.IsUnchanged(v) && m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld && !schema.IsUnchanged(before[i]) {
+				after[i] = before[i]
 			}
 		}
-		out = append(out, tx.change(r.table, source.OpDelete, before, nil))
-		return append(out, tx.change(r.table, source.OpCreate, nil, after)), nil
+		del, err := tx.change(r.table, source.OpDelete, before, nil)
+		if err != nil {
+			return out, err
+		}
+		ins, err := tx.change(r.table, source.OpCreate, nil, after)
+		if err != nil {
+			return out, err
+		}
+		return append(out, del, ins), nil
 	}
 	if before == nil {
-		// REPLICA IDENTITY DEFAULT and the key did not change: the key is
-		// the before image as far as the source knows it.
+		// The key did not change and the replica identity sent no old row:
+		// the before image is the key as far as the source knows it.
 		before = make([]any, len(after))
 		for _, k := range r.table.Key {
 			before[k] = after[k]
 		}
 	}
-	return append(out, tx.change(r.table, source.OpUpdate, before, after)), nil
+	c, err := tx.change(r.table, source.OpUpdate, before, after)
+	if err != nil {
+		return out, err
+	}
+	return append(out, c), nil
 }

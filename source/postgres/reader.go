@@ -1,11 +1,3 @@
-// Package postgres reads a PostgreSQL database's changes through a logical
-// replication slot with the pgoutput plugin (binary tuples), after an
-// optional consistent initial load of the captured tables.
-//
-// Exactly-once into the log: the reader tells PostgreSQL a position is
-// flushed only after the Emitter has returned for every change of every
-// transaction committed up to it. After a restart PostgreSQL re-sends from
-// the slot's confirmed position and the Emitter drops what it already holds.
 package postgres
 
 import (
@@ -13,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-// Config configures a Reader.
+// Config configures a Reader. Zero values take the documented defaults.
 type Config struct {
 	// DSN of the source database (libpq URL or key=value). Required.
 	DSN string
@@ -33,20 +27,49 @@ type Config struct {
 	Slot, Publication string
 	// Tables to capture, "schema.table" (a bare name means public). At least one.
 	Tables []string
-	// Snapshot loads the tables' existing rows when the slot is created.
+	// Snapshot loads the tables' existing rows before streaming.
 	Snapshot bool
+	// SnapshotWorkers is how many chunks the initial load copies at once;
+	// default 4.
+	SnapshotWorkers int
+	// SnapshotChunkRows is the target number of rows per chunk of the
+	// initial load (the unit of parallelism and of resumption); default
+	// 20000, raised for tables of more than 200M rows so a plan has at most
+	// about 10000 chunks each.
+	SnapshotChunkRows int64
 	// BatchMax is the most changes handed to the Emitter at once; default 8192.
 	BatchMax int
 	// BatchDelay is the longest a received change waits for more before it
 	// is emitted; default 20ms.
 	BatchDelay time.Duration
 	// StatusInterval is how often the flushed position is reported to the
-	// server when it does not ask; default 1s, so a restart re-reads little
-	// (wal_sender_timeout is 60s).
+	// server when it does not ask (and at most how long a long replay goes
+	// without a report), and how often the initial load saves its progress;
+	// default 1s, far inside wal_sender_timeout (60s by default).
 	StatusInterval time.Duration
+	// HeartbeatInterval: when no change has arrived for this long, the
+	// reader writes a logical decoding message (pg_logical_emit_message),
+	// whose arrival lets it confirm the slot forward although the captured
+	// tables are idle; otherwise the slot would hold back WAL written for
+	// other tables. Default 10s; negative disables heartbeats.
+	HeartbeatInterval time.Duration
+	// SpillDir holds the changes of large in-progress transactions that
+	// PostgreSQL streams before they commit; default
+	// $TMPDIR/cdcd-spill-<slot>. Its files do not need to survive a restart.
+	SpillDir string
+	// ReconnectMin and ReconnectMax bound the backoff between attempts to
+	// reconnect after a lost connection or a server restart; defaults
+	// 200ms and 30s.
+	ReconnectMin, ReconnectMax time.Duration
 }
 
 func (c *Config) defaults() {
+	if c.SnapshotWorkers <= 0 {
+		c.SnapshotWorkers = 4
+	}
+	if c.SnapshotChunkRows <= 0 {
+		c.SnapshotChunkRows = 20_000
+	}
 	if c.BatchMax <= 0 {
 		c.BatchMax = 8192
 	}
@@ -56,11 +79,23 @@ func (c *Config) defaults() {
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = time.Second
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.SpillDir == "" {
+		c.SpillDir = filepath.Join(os.TempDir(), "cdcd-spill-"+c.Slot)
+	}
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = 200 * time.Millisecond
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = 30 * time.Second
+	}
 }
 
 // State is durable key/value storage for the reader's own state (system
-// identifier, whether the initial load finished). Save must be durable when
-// it returns.
+// identifier, slot, confirmed position, initial-load plan and progress).
+// Save must be durable when it returns.
 type State interface {
 	Load(ctx context.Context, key string) ([]byte, error) // nil, nil when absent
 	Save(ctx context.Context, key string, value []byte) error
@@ -68,12 +103,44 @@ type State interface {
 
 // Stats are the reader's counters, safe to read while it runs.
 type Stats struct {
-	Events        atomic.Int64  // changes emitted
-	SnapshotRows  atomic.Int64  // rows emitted by the initial load
+	Events        atomic.Int64  // changes emitted by streaming
+	SnapshotRows  atomic.Int64  // rows emitted by the initial load (all runs)
 	Flushed       atomic.Uint64 // LSN last confirmed to the server
 	Received      atomic.Uint64 // end of WAL received
 	LastCommitted atomic.Int64  // unix ms of the newest emitted commit
 	Streaming     atomic.Bool   // the initial load is done and the slot streams
+	Reconnects    atomic.Int64  // sessions that ended in a retryable error
+	Heartbeats    atomic.Int64  // heartbeat messages written
+	SpilledBytes  atomic.Int64  // bytes in spill files of in-progress transactions
+	StreamedTxns  atomic.Int64  // transactions received streamed (before their commit) and replayed
+	// Initial load progress: rows estimated in all tables, and when this
+	// run's load started with how many rows already done.
+	SnapshotEstimate atomic.Int64
+	snapshotStarted  atomic.Int64 // unix nanos
+	snapshotBase     atomic.Int64
+}
+
+// SnapshotProgress is the initial load's progress.
+type SnapshotProgress struct {
+	Done, Estimated int64
+	RowsPerSecond   float64       // since this run's load started
+	ETA             time.Duration // 0 when unknown or done
+}
+
+// SnapshotProgress reports the initial load's progress.
+func (s *Stats) SnapshotProgress() SnapshotProgress {
+	p := SnapshotProgress{Done: s.SnapshotRows.Load(), Estimated: s.SnapshotEstimate.Load()}
+	started := s.snapshotStarted.Load()
+	if started == 0 {
+		return p
+	}
+	if el := time.Since(time.Unix(0, started)).Seconds(); el > 0 {
+		p.RowsPerSecond = float64(p.Done-s.snapshotBase.Load()) / el
+	}
+	if p.RowsPerSecond > 0 && p.Estimated > p.Done && !s.Streaming.Load() {
+		p.ETA = time.Duration(float64(p.Estimated-p.Done) / p.RowsPerSecond * float64(time.Second))
+	}
+	return p
 }
 
 // Reader is a PostgreSQL source.
@@ -82,9 +149,7 @@ type Reader struct {
 	state  State
 	logger *slog.Logger
 	stats  Stats
-	// known holds the newest version of each table, so the snapshot and the
-	// stream share one *schema.Table while the shape does not change.
-	known map[string]*schema.Table
+	known  known
 }
 
 var _ source.Source = (*Reader)(nil)
@@ -92,7 +157,7 @@ var _ source.Source = (*Reader)(nil)
 // New returns a Reader; nothing connects until Run.
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
-	return &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: map[string]*schema.Table{}}
+	return &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}}
 }
 
 // Stats returns the live counters.
@@ -100,21 +165,53 @@ func (r *Reader) Stats() *Stats { return &r.stats }
 
 func (r *Reader) stateKey() string { return "postgres/" + r.cfg.Slot }
 
-// Run prepares publication and slot, loads the tables if the slot is new and
-// a snapshot is configured, then streams until ctx ends or an error.
+// Run prepares publication and slot, loads the tables if configured, then
+// streams until ctx ends or a terminal error. A lost connection (a server
+// restart, a terminated walsender, a network failure) is not terminal: Run
+// reconnects with backoff and restarts replication from the slot, and the
+// Emitter drops what it already holds. Terminal errors are *SlotError,
+// *PublicationError, *TableError, *ValueError and the Emitter's own.
 func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
+	backoff := r.cfg.ReconnectMin
+	for {
+		began := time.Now()
+		err := r.session(ctx, e)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !retryable(err) {
+			return err
+		}
+		if time.Since(began) > time.Minute {
+			backoff = r.cfg.ReconnectMin
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.stats.Reconnects.Add(1)
+		r.logger.Warn("connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, r.cfg.ReconnectMax)
+	}
+}
+
+// session is one connection's life: check, prepare, load if needed, stream.
+func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("postgres: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	types := newTypeResolver(conn)
 
 	tables, err := r.describeTables(ctx, conn)
 	if err != nil {
 		return err
 	}
-	st, err := loadState(ctx, r.state, r.stateKey())
-	if err != nil {
+	var st sourceState
+	if _, err := loadJSON(ctx, r.state, r.stateKey(), &st); err != nil {
 		return err
 	}
 	var sysID string
@@ -122,15 +219,20 @@ func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 		return fmt.Errorf("postgres: read system identifier: %w", err)
 	}
 	if st.SystemID != "" && st.SystemID != sysID {
-		return fmt.Errorf("postgres: the server's system identifier is %s, but this pipeline captured from %s: "+
-			"a different cluster answers at this DSN (failover to a non-replica, or a restored backup); "+
-			"refusing to continue because changes may be missing. Point the DSN at the original cluster or start a new pipeline", sysID, st.SystemID)
+		return &SlotError{Kind: SystemIDChanged, Slot: r.cfg.Slot, Detail: fmt.Sprintf("the server's system identifier is %s, "+
+			"but this pipeline captured from %s: a different cluster answers at this DSN (failover to a non-replica, or a restored backup); "+
+			"refusing to continue because changes may be missing. Point the DSN at the original cluster or start a new pipeline", sysID, st.SystemID)}
 	}
 	st.SystemID = sysID
 	if created, err := ensurePublication(ctx, conn, r.cfg.Publication, tables); err != nil {
 		return err
 	} else if created {
 		r.logger.Info("created publication", "publication", r.cfg.Publication, "tables", len(tables))
+	}
+	for _, t := range tables {
+		if _, err := catalogRelation(ctx, types, t); err != nil {
+			return err // refuse unsupported types before anything starts
+		}
 	}
 
 	repl, err := pgconn.Connect(ctx, replicationDSN(r.cfg.DSN))
@@ -139,11 +241,11 @@ func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 	}
 	defer repl.Close(context.WithoutCancel(ctx))
 
-	start, err := r.prepareSlot(ctx, conn, repl, tables, &st, e)
+	start, err := r.prepareSlot(ctx, conn, repl, types, tables, &st, e)
 	if err != nil {
 		return err
 	}
-	return r.stream(ctx, conn, repl, start, tables, e)
+	return r.stream(ctx, conn, types, repl, start, &st, e)
 }
 
 func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) ([]*catalogTable, error) {
@@ -151,46 +253,94 @@ func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) ([]*catalog
 	var errs []error
 	for _, name := range r.cfg.Tables {
 		s, t := splitTable(name)
-		ct, err := describeTable(ctx, conn, s, t)
+		oid, err := lookupTableOID(ctx, conn, s, t)
+		if err == nil {
+			var ct *catalogTable
+			if ct, err = describeTable(ctx, conn, oid); err == nil {
+				tables = append(tables, ct)
+			}
+		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		tables = append(tables, ct)
 	}
 	return tables, errors.Join(errs...)
 }
 
-// prepareSlot makes sure the slot exists, loading the tables when it is
-// created with a snapshot, and returns the flushed position to report first.
-func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, tables []*catalogTable, st *sourceState, e source.Emitter) (uint64, error) {
+// prepareSlot makes sure the slot exists and can be trusted, runs or
+// resumes the initial load when one is due, and returns the LSN to stream
+// from (the slot's confirmed position).
+func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, types *typeResolver,
+	tables []*catalogTable, st *sourceState, e source.Emitter) (uint64, error) {
 	slot, err := lookupSlot(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return 0, err
 	}
-	if slot.exists {
-		if slot.walStatus == "lost" {
-			return 0, fmt.Errorf("postgres: replication slot %s was invalidated (wal_status lost): the server removed WAL it still needed, "+
-				"so changes were lost. cdcd will not recreate it silently; drop the slot and re-run with a fresh snapshot", r.cfg.Slot)
-		}
-		if slot.plugin != "pgoutput" {
-			return 0, fmt.Errorf("postgres: replication slot %s uses plugin %q; cdcd needs pgoutput", r.cfg.Slot, slot.plugin)
-		}
-		if !r.cfg.Snapshot || st.SnapshotDone {
-			st.Slot, st.SlotCreated = r.cfg.Slot, true
-			return slot.confirmedFlush, saveState(ctx, r.state, r.stateKey(), *st)
-		}
-		// The initial load did not finish: start it over on a new slot.
-		r.logger.Warn("initial load did not finish before the last stop; dropping the slot to load again",
-			"what_to_do", "nothing; rows read again are emitted again as op r")
-		if err := pglogrepl.DropReplicationSlot(ctx, repl, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
-			return 0, fmt.Errorf("postgres: drop unfinished slot %s: %w", r.cfg.Slot, err)
-		}
-	} else if st.SlotCreated {
-		return 0, fmt.Errorf("postgres: replication slot %s existed for this pipeline but is gone (dropped by someone, or a failover): "+
-			"changes since the last run may be lost. cdcd will not recreate it silently; to start over, remove the pipeline's state "+
-			"(data_dir) and run again to take a fresh snapshot", r.cfg.Slot)
+	slotErr := func(kind SlotErrorKind, format string, args ...any) error {
+		return &SlotError{Kind: kind, Slot: r.cfg.Slot, Detail: fmt.Sprintf(format, args...)}
 	}
+	if !slot.exists {
+		if st.SlotCreated {
+			return 0, slotErr(SlotMissing, "the slot this pipeline created is gone (dropped by someone, or a failover to a server without it): "+
+				"changes since the last run may be lost. cdcd will not recreate it silently; to start over, remove the pipeline's state "+
+				"(data_dir) and run again to take a fresh snapshot")
+		}
+		return r.createSlot(ctx, conn, repl, types, tables, st, e)
+	}
+	var dbName string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		return 0, fmt.Errorf("postgres: current database: %w", err)
+	}
+	switch {
+	case slot.walStatus == "lost":
+		return 0, slotErr(SlotInvalidated, "the server removed WAL the slot still needed (wal_status lost, see max_slot_wal_keep_size), "+
+			"so changes were lost. cdcd will not recreate it silently; drop the slot and start the pipeline afresh with a new snapshot")
+	case slot.plugin != "pgoutput" || slot.database != dbName:
+		return 0, slotErr(SlotWrongPlugin, "the slot decodes database %q with plugin %q; cdcd needs pgoutput on %q: use another slot name",
+			slot.database, slot.plugin, dbName)
+	case !st.SlotCreated && r.cfg.Snapshot:
+		return 0, slotErr(SlotForeign, "the slot exists but this pipeline has no record of it, and the initial load needs a slot created "+
+			"with its own snapshot. Drop it (SELECT pg_drop_replication_slot('%s')) to let cdcd create it, or set snapshot: never "+
+			"to stream from it as it is", r.cfg.Slot)
+	case st.Confirmed != 0 && slot.confirmedFlush > st.Confirmed:
+		return 0, slotErr(SlotAhead, "the slot's confirmed position %s is ahead of the newest position this pipeline stored (%s): "+
+			"someone else consumed or advanced the slot, or the pipeline's data was restored from an older backup; the changes between "+
+			"are lost to it. Start the pipeline afresh (new data_dir and slot) to take a new snapshot",
+			pglogrepl.LSN(slot.confirmedFlush), pglogrepl.LSN(st.Confirmed))
+	}
+	if slot.walStatus == "unreserved" {
+		r.logger.Warn("the slot is about to lose WAL it needs (wal_status unreserved)", "slot", r.cfg.Slot,
+			"what_to_do", "let cdcd catch up, or raise max_slot_wal_keep_size")
+	}
+	if !st.SlotCreated { // adopt a slot made outside cdcd; no load wanted
+		st.SlotCreated, st.Slot, st.Confirmed, st.SnapshotDone = true, r.cfg.Slot, slot.confirmedFlush, true
+		r.logger.Info("streaming from an existing slot", "confirmed", pglogrepl.LSN(slot.confirmedFlush).String())
+	}
+	if r.cfg.Snapshot && !st.SnapshotDone {
+		if st.Load == nil {
+			// The last run stopped before the load emitted anything: start
+			// over on a new slot, whose exported snapshot is exact.
+			r.logger.Info("initial load did not start before the last stop; creating the slot again")
+			if err := pglogrepl.DropReplicationSlot(ctx, repl, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+				return 0, fmt.Errorf("postgres: drop unused slot %s: %w", r.cfg.Slot, err)
+			}
+			return r.createSlot(ctx, conn, repl, types, tables, st, e)
+		}
+		if err := r.load(ctx, conn, types, tables, st, "", e); err != nil {
+			return 0, err
+		}
+	}
+	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+		return 0, err
+	}
+	return slot.confirmedFlush, nil
+}
+
+// createSlot creates the slot (exporting a snapshot when a load is
+// configured) and runs the load in that snapshot while the replication
+// connection stays idle, which keeps the snapshot alive.
+func (r *Reader) createSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, types *typeResolver,
+	tables []*catalogTable, st *sourceState, e source.Emitter) (uint64, error) {
 	action := "NOEXPORT_SNAPSHOT"
 	if r.cfg.Snapshot {
 		action = "EXPORT_SNAPSHOT"
@@ -205,16 +355,13 @@ func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.P
 		return 0, err
 	}
 	r.logger.Info("created replication slot", "consistent_point", res.ConsistentPoint)
-	st.Slot, st.SlotCreated, st.SnapshotDone = r.cfg.Slot, true, !r.cfg.Snapshot
-	if err := saveState(ctx, r.state, r.stateKey(), *st); err != nil {
+	st.Slot, st.SlotCreated, st.SnapshotDone, st.Confirmed, st.Load = r.cfg.Slot, true, !r.cfg.Snapshot, cp, nil
+	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
 		return 0, err
 	}
 	if r.cfg.Snapshot {
-		if err := r.snapshot(ctx, res.SnapshotName, cp, tables, e); err != nil {
-			return 0, err
-		}
-		st.SnapshotDone = true
-		if err := saveState(ctx, r.state, r.stateKey(), *st); err != nil {
+		st.Load = &loadProgress{ConsistentPoint: cp}
+		if err := r.load(ctx, conn, types, tables, st, res.SnapshotName, e); err != nil {
 			return 0, err
 		}
 	}
@@ -256,15 +403,16 @@ func containsByte(s string, c byte) bool {
 	return false
 }
 
-// isTimeout reports a receive deadline that passed: not an error.
-func isTimeout(err error) bool { return pgconn.Timeout(err) }
-
 // sendStatus reports lsn as written, flushed and applied.
 func sendStatus(ctx context.Context, repl *pgconn.PgConn, lsn uint64) error {
 	p := pglogrepl.LSN(lsn)
-	return pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: p, WALFlushPosition: p, WALApplyPosition: p, ClientTime: time.Now(),
 	})
+	if err != nil {
+		return &connError{fmt.Errorf("postgres: send standby status: %w", err)}
+	}
+	return nil
 }
 
 // errorFromBackend turns an ErrorResponse on the replication stream into an error.

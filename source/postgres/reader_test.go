@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,12 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw)) // a reader process of the kill -9 and memory tests
+	}
+	pgtest.Main(m)
+}
 
 // collector is an Emitter that keeps every change in memory.
 type collector struct {
@@ -104,7 +110,7 @@ type env struct {
 	state *memState
 }
 
-func setup(t *testing.T, ddl string) *env {
+func setup(t testing.TB, ddl string) *env {
 	t.Helper()
 	dsn := pgtest.NewDB(t)
 	conn, err := pgx.Connect(t.Context(), dsn)
@@ -118,7 +124,7 @@ func setup(t *testing.T, ddl string) *env {
 	return &env{dsn: dsn, conn: conn, names: pgtest.Names(t), state: &memState{}}
 }
 
-func (e *env) exec(t *testing.T, sql string, args ...any) {
+func (e *env) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
 	if _, err := e.conn.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -132,10 +138,19 @@ func (e *env) start(t *testing.T, tables []string, snapshot bool, c *collector) 
 	return stop
 }
 
-func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source.Emitter) (func() error, *Reader) {
+// config is the reader configuration of the env's tests.
+func (e *env) config(t *testing.T, tables []string, snapshot bool) Config {
+	return Config{DSN: e.dsn, Slot: e.names.Slot, Publication: e.names.Publication, Tables: tables,
+		Snapshot: snapshot, BatchDelay: 5 * time.Millisecond, SpillDir: t.TempDir(), ReconnectMin: 20 * time.Millisecond}
+}
+
+func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source.Emitter, opts ...func(*Config)) (func() error, *Reader) {
 	t.Helper()
-	r := New(Config{DSN: e.dsn, Slot: e.names.Slot, Publication: e.names.Publication, Tables: tables,
-		Snapshot: snapshot, BatchDelay: 5 * time.Millisecond}, e.state, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	cfg := e.config(t, tables, snapshot)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := New(cfg, e.state, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx, c) }()
@@ -151,6 +166,10 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 		})
 		return err
 	}
+	failed := func(err error) {
+		once.Do(func() {}) // done was read: stop must not wait for it
+		t.Fatalf("reader stopped before streaming: %v", err)
+	}
 	t.Cleanup(func() { _ = stop() })
 	// Wait until the reader streams, so the test's changes are captured.
 	deadline := time.Now().Add(30 * time.Second)
@@ -160,7 +179,7 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("reader stopped before streaming: %v", err)
+			failed(err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -278,9 +297,11 @@ func TestRefusals(t *testing.T) {
 		tables    []string
 		want      []string
 	}{
-		{"no primary key", `CREATE TABLE nopk (a int)`, []string{"nopk"}, []string{"public.nopk has no primary key", "ADD PRIMARY KEY"}},
-		{"missing table", `SELECT 1`, []string{"public.ghost"}, []string{"public.ghost does not exist"}},
-		{"unsupported type", `CREATE TABLE geo (id int PRIMARY KEY, p point)`, []string{"geo"}, []string{"table public.geo", `column "p"`, "point"}},
+		{"no primary key", `CREATE TABLE nopk (a int)`, []string{"nopk"}, []string{"public.nopk: has no primary key", "ADD PRIMARY KEY", "REPLICA IDENTITY USING INDEX"}},
+		{"missing table", `SELECT 1`, []string{"public.ghost"}, []string{"public.ghost: does not exist"}},
+		{"unsupported type", `CREATE TABLE geo (id int PRIMARY KEY, q tsquery)`, []string{"geo"}, []string{"table public.geo", `column "q"`, "tsquery"}},
+		{"replica identity nothing", `CREATE TABLE rin (id int PRIMARY KEY); ALTER TABLE rin REPLICA IDENTITY NOTHING`, []string{"rin"},
+			[]string{"public.rin: has REPLICA IDENTITY NOTHING", "REPLICA IDENTITY DEFAULT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

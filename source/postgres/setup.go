@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // catalogColumn is a column as the catalog describes it.
@@ -17,13 +20,19 @@ type catalogColumn struct {
 	typmod   int32
 	typeName string
 	notNull  bool
+	dims     int
 }
 
 // catalogTable is a captured table as the catalog describes it.
 type catalogTable struct {
+	oid          uint32
 	schema, name string
+	partitioned  bool
 	columns      []catalogColumn
-	key          []string
+	// key holds the columns that identify a row in the replication stream:
+	// the replica identity index's under REPLICA IDENTITY USING INDEX, the
+	// primary key's otherwise.
+	key []string
 }
 
 func (t *catalogTable) qualified() string { return t.schema + "." + t.name }
@@ -32,12 +41,22 @@ func (t *catalogTable) qualified() string { return t.schema + "." + t.name }
 func (t *catalogTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
 
 func (t *catalogTable) info() tableInfo {
-	ti := tableInfo{key: t.key, notNull: map[string]bool{}, typeNames: map[string]string{}}
+	ti := tableInfo{key: t.key, notNull: map[string]bool{}, typeNames: map[string]string{}, dims: map[string]int{}}
 	for _, c := range t.columns {
 		ti.notNull[c.name] = c.notNull
 		ti.typeNames[c.name] = c.typeName
+		ti.dims[c.name] = c.dims
 	}
 	return ti
+}
+
+// relationMessage is the Relation message pgoutput would send for t.
+func (t *catalogTable) relationMessage() *pglogrepl.RelationMessage {
+	msg := &pglogrepl.RelationMessage{RelationID: t.oid, Namespace: t.schema, RelationName: t.name}
+	for _, c := range t.columns {
+		msg.Columns = append(msg.Columns, &pglogrepl.RelationMessageColumn{Name: c.name, DataType: c.oid, TypeModifier: c.typmod})
+	}
+	return msg
 }
 
 // splitTable splits "schema.table"; a bare name is in public.
@@ -50,24 +69,39 @@ func splitTable(s string) (schema, table string) {
 
 var errNoTable = errors.New("postgres: table not found")
 
-// describeTable reads a table's columns (excluding dropped and generated
-// ones, which pgoutput does not send) and primary key from the catalog.
-func describeTable(ctx context.Context, conn *pgx.Conn, schemaName, table string) (*catalogTable, error) {
-	t := &catalogTable{schema: schemaName, name: table}
+// lookupTableOID finds a table by name.
+func lookupTableOID(ctx context.Context, q querier, schemaName, table string) (uint32, error) {
 	var relid uint32
-	var kind string
-	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, schemaName, table).Scan(&relid, &kind)
+	err := q.QueryRow(ctx, `SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, schemaName, table).Scan(&relid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s.%s does not exist in the source database; check source.postgres.tables", errNoTable, schemaName, table)
+		return 0, &TableError{Table: schemaName + "." + table,
+			Err: fmt.Errorf("does not exist in the source database; check source.postgres.tables (%w)", errNoTable)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("postgres: look up %s.%s: %w", schemaName, table, err)
+		return 0, fmt.Errorf("postgres: look up %s.%s: %w", schemaName, table, err)
+	}
+	return relid, nil
+}
+
+// describeTable reads a table's columns (without dropped and generated
+// ones, which pgoutput does not send), replica identity and key.
+func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable, error) {
+	t := &catalogTable{oid: relid}
+	var kind, ident string
+	err := q.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, relid).Scan(&t.schema, &t.name, &kind, &ident)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: relation %d no longer exists", errNoTable, relid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: look up relation %d: %w", relid, err)
 	}
 	if kind != "r" && kind != "p" {
-		return nil, fmt.Errorf("postgres: %s.%s is not a table (relkind %s); only tables can be captured", schemaName, table, kind)
+		return nil, &TableError{Table: t.qualified(), Err: fmt.Errorf("is not a table (relkind %s); only tables can be captured", kind)}
 	}
-	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull
+	t.partitioned = kind == "p"
+	rows, err := q.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attndims
 		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, relid)
 	if err != nil {
@@ -75,7 +109,8 @@ func describeTable(ctx context.Context, conn *pgx.Conn, schemaName, table string
 	}
 	for rows.Next() {
 		var c catalogColumn
-		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull); err != nil {
+		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull, &c.dims); err != nil {
+			rows.Close()
 			return nil, err
 		}
 		t.columns = append(t.columns, c)
@@ -83,40 +118,86 @@ func describeTable(ctx context.Context, conn *pgx.Conn, schemaName, table string
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: columns of %s: %w", t.qualified(), err)
 	}
-	rows, err = conn.Query(ctx, `SELECT a.attname FROM pg_index i
+	if ident == "n" {
+		return nil, errReplicaIdentityNothing(t.qualified())
+	}
+	cond := "i.indisprimary"
+	if ident == "i" {
+		cond = "i.indisreplident"
+	}
+	rows, err = q.Query(ctx, `SELECT a.attname FROM pg_index i
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-		WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)`, relid)
+		WHERE i.indrelid = $1 AND `+cond+` ORDER BY array_position(i.indkey::int2[], a.attnum)`, relid)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: primary key of %s: %w", t.qualified(), err)
+		return nil, fmt.Errorf("postgres: key of %s: %w", t.qualified(), err)
 	}
 	for rows.Next() {
 		var k string
 		if err := rows.Scan(&k); err != nil {
+			rows.Close()
 			return nil, err
 		}
 		t.key = append(t.key, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: primary key of %s: %w", t.qualified(), err)
+		return nil, fmt.Errorf("postgres: key of %s: %w", t.qualified(), err)
 	}
 	if len(t.key) == 0 {
-		return nil, errNoPrimaryKey(t.qualified())
+		return nil, errNoKey(t.qualified())
 	}
 	return t, nil
 }
 
-// ensurePublication creates the publication for tables if it is missing, and
-// checks that an existing one covers them and publishes every operation.
+// resolveColumns resolves the type of every column of msg; the catalog
+// description t supplies declared array dimensions.
+func resolveColumns(ctx context.Context, types *typeResolver, msg *pglogrepl.RelationMessage, t *catalogTable) ([]*pgType, error) {
+	info := t.info()
+	out := make([]*pgType, len(msg.Columns))
+	for i, c := range msg.Columns {
+		pt, err := types.resolve(ctx, c.DataType, c.TypeModifier, info.dims[c.Name])
+		if err != nil {
+			typeName := info.typeNames[c.Name]
+			if typeName == "" {
+				typeName = fmt.Sprintf("oid %d", c.DataType)
+			}
+			return nil, &TableError{Table: t.qualified(), Column: c.Name, Type: typeName,
+				Err: fmt.Errorf("%w; cdcd cannot capture it. Exclude the table, or change the column's type", err)}
+		}
+		out[i] = pt
+	}
+	return out, nil
+}
+
+// catalogRelation builds the table version the catalog describes, the same
+// one a Relation message for the table yields (same columns, key and types).
+func catalogRelation(ctx context.Context, types *typeResolver, t *catalogTable) (*relation, error) {
+	msg := t.relationMessage()
+	pts, err := resolveColumns(ctx, types, msg, t)
+	if err != nil {
+		return nil, err
+	}
+	return buildRelation(msg, t.info(), pts)
+}
+
+// ensurePublication creates the publication for tables if it is missing,
+// and checks that an existing one covers them, publishes every operation
+// (truncates included) and publishes partitions through their root.
 func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []*catalogTable) (created bool, err error) {
-	var ins, upd, del, trunc bool
-	err = conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`,
-		name).Scan(&ins, &upd, &del, &trunc)
+	var ins, upd, del, trunc, viaRoot bool
+	err = conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1`,
+		name).Scan(&ins, &upd, &del, &trunc, &viaRoot)
+	partitioned := false
+	for _, t := range tables {
+		partitioned = partitioned || t.partitioned
+	}
+	quoted := pgx.Identifier{name}.Sanitize()
 	if errors.Is(err, pgx.ErrNoRows) {
 		idents := make([]string, len(tables))
 		for i, t := range tables {
 			idents[i] = t.ident()
 		}
-		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{name}.Sanitize(), strings.Join(idents, ", "))
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)",
+			quoted, strings.Join(idents, ", "))
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return false, fmt.Errorf("postgres: create publication %s: %w", name, err)
 		}
@@ -126,8 +207,14 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("postgres: look up publication %s: %w", name, err)
 	}
 	if !ins || !upd || !del || !trunc {
-		return false, fmt.Errorf("postgres: publication %s does not publish every operation (insert %t, update %t, delete %t, truncate %t); "+
-			"run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')", name, ins, upd, del, trunc, name)
+		return false, &PublicationError{Publication: name, Detail: fmt.Sprintf(
+			"does not publish every operation (insert %t, update %t, delete %t, truncate %t), so changes would be missed; "+
+				"run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')", ins, upd, del, trunc, quoted)}
+	}
+	if partitioned && !viaRoot {
+		return false, &PublicationError{Publication: name, Detail: fmt.Sprintf(
+			"publishes changes of partitions under the partitions' names, but cdcd captures partitioned tables by their root; "+
+				"run ALTER PUBLICATION %s SET (publish_via_partition_root = true)", quoted)}
 	}
 	var missing []string
 	for _, t := range tables {
@@ -142,8 +229,8 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 	}
 	if len(missing) > 0 {
-		return false, fmt.Errorf("postgres: publication %s does not include %s; run ALTER PUBLICATION %s ADD TABLE %s",
-			name, strings.Join(missing, ", "), name, strings.Join(missing, ", "))
+		return false, &PublicationError{Publication: name, Detail: fmt.Sprintf("does not include %s; run ALTER PUBLICATION %s ADD TABLE %s",
+			strings.Join(missing, ", "), quoted, strings.Join(missing, ", "))}
 	}
 	return false, nil
 }
@@ -189,30 +276,50 @@ func deref(s *string) string {
 	return *s
 }
 
-// sourceState is what the reader keeps durably between runs.
+// sourceState is what the reader keeps durably between runs (State key
+// "postgres/<slot>").
 type sourceState struct {
 	SystemID     string `json:"system_id"`
 	Slot         string `json:"slot"`
 	SlotCreated  bool   `json:"slot_created"`
 	SnapshotDone bool   `json:"snapshot_done"`
+	// Confirmed is the newest LSN the reader has reported to the server as
+	// flushed, saved before it is reported: the slot can't legitimately be
+	// ahead of it.
+	Confirmed uint64 `json:"confirmed,omitempty"`
+	// Load is the progress of an unfinished initial load.
+	Load *loadProgress `json:"load,omitempty"`
 }
 
-func loadState(ctx context.Context, st State, key string) (sourceState, error) {
-	var s sourceState
+func loadJSON(ctx context.Context, st State, key string, v any) (bool, error) {
 	b, err := st.Load(ctx, key)
 	if err != nil || b == nil {
-		return s, err
+		return false, err
 	}
-	if err := json.Unmarshal(b, &s); err != nil {
-		return s, fmt.Errorf("postgres: stored state %s: %w", key, err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("postgres: stored state %s: %w", key, err)
 	}
-	return s, nil
+	return true, nil
 }
 
-func saveState(ctx context.Context, st State, key string, s sourceState) error {
-	b, err := json.Marshal(s)
+func saveJSON(ctx context.Context, st State, key string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	return st.Save(ctx, key, b)
+}
+
+// known keeps one *schema.Table per shape, so changes of one table share
+// the pointer until the shape changes (the snapshot's and the stream's
+// included).
+type known map[string]*schema.Table
+
+func (k known) intern(t *schema.Table) *schema.Table {
+	qn := t.QualifiedName()
+	if prev := k[qn]; prev != nil && prev.Equal(t) {
+		return prev
+	}
+	k[qn] = t
+	return t
 }

@@ -2,133 +2,328 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-// catalogRelation builds the table version the catalog describes, the same
-// one a Relation message for the table yields (same columns, key and types).
-func catalogRelation(t *catalogTable) (*relation, error) {
-	msg := &pglogrepl.RelationMessage{Namespace: t.schema, RelationName: t.name}
-	for _, c := range t.columns {
-		msg.Columns = append(msg.Columns, &pglogrepl.RelationMessageColumn{Name: c.name, DataType: c.oid, TypeModifier: c.typmod})
-	}
-	return buildRelation(msg, t.info())
+// loadProgress is the initial load's durable progress, kept in the
+// reader's state and saved after every chunk.
+type loadProgress struct {
+	// ConsistentPoint is the slot's consistent point: the rows are
+	// positioned just before it, and streaming starts from it.
+	ConsistentPoint uint64    `json:"consistent_point"`
+	Started         time.Time `json:"started,omitzero"`
+	// Planned: the plan is saved and rows may have been emitted; from
+	// here on a stopped load is resumed, never started over.
+	Planned bool `json:"planned,omitempty"`
+	// Done chunks, in plan order, are wholly in the log.
+	Done     int   `json:"chunks_done"`
+	Rows     int64 `json:"rows"`
+	Estimate int64 `json:"estimate"`
 }
 
-// snapshot reads every table in the slot's exported snapshot and emits its
-// rows as op r at the slot's consistent point, before streaming starts, so
-// every later change of a key follows its snapshot row in the log.
-func (r *Reader) snapshot(ctx context.Context, name string, consistentPoint uint64, tables []*catalogTable, e source.Emitter) error {
-	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+func (r *Reader) planKey() string { return r.stateKey() + "/load-plan" }
+
+// load runs or resumes the initial load. snapshot names the snapshot the
+// slot exported; empty when resuming, which then reads the remaining
+// chunks in a fresh snapshot (see the package doc for why that is safe).
+func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, tables []*catalogTable,
+	st *sourceState, snapshot string, e source.Emitter) error {
+	lp := st.Load
+	coord, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("postgres: snapshot connection: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	defer coord.Close(context.WithoutCancel(ctx))
+	tx, err := coord.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("postgres: snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+name+"'"); err != nil {
-		return fmt.Errorf("postgres: import snapshot %s: %w", name, err)
+	if snapshot != "" {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+			return fmt.Errorf("postgres: import snapshot %s: %w", snapshot, err)
+		}
+	} else {
+		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapshot); err != nil {
+			return fmt.Errorf("postgres: export snapshot: %w", err)
+		}
+		r.logger.Info("resuming the initial load in a new snapshot", "chunks_done", lp.Done, "rows_done", lp.Rows)
 	}
-	started := time.Now()
-	var idx uint32
+
+	var plan loadPlan
+	if lp.Planned {
+		if _, err := loadJSON(ctx, r.state, r.planKey(), &plan); err != nil {
+			return err
+		}
+	}
+	changed := false
 	for _, t := range tables {
-		n, err := r.snapshotTable(ctx, conn, t, consistentPoint, started, &idx, e)
+		if !plan.has(t.qualified()) {
+			tp, err := planTable(ctx, tx, t, r.cfg.SnapshotChunkRows)
+			if err != nil {
+				return err
+			}
+			plan.Tables = append(plan.Tables, tp)
+			lp.Estimate += tp.Estimate
+			changed = true
+		}
+	}
+	if changed || !lp.Planned {
+		// From here on rows may reach the log: the plan must be durable first.
+		if err := saveJSON(ctx, r.state, r.planKey(), &plan); err != nil {
+			return err
+		}
+		if !lp.Planned {
+			lp.Planned, lp.Started = true, time.Now()
+		}
+		if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+			return err
+		}
+	}
+
+	byName := map[string]*catalogTable{}
+	rels := map[string]*relation{}
+	for _, t := range tables {
+		rel, err := catalogRelation(ctx, types, t)
 		if err != nil {
 			return err
 		}
-		r.logger.Info("loaded table", "table", t.qualified(), "rows", n, "elapsed", time.Since(started).Round(time.Millisecond))
+		rel.table = r.known.intern(rel.table)
+		byName[t.qualified()], rels[t.qualified()] = t, rel
 	}
-	return tx.Commit(ctx)
+	r.stats.SnapshotRows.Store(lp.Rows)
+	r.stats.SnapshotEstimate.Store(lp.Estimate)
+	r.stats.snapshotBase.Store(lp.Rows)
+	r.stats.snapshotStarted.Store(time.Now().UnixNano())
+	began := time.Now()
+	if err := r.copyChunks(ctx, &plan, byName, rels, snapshot, st, e); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: end snapshot transaction: %w", err)
+	}
+	r.logger.Info("initial load done", "rows", lp.Rows, "chunks", plan.chunks(), "elapsed", time.Since(began).Round(time.Millisecond))
+	st.SnapshotDone, st.Load = true, nil
+	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+		return err
+	}
+	return r.state.Save(ctx, r.planKey(), nil)
 }
 
-func (r *Reader) snapshotTable(ctx context.Context, conn *pgx.Conn, t *catalogTable, cp uint64, started time.Time, idx *uint32, e source.Emitter) (int64, error) {
-	rel, err := catalogRelation(t)
-	if err != nil {
-		return 0, err
+func (p *loadPlan) has(table string) bool {
+	for _, t := range p.Tables {
+		if t.Table == table {
+			return true
+		}
 	}
-	r.known[rel.table.QualifiedName()] = rel.table
-	cols := make([]string, len(t.columns))
-	for i, c := range t.columns {
-		cols[i] = pgx.Identifier{c.name}.Sanitize()
-	}
-	sql := fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT (FORMAT binary)", strings.Join(cols, ", "), t.ident())
-
-	pr, pw := io.Pipe()
-	copyErr := make(chan error, 1)
-	go func() {
-		_, err := conn.PgConn().CopyTo(ctx, pw, sql)
-		pw.CloseWithError(err)
-		copyErr <- err
-	}()
-	n, err := r.readCopy(ctx, pr, rel, cp, started, idx, e)
-	pr.CloseWithError(errors.New("postgres: snapshot reader stopped"))
-	if cerr := <-copyErr; err == nil && cerr != nil {
-		err = fmt.Errorf("postgres: copy %s: %w", t.qualified(), cerr)
-	}
-	return n, err
+	return false
 }
 
-func (r *Reader) readCopy(ctx context.Context, in io.Reader, rel *relation, cp uint64, started time.Time, idx *uint32, e source.Emitter) (int64, error) {
-	cr, err := newCopyReader(in)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	batch := make([]source.Change, 0, r.cfg.BatchMax)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		if err := e.Emit(ctx, batch); err != nil {
-			return err
-		}
-		r.stats.SnapshotRows.Add(int64(len(batch)))
-		clear(batch)
-		batch = batch[:0]
+// loadBatch is the most rows the load hands the Emitter at once: twice
+// BatchMax, since nothing waits for a load batch's acknowledgement and
+// fewer, larger appends sync the log less often.
+func (r *Reader) loadBatch() int { return 2 * r.cfg.BatchMax }
+
+// chunkBatches carries one chunk's rows from its worker to the emitter.
+type chunkBatches chan []source.Change
+
+// copyChunks copies the chunks not yet done with SnapshotWorkers
+// connections in parallel, each in the snapshot, and emits them strictly
+// in plan order. Workers run ahead of the emitter by workers+2 chunks at
+// most, which bounds memory (about that many chunks of decoded rows) while
+// the emitter rarely waits. Progress is saved every StatusInterval and at
+// the end: a resumed load re-reads the chunks since the last save,
+// and the Emitter's dedupe drops what the log already holds.
+func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
+	snapshot string, st *sourceState, e source.Emitter) error {
+	lp := st.Load
+	total := plan.chunks()
+	if lp.Done >= total {
 		return nil
 	}
-	for {
-		fields, err := cr.next()
-		if err == io.EOF {
-			return n, flush()
-		}
-		if err != nil {
-			return n, err
-		}
-		if len(fields) != len(rel.decoders) {
-			return n, fmt.Errorf("postgres: copy of %s returned %d columns, want %d", rel.table.QualifiedName(), len(fields), len(rel.decoders))
-		}
-		row := make([]any, len(fields))
-		for i, f := range fields {
-			if f == nil {
-				continue
+	workers := min(r.cfg.SnapshotWorkers, total-lp.Done)
+	// Room for a whole chunk of the planned size (twice, for a chunk the
+	// table's growth made larger; a larger one makes its worker wait).
+	perChunk := 2*int(r.cfg.SnapshotChunkRows)/r.loadBatch() + 2
+	outs := make([]chunkBatches, total)
+	for i := lp.Done; i < total; i++ {
+		outs[i] = make(chunkBatches, perChunk)
+	}
+	next := make(chan int)
+	inflight := make(chan struct{}, workers+2) // chunks handed out and not yet emitted
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(next)
+		for i := lp.Done; i < total; i++ {
+			select {
+			case inflight <- struct{}{}:
+			case <-gctx.Done():
+				return nil
 			}
-			if row[i], err = rel.decoders[i](f); err != nil {
-				return n, fmt.Errorf("postgres: %s column %q: %w", rel.table.QualifiedName(), rel.table.Columns[i].Name, err)
+			select {
+			case next <- i:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		return nil
+	})
+	for w := 0; w < workers; w++ {
+		g.Go(func() error {
+			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs)
+		})
+	}
+	g.Go(func() error {
+		// An Emitter that pipelines gets the next batch while the last one
+		// syncs; progress is saved only for what Sync says is durable.
+		emit, sync := e.Emit, func(context.Context) error { return nil }
+		if p, ok := e.(source.Pipeliner); ok {
+			emit, sync = p.Submit, p.Sync
+		}
+		saved := time.Now()
+		for seq := lp.Done; seq < total; seq++ {
+			rows, err := r.emitChunk(gctx, outs[seq], emit)
+			if err != nil {
+				return err
+			}
+			outs[seq] = nil
+			<-inflight
+			if time.Since(saved) >= r.cfg.StatusInterval || seq+1 == total {
+				if err := sync(gctx); err != nil {
+					return err
+				}
+				lp.Done, lp.Rows = seq+1, lp.Rows+rows
+				if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
+					return err
+				}
+				saved = time.Now()
+			} else {
+				lp.Rows += rows // counted; saved with the next Done
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// emitChunk emits one chunk's batches as its worker delivers them and
+// returns how many rows it had.
+func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(context.Context, []source.Change) error) (int64, error) {
+	var rows int64
+	for {
+		select {
+		case batch, ok := <-out:
+			if !ok {
+				return rows, nil // the whole chunk arrived
+			}
+			if err := emit(ctx, batch); err != nil {
+				return rows, err
+			}
+			rows += int64(len(batch))
+			r.stats.SnapshotRows.Add(int64(len(batch)))
+		case <-ctx.Done():
+			return rows, ctx.Err()
+		}
+	}
+}
+
+// chunkWorker copies the chunks it takes from next, in the snapshot.
+func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
+	snapshot string, cp uint64, started time.Time, next <-chan int, outs []chunkBatches) error {
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("postgres: snapshot worker connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("postgres: snapshot worker transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+		return fmt.Errorf("postgres: import snapshot %s: %w", snapshot, err)
+	}
+	for seq := range next {
+		tp, i := plan.chunk(seq)
+		t, rel := tables[tp.Table], rels[tp.Table]
+		if t == nil {
+			// A table planned in an earlier run and no longer configured.
+			close(outs[seq])
+			continue
+		}
+		// A failed chunk's channel stays open: only a whole chunk is closed,
+		// so the emitter never takes a failed one for done.
+		if err := r.copyChunk(ctx, conn, buildChunkQuery(t, rel, tp, i), rel, cp, seq, started, outs[seq]); err != nil {
+			return fmt.Errorf("postgres: initial load of %s, chunk %d: %w", tp.Table, i, err)
+		}
+		close(outs[seq])
+	}
+	return nil
+}
+
+// copyChunk runs one chunk's COPY and sends its rows in batches. The rows
+// and positions of a batch are cut from one allocation each.
+func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, rel *relation, cp uint64, seq int,
+	started time.Time, out chunkBatches) error {
+	n := len(rel.types)
+	var (
+		batch  []source.Change
+		values []any  // the batch's rows, n values each
+		arena  []byte // the batch's positions
+	)
+	prefix := source.PGPosition(cp-1, uint32(seq))
+	fresh := func() {
+		batch = make([]source.Change, 0, r.loadBatch())
+		values = make([]any, r.loadBatch()*n)
+		arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
+	}
+	fresh()
+	send := func() error {
+		select {
+		case out <- batch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		fresh()
+		return nil
+	}
+	p := &copyParser{row: func(fields [][]byte) error {
+		i := len(batch)
+		row := values[i*n : (i+1)*n : (i+1)*n]
+		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row); err != nil {
+			return err
+		}
+		start := len(arena)
+		arena = append(arena, prefix...)
+		var err error
+		for _, part := range q.parts {
+			if arena, err = appendKeyPart(arena, part, row, fields); err != nil {
+				return err
 			}
 		}
 		batch = append(batch, source.Change{
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
-			Pos: source.PGPosition(cp, *idx), LSN: cp, CommitTime: started,
+			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started,
 		})
-		*idx++
-		n++
-		if len(batch) >= r.cfg.BatchMax {
-			if err := flush(); err != nil {
-				return n, err
-			}
+		if len(batch) >= r.loadBatch() {
+			return send()
 		}
+		return nil
+	}}
+	if _, err := conn.PgConn().CopyTo(ctx, p, q.sql); err != nil {
+		return err
 	}
+	if err := p.finish(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return send()
+	}
+	return nil
 }

@@ -10,38 +10,54 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 )
+
+// heartbeatPrefix is the prefix of the reader's heartbeat messages.
+const heartbeatPrefix = "cdcd.heartbeat"
 
 // streamer is the state of one replication session.
 type streamer struct {
 	r     *Reader
-	conn  *pgx.Conn // catalog queries
+	conn  *pgx.Conn // catalog queries and heartbeats
+	types *typeResolver
 	repl  *pgconn.PgConn
 	emit  source.Emitter
-	known map[string]*schema.Table // last version per table, to reuse pointers
+	st    *sourceState
+	spill *spillSet
 
-	relations map[uint32]*relation
+	relations map[uint32]*relation // nil entry: a relation that is not captured
 	tx        txState
-	inTx      bool
+	inTx      bool // between Begin and Commit, or replaying a streamed transaction
+	inStream  bool // between Stream Start and Stream Stop
+	streamXid uint32
 	batch     []source.Change
 	batchAt   time.Time // when the oldest change in batch arrived
-	// committed is the commit LSN of the newest transaction whose Commit
-	// message was processed: every change of it is in batch or emitted.
+	// committed is the newest LSN up to which every transaction's changes
+	// are in batch or emitted: a commit LSN, or a heartbeat's LSN.
 	committed uint64
-	// flushed is the newest LSN reported to the server as flushed.
-	flushed    uint64
-	nextStatus time.Time
+	// flushed is the newest LSN known durable; saved is the newest LSN
+	// recorded in the state as confirmed. The server is told saved.
+	flushed, saved uint64
+	nextStatus     time.Time
+	lastData       time.Time // when the last change or commit arrived
+	nextHeartbeat  time.Time
 }
 
-func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn, start uint64, tables []*catalogTable, e source.Emitter) error {
-	s := &streamer{
-		r: r, conn: conn, repl: repl, emit: e,
-		known: r.known, relations: map[uint32]*relation{},
-		flushed: start, committed: start,
+// stream replicates from start until ctx ends or an error.
+func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver, repl *pgconn.PgConn, start uint64,
+	st *sourceState, e source.Emitter) error {
+	spill, err := newSpillSet(r.cfg.SpillDir)
+	if err != nil {
+		return err
 	}
-	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", r.cfg.Publication), "binary 'true'"}
+	defer spill.close()
+	s := &streamer{
+		r: r, conn: conn, types: types, repl: repl, emit: e, st: st, spill: spill,
+		relations: map[uint32]*relation{}, flushed: start, committed: start, saved: st.Confirmed,
+	}
+	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", r.cfg.Publication),
+		"binary 'true'", "messages 'true'", "streaming 'on'"}
 	if err := pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return fmt.Errorf("postgres: start replication on slot %s: %w", r.cfg.Slot, err)
 	}
@@ -49,20 +65,25 @@ func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, repl *pgconn.PgConn
 	r.stats.Flushed.Store(start)
 	r.stats.Streaming.Store(true)
 	defer r.stats.Streaming.Store(false)
-	err := s.loop(ctx)
-	if ctx.Err() != nil {
+	err = s.loop(ctx)
+	if ctx.Err() != nil && s.saved > 0 {
 		// Stopping: report what is durable so a restart re-sends less.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = sendStatus(sctx, repl, s.flushed)
+		_ = s.status(sctx)
 		cancel()
 	}
 	return err
 }
 
 func (s *streamer) loop(ctx context.Context) error {
-	s.nextStatus = time.Now().Add(s.r.cfg.StatusInterval)
+	now := time.Now()
+	s.nextStatus = now.Add(s.r.cfg.StatusInterval)
+	s.lastData, s.nextHeartbeat = now, now.Add(s.r.cfg.HeartbeatInterval)
 	for {
 		if err := s.maybeFlush(ctx, false); err != nil {
+			return err
+		}
+		if err := s.maybeHeartbeat(ctx); err != nil {
 			return err
 		}
 		deadline := s.nextStatus
@@ -71,6 +92,9 @@ func (s *streamer) loop(ctx context.Context) error {
 				deadline = due
 			}
 		}
+		if s.r.cfg.HeartbeatInterval > 0 && s.nextHeartbeat.Before(deadline) {
+			deadline = s.nextHeartbeat
+		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := s.repl.ReceiveMessage(rctx)
 		cancel()
@@ -78,10 +102,10 @@ func (s *streamer) loop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if isTimeout(err) {
-				continue
+			if pgconn.Timeout(err) {
+				continue // a deadline from the schedule, not an error
 			}
-			return fmt.Errorf("postgres: receive: %w", err)
+			return &connError{fmt.Errorf("postgres: receive: %w", err)}
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
@@ -91,13 +115,16 @@ func (s *streamer) loop(ctx context.Context) error {
 		case *pgproto3.ErrorResponse:
 			return errorFromBackend(msg)
 		default:
-			return fmt.Errorf("postgres: unexpected message %T on the replication stream", msg)
+			return &connError{fmt.Errorf("postgres: unexpected message %T on the replication stream", msg)}
 		}
 	}
 }
 
-// maybeFlush emits the batch when it is full or old enough (or force), then
-// reports progress when the status interval has passed.
+// maybeFlush emits the batch when it is full or old enough (or force),
+// then reports progress when the status interval has passed. It is called
+// between messages, also while a streamed transaction is replayed, so a
+// transaction of any size neither fills memory nor starves the server of
+// status updates (wal_sender_timeout).
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	now := time.Now()
 	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
@@ -111,8 +138,8 @@ func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	return nil
 }
 
-// flushBatch hands the batch to the Emitter; once it returns, every
-// transaction committed so far is durable and may be confirmed.
+// flushBatch hands the batch to the Emitter; once it returns, everything
+// up to committed is durable and may be confirmed.
 func (s *streamer) flushBatch(ctx context.Context) error {
 	committed := s.committed
 	if err := s.emit.Emit(ctx, s.batch); err != nil {
@@ -123,24 +150,78 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.r.stats.LastCommitted.Store(last.CommitTime.UnixMilli())
 	clear(s.batch)
 	s.batch = s.batch[:0]
-	if committed > s.flushed {
-		s.flushed = committed
-		s.r.stats.Flushed.Store(committed)
-	}
+	s.advance(committed)
 	return nil
 }
 
+// advance records lsn as durable.
+func (s *streamer) advance(lsn uint64) {
+	if lsn > s.flushed {
+		s.flushed = lsn
+		s.r.stats.Flushed.Store(lsn)
+	}
+}
+
+// commit records that every change up to lsn is in the batch or emitted.
+func (s *streamer) commit(lsn uint64) {
+	if lsn > s.committed {
+		s.committed = lsn
+	}
+	s.lastData = time.Now()
+	if len(s.batch) == 0 {
+		s.advance(s.committed) // nothing of it is pending
+	}
+}
+
+// status saves the durable position in the state, then reports it: the
+// slot's confirmed position never passes what the pipeline recorded (see
+// SlotAhead) nor what the log holds.
 func (s *streamer) status(ctx context.Context) error {
-	if err := sendStatus(ctx, s.repl, s.flushed); err != nil {
-		return fmt.Errorf("postgres: send standby status: %w", err)
+	if s.flushed > s.saved {
+		s.st.Confirmed = s.flushed
+		if err := saveJSON(ctx, s.r.state, s.r.stateKey(), s.st); err != nil {
+			return fmt.Errorf("postgres: save confirmed position: %w", err)
+		}
+		s.saved = s.flushed
+	}
+	if err := sendStatus(ctx, s.repl, s.saved); err != nil {
+		return err
 	}
 	s.nextStatus = time.Now().Add(s.r.cfg.StatusInterval)
 	return nil
 }
 
+// maybeHeartbeat writes a heartbeat message when nothing has arrived for
+// the heartbeat interval. Its arrival confirms the slot forward (see
+// logicalMessage).
+func (s *streamer) maybeHeartbeat(ctx context.Context) error {
+	if s.r.cfg.HeartbeatInterval <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if now.Before(s.nextHeartbeat) {
+		return nil
+	}
+	s.nextHeartbeat = now.Add(s.r.cfg.HeartbeatInterval)
+	if now.Sub(s.lastData) < s.r.cfg.HeartbeatInterval || s.inTx || s.inStream {
+		return nil
+	}
+	if _, err := s.conn.Exec(ctx, "SELECT pg_logical_emit_message(false, $1::text, ''::text)", heartbeatPrefix); err != nil {
+		if retryable(err) {
+			return &connError{fmt.Errorf("postgres: heartbeat: %w", err)}
+		}
+		s.r.logger.Warn("heartbeat failed; disabling heartbeats", "err", err,
+			"what_to_do", "grant EXECUTE on pg_logical_emit_message to the pipeline's role, or set heartbeat_interval: 0")
+		s.r.cfg.HeartbeatInterval = -1
+		return nil
+	}
+	s.r.stats.Heartbeats.Add(1)
+	return nil
+}
+
 func (s *streamer) copyData(ctx context.Context, data []byte) error {
 	if len(data) == 0 {
-		return fmt.Errorf("postgres: empty CopyData on the replication stream")
+		return &connError{fmt.Errorf("postgres: empty CopyData on the replication stream")}
 	}
 	switch data[0] {
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
@@ -168,110 +249,5 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		}
 		return s.message(ctx, xld.WALData)
 	}
-	return nil
-}
-
-func (s *streamer) message(ctx context.Context, data []byte) error {
-	m, err := pglogrepl.Parse(data)
-	if err != nil {
-		return fmt.Errorf("postgres: pgoutput: %w", err)
-	}
-	switch m := m.(type) {
-	case *pglogrepl.RelationMessage:
-		return s.relation(ctx, m)
-	case *pglogrepl.BeginMessage:
-		s.tx = txState{xid: m.Xid, commitLSN: uint64(m.FinalLSN), commitTime: m.CommitTime}
-		s.inTx = true
-	case *pglogrepl.CommitMessage:
-		s.inTx = false
-		s.committed = uint64(m.CommitLSN)
-		if len(s.batch) == 0 && s.committed > s.flushed {
-			// Nothing of it is pending: it is as durable as it will get.
-			s.flushed = s.committed
-			s.r.stats.Flushed.Store(s.committed)
-		}
-	case *pglogrepl.InsertMessage:
-		rel, err := s.rel(m.RelationID)
-		if err != nil {
-			return err
-		}
-		after, err := decodeTuple(rel, m.Tuple)
-		if err != nil {
-			return err
-		}
-		s.add(s.tx.change(rel.table, source.OpCreate, nil, after))
-	case *pglogrepl.UpdateMessage:
-		rel, err := s.rel(m.RelationID)
-		if err != nil {
-			return err
-		}
-		n := len(s.batch)
-		if s.batch, err = s.tx.updateChanges(rel, m, s.batch); err != nil {
-			return err
-		}
-		s.added(n)
-	case *pglogrepl.DeleteMessage:
-		rel, err := s.rel(m.RelationID)
-		if err != nil {
-			return err
-		}
-		before, err := decodeTuple(rel, m.OldTuple)
-		if err != nil {
-			return err
-		}
-		s.add(s.tx.change(rel.table, source.OpDelete, before, nil))
-	case *pglogrepl.TruncateMessage:
-		for _, id := range m.RelationIDs {
-			rel, err := s.rel(id)
-			if err != nil {
-				return err
-			}
-			s.add(s.tx.change(rel.table, source.OpTruncate, nil, nil))
-		}
-	}
-	return nil
-}
-
-func (s *streamer) add(c source.Change) {
-	n := len(s.batch)
-	s.batch = append(s.batch, c)
-	s.added(n)
-}
-
-func (s *streamer) added(before int) {
-	if before == 0 && len(s.batch) > 0 {
-		s.batchAt = time.Now()
-	}
-}
-
-func (s *streamer) rel(id uint32) (*relation, error) {
-	rel, ok := s.relations[id]
-	if !ok {
-		return nil, fmt.Errorf("postgres: change for relation %d before its Relation message", id)
-	}
-	return rel, nil
-}
-
-// relation records a table version. The catalog is asked for the key,
-// NOT NULL flags and type names, which pgoutput does not send.
-func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
-	ct, err := describeTable(ctx, s.conn, m.Namespace, m.RelationName)
-	if err != nil {
-		return err
-	}
-	rel, err := buildRelation(m, ct.info())
-	if err != nil {
-		return err
-	}
-	qn := rel.table.QualifiedName()
-	if prev := s.known[qn]; prev != nil && prev.Equal(rel.table) {
-		rel.table = prev
-	} else {
-		if prev != nil {
-			s.r.logger.Info("table changed shape", "table", qn, "from", prev.String(), "to", rel.table.String())
-		}
-		s.known[qn] = rel.table
-	}
-	s.relations[m.RelationID] = rel
 	return nil
 }

@@ -1,0 +1,286 @@
+package postgres
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// fuzzDecoders are the decoders of every binary form, including the
+// structured ones over a few element types.
+func fuzzDecoders() []decodeFunc {
+	int4 := &pgType{col: schema.Column{Kind: schema.Int32}, decode: decodeInt4}
+	ts := &pgType{col: schema.Column{Kind: schema.TimestampTZ}, decode: decodeTimestamp}
+	text := &pgType{col: schema.Column{Kind: schema.String}, decode: decodeString}
+	return []decodeFunc{
+		decodeBool, decodeInt2, decodeInt4, decodeInt8, decodeUint4, decodeXid8, decodeFloat4, decodeFloat8,
+		decodeString, decodeBytes, decodeVersioned, decodeChar, decodeUUID, decodeDate, decodeTime, decodeTimestamp,
+		decodeTimeTZ, decodeInterval, decodeMoney(2), decodeLSN, decodeTID, decodeNumeric, decodeBits, decodeMAC(6),
+		decodeMAC(8), decodeInet, decodePoint, decodeLine, decodeLseg, decodeBox, decodePath, decodePolygon, decodeCircle,
+		decodeTSVector, decodeHstore,
+		arrayDecoder(decodeInt4, 1), arrayDecoder(decodeString, 2),
+		rangeDecoder(int4), rangeDecoder(ts), multirangeDecoder(int4),
+		compositeDecoder([]compositeAttr{{"a", int4}, {"b", text}}),
+	}
+}
+
+// FuzzDecoders: no input makes a decoder panic or hang; it returns a value
+// or an error.
+func FuzzDecoders(f *testing.F) {
+	seeds := [][]byte{
+		{}, {1}, {0, 0, 0, 1}, make([]byte, 8), make([]byte, 16),
+		{0, 2, 0, 0, 0, 0, 0, 2, 0, 1, 0x13, 0x88}, // numeric 1.5000
+		{0xC0, 0, 0, 0, 0, 0, 0, 0},                // numeric-like NaN header
+		{2, 24, 0, 4, 192, 168, 1, 5},              // inet 192.168.1.5/24
+		{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff}, // int4[] {7,NULL}
+		{2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 10},                                                          // int4range [1,10)
+	}
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	decs := fuzzDecoders()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, dec := range decs {
+			_, _ = dec(b)
+		}
+	})
+}
+
+func TestDecodersRejectTruncation(t *testing.T) {
+	cases := []struct {
+		dec  decodeFunc
+		good []byte
+	}{
+		{decodeNumeric, []byte{0, 2, 0, 0, 0, 0, 0, 2, 0, 1, 0x13, 0x88}},
+		{decodeInet, []byte{2, 24, 0, 4, 192, 168, 1, 5}},
+		{arrayDecoder(decodeInt4, 1), []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff}},
+		{decodeInterval, make([]byte, 16)},
+		{decodeBits, []byte{0, 0, 0, 9, 0xff, 0x80}},
+	}
+	for i, c := range cases {
+		if _, err := c.dec(c.good); err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		for n := 0; n < len(c.good); n++ {
+			if _, err := c.dec(c.good[:n]); err == nil {
+				t.Errorf("case %d: %d of %d bytes accepted", i, n, len(c.good))
+			}
+		}
+	}
+}
+
+func TestDecodeValues(t *testing.T) {
+	ts := func(us int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(us)) }
+	for _, tc := range []struct {
+		name string
+		dec  decodeFunc
+		in   []byte
+		want any
+	}{
+		{"numeric 1.5000", decodeNumeric, []byte{0, 2, 0, 0, 0, 0, 0, 4, 0, 1, 0x13, 0x88}, "1.5000"},
+		{"numeric -0.0001", decodeNumeric, []byte{0, 1, 0xff, 0xff, 0x40, 0, 0, 4, 0, 1}, "-0.0001"},
+		{"numeric 10000", decodeNumeric, []byte{0, 1, 0, 1, 0, 0, 0, 0, 0, 1}, "10000"},
+		{"numeric NaN", decodeNumeric, []byte{0, 0, 0, 0, 0xC0, 0, 0, 0}, "NaN"},
+		{"numeric -Infinity", decodeNumeric, []byte{0, 0, 0, 0, 0xF0, 0, 0, 0}, "-Infinity"},
+		{"timestamp infinity", decodeTimestamp, ts(math.MaxInt64), schema.TimestampInfinity},
+		{"timestamp -infinity", decodeTimestamp, ts(math.MinInt64), schema.TimestampMinusInfinity},
+		{"timestamp 2000", decodeTimestamp, ts(0), int64(946684800_000_000)},
+		{"money -1.05", decodeMoney(2), binary.BigEndian.AppendUint64(nil, uint64(0xFFFFFFFFFFFFFF97)), "-1.05"},
+		{"money min", decodeMoney(2), ts(math.MinInt64), "-92233720368547758.08"},
+		{"timetz", decodeTimeTZ, append(ts(3_600_000_000), 0xff, 0xff, 0xb9, 0xb0), "01:00:00+05"},
+		{"char high", decodeChar, []byte{0x80}, `\200`},
+		{"ipv4-mapped", decodeInet, append([]byte{3, 128, 0, 16}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 1, 2, 3, 4), "::ffff:1.2.3.4"},
+		{"ipv6 two runs", decodeInet, append([]byte{3, 128, 0, 16}, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1), "1:0:0:1::1"},
+		{"interval", decodeInterval, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff}, schema.IntervalValue{Micros: 1, Days: 2, Months: -1}},
+	} {
+		got, err := tc.dec(tc.in)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %#v (%v), want %#v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := decodeTimestamp(ts(maxTimestamp + 1)); !errors.Is(err, errTimestampRange) {
+		t.Errorf("a timestamp past int64 micros since 1970: %v", err)
+	}
+	if _, err := arrayDecoder(decodeInt4, 1)([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1,
+		0, 0, 0, 4, 0, 0, 0, 7}); !errors.Is(err, errArrayShape) {
+		t.Errorf("a 2-D value in a 1-D column: %v", err)
+	}
+}
+
+// copyStream writes a COPY binary stream of rows (nil fields are NULL).
+func copyStream(rows [][][]byte) []byte {
+	b := append([]byte{}, copySignature...)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	for _, r := range rows {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r)))
+		for _, f := range r {
+			if f == nil {
+				b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+				continue
+			}
+			b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+			b = append(b, f...)
+		}
+	}
+	return append(b, 0xFF, 0xFF)
+}
+
+// TestCopyParserSplits: a stream cut into writes at every offset yields
+// the same rows; a stream without its trailer is an error.
+func TestCopyParserSplits(t *testing.T) {
+	rows := [][][]byte{{[]byte("a"), nil, {}}, {[]byte("bcd"), []byte{1, 2}, nil}, {nil, nil, []byte("x")}}
+	stream := copyStream(rows)
+	collect := func(writes ...[]byte) ([][][]byte, error) {
+		var got [][][]byte
+		p := &copyParser{row: func(fields [][]byte) error {
+			r := make([][]byte, len(fields))
+			for i, f := range fields {
+				if f != nil {
+					r[i] = append([]byte{}, f...)
+				}
+			}
+			got = append(got, r)
+			return nil
+		}}
+		for _, w := range writes {
+			if _, err := p.Write(w); err != nil {
+				return nil, err
+			}
+		}
+		return got, p.finish()
+	}
+	for cut := 0; cut <= len(stream); cut++ {
+		for cut2 := cut; cut2 <= len(stream); cut2 += 7 {
+			got, err := collect(stream[:cut], stream[cut:cut2], stream[cut2:])
+			if err != nil {
+				t.Fatalf("cut %d/%d: %v", cut, cut2, err)
+			}
+			for i := range rows {
+				for j := range rows[i] {
+					if (got[i][j] == nil) != (rows[i][j] == nil) || !bytes.Equal(got[i][j], rows[i][j]) {
+						t.Fatalf("cut %d/%d: row %d field %d = %q, want %q", cut, cut2, i, j, got[i][j], rows[i][j])
+					}
+				}
+			}
+		}
+	}
+	if _, err := collect(stream[:len(stream)-2]); err == nil {
+		t.Fatal("a stream without its trailer was accepted")
+	}
+}
+
+// FuzzCopyParser: no input makes the parser panic.
+func FuzzCopyParser(f *testing.F) {
+	f.Add(copyStream([][][]byte{{[]byte("a"), nil}}), 3)
+	f.Add([]byte("PGCOPY\n\xff\r\n\x00garbage"), 1)
+	f.Fuzz(func(t *testing.T, b []byte, cut int) {
+		p := &copyParser{row: func([][]byte) error { return nil }}
+		if cut < 0 || cut > len(b) {
+			cut = len(b) / 2
+		}
+		if _, err := p.Write(b[:cut]); err == nil {
+			_, _ = p.Write(b[cut:])
+		}
+		_ = p.finish()
+	})
+}
+
+// TestSpillRoundTripAndAborts: messages come back in order with their
+// aborted subtransactions; a corrupted file is reported, never replayed.
+func TestSpillRoundTripAndAborts(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "7.spill"), []byte("left over"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSpillSet(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "7.spill")); !os.IsNotExist(err) {
+		t.Fatal("a spill file of an earlier session survived")
+	}
+	msgs := [][]byte{[]byte("I one"), []byte("U two"), bytes.Repeat([]byte("x"), 300<<10)}
+	if err := s.start(7, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs[:2] {
+		if err := s.write(7, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.stop(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(7, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(7, msgs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stop(7); err != nil {
+		t.Fatal(err)
+	}
+	s.abort(7, 9)
+	var got [][]byte
+	err = s.replay(7, func(m []byte, aborted map[uint32]bool) error {
+		if !aborted[9] {
+			t.Error("subtransaction 9's abort lost")
+		}
+		got = append(got, append([]byte{}, m...))
+		return nil
+	})
+	if err != nil || !reflect.DeepEqual(got, msgs) {
+		t.Fatalf("replay: %d messages, %v", len(got), err)
+	}
+	if s.bytes != 0 || len(s.open) != 0 {
+		t.Fatalf("after replay: %d bytes, %d files", s.bytes, len(s.open))
+	}
+
+	// Corruption.
+	if err := s.start(8, true); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.write(8, []byte("hello"))
+	_ = s.stop(8)
+	path := s.open[8].path
+	b, _ := os.ReadFile(path)
+	b[len(b)-1] ^= 1
+	_ = os.WriteFile(path, b, 0o644)
+	if err := s.replay(8, func([]byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillCorrupt) {
+		t.Fatalf("corrupt file replayed: %v", err)
+	}
+	// A top-level abort removes the file.
+	_ = s.start(9, true)
+	_ = s.write(9, []byte("x"))
+	s.abort(9, 9)
+	if len(s.open) != 0 {
+		t.Fatal("aborted transaction kept")
+	}
+}
+
+// TestSpillGaps: a stream block or a commit of a transaction whose earlier
+// blocks this session never saw is an error (the reader then reconnects
+// and the server streams the transaction again whole), never a partial
+// transaction.
+func TestSpillGaps(t *testing.T) {
+	s, err := newSpillSet(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start(5, false); !errors.Is(err, errSpillGap) {
+		t.Fatalf("a continued block of an unknown transaction: %v", err)
+	}
+	if err := s.replay(6, func([]byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillGap) {
+		t.Fatalf("the commit of an unknown streamed transaction: %v", err)
+	}
+	if !retryable(&connError{errSpillGap}) {
+		t.Fatal("a gap must make the reader reconnect")
+	}
+}

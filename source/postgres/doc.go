@@ -1,0 +1,102 @@
+// Package postgres reads a PostgreSQL database's changes through a logical
+// replication slot with the pgoutput plugin (protocol version 2, binary
+// tuples, streaming of large in-progress transactions, logical messages),
+// after an optional consistent, parallel, resumable initial load of the
+// captured tables.
+//
+// # Exactly-once into the log
+//
+// Every change has a position (source.PGPosition): the LSN of its
+// transaction's commit record and its index in the transaction, known as
+// soon as the transaction's first message arrives (Begin carries the
+// commit LSN; a streamed transaction is replayed after Stream Commit), so a
+// transaction of any size leaves in batches. The reader tells PostgreSQL an
+// LSN is flushed only once every change of every transaction committed up
+// to it has been returned by the Emitter (durable in the log), and saves
+// that LSN in its State before telling the server. After a crash the
+// server sends again from the slot's confirmed LSN; the same transactions
+// decode to the same changes with the same indexes (changes of tables the
+// pipeline does not capture are counted too), so the Emitter drops, per log
+// partition, exactly what it already holds.
+//
+// # Streaming
+//
+// Transactions over logical_decoding_work_mem arrive in stream blocks
+// before they commit. Every message of a block goes, as received, to the
+// transaction's spill file (spill.go has the layout); Stream Abort of a
+// subtransaction marks its changes to be skipped, of the transaction
+// removes the file; Stream Commit replays the file through the same code
+// as a transaction sent whole. Memory is bounded for any transaction size:
+// at most a batch of changes and the spill writer's buffer. Spill files
+// are never read after a restart: PostgreSQL re-sends every transaction
+// that had not committed.
+//
+// Status updates go out every StatusInterval, also during a long replay, so
+// wal_sender_timeout never fires while the reader is busy. When no change
+// has arrived for HeartbeatInterval, the reader writes a non-transactional
+// logical message; when it arrives with nothing pending, every transaction
+// committed before it has been handled and its LSN is confirmed, so the
+// slot advances while the captured tables are idle.
+//
+// A lost connection (server restart, terminated walsender, network) ends
+// the session; Run reconnects with exponential backoff and jitter and
+// replication restarts from the slot. Conditions that retrying cannot fix
+// stop Run with a typed error the daemon alerts on: *SlotError (the slot
+// was invalidated or is gone, it is ahead of what the pipeline stored, the
+// cluster's system identifier changed, a slot of unknown origin or with
+// another plugin), *PublicationError, *TableError (no key, REPLICA
+// IDENTITY NOTHING, a type without a mapping), *ValueError.
+//
+// # Change semantics
+//
+// A table's key is its replica identity index under REPLICA IDENTITY USING
+// INDEX, its primary key otherwise; a table with neither, or with REPLICA
+// IDENTITY NOTHING, is refused with a *TableError naming the fixes. An
+// update's Before holds the old row as far as the replica identity sends it
+// (the key under DEFAULT and INDEX, every column under FULL); a key change
+// is a delete of the old key and an insert of the new one. A TOASTed value
+// an update did not change arrives as schema.Unchanged, never NULL; under
+// FULL the insert of a changed key takes it from the old row. A TRUNCATE of
+// several tables is a truncate per captured table, in statement order. A
+// Relation message (DDL, or a first change) is a new table version from
+// that change on. Partitioned tables are captured by their root
+// (publish_via_partition_root); a TRUNCATE of a single partition is not
+// published that way, by PostgreSQL's design.
+//
+// Types: every built-in type maps into the table model of package schema,
+// decoded from the binary send/recv format that COPY (FORMAT binary) and
+// pgoutput's binary tuples share, so the load and the stream produce the
+// same values; docs/types.md has the table.
+//
+// # Initial load
+//
+// The slot is created with an exported snapshot and its consistent point
+// cp; every table is cut into chunks by key range (an integer key's range,
+// or quantiles of a row sample), and SnapshotWorkers connections import
+// the snapshot and COPY the chunks in binary, in parallel. Chunks are
+// emitted strictly in plan order, as op r, with the position
+//
+//	(cp − 1, chunk sequence) ‖ the row's key, encoded so bytes sort as the chunk is read
+//
+// (integers big-endian with the sign flipped, uuids as bytes, other types
+// as their text in COLLATE "C" order). These positions sort before every
+// streamed change (commit LSN ≥ cp) and in emission order, so the log's
+// per-partition order is the load's. After the load, streaming starts at cp
+// and delivers exactly the transactions the snapshot did not see.
+//
+// The plan and the number of chunks done are saved in the State (the
+// daemon keeps it in the log). A load that stops before its plan is saved
+// has emitted nothing and starts over on a new slot. A load that stops
+// later is resumed: the exported snapshot died with its connection, so the
+// chunks not done are read in a new snapshot S2, taken after cp, and still
+// positioned at cp − 1, before the stream. A chunk that was partly in the
+// log is read again; in each partition the log holds a prefix of the
+// chunk's rows in key order, and the dedupe drops the rows at or below the
+// partition's newest position, so no row is emitted twice, whatever S2
+// shows. Rows read in S2 may be newer than cp (an update after cp, a row
+// inserted after cp); the stream then replays every change since cp on top
+// of them, in commit order, so every key ends in its current state — only
+// the intermediate states of the resumed chunks' keys, between their r row
+// and the stream passing S2's moment, are "from the future". Watermark-
+// based reads (DBLog) can remove that window; they are a later step.
+package postgres

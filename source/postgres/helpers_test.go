@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// dedupe is an Emitter that keeps what the daemon's emitter would keep:
+// each change goes to a partition by its key (a truncate to every
+// partition), and a change at or below the newest position already stored
+// in its partition is dropped. It can fail on purpose after some batches,
+// to stop a reader mid-way.
+type dedupe struct {
+	mu        sync.Mutex
+	parts     int32
+	last      map[string][]source.Position // table -> partition -> newest
+	kept      []source.Change
+	dropped   int
+	failAfter int // fail the batch after this many (0: never)
+	batches   int
+	notify    chan struct{}
+}
+
+var errPlannedFailure = errors.New("test: planned emitter failure")
+
+func newDedupe(parts int32) *dedupe {
+	return &dedupe{parts: parts, last: map[string][]source.Position{}, notify: make(chan struct{}, 1)}
+}
+
+func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.batches++
+	if d.failAfter > 0 && d.batches > d.failAfter {
+		// Half of the batch made it, as a crash mid-append may leave it.
+		batch = batch[:len(batch)/2]
+		defer func() { d.failAfter = 0 }()
+	}
+	for _, c := range batch {
+		qn := c.Table.QualifiedName()
+		last := d.last[qn]
+		if last == nil {
+			last = make([]source.Position, d.parts)
+			d.last[qn] = last
+		}
+		parts := []int32{}
+		if c.Op == source.OpTruncate {
+			for p := range d.parts {
+				parts = append(parts, p)
+			}
+		} else {
+			key, err := schema.AppendKey(nil, c.Table, c.Key())
+			if err != nil {
+				return err
+			}
+			parts = append(parts, log.PartitionFor(key, d.parts))
+		}
+		keep := false
+		for _, p := range parts {
+			if last[p] == nil || c.Pos.Compare(last[p]) > 0 {
+				last[p] = append(source.Position(nil), c.Pos...)
+				keep = true
+			}
+		}
+		if !keep {
+			d.dropped++
+			continue
+		}
+		c.Before = append([]any(nil), c.Before...)
+		c.After = append([]any(nil), c.After...)
+		if len(c.Before) == 0 {
+			c.Before = nil
+		}
+		if len(c.After) == 0 {
+			c.After = nil
+		}
+		d.kept = append(d.kept, c)
+	}
+	select {
+	case d.notify <- struct{}{}:
+	default:
+	}
+	if d.failAfter > 0 && d.batches > d.failAfter {
+		return errPlannedFailure
+	}
+	return nil
+}
+
+// keyRow is the key row of a change whose key is in the first column.
+func (d *dedupe) snapshot() []source.Change {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]source.Change(nil), d.kept...)
+}
+
+// waitFor waits until ok holds for the kept changes.
+func (d *dedupe) waitFor(t *testing.T, what string, ok func([]source.Change) bool) []source.Change {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		got := d.snapshot()
+		if ok(got) {
+			return got
+		}
+		select {
+		case <-d.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; %d changes kept", what, len(got))
+		}
+	}
+}
+
+// keyOf renders a change's key for maps.
+func keyOf(c source.Change) string { return fmt.Sprint(c.Key()) }
+
+var discard = slog.New(slog.DiscardHandler)
+
+func errorsAs(err error, target any) bool { return err != nil && errors.As(err, target) }

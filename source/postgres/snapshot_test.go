@@ -1,0 +1,253 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// chunkOf returns the chunk sequence of a snapshot row's position.
+func chunkOf(p source.Position) uint32 { return binary.BigEndian.Uint32(p[8:12]) }
+
+// TestChunkedParallelLoad: tables of several key types are loaded in
+// parallel chunks; every row arrives once as op r, all before the first
+// streamed change, in strictly increasing positions; progress is reported.
+func TestChunkedParallelLoad(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE nums (id bigint PRIMARY KEY, v text);
+		INSERT INTO nums SELECT g - 10000, 'n' || g FROM generate_series(1, 20000) g; ANALYZE nums;
+		CREATE TABLE words (k text, n int, v int, PRIMARY KEY (k, n));
+		INSERT INTO words SELECT chr(65 + g % 50) || 'é' || g || E'\\''q', g % 7, g FROM generate_series(1, 5000) g;
+		CREATE TABLE uu (id uuid PRIMARY KEY);
+		INSERT INTO uu SELECT md5(g::text)::uuid FROM generate_series(1, 2000) g`)
+	c := newCollector()
+	_, r := e.startReader(t, []string{"nums", "words", "uu"}, true, c, func(c *Config) {
+		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax = 1000, 3, 500
+	})
+	e.exec(t, `INSERT INTO nums VALUES (999999, 'streamed')`)
+	got := c.wait(t, 27001)
+	if len(got) != 27001 {
+		t.Fatalf("%d changes, want 27001", len(got))
+	}
+	seen := map[string]bool{}
+	chunks := map[uint32]bool{}
+	for i, ch := range got[:27000] {
+		if ch.Op != source.OpRead || !ch.Snapshot {
+			t.Fatalf("change %d: %s", i, ch.Op)
+		}
+		k := ch.Table.Name + keyOf(ch)
+		if seen[k] {
+			t.Fatalf("row %s loaded twice", k)
+		}
+		seen[k] = true
+		chunks[chunkOf(ch.Pos)] = true
+		if i > 0 && ch.Pos.Compare(got[i-1].Pos) <= 0 {
+			t.Fatalf("position of row %d does not increase", i)
+		}
+	}
+	if last := got[27000]; last.Op != source.OpCreate || last.Pos.Compare(got[26999].Pos) <= 0 {
+		t.Fatalf("streamed change %s does not follow the load", last.Op)
+	}
+	if len(chunks) < 20 {
+		t.Errorf("only %d chunks", len(chunks))
+	}
+	p := r.Stats().SnapshotProgress()
+	if p.Done != 27000 || p.Estimated < 20000 || p.RowsPerSecond <= 0 || p.ETA != 0 {
+		t.Errorf("progress %+v", p)
+	}
+}
+
+// TestLoadResumesPerChunk: the load stops twice part-way (a chunk half in
+// the log), tables change meanwhile; the resumed load never emits a row
+// the log holds, skips finished chunks, and what the log ends up with
+// replays to the table's final content.
+func TestLoadResumesPerChunk(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE nums (id bigint PRIMARY KEY, v text);
+		INSERT INTO nums SELECT g, 'v' || g FROM generate_series(1, 30000) g; ANALYZE nums`)
+	d := newDedupe(4)
+	cfg := e.config(t, []string{"nums"}, true)
+	cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval = 1000, 3, 200, time.Millisecond
+	run := func(failAfter int) error {
+		d.mu.Lock()
+		d.failAfter, d.batches = failAfter, 0
+		d.mu.Unlock()
+		r := New(cfg, e.state, discard)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx, d) }()
+		for {
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(10 * time.Millisecond):
+				if r.Stats().Streaming.Load() {
+					return nil
+				}
+			}
+		}
+	}
+	if err := run(17); !errors.Is(err, errPlannedFailure) {
+		t.Fatalf("first run: %v", err)
+	}
+	var st sourceState
+	if _, err := loadJSON(t.Context(), e.state, "postgres/"+e.names.Slot, &st); err != nil || st.Load == nil || !st.Load.Planned {
+		t.Fatalf("state after the first stop: %+v %v", st, err)
+	}
+	firstDone := st.Load.Done
+	e.exec(t, `UPDATE nums SET v = 'changed' WHERE id % 997 = 0`)
+	e.exec(t, `DELETE FROM nums WHERE id % 1009 = 0`)
+	e.exec(t, `INSERT INTO nums SELECT g, 'new' FROM generate_series(30001, 30500) g`)
+	if err := run(23); !errors.Is(err, errPlannedFailure) {
+		t.Fatalf("second run: %v", err)
+	}
+	if _, err := loadJSON(t.Context(), e.state, "postgres/"+e.names.Slot, &st); err != nil || st.Load.Done <= firstDone {
+		t.Fatalf("the resumed load made no progress: %+v %v", st.Load, err)
+	}
+	e.exec(t, `UPDATE nums SET v = 'changed again' WHERE id % 499 = 0`)
+	e.startReader(t, []string{"nums"}, true, d, func(c *Config) {
+		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax, c.StatusInterval = cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval
+	})
+	e.exec(t, `INSERT INTO nums VALUES (0, 'last')`)
+	kept := d.waitFor(t, "the last insert", func(cs []source.Change) bool {
+		return len(cs) > 0 && cs[len(cs)-1].After != nil && cs[len(cs)-1].After[0] == int64(0)
+	})
+
+	reads := map[int64]int{}
+	state := map[int64]string{}
+	for _, ch := range kept {
+		switch ch.Op {
+		case source.OpRead:
+			id := ch.After[0].(int64)
+			reads[id]++
+			if reads[id] > 1 {
+				t.Fatalf("row %d loaded twice", id)
+			}
+			if _, ok := state[id]; !ok {
+				state[id] = ch.After[1].(string)
+			}
+		case source.OpCreate, source.OpUpdate:
+			state[ch.After[0].(int64)] = ch.After[1].(string)
+		case source.OpDelete:
+			delete(state, ch.Before[0].(int64))
+		}
+	}
+	rows, err := e.conn.Query(t.Context(), `SELECT id, v FROM nums`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var v string
+		if err := rows.Scan(&id, &v); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = v
+	}
+	if len(state) != len(want) {
+		t.Fatalf("replayed log has %d rows, the table %d", len(state), len(want))
+	}
+	for id, v := range want {
+		if state[id] != v {
+			t.Fatalf("row %d: log replays to %q, table has %q", id, state[id], v)
+		}
+	}
+	t.Logf("%d changes kept, %d dropped as already held", len(kept), d.dropped)
+}
+
+// failingState fails the first Save of one key, as a crash at that point.
+type failingState struct {
+	*memState
+	key    string
+	failed bool
+}
+
+func (s *failingState) Save(ctx context.Context, k string, v []byte) error {
+	if k == s.key && !s.failed {
+		s.failed = true
+		return errors.New("test: state lost")
+	}
+	return s.memState.Save(ctx, k, v)
+}
+
+// TestLoadStartsOverBeforeFirstRow: a load that stopped before its plan
+// was saved (so before any row reached the log) starts over on a new slot,
+// whose exported snapshot is exact.
+func TestLoadStartsOverBeforeFirstRow(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)`)
+	fs := &failingState{memState: e.state, key: "postgres/" + e.names.Slot + "/load-plan"}
+	r := New(e.config(t, []string{"t"}, true), fs, discard)
+	if err := r.Run(t.Context(), newCollector()); err == nil || !strings.Contains(err.Error(), "state lost") {
+		t.Fatalf("first run: %v", err)
+	}
+	first := slotConfirmed(t, e.conn, e.names.Slot)
+	e.exec(t, `INSERT INTO t VALUES (101)`)
+	c := newCollector()
+	e.start(t, []string{"t"}, true, c)
+	got := c.wait(t, 101)
+	for _, ch := range got {
+		if ch.Op != source.OpRead {
+			t.Fatalf("change %s: the new slot's snapshot has every row", ch.Op)
+		}
+	}
+	if again := slotConfirmed(t, e.conn, e.names.Slot); again <= first {
+		t.Fatalf("slot not created again: confirmed %X, was %X", again, first)
+	}
+}
+
+func TestChunkQuery(t *testing.T) {
+	ct := &catalogTable{schema: "s", name: "t", key: []string{"k", "n"}, columns: []catalogColumn{
+		{name: "k", typeName: "text"}, {name: "n", typeName: "integer"}, {name: "v", typeName: "aclitem"}}}
+	rel := &relation{table: nil, types: []*pgType{{}, {}, {text: true}}}
+	rel.table = mustTable(t, ct)
+	p := &tablePlan{Bounds: [][]string{{"a'b\\", "1"}, {"m", "2"}}}
+	q := buildChunkQuery(ct, rel, p, 1)
+	want := `COPY (SELECT "k", "n", "v"::text, (_cdcd_t."k")::text FROM "s"."t" AS _cdcd_t ` +
+		`WHERE (_cdcd_t."k", _cdcd_t."n") >= (E'a''b\\'::text, E'1'::integer) ` +
+		`AND (_cdcd_t."k", _cdcd_t."n") < (E'm'::text, E'2'::integer) ORDER BY (_cdcd_t."k")::text COLLATE "C", _cdcd_t."n") TO STDOUT (FORMAT binary)`
+	if q.sql != want {
+		t.Fatalf("got  %s\nwant %s", q.sql, want)
+	}
+	// Encoded keys sort as the chunk's ORDER BY does.
+	enc := func(k string, n int64) []byte {
+		b, err := appendKeyPart(nil, q.parts[0], nil, [][]byte{nil, nil, nil, []byte(k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err = appendKeyPart(b, q.parts[1], []any{nil, n}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ordered := [][]byte{enc("a", -5), enc("a", 3), enc("ab", -9), enc("b", 0)}
+	for i := 1; i < len(ordered); i++ {
+		if bytes.Compare(ordered[i-1], ordered[i]) >= 0 {
+			t.Fatalf("key %d does not sort after key %d", i, i-1)
+		}
+	}
+}
+
+func mustTable(t *testing.T, ct *catalogTable) *schema.Table {
+	t.Helper()
+	tbl := &schema.Table{Namespace: ct.schema, Name: ct.name}
+	for _, c := range ct.columns {
+		kind := schema.String
+		if c.typeName == "integer" {
+			kind = schema.Int32
+		}
+		tbl.Columns = append(tbl.Columns, schema.Column{Name: c.name, Kind: kind})
+	}
+	tbl.Key = []int{0, 1}
+	return tbl
+}

@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Spill files hold the messages of large transactions that PostgreSQL
+// streams before they commit (pgoutput protocol 2, streaming on): one file
+// per top-level transaction, named <xid>.spill in the spill directory,
+// appended to by each stream block and replayed when Stream Commit arrives,
+// so memory stays bounded whatever the transaction's size. A record is one
+// pgoutput message exactly as received (its type byte and, for changes,
+// the xid of the (sub)transaction it belongs to):
+//
+//	+----------------+-------------------+------------------------+
+//	| length uint32  | CRC-32C uint32    | pgoutput message ...   |
+//	| (of message)   | (of message)      |                        |
+//	+----------------+-------------------+------------------------+
+//
+// All integers big-endian. The files are never fsynced and never read
+// after a restart: PostgreSQL streams every transaction that had not
+// committed when the reader stopped again from its start, so the reader
+// clears the directory whenever it (re)connects. Frozen layout.
+const (
+	spillSuffix    = ".spill"
+	spillHeader    = 8
+	spillMaxRecord = 1 << 30 // a pgoutput message is at most 1 GB
+)
+
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	// errSpillCorrupt: a spill file failed its checks while being replayed.
+	errSpillCorrupt = errors.New("postgres: spill file corrupt")
+	// errSpillGap: a streamed transaction's messages are incomplete in this
+	// session; the reader reconnects, and the server streams it again whole.
+	errSpillGap = errors.New("postgres: streamed transaction incomplete")
+)
+
+// spillSet manages the spill files of the in-progress streamed
+// transactions. Not safe for concurrent use.
+type spillSet struct {
+	dir  string
+	open map[uint32]*spillFile // by top-level xid
+	// bytes is the size of all live spill files.
+	bytes int64
+}
+
+type spillFile struct {
+	path    string
+	f       *os.File
+	w       *bufio.Writer
+	size    int64
+	aborted map[uint32]bool // aborted subtransactions
+}
+
+// newSpillSet makes dir and removes spill files a previous session left.
+func newSpillSet(dir string) (*spillSet, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("postgres: spill directory: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: spill directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), spillSuffix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return nil, fmt.Errorf("postgres: remove old spill file: %w", err)
+			}
+		}
+	}
+	return &spillSet{dir: dir, open: map[uint32]*spillFile{}}, nil
+}
+
+// start begins a stream block of xid; first is set for its first block,
+// which starts the file afresh.
+func (s *spillSet) start(xid uint32, first bool) error {
+	sf := s.open[xid]
+	if sf == nil && !first {
+		return fmt.Errorf("%w: stream block of transaction %d continues one this session never saw", errSpillGap, xid)
+	}
+	if sf != nil && !first {
+		if sf.f == nil {
+			f, err := os.OpenFile(sf.path, os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				return fmt.Errorf("postgres: reopen spill file: %w", err)
+			}
+			sf.f, sf.w = f, bufio.NewWriterSize(f, 256<<10)
+		}
+		return nil
+	}
+	if sf != nil {
+		s.drop(xid)
+	}
+	path := filepath.Join(s.dir, strconv.FormatUint(uint64(xid), 10)+spillSuffix)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("postgres: create spill file: %w", err)
+	}
+	s.open[xid] = &spillFile{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), aborted: map[uint32]bool{}}
+	return nil
+}
+
+// write appends one message of xid's current stream block.
+func (s *spillSet) write(xid uint32, msg []byte) error {
+	sf := s.open[xid]
+	if sf == nil || sf.w == nil {
+		return fmt.Errorf("postgres: streamed message for transaction %d outside its stream block", xid)
+	}
+	var hdr [spillHeader]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(msg)))
+	binary.BigEndian.PutUint32(hdr[4:], crc32.Checksum(msg, castagnoli))
+	if _, err := sf.w.Write(hdr[:]); err != nil {
+		return fmt.Errorf("postgres: write spill file: %w", err)
+	}
+	if _, err := sf.w.Write(msg); err != nil {
+		return fmt.Errorf("postgres: write spill file: %w", err)
+	}
+	n := int64(spillHeader + len(msg))
+	sf.size += n
+	s.bytes += n
+	return nil
+}
+
+// stop ends xid's stream block: its buffer goes to the file, which is
+// closed until the next block (many transactions may be in progress).
+func (s *spillSet) stop(xid uint32) error {
+	sf := s.open[xid]
+	if sf == nil || sf.f == nil {
+		return nil
+	}
+	err := sf.w.Flush()
+	if cerr := sf.f.Close(); err == nil {
+		err = cerr
+	}
+	sf.f, sf.w = nil, nil
+	if err != nil {
+		return fmt.Errorf("postgres: flush spill file: %w", err)
+	}
+	return nil
+}
+
+// abort forgets subxid's changes, or the whole transaction when subxid is
+// the transaction itself.
+func (s *spillSet) abort(xid, subxid uint32) {
+	if xid == subxid {
+		s.drop(xid)
+		return
+	}
+	if sf := s.open[xid]; sf != nil {
+		sf.aborted[subxid] = true
+	}
+}
+
+// drop removes xid's file.
+func (s *spillSet) drop(xid uint32) {
+	sf := s.open[xid]
+	if sf == nil {
+		return
+	}
+	if sf.f != nil {
+		sf.f.Close()
+	}
+	os.Remove(sf.path)
+	s.bytes -= sf.size
+	delete(s.open, xid)
+}
+
+// replay calls fn with every message of xid in order, telling it whether
+// the message's (sub)transaction was aborted, then removes the file.
+func (s *spillSet) replay(xid uint32, fn func(msg []byte, aborted map[uint32]bool) error) error {
+	sf := s.open[xid]
+	if sf == nil {
+		return fmt.Errorf("%w: commit of streamed transaction %d, whose stream blocks this session never saw", errSpillGap, xid)
+	}
+	defer s.drop(xid)
+	if err := s.stop(xid); err != nil {
+		return err
+	}
+	f, err := os.Open(sf.path)
+	if err != nil {
+		return fmt.Errorf("postgres: open spill file: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 256<<10)
+	var hdr [spillHeader]byte
+	var buf []byte
+	for off := int64(0); ; {
+		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF {
+			if off != sf.size {
+				return fmt.Errorf("%w: %s ends at %d, %d bytes were written", errSpillCorrupt, sf.path, off, sf.size)
+			}
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("%w: %s at %d: %v", errSpillCorrupt, sf.path, off, err)
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n > spillMaxRecord {
+			return fmt.Errorf("%w: %s at %d: record of %d bytes", errSpillCorrupt, sf.path, off, n)
+		}
+		if cap(buf) < int(n) {
+			buf = make([]byte, n)
+		}
+		msg := buf[:n]
+		if _, err := io.ReadFull(r, msg); err != nil {
+			return fmt.Errorf("%w: %s at %d: %v", errSpillCorrupt, sf.path, off, err)
+		}
+		if crc32.Checksum(msg, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
+			return fmt.Errorf("%w: %s at %d: checksum mismatch", errSpillCorrupt, sf.path, off)
+		}
+		if err := fn(msg, sf.aborted); err != nil {
+			return err
+		}
+		off += int64(spillHeader) + int64(n)
+	}
+}
+
+// close removes every file (the session ends; PostgreSQL will stream the
+// unfinished transactions again).
+func (s *spillSet) close() {
+	for xid := range s.open {
+		s.drop(xid)
+	}
+}
