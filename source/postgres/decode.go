@@ -212,19 +212,26 @@ func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, out []
 		return out, err
 	}
 	if before != nil && keysDiffer(r.table, before, after) {
+		unchanged := false
 		for i, v := range after {
 			// The insert of the new key needs every value; the old row has
-			// the unchanged ones under REPLICA IDENTITY FULL, otherwise the
-			// sink resolves them from the old key's row.
+			// the unchanged ones under REPLICA IDENTITY FULL.
 			if schema.IsUnchanged(v) && m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld && !schema.IsUnchanged(before[i]) {
 				after[i] = before[i]
 			}
+			unchanged = unchanged || schema.IsUnchanged(after[i])
 		}
 		del, err := tx.change(r.table, source.OpDelete, before, nil)
 		if err != nil {
 			return out, err
 		}
-		ins, err := tx.change(r.table, source.OpCreate, nil, after)
+		// Otherwise the insert carries the old key as its before image, so
+		// a consumer can take the unchanged values from the old key's row.
+		var from []any
+		if unchanged {
+			from = before
+		}
+		ins, err := tx.change(r.table, source.OpCreate, from, after)
 		if err != nil {
 			return out, err
 		}

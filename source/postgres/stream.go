@@ -68,8 +68,17 @@ func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver
 	err = s.loop(ctx)
 	if ctx.Err() != nil && s.saved > 0 {
 		// Stopping: report what is durable so a restart re-sends less.
+		// CopyDone after it and waiting for the server's end of the stream
+		// makes sure the walsender read the status before the connection
+		// closes (it handles messages in order); the deadline bounds the
+		// wait while it drains what it was sending.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = s.status(sctx)
+		if err := s.status(sctx); err == nil {
+			_ = s.repl.Conn().SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := pglogrepl.SendStandbyCopyDone(sctx, s.repl); err != nil {
+				r.logger.Debug("end of replication stream not confirmed", "err", err)
+			}
+		}
 		cancel()
 	}
 	return err

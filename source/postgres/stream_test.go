@@ -227,7 +227,8 @@ func TestDDLMidStream(t *testing.T) {
 
 // TestUnchangedToastUnderEveryIdentity: an unchanged TOASTed value is
 // Unchanged (never NULL) in an update's after image; when the key changes
-// under REPLICA IDENTITY FULL the old row supplies it to the insert.
+// under REPLICA IDENTITY FULL the old row supplies it to the insert,
+// otherwise the insert carries the old key as its before image.
 func TestUnchangedToastUnderEveryIdentity(t *testing.T) {
 	t.Parallel()
 	e := setup(t, `CREATE TABLE td (id int PRIMARY KEY, body text, n int); ALTER TABLE td ALTER COLUMN body SET STORAGE EXTERNAL;
@@ -249,12 +250,19 @@ func TestUnchangedToastUnderEveryIdentity(t *testing.T) {
 	if got[3].Op != source.OpCreate || !schema.IsUnchanged(got[3].After[1]) {
 		t.Errorf("td key change insert = %s %v", got[3].Op, got[3].After)
 	}
+	// ... and names the old key, whose row holds the value.
+	if got[3].Before == nil || got[3].Before[0] != int64(1) {
+		t.Errorf("td key change insert before = %v, want the old key 1", got[3].Before)
+	}
+	if got[7].Before != nil {
+		t.Errorf("tf key change insert has a before image %v; it needs none", got[7].Before)
+	}
 	// tf: the key change's insert carries the value from the old row.
 	if got[7].Op != source.OpCreate || got[7].After[1] != big {
 		t.Errorf("tf key change insert lost the TOASTed value: %s %v", got[7].Op, got[7].After[0])
 	}
 	for _, ch := range got {
-		for _, v := range append(append([]any(nil), ch.Before...), ch.After...) {
+		for _, v := range ch.After {
 			if v == nil && ch.Op == source.OpCreate {
 				t.Errorf("NULL in an insert: %s %v", ch.Op, ch.After)
 			}
