@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
@@ -32,9 +33,14 @@ type SourceStatus struct {
 	Streaming    bool   `json:"streaming"`
 	Events       int64  `json:"events"`
 	SnapshotRows int64  `json:"snapshot_rows"`
-	FlushedLSN   string `json:"flushed_lsn"`
-	Flushed      uint64 `json:"flushed"`
-	ReceivedLSN  string `json:"received_lsn"`
+	// LoadRowsPerSecond and LoadETASeconds describe a running initial load
+	// (all tables): rows per second since this run's load started, and the
+	// time left at that rate (0 when unknown or done).
+	LoadRowsPerSecond float64 `json:"load_rows_per_second,omitempty"`
+	LoadETASeconds    float64 `json:"load_eta_seconds,omitempty"`
+	FlushedLSN        string  `json:"flushed_lsn"`
+	Flushed           uint64  `json:"flushed"`
+	ReceivedLSN       string  `json:"received_lsn"`
 }
 
 // TableStatus describes one table.
@@ -104,6 +110,7 @@ func ready(state string) bool { return state == StateStreaming || state == State
 func (d *Daemon) Status() Status {
 	ss := d.reader.Stats()
 	state := d.lifecycleState()
+	load := ss.SnapshotProgress()
 	st := Status{
 		Pipeline: d.cfg.Pipeline, Version: Version, State: state, Ready: ready(state),
 		Uptime: time.Since(d.started).Round(time.Second).String(),
@@ -113,6 +120,10 @@ func (d *Daemon) Status() Status {
 		},
 		Slot:   d.monitor.slot.status(),
 		Alerts: d.monitor.alerts.firing(),
+	}
+	if !st.Source.Streaming && load.RowsPerSecond > 0 {
+		st.Source.LoadRowsPerSecond = math.Round(load.RowsPerSecond)
+		st.Source.LoadETASeconds = load.ETA.Round(time.Second).Seconds()
 	}
 	sources := d.sourceTables()
 	for _, t := range d.sink.Stats() {

@@ -38,7 +38,8 @@ const usage = `cdcd — change data capture from PostgreSQL into Apache Iceberg
 Usage:
   cdcd demo [--data-dir DIR] [--keep]  start a throwaway PostgreSQL, capture a small shop, show the tables
   cdcd run -c FILE                      run the pipeline the config file describes
-  cdcd validate -c FILE                 check a config file; print every problem with its line
+  cdcd validate -c FILE [-print]        check a config file; print every problem with its line
+                                        (-print: the effective config, defaults filled, secrets redacted)
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
   cdcd compact [-c FILE] TABLE          compact a table now (the daemon compacts on its own too)
@@ -146,15 +147,27 @@ func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
 }
 
 func validateCmd(args []string, stdout, stderr io.Writer) int {
-	path, ok := configFlag("validate", args, stderr)
-	if !ok {
+	fs := flag.NewFlagSet("cdcd validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file (YAML)")
+	print := fs.Bool("print", false, "print the effective config: every default filled in, secrets redacted")
+	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if _, err := config.Load(path); err != nil {
+	if *path == "" {
+		fmt.Fprintln(stderr, "cdcd validate: -c FILE is required")
+		return exitUsage
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", path)
+	if *print {
+		fmt.Fprint(stdout, cfg.String())
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return exitOK
 }
 

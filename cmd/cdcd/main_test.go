@@ -53,7 +53,7 @@ func TestValidateAcceptsGoodConfig(t *testing.T) {
 	good := `pipeline: shop
 source:
   postgres:
-    dsn: postgres://localhost/shop
+    dsn: postgres://cdc:hunter2@localhost/shop
     tables: [orders]
 sink:
   iceberg:
@@ -64,6 +64,16 @@ sink:
 	}
 	if code, out, stderr := runCLI(t, "validate", "-c", path); code != exitOK || !strings.Contains(out, "ok") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	// -print: the effective config, defaults filled in, the password hidden.
+	code, out, stderr := runCLI(t, "validate", "-c", path, "-print")
+	if code != exitOK || strings.Contains(out, "hunter2") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	for _, want := range []string{"tables:\n      - public.orders", "slot: cdcd_shop", "heartbeat_interval: 10s", "mode: append", "target_file_size_mb: 128"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-print lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -120,6 +120,13 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 		}
 		fmt.Fprintln(w)
 	}
+	if src := st.Source; src.LoadRowsPerSecond > 0 {
+		eta := "unknown"
+		if src.LoadETASeconds > 0 {
+			eta = secondsText(src.LoadETASeconds)
+		}
+		fmt.Fprintf(w, "initial load: %s rows read, %s rows/s, about %s left\n", thousands(src.SnapshotRows), thousands(int64(src.LoadRowsPerSecond)), eta)
+	}
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
