@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -446,6 +447,8 @@ func (w *tableWriter) commitCompaction(ctx context.Context, c *compaction) error
 		p.batch.discard()
 		return err
 	}
+	obsolete := w.up.obsoletePosDeletes(c.old, c.newFiles)
+	p.removedDVs = append(p.removedDVs, obsolete...)
 	for i, df := range c.old {
 		if d, ok := w.up.dvs[df.FilePath()]; ok {
 			p.removedDVs = append(p.removedDVs, d)
@@ -536,7 +539,55 @@ func (w *tableWriter) commitCompaction(ctx context.Context, c *compaction) error
 		delete(w.up.dvs, df.FilePath())
 		delete(w.up.dvCache, df.FilePath())
 	}
+	if len(obsolete) > 0 {
+		gone := map[string]bool{}
+		for _, d := range obsolete {
+			gone[d.FilePath()] = true
+		}
+		w.up.posDeletes = slices.DeleteFunc(w.up.posDeletes, func(d iceberg.DataFile) bool { return gone[d.FilePath()] })
+	}
 	return nil
+}
+
+// obsoletePosDeletes returns the live position-delete files (v2) that
+// apply to no data file once removed are replaced by added: no remaining
+// data file's path lies within their file_path bounds. Such a file would
+// stay live forever (a compaction's new files have newer sequence numbers,
+// so it deletes nothing in them) and be read by every scan and compaction.
+// Files without bounds are kept.
+func (u *upsert) obsoletePosDeletes(removed, added []iceberg.DataFile) []iceberg.DataFile {
+	if len(u.posDeletes) == 0 {
+		return nil
+	}
+	gone := make(map[string]bool, len(removed))
+	for _, df := range removed {
+		gone[df.FilePath()] = true
+	}
+	remaining := make([]string, 0, len(u.data)+len(added))
+	for path := range u.data {
+		if !gone[path] {
+			remaining = append(remaining, path)
+		}
+	}
+	for _, df := range added {
+		remaining = append(remaining, df.FilePath())
+	}
+	slices.Sort(remaining)
+	pathField, _ := iceberg.PositionalDeleteSchema.FindFieldByName("file_path")
+	var out []iceberg.DataFile
+	for _, d := range u.posDeletes {
+		lo, okLo := d.LowerBoundValues()[pathField.ID]
+		hi, okHi := d.UpperBoundValues()[pathField.ID]
+		if !okLo || !okHi {
+			continue
+		}
+		// Truncated bounds (older files) only widen the range: still safe.
+		if i, _ := slices.BinarySearch(remaining, string(lo)); i < len(remaining) && remaining[i] <= string(hi) {
+			continue // a remaining file may be one it deletes from
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 type movedRef struct{ file, pos int32 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"strings"
 
@@ -278,10 +279,20 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	if err := wfs.WriteFile(path, data); err != nil {
 		return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
 	}
+	props := tbl.Properties()
+	if content == iceberg.EntryContentPosDeletes {
+		// Exact file_path bounds: a compaction removes a delete file once
+		// no live data file falls between them (see obsoletePosDeletes).
+		props = maps.Clone(props)
+		if props == nil {
+			props = iceberg.Properties{}
+		}
+		props[table.MetricsModeColumnConfPrefix+".file_path"] = "full"
+	}
 	args := table.DataFileArgs{
 		Schema: d.fs.ice, Spec: tbl.Spec(), Format: iceberg.ParquetFile, Metadata: md,
 		FilePath: path, FileSize: int64(len(data)), Content: content,
-		PartitionValues: part, Properties: tbl.Properties(),
+		PartitionValues: part, Properties: props,
 		FormatVersion: tbl.Metadata().Version(), ReferencedDataFile: ref,
 	}
 	if content == iceberg.EntryContentData {

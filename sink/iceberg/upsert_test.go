@@ -451,6 +451,24 @@ func TestCompaction(t *testing.T) {
 			compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
 			if version == 3 {
 				checkInvariants(t, cat, w.cfg.Ident)
+			} else {
+				// Position-delete files that applied only to the compacted
+				// files went with them; every one left covers a live file.
+				sum := w.tbl.CurrentSnapshot().Summary.Properties
+				if sum["removed-delete-files"] == "" || sum["removed-delete-files"] == "0" {
+					t.Errorf("the compaction removed no position-delete file: %v", sum)
+				}
+				pathField, _ := iceberg.PositionalDeleteSchema.FindFieldByName("file_path")
+				for _, d := range w.up.posDeletes {
+					lo, hi := string(d.LowerBoundValues()[pathField.ID]), string(d.UpperBoundValues()[pathField.ID])
+					covers := false
+					for path := range w.up.data {
+						covers = covers || (lo <= path && path <= hi)
+					}
+					if !covers {
+						t.Errorf("position-delete file %s [%s, %s] applies to no live data file", d.FilePath(), lo, hi)
+					}
+				}
 			}
 			// The index points every key at its row: more commits stay right,
 			// and a restart needs no rebuild.
