@@ -284,16 +284,18 @@ func sinkBenchChild(t *testing.T) {
 	var committedBefore int64 = -1
 	var maxHeap uint64
 	var ms runtime.MemStats
-	profiled := false
+	var profiledAt uint64
 	for {
 		runtime.ReadMemStats(&ms)
 		if ms.HeapInuse > maxHeap {
 			maxHeap = ms.HeapInuse
-			if p := os.Getenv("CDCD_SINK_BENCH_HEAP"); p != "" && maxHeap > 380<<20 && !profiled {
-				f, _ := os.Create(p)
+			// CDCD_SINK_BENCH_HEAP=file: a heap profile near the peak
+			// (rewritten whenever the heap grew another 64 MB past 256 MB).
+			if p := os.Getenv("CDCD_SINK_BENCH_HEAP"); p != "" && maxHeap > 256<<20 && maxHeap > profiledAt+64<<20 {
+				f, _ := os.Create(p + "." + os.Getenv("CDCD_SINK_BENCH_PHASE"))
 				pprof.WriteHeapProfile(f)
 				f.Close()
-				profiled = true
+				profiledAt = maxHeap
 			}
 		}
 		c := s.Stats()[0].Committed.Load()

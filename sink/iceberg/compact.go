@@ -14,7 +14,6 @@ import (
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
-	"github.com/parquet-go/parquet-go"
 )
 
 // Compaction, per upsert table, inside the table's own loop:
@@ -254,7 +253,8 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 		for j := range c.moved[i] {
 			c.moved[i][j] = newLoc{file: -1}
 		}
-		cur := &fileCursor{src: i, pf: pf, fields: fields, keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
+		cur := &fileCursor{src: i, rows: newRowReader(pf, fields), keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
+		closers = append(closers, cur.rows.close)
 		if ok, err := cur.next(); err != nil {
 			return err
 		} else if ok {
@@ -278,6 +278,11 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 	var path string
 	var values map[int]any
 	var pos int32
+	defer func() {
+		if d != nil {
+			d.abort(wfs) // failed or cancelled midway
+		}
+	}()
 	flush := func() error {
 		df, err := d.finish(wfs, path, tbl, values)
 		if err != nil {
@@ -293,12 +298,14 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 			if values, _, err = part.partition(cur.vals); err != nil {
 				return err
 			}
-			d = newDataFileWriter(fsch)
 			name := fmt.Sprintf("compact-%s-%05d.parquet", c.id[:16], len(c.newFiles))
 			if part.partitioned() {
 				name = part.path(values) + "/" + name
 			}
 			path = lp.NewDataLocation(name)
+			if d, err = streamDataFile(fsch, wfs, path); err != nil {
+				return err
+			}
 			pos = 0
 		}
 		if err := d.add(cur.vals); err != nil {
@@ -331,60 +338,36 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 }
 
 // fileCursor walks one data file's live rows in order (the file is sorted
-// by key), one row group at a time.
+// by key), streaming (see rowReader).
 type fileCursor struct {
 	src      int
-	pf       *parquet.File
-	fields   []iceberg.NestedField
+	rows     *rowReader
 	keyIdx   []int
 	keyTypes []iceberg.NestedField
 	deleted  *dv.RoaringPositionBitmap
 
-	rg    int     // next row group
-	cols  [][]any // current row group, per field
-	i     int     // next row in it
-	base  int64   // position of the row group's first row
-	pos   int64   // position of the current row
-	vals  []any   // current row
-	key   []byte  // its encoded key
-	nrows int64
+	pos  int64  // position of the current row
+	vals []any  // current row
+	key  []byte // its encoded key
 }
 
 func (c *fileCursor) next() (bool, error) {
 	for {
-		if c.cols == nil || c.i >= int(c.nrows) {
-			if c.cols != nil {
-				c.base += c.nrows
-			}
-			if c.rg >= len(c.pf.RowGroups()) {
-				return false, nil
-			}
-			rg := c.pf.RowGroups()[c.rg]
-			c.rg++
-			c.nrows, c.i = rg.NumRows(), 0
-			c.cols = make([][]any, len(c.fields))
-			for fi, f := range c.fields {
-				leaf, ok := leafFor(c.pf, f)
-				if !ok {
-					c.cols[fi] = make([]any, c.nrows) // a column the file predates: null
-					continue
-				}
-				vals, err := readChunk(rg.ColumnChunks()[leaf], f.Type, c.nrows)
-				if err != nil {
-					return false, fmt.Errorf("iceberg: compaction read %q: %w", f.Name, err)
-				}
-				c.cols[fi] = vals
-			}
+		// The row is written before the cursor moves on: reuse its slice.
+		if c.vals == nil {
+			c.vals = make([]any, len(c.rows.fields))
 		}
-		c.pos = c.base + int64(c.i)
-		r := c.i
-		c.i++
-		if c.deleted != nil && c.deleted.Contains(uint64(c.pos)) {
+		pos, ok, err := c.rows.next(c.vals)
+		if err != nil {
+			return false, fmt.Errorf("iceberg: compaction read: %w", err)
+		}
+		if !ok {
+			c.rows.close()
+			return false, nil
+		}
+		c.pos = pos
+		if c.deleted != nil && c.deleted.Contains(uint64(pos)) {
 			continue
-		}
-		c.vals = make([]any, len(c.fields))
-		for fi := range c.fields {
-			c.vals[fi] = c.cols[fi][r]
 		}
 		kv := make([]any, len(c.keyIdx))
 		for i, fi := range c.keyIdx {

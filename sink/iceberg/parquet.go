@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/big"
 	"strings"
@@ -206,11 +207,16 @@ func fixedTwosComplement(u *big.Int, n int) []byte {
 	return b
 }
 
-// dataFileWriter writes one Parquet data file into memory and, on finish,
-// stores it and returns its DataFile.
+// dataFileWriter writes one Parquet data file and, on finish, returns its
+// DataFile. newDataFileWriter buffers the file in memory (small files: a
+// delete file); streamDataFile writes it to its place as it goes, so a
+// large file (a compaction's, a big commit's) never sits in memory whole.
 type dataFileWriter struct {
 	fs   *fileSchema
-	buf  bytes.Buffer
+	buf  bytes.Buffer // in memory; or, streaming, the writer's sink:
+	out  icebergio.FileWriter
+	tail *tailWriter
+	path string
 	w    *parquet.Writer
 	row  parquet.Row
 	rows int64
@@ -220,6 +226,47 @@ func newDataFileWriter(fs *fileSchema) *dataFileWriter {
 	d := &dataFileWriter{fs: fs}
 	d.w = parquet.NewWriter(&d.buf, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(1<<20))
 	return d
+}
+
+// streamDataFile creates path and writes the file into it as rows come.
+// On failure call abort, which removes what was written.
+func streamDataFile(fs *fileSchema, wfs icebergio.WriteFileIO, path string) (*dataFileWriter, error) {
+	out, err := wfs.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: create %s: %w", path, err)
+	}
+	d := &dataFileWriter{fs: fs, out: out, tail: &tailWriter{w: out}, path: path}
+	d.w = parquet.NewWriter(d.tail, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(1<<20))
+	return d, nil
+}
+
+// abort gives up a streamed file and removes it.
+func (d *dataFileWriter) abort(wfs icebergio.WriteFileIO) {
+	if d.out != nil {
+		_ = d.out.Close()
+		_ = wfs.Remove(d.path)
+		d.out = nil
+	}
+}
+
+// tailWriter counts what passes to w and keeps the last bytes, where a
+// Parquet file's footer is.
+type tailWriter struct {
+	w    io.Writer
+	n    int64
+	last []byte
+}
+
+const tailKeep = 4 << 20
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	t.n += int64(n)
+	t.last = append(t.last, p[:n]...)
+	if len(t.last) > 2*tailKeep {
+		t.last = append(t.last[:0], t.last[len(t.last)-tailKeep:]...)
+	}
+	return n, err
 }
 
 // add writes one row, given in Iceberg field order.
@@ -250,7 +297,12 @@ func sortRow(r parquet.Row) {
 }
 
 // size is the bytes written so far (a lower bound before the last pages flush).
-func (d *dataFileWriter) size() int { return d.buf.Len() }
+func (d *dataFileWriter) size() int {
+	if d.tail != nil {
+		return int(d.tail.n)
+	}
+	return d.buf.Len()
+}
 
 // finish closes the file, stores it at path and builds its DataFile with
 // column statistics read from the footer.
@@ -265,9 +317,27 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 		part = partition[0]
 	}
 	if err := d.w.Close(); err != nil {
+		d.abort(wfs)
 		return nil, fmt.Errorf("iceberg: close parquet: %w", err)
 	}
-	data := d.buf.Bytes()
+	var data []byte
+	var size int64
+	if d.out != nil {
+		if path != d.path {
+			d.abort(wfs)
+			return nil, fmt.Errorf("iceberg: data file streamed to %s finished as %s", d.path, path)
+		}
+		err := d.out.Close()
+		d.out = nil
+		if err != nil {
+			_ = wfs.Remove(path)
+			return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
+		}
+		data, size = d.tail.last, d.tail.n
+	} else {
+		data = d.buf.Bytes()
+		size = int64(len(data))
+	}
 	footer, err := parquetFooter(data)
 	if err != nil {
 		return nil, err
@@ -276,8 +346,10 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: parse parquet footer: %w", err)
 	}
-	if err := wfs.WriteFile(path, data); err != nil {
-		return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
+	if d.tail == nil {
+		if err := wfs.WriteFile(path, data); err != nil {
+			return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
+		}
 	}
 	props := tbl.Properties()
 	if content == iceberg.EntryContentPosDeletes {
@@ -291,7 +363,7 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	}
 	args := table.DataFileArgs{
 		Schema: d.fs.ice, Spec: tbl.Spec(), Format: iceberg.ParquetFile, Metadata: md,
-		FilePath: path, FileSize: int64(len(data)), Content: content,
+		FilePath: path, FileSize: size, Content: content,
 		PartitionValues: part, Properties: props,
 		FormatVersion: tbl.Metadata().Version(), ReferencedDataFile: ref,
 	}
@@ -301,7 +373,8 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	return table.DataFileFromMetadata(args)
 }
 
-// parquetFooter returns the Thrift footer of a complete Parquet file.
+// parquetFooter returns the Thrift footer of a complete Parquet file, given
+// the file or its tail.
 func parquetFooter(data []byte) ([]byte, error) {
 	if len(data) < 12 || string(data[len(data)-4:]) != "PAR1" {
 		return nil, errors.New("iceberg: not a complete parquet file")

@@ -51,75 +51,155 @@ func leafFor(pf *parquet.File, f iceberg.NestedField) (int, bool) {
 	return 0, false
 }
 
-// readColumns calls fn(position, values) for every row of the file, with the
-// values of fields (in cdcd's Go representation) in fields' order.
-func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []any) error) error {
-	leaves := make([]int, len(fields))
+// rowReader streams a data file's rows, the values of fields in fields'
+// order, one page per column in memory at a time: a compaction merges many
+// files and an index rebuild reads large ones, so nothing may hold a whole
+// row group's columns. A column the file lacks (it predates the column)
+// reads as NULL.
+type rowReader struct {
+	pf      *parquet.File
+	fields  []iceberg.NestedField
+	leaves  []int // leaf column per field; -1 when missing
+	rg      int   // next row group
+	left    int64 // rows left in the current row group
+	streams []*columnStream
+	pos     int64 // position of the next row
+}
+
+func newRowReader(pf *parquet.File, fields []iceberg.NestedField) *rowReader {
+	r := &rowReader{pf: pf, fields: fields, leaves: make([]int, len(fields)), streams: make([]*columnStream, len(fields))}
 	for i, f := range fields {
-		leaf, ok := leafFor(pf, f)
-		if !ok {
-			return fmt.Errorf("iceberg: data file lacks column %q", f.Name)
+		r.leaves[i] = -1
+		if leaf, ok := leafFor(pf, f); ok {
+			r.leaves[i] = leaf
 		}
-		leaves[i] = leaf
 	}
-	var base int64
-	for _, rg := range pf.RowGroups() {
-		n := rg.NumRows()
-		cols := make([][]any, len(fields))
-		for i, leaf := range leaves {
-			vals, err := readChunk(rg.ColumnChunks()[leaf], fields[i].Type, n)
-			if err != nil {
-				return fmt.Errorf("iceberg: column %q: %w", fields[i].Name, err)
-			}
-			cols[i] = vals
+	return r
+}
+
+// next fills vals (len(fields)) with the next row and returns its
+// position; ok is false after the last row.
+func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
+	for r.left == 0 {
+		r.closeStreams()
+		if r.rg >= len(r.pf.RowGroups()) {
+			return 0, false, nil
 		}
-		row := make([]any, len(fields))
-		for r := int64(0); r < n; r++ {
-			for i := range cols {
-				row[i] = cols[i][r]
-			}
-			if err := fn(base+r, row); err != nil {
-				return err
+		rg := r.pf.RowGroups()[r.rg]
+		r.rg++
+		r.left = rg.NumRows()
+		for i, leaf := range r.leaves {
+			if leaf >= 0 {
+				r.streams[i] = &columnStream{pages: rg.ColumnChunks()[leaf].Pages()}
 			}
 		}
-		base += n
+	}
+	for i, st := range r.streams {
+		if st == nil {
+			vals[i] = nil
+			continue
+		}
+		v, err := st.next()
+		if err != nil {
+			return 0, false, fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, err)
+		}
+		vals[i] = fromParquet(r.fields[i].Type, v) // copies: the page is released later
+	}
+	r.left--
+	pos = r.pos
+	r.pos++
+	return pos, true, nil
+}
+
+func (r *rowReader) closeStreams() {
+	for i, st := range r.streams {
+		if st != nil {
+			st.close()
+			r.streams[i] = nil
+		}
+	}
+}
+
+// close releases the pages in use.
+func (r *rowReader) close() { r.closeStreams() }
+
+// columnStream reads one column chunk value by value, a page at a time.
+type columnStream struct {
+	pages parquet.Pages
+	page  parquet.Page // the page buf's values come from
+	vr    parquet.ValueReader
+	done  bool // vr is exhausted (its page is released on the next fill)
+	buf   []parquet.Value
+	n, i  int
+}
+
+func (s *columnStream) next() (parquet.Value, error) {
+	for s.i >= s.n {
+		if err := s.fill(); err != nil {
+			return parquet.Value{}, err
+		}
+	}
+	v := s.buf[s.i]
+	s.i++
+	return v, nil
+}
+
+func (s *columnStream) fill() error {
+	if s.buf == nil {
+		s.buf = make([]parquet.Value, 256)
+	}
+	if s.done {
+		s.release()
+	}
+	if s.vr == nil {
+		p, err := s.pages.ReadPage()
+		if errors.Is(err, io.EOF) {
+			return io.ErrUnexpectedEOF // fewer values than the row group has rows
+		}
+		if err != nil {
+			return err
+		}
+		s.page, s.vr = p, p.Values()
+	}
+	n, err := s.vr.ReadValues(s.buf)
+	s.n, s.i = n, 0
+	switch {
+	case errors.Is(err, io.EOF):
+		s.done = true
+	case err != nil:
+		return err
 	}
 	return nil
 }
 
-func readChunk(cc parquet.ColumnChunk, typ iceberg.Type, n int64) ([]any, error) {
-	out := make([]any, 0, n)
-	pages := cc.Pages()
-	defer pages.Close()
-	buf := make([]parquet.Value, 1024)
+func (s *columnStream) release() {
+	if s.page != nil {
+		parquet.Release(s.page)
+	}
+	s.page, s.vr, s.done = nil, nil, false
+}
+
+func (s *columnStream) close() {
+	s.release()
+	s.pages.Close()
+}
+
+// readColumns calls fn(position, values) for every row of the file, with the
+// values of fields (in cdcd's Go representation) in fields' order; vals is
+// reused between calls. A field the file lacks reads as NULL.
+func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []any) error) error {
+	r := newRowReader(pf, fields)
+	defer r.close()
+	vals := make([]any, len(fields))
 	for {
-		p, err := pages.ReadPage()
-		if errors.Is(err, io.EOF) {
-			break
+		pos, ok, err := r.next(vals)
+		if err != nil || !ok {
+			return err
 		}
-		if err != nil {
-			return nil, err
+		if err := fn(pos, vals); err != nil {
+			return err
 		}
-		vr := p.Values()
-		for {
-			k, err := vr.ReadValues(buf)
-			for _, v := range buf[:k] {
-				out = append(out, fromParquet(typ, v))
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				parquet.Release(p)
-				return nil, err
-			}
-		}
-		parquet.Release(p)
 	}
-	if int64(len(out)) != n {
-		return nil, fmt.Errorf("read %d values for %d rows", len(out), n)
-	}
-	return out, nil
 }
 
 // fromParquet converts a parquet value to cdcd's Go representation of typ.

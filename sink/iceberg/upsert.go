@@ -443,6 +443,13 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	}
 	files := map[string]*open{}
 	var order []string
+	defer func() { // on failure: no half-written file stays behind
+		for _, o := range files {
+			if o.d != nil {
+				o.d.abort(wfs)
+			}
+		}
+	}()
 	flush := func(o *open) error {
 		df, err := o.d.finish(wfs, o.path, tbl, o.values)
 		if err != nil {
@@ -475,10 +482,12 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			order = append(order, key)
 		}
 		if o.d == nil {
-			o.d = newDataFileWriter(fsch)
 			o.path = w.newFileLocation(tbl, "parquet")
 			if part.partitioned() {
 				o.path = w.newPartitionedLocation(tbl, part.path(values), "parquet")
+			}
+			if o.d, err = streamDataFile(fsch, wfs, o.path); err != nil {
+				return err
 			}
 		}
 		if err := o.d.add(vals); err != nil {
