@@ -270,8 +270,9 @@ func sinkBenchChild(t *testing.T) {
 	for _, p := range info.Partitions {
 		total += p.End
 	}
-	if p := os.Getenv("CDCD_SINK_BENCH_CPU"); p != "" && topic == "bench" && os.Getenv("CDCD_SINK_BENCH_PHASE") == "inserts" {
-		f, _ := os.Create(p)
+	// CDCD_SINK_BENCH_CPU=file: a CPU profile per phase (file.<phase>).
+	if p := os.Getenv("CDCD_SINK_BENCH_CPU"); p != "" {
+		f, _ := os.Create(p + "." + os.Getenv("CDCD_SINK_BENCH_PHASE"))
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
