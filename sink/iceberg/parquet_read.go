@@ -57,7 +57,13 @@ func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int
 	leaves := make([]int, len(fields))
 	for i, f := range fields {
 		leaf, ok := leafFor(pf, f)
-		if !ok {
+		switch {
+		case ok:
+		case !f.Required:
+			// Added after the file was written: NULL in its rows, as
+			// Iceberg reads an optional column a file lacks.
+			leaf = -1
+		default:
 			return fmt.Errorf("iceberg: data file lacks column %q", f.Name)
 		}
 		leaves[i] = leaf
@@ -67,6 +73,10 @@ func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int
 		n := rg.NumRows()
 		cols := make([][]any, len(fields))
 		for i, leaf := range leaves {
+			if leaf < 0 {
+				cols[i] = make([]any, n)
+				continue
+			}
 			vals, err := readChunk(rg.ColumnChunks()[leaf], fields[i].Type, n)
 			if err != nil {
 				return fmt.Errorf("iceberg: column %q: %w", fields[i].Name, err)
