@@ -292,8 +292,11 @@ func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.P
 		// This pipeline asked for the slot and stopped before it heard
 		// back: nothing was loaded or confirmed from it, and the snapshot
 		// it exported is gone. Waits while a walsender still creates it.
-		r.logger.Warn("the last run stopped while creating the slot; creating it again", "slot", r.cfg.Slot)
-		if err := pglogrepl.DropReplicationSlot(ctx, repl, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+		// (An unfinished slot goes away with its walsender, hence a slot
+		// that is gone by the time it is dropped.)
+		r.logger.Warn("the last run stopped while creating the slot; creating it again")
+		err := pglogrepl.DropReplicationSlot(ctx, repl, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+		if pe := (*pgconn.PgError)(nil); err != nil && !(errors.As(err, &pe) && pe.Code == "42704") {
 			return 0, fmt.Errorf("postgres: drop the half-created slot %s: %w", r.cfg.Slot, err)
 		}
 		return r.createSlot(ctx, conn, repl, types, tables, st, e)
