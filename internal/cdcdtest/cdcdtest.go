@@ -45,9 +45,11 @@ func Build(dir string) (string, error) {
 type Child struct {
 	Cmd   *exec.Cmd
 	Admin string // the admin listener's host:port
-	// Done receives the result of Wait once the process has exited.
-	Done chan error
-	exit error
+	// Done receives the result of Wait once the process has exited; use
+	// Wait, Kill or Exited rather than receiving from it.
+	Done   chan error
+	exited bool
+	exit   error
 }
 
 // Start runs bin with `run -c cfgPath`, its output appended to logFile and
@@ -76,12 +78,7 @@ func Start(t testing.TB, bin, cfgPath, admin string, logFile *os.File, env ...st
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-c.Done
-		}
-	})
+	t.Cleanup(c.Kill)
 	return c
 }
 
@@ -97,22 +94,47 @@ func (c *Child) Status() (daemon.Status, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// Kill sends SIGKILL and waits for the process to end.
+// Kill sends SIGKILL and waits for the process to end (at once if it has
+// already ended).
 func (c *Child) Kill() {
+	if c.Exited() {
+		return
+	}
 	_ = c.Cmd.Process.Signal(syscall.SIGKILL)
-	c.exit = <-c.Done
+	c.ended(<-c.Done)
 }
 
 // Wait waits up to d for the child to exit on its own and reports whether
 // it did; its result is then ExitErr.
 func (c *Child) Wait(d time.Duration) bool {
+	if c.exited {
+		return true
+	}
 	select {
-	case c.exit = <-c.Done:
+	case err := <-c.Done:
+		c.ended(err)
 		return true
 	case <-time.After(d):
 		return false
 	}
 }
+
+// Exited reports, without waiting, whether the child has exited.
+func (c *Child) Exited() bool {
+	if c.exited {
+		return true
+	}
+	select {
+	case err := <-c.Done:
+		c.ended(err)
+		return true
+	default:
+		return false
+	}
+}
+
+// ended records the result of Wait, received from Done.
+func (c *Child) ended(err error) { c.exited, c.exit = true, err }
 
 // ExitErr is the result of the child's Wait once it has exited (through
 // Kill or Wait).
@@ -121,17 +143,17 @@ func (c *Child) ExitErr() error { return c.exit }
 // KilledBySIGKILL reports whether a finished child died of SIGKILL (sent
 // by the test or by an armed failpoint).
 func (c *Child) KilledBySIGKILL() bool {
-	ps := c.Cmd.ProcessState
-	if ps == nil {
+	if !c.exited {
 		return false
 	}
+	ps := c.Cmd.ProcessState
 	ws, ok := ps.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // ExitCode is the finished child's exit code (-1 if it died of a signal).
 func (c *Child) ExitCode() int {
-	if c.Cmd.ProcessState == nil {
+	if !c.exited {
 		return -1
 	}
 	return c.Cmd.ProcessState.ExitCode()
@@ -146,7 +168,7 @@ func (c *Child) WaitUntil(t testing.TB, what string, timeout time.Duration, ok f
 	for !ok() {
 		select {
 		case err := <-c.Done:
-			c.exit = err
+			c.ended(err)
 			t.Fatalf("cdcd exited while waiting for %s: %v", what, err)
 		default:
 		}

@@ -323,8 +323,12 @@ func abbrev(s string) string {
 
 // checkInvariants checks an Iceberg table's metadata: no data file live
 // twice, at most one live deletion vector per data file (v3) and none for
-// a file that is not live, and the cdcd.offsets of the snapshot ancestry
-// never moving backwards, ending at the log's end offsets (end).
+// a file that is not live, no commit id on two snapshots, and the
+// cdcd.offsets of the snapshot ancestry never moving backwards and ending
+// at the log's end offsets (end). Summaries record only where each commit
+// ends, so consecutive ones tile the log by construction once they never
+// go back and the newest ends where the log does; in changelog mode
+// checkCoverage checks the tiling row by row.
 func checkInvariants(t *testing.T, ctx context.Context, tbl *table.Table, pipeline string, end []int64) (snapshots int) {
 	t.Helper()
 	name := strings.Join(tbl.Identifier(), ".")
@@ -382,10 +386,17 @@ func checkInvariants(t *testing.T, ctx context.Context, tbl *table.Table, pipeli
 	}
 	var prev map[string]int64
 	var prevID int64
+	commits := map[string]int64{}
 	for i := len(chain) - 1; i >= 0; i-- {
 		s := chain[i]
 		if s.Summary == nil {
 			continue
+		}
+		if id, ok := s.Summary.Properties[sinkice.PropCommitID]; ok {
+			if other, dup := commits[id]; dup {
+				t.Errorf("%s: commit %s landed twice, as snapshots %d and %d", name, id, other, s.SnapshotID)
+			}
+			commits[id] = s.SnapshotID
 		}
 		off, ok := s.Summary.Properties[sinkice.PropOffsets]
 		if !ok {

@@ -437,6 +437,11 @@ func (w *workload) step(ctx context.Context) (time.Duration, error) {
 	case r < 830:
 		op = "bulk-insert"
 		err = w.inTx(ctx, func(tx pgx.Tx) error { return w.bulkInsert(ctx, tx, 10+w.rng.IntN(300)) })
+	case r < 834 && w.rng.IntN(max(w.cfg.BigTx, 6000)) >= 6000:
+		// Larger transactions come rarer: as many rows per step whatever
+		// their size.
+		op = "bulk-insert"
+		err = w.inTx(ctx, func(tx pgx.Tx) error { return w.bulkInsert(ctx, tx, 10+w.rng.IntN(300)) })
 	case r < 834:
 		op = "big-tx"
 		err = w.inTx(ctx, func(tx pgx.Tx) error {
