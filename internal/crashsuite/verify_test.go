@@ -179,8 +179,10 @@ type clRow struct {
 // changelog row does not name the old key); a truncate (its own
 // transaction in the workload, recorded in partition 0) removes every key
 // whose last change has a lower commit LSN. It also returns every
-// (partition, offset) present, counted.
-func foldChangelog(s *scanned) (rowset, map[[2]int64]int, []int64, error) {
+// (partition, offset) present, counted, the truncates' LSNs and how many
+// values it took from an old key.
+func foldChangelog(s *scanned) (rowset, map[[2]int64]int, []int64, int, error) {
+	fromOld := 0
 	var rows []clRow
 	seen := map[[2]int64]int{}
 	var truncates []int64
@@ -188,14 +190,14 @@ func foldChangelog(s *scanned) (rowset, map[[2]int64]int, []int64, error) {
 		c := clRow{op: r["_cdc_op"], vals: map[string]string{}}
 		var err error
 		if c.lsn, err = strconv.ParseInt(r["_cdc_lsn"], 10, 64); err != nil {
-			return nil, nil, nil, fmt.Errorf("_cdc_lsn %q", r["_cdc_lsn"])
+			return nil, nil, nil, 0, fmt.Errorf("_cdc_lsn %q", r["_cdc_lsn"])
 		}
 		c.part, _ = strconv.ParseInt(r["_cdc_partition"], 10, 64)
 		c.off, _ = strconv.ParseInt(r["_cdc_offset"], 10, 64)
 		seen[[2]int64{c.part, c.off}]++
 		if u := r["_cdc_unchanged"]; u != null && u != "" {
 			if err := json.Unmarshal([]byte(u), &c.unchanged); err != nil {
-				return nil, nil, nil, fmt.Errorf("_cdc_unchanged %q: %w", u, err)
+				return nil, nil, nil, 0, fmt.Errorf("_cdc_unchanged %q: %w", u, err)
 			}
 		}
 		for k, v := range r {
@@ -249,12 +251,13 @@ func foldChangelog(s *scanned) (rowset, map[[2]int64]int, []int64, error) {
 			if r.op == "c" {
 				if d := deletes[r.lsn]; len(d) == 1 {
 					from = last[d[0]]
+					fromOld++
 				} else {
-					return nil, nil, nil, fmt.Errorf("key %s: insert with unchanged %s at LSN %d, but %d deletes in its transaction", k, col, r.lsn, len(d))
+					return nil, nil, nil, 0, fmt.Errorf("key %s: insert with unchanged %s at LSN %d, but %d deletes in its transaction", k, col, r.lsn, len(d))
 				}
 			}
 			if from == nil {
-				return nil, nil, nil, fmt.Errorf("key %s: %s unchanged at LSN %d with no earlier value", k, col, r.lsn)
+				return nil, nil, nil, 0, fmt.Errorf("key %s: %s unchanged at LSN %d with no earlier value", k, col, r.lsn)
 			}
 			vals[col] = from.vals[col]
 		}
@@ -273,7 +276,7 @@ func foldChangelog(s *scanned) (rowset, map[[2]int64]int, []int64, error) {
 			out[k] = st.vals
 		}
 	}
-	return out, seen, truncates, nil
+	return out, seen, truncates, fromOld, nil
 }
 
 // compareRows reports the rows that differ in the source's columns (the
