@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -412,6 +413,28 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	for _, l := range summary {
 		t.Log(l)
 	}
+	t.Logf("what the daemon went through: %s", logEvents(string(b)))
+}
+
+var logMsg = regexp.MustCompile(`level=(WARN|ERROR) msg=("[^"]*"|\S+)|msg=("replayed a transaction streamed before its commit"|compacted|"resuming the initial load")`)
+
+// logEvents counts the daemon's warnings and errors, and a few events
+// worth knowing a run met, by message.
+func logEvents(log string) string {
+	n := map[string]int{}
+	for _, m := range logMsg.FindAllStringSubmatch(log, -1) {
+		msg := m[2] + m[3]
+		if m[1] != "" {
+			msg = m[1] + " " + msg
+		}
+		n[msg]++
+	}
+	var out []string
+	for msg, c := range n {
+		out = append(out, fmt.Sprintf("%d× %s", c, msg))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
 // checkCoverage checks a changelog table against its topic: every record
