@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build test race lint bench demo clean
+.PHONY: all build test race lint bench soak demo clean
 
 all: build
 
@@ -23,6 +23,17 @@ lint: ## gofmt and go vet must be clean
 
 bench: ## benchmarks that print ratios against the raw limits measured in the same run
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./log/
+
+# The crash suite's soak: KILLS kills per configuration (upsert-v3,
+# upsert-v2, changelog; pick with CONFIGS=upsert-v3), in rounds of ROUND
+# kills, each round on a fresh database and checked on its own. SEED=N
+# replays a printed seed; BIG_TX sizes the large transactions.
+KILLS   ?= 500
+ROUND   ?= 50
+BIG_TX  ?= 50000
+soak: ## the crash suite with KILLS kills per configuration (see internal/crashsuite)
+	CDCD_CRASH_KILLS=$(KILLS) CDCD_CRASH_ROUND=$(ROUND) CDCD_CRASH_CONFIGS=$(CONFIGS) CDCD_CRASH_SEED=$(SEED) CDCD_CRASH_BIG_TX=$(BIG_TX) \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./internal/crashsuite/
 
 demo: ## README's first command
 	$(GO) run ./cmd/cdcd demo

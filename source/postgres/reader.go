@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/source"
 )
 
@@ -287,6 +288,19 @@ func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.P
 		}
 		return r.createSlot(ctx, conn, repl, types, tables, st, e)
 	}
+	if !st.SlotCreated && st.Creating == r.cfg.Slot {
+		// This pipeline asked for the slot and stopped before it heard
+		// back: nothing was loaded or confirmed from it, and the snapshot
+		// it exported is gone. Waits while a walsender still creates it.
+		// (An unfinished slot goes away with its walsender, hence a slot
+		// that is gone by the time it is dropped.)
+		r.logger.Warn("the last run stopped while creating the slot; creating it again")
+		err := pglogrepl.DropReplicationSlot(ctx, repl, r.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+		if pe := (*pgconn.PgError)(nil); err != nil && !(errors.As(err, &pe) && pe.Code == "42704") {
+			return 0, fmt.Errorf("postgres: drop the half-created slot %s: %w", r.cfg.Slot, err)
+		}
+		return r.createSlot(ctx, conn, repl, types, tables, st, e)
+	}
 	var dbName string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
 		return 0, fmt.Errorf("postgres: current database: %w", err)
@@ -345,17 +359,26 @@ func (r *Reader) createSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 	if r.cfg.Snapshot {
 		action = "EXPORT_SNAPSHOT"
 	}
+	// The intent goes first: a crash after the server made the slot and
+	// before the state below is saved (or a walsender that finishes the
+	// slot after its client died) leaves a slot only this record names,
+	// and the next start creates it again (prepareSlot).
+	st.Creating = r.cfg.Slot
+	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+		return 0, err
+	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: create replication slot %s: %w", r.cfg.Slot, err)
 	}
+	failpoint.Hit("source.after-slot-created")
 	cp, err := parseLSN(res.ConsistentPoint)
 	if err != nil {
 		return 0, err
 	}
 	r.logger.Info("created replication slot", "consistent_point", res.ConsistentPoint)
-	st.Slot, st.SlotCreated, st.SnapshotDone, st.Confirmed, st.Load = r.cfg.Slot, true, !r.cfg.Snapshot, cp, nil
+	st.Slot, st.SlotCreated, st.SnapshotDone, st.Confirmed, st.Load, st.Creating = r.cfg.Slot, true, !r.cfg.Snapshot, cp, nil, ""
 	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
 		return 0, err
 	}

@@ -283,6 +283,10 @@ type sourceState struct {
 	Slot         string `json:"slot"`
 	SlotCreated  bool   `json:"slot_created"`
 	SnapshotDone bool   `json:"snapshot_done"`
+	// Creating names the slot being created until SlotCreated is saved:
+	// a slot of that name found at start was made for this pipeline by a
+	// run that stopped before it could record it.
+	Creating string `json:"creating,omitempty"`
 	// Confirmed is the newest LSN the reader has reported to the server as
 	// flushed, saved before it is reported: the slot can't legitimately be
 	// ahead of it.
