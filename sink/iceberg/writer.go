@@ -462,7 +462,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 				to = wt
 			}
 			switch {
-			case to.Equals(typ) || promotable(typ, to):
+			case sameType(to, typ) || promotable(typ, to): // a list's element id is the catalog's
 			case promotable(to, typ):
 				widen[c.Name] = typ
 			default:
