@@ -363,12 +363,12 @@ func (c *fileCursor) next() (bool, error) {
 			c.nrows, c.i = rg.NumRows(), 0
 			c.cols = make([][]any, len(c.fields))
 			for fi, f := range c.fields {
-				leaf, ok := leafFor(c.pf, f)
+				fc, ok := columnFor(c.pf, f)
 				if !ok {
 					c.cols[fi] = make([]any, c.nrows) // a column the file predates: null
 					continue
 				}
-				vals, err := readChunk(rg.ColumnChunks()[leaf], f.Type, c.nrows)
+				vals, err := readField(rg, fc, f.Type, c.nrows)
 				if err != nil {
 					return false, fmt.Errorf("iceberg: compaction read %q: %w", f.Name, err)
 				}

@@ -35,48 +35,103 @@ func parquetFile(fs icebergio.IO, path string) (*parquet.File, func(), error) {
 	return pf, func() { f.Close() }, nil
 }
 
-// leafFor finds the leaf column of field f in a data file: by field id
-// first, by name for files written without ids.
-func leafFor(pf *parquet.File, f iceberg.NestedField) (int, bool) {
-	for _, field := range pf.Schema().Fields() {
+// fileColumn is where a field's values are in a data file: its leaf
+// column and, for a list, the nodes from the field down to the leaf.
+type fileColumn struct {
+	leaf  int
+	nodes []nodeKind // nil for a flat column
+}
+
+// nodeKind is a node's repetition in a file's schema.
+type nodeKind byte
+
+const (
+	nodeRequired nodeKind = iota
+	nodeOptional
+	nodeRepeated
+)
+
+// columnFor finds field f in a data file: by field id first, by name for
+// files written without ids.
+func columnFor(pf *parquet.File, f iceberg.NestedField) (fileColumn, bool) {
+	root := pf.Schema()
+	var top parquet.Field
+	for _, field := range root.Fields() {
 		if field.ID() == f.ID {
-			if col, ok := pf.Schema().Lookup(field.Name()); ok {
-				return col.ColumnIndex, true
+			top = field
+			break
+		}
+	}
+	if top == nil {
+		for _, field := range root.Fields() {
+			if field.Name() == f.Name {
+				top = field
+				break
 			}
 		}
 	}
-	if col, ok := pf.Schema().Lookup(f.Name); ok {
-		return col.ColumnIndex, true
+	if top == nil {
+		return fileColumn{}, false
 	}
-	return 0, false
+	path := []string{top.Name()}
+	var nodes []nodeKind
+	var n parquet.Node = top
+	for {
+		switch {
+		case n.Repeated():
+			nodes = append(nodes, nodeRepeated)
+		case n.Optional():
+			nodes = append(nodes, nodeOptional)
+		default:
+			nodes = append(nodes, nodeRequired)
+		}
+		if n.Leaf() {
+			break
+		}
+		children := n.Fields()
+		if len(children) != 1 {
+			return fileColumn{}, false // a struct: cdcd writes none
+		}
+		path = append(path, children[0].Name())
+		n = children[0]
+	}
+	col, ok := root.Lookup(path...)
+	if !ok {
+		return fileColumn{}, false
+	}
+	fc := fileColumn{leaf: col.ColumnIndex}
+	if len(nodes) > 1 {
+		fc.nodes = nodes
+	}
+	return fc, true
 }
 
 // readColumns calls fn(position, values) for every row of the file, with the
 // values of fields (in cdcd's Go representation) in fields' order.
 func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []any) error) error {
-	leaves := make([]int, len(fields))
+	cols := make([]fileColumn, len(fields))
 	for i, f := range fields {
-		leaf, ok := leafFor(pf, f)
+		fc, ok := columnFor(pf, f)
 		if !ok {
 			return fmt.Errorf("iceberg: data file lacks column %q", f.Name)
 		}
-		leaves[i] = leaf
+		cols[i] = fc
 	}
 	var base int64
 	for _, rg := range pf.RowGroups() {
 		n := rg.NumRows()
-		cols := make([][]any, len(fields))
-		for i, leaf := range leaves {
-			vals, err := readChunk(rg.ColumnChunks()[leaf], fields[i].Type, n)
+		vals := make([][]any, len(fields))
+		for i, fc := range cols {
+			v, err := readField(rg, fc, fields[i].Type, n)
 			if err != nil {
 				return fmt.Errorf("iceberg: column %q: %w", fields[i].Name, err)
 			}
-			cols[i] = vals
+			vals[i] = v
 		}
 		row := make([]any, len(fields))
 		for r := int64(0); r < n; r++ {
-			for i := range cols {
-				row[i] = cols[i][r]
+			for i := range vals {
+				row[i] = vals[i][r]
 			}
 			if err := fn(base+r, row); err != nil {
 				return err
@@ -87,39 +142,152 @@ func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int
 	return nil
 }
 
+// readField reads the n values of a field of type typ in a row group.
+func readField(rg parquet.RowGroup, fc fileColumn, typ iceberg.Type, n int64) ([]any, error) {
+	cc := rg.ColumnChunks()[fc.leaf]
+	l, list := typ.(*iceberg.ListType)
+	if list != (fc.nodes != nil) {
+		return nil, fmt.Errorf("the data file's column does not have the shape of %s", typ)
+	}
+	if !list {
+		return readChunk(cc, typ, n)
+	}
+	var leaf iceberg.Type = l
+	for list {
+		leaf = l.Element
+		l, list = leaf.(*iceberg.ListType)
+	}
+	return readNestedChunk(cc, fc.nodes, leaf, n)
+}
+
 func readChunk(cc parquet.ColumnChunk, typ iceberg.Type, n int64) ([]any, error) {
 	out := make([]any, 0, n)
+	err := readValues(cc, func(v parquet.Value) { out = append(out, fromParquet(typ, v)) })
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(out)) != n {
+		return nil, fmt.Errorf("read %d values for %d rows", len(out), n)
+	}
+	return out, nil
+}
+
+// readValues calls fn with every value of a column chunk, levels set; a
+// value must not be kept past fn (it may point into a released page).
+func readValues(cc parquet.ColumnChunk, fn func(parquet.Value)) error {
 	pages := cc.Pages()
 	defer pages.Close()
 	buf := make([]parquet.Value, 1024)
 	for {
 		p, err := pages.ReadPage()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		vr := p.Values()
 		for {
 			k, err := vr.ReadValues(buf)
 			for _, v := range buf[:k] {
-				out = append(out, fromParquet(typ, v))
+				fn(v)
 			}
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				parquet.Release(p)
-				return nil, err
+				return err
 			}
 		}
 		parquet.Release(p)
+	}
+}
+
+// leveled is one leaf value of a nested column with its levels.
+type leveled struct {
+	rep, def int
+	v        any // the converted value when def is the column's maximum
+}
+
+// readNestedChunk reads the n values of a list column: the leaf values
+// with their levels, assembled into cdcd's []any per row (see appendNested
+// for the levels).
+func readNestedChunk(cc parquet.ColumnChunk, nodes []nodeKind, leaf iceberg.Type, n int64) ([]any, error) {
+	maxDef := 0
+	for _, k := range nodes {
+		if k != nodeRequired {
+			maxDef++
+		}
+	}
+	var vals []leveled
+	err := readValues(cc, func(v parquet.Value) {
+		lv := leveled{rep: v.RepetitionLevel(), def: v.DefinitionLevel()}
+		if lv.def == maxDef {
+			lv.v = fromParquet(leaf, v)
+		}
+		vals = append(vals, lv)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, n)
+	for i := 0; i < len(vals); {
+		if vals[i].rep != 0 {
+			return nil, fmt.Errorf("row %d starts at repetition level %d", len(out), vals[i].rep)
+		}
+		v, err := assemble(vals, &i, nodes, 0, 0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %w", len(out), err)
+		}
+		out = append(out, v)
 	}
 	if int64(len(out)) != n {
 		return nil, fmt.Errorf("read %d values for %d rows", len(out), n)
 	}
 	return out, nil
+}
+
+// assemble rebuilds the value at nodes[k] from vals[*i:], consuming its
+// leaf values; def and depth count the defined and the repeated nodes
+// above it. A list is a node followed by its repeated group and element.
+func assemble(vals []leveled, i *int, nodes []nodeKind, k, def, depth int) (any, error) {
+	if *i >= len(vals) {
+		return nil, errors.New("levels end inside a value")
+	}
+	cur := vals[*i]
+	switch nodes[k] {
+	case nodeOptional:
+		if cur.def <= def {
+			*i++
+			return nil, nil // NULL here
+		}
+		def++
+	case nodeRepeated:
+		return nil, errors.New("a repeated node outside a list")
+	}
+	if k == len(nodes)-1 {
+		*i++
+		return cur.v, nil
+	}
+	if nodes[k+1] != nodeRepeated || k+2 >= len(nodes) {
+		return nil, errors.New("nesting other than a list")
+	}
+	if cur.def <= def {
+		*i++
+		return []any{}, nil // the list is there, its repeated group is not
+	}
+	out := []any{}
+	for {
+		e, err := assemble(vals, i, nodes, k+2, def+1, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+		if *i >= len(vals) || vals[*i].rep <= depth {
+			return out, nil
+		}
+	}
 }
 
 // fromParquet converts a parquet value to cdcd's Go representation of typ.

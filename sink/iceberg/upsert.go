@@ -113,8 +113,19 @@ func (u *upsert) keyOf(t *schema.Table, row []any) ([]byte, error) {
 }
 
 // keyValue normalizes a key value so the same key always encodes the same
-// way: decimals by their unscaled integer.
+// way: decimals by their unscaled integer; intervals by the ISO 8601 text
+// the table stores (IntervalValue.String, one text per months/days/micros
+// triple, the parts never converted into each other: PostgreSQL's key
+// equality of '1 mon' and '30 days' never matters, as both cannot be keys
+// of one table at once), so a key from the source and the same key read
+// back from a data file encode alike. Lists cannot be keys.
 func keyValue(typ iceberg.Type, v any) (any, error) {
+	switch v := v.(type) {
+	case schema.IntervalValue:
+		return v.String(), nil
+	case []any:
+		return nil, errors.New("an array cannot be a key column")
+	}
 	if d, ok := typ.(iceberg.DecimalType); ok {
 		s, ok := v.(string)
 		if !ok {

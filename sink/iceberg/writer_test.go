@@ -252,9 +252,9 @@ func TestEvolveWidensTypes(t *testing.T) {
 
 // TestEvolveListColumns: a table with an array column takes new table
 // versions (the list's element id is the catalog's, not the one a type
-// built from the table model has) and a new array column.
+// built from the table model has) and a new array column, in both modes.
 func TestEvolveListColumns(t *testing.T) {
-	for _, mode := range []string{ModeAppend} {
+	for _, mode := range []string{ModeAppend, ModeUpsert} {
 		t.Run(mode, func(t *testing.T) {
 			cat := testCatalog(t)
 			w := newWriter(t, cat, "p", 1)
