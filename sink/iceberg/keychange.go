@@ -209,6 +209,10 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 	return nil
 }
 
+// headerPosition is the record header holding the source position (the
+// emitter's daemon.HeaderPosition).
+const headerPosition = "cdcd.pos"
+
 // loadSeen reads the position of every partition's last committed record,
 // for deleteStillToCome; best effort (an unknown position only means an
 // insert waits until its partition is read further).
@@ -219,11 +223,8 @@ func (w *tableWriter) loadSeen(ctx context.Context) {
 			continue
 		}
 		recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, int32(p), off-1, log.FetchOptions{MaxBytes: 1})
-		if err != nil || len(recs) == 0 || recs[0].Offset != off-1 || recs[0].Value == nil {
-			continue
-		}
-		if c, err := w.decode(&recs[0]); err == nil {
-			w.seen[p] = c.position()
+		if err == nil && len(recs) > 0 && recs[0].Offset == off-1 {
+			w.seen[p] = recs[0].Header(headerPosition)
 		}
 	}
 }
