@@ -20,6 +20,10 @@ import (
 const (
 	HeaderPosition = "cdcd.pos"  // the source position (sortable bytes)
 	HeaderTxID     = "cdcd.txid" // the source transaction id, decimal
+	// HeaderKeyChange ("1") marks the delete half of a primary-key change
+	// whose insert, at the next position, takes unchanged values from the
+	// deleted key's row (source.Change.KeyChange).
+	HeaderKeyChange = "cdcd.key-change"
 	// Held records (a paused table's) carry their schemas, as they have no id.
 	HeaderKeySchema   = "cdcd.key-schema"
 	HeaderValueSchema = "cdcd.value-schema"
@@ -259,7 +263,11 @@ func (e *emitter) envelope(c *source.Change) schema.Envelope {
 }
 
 func (e *emitter) headers(c *source.Change) []log.Header {
-	return []log.Header{{Key: HeaderPosition, Value: c.Pos}, {Key: HeaderTxID, Value: []byte(strconv.FormatUint(c.TxID, 10))}}
+	h := []log.Header{{Key: HeaderPosition, Value: c.Pos}, {Key: HeaderTxID, Value: []byte(strconv.FormatUint(c.TxID, 10))}}
+	if c.KeyChange {
+		h = append(h, log.Header{Key: HeaderKeyChange, Value: []byte("1")})
+	}
+	return h
 }
 
 // records encodes one change: one record, or one per partition for a

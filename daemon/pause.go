@@ -246,6 +246,9 @@ func (e *emitter) replay(ctx context.Context, ps *pauseState) (bool, error) {
 			pos := source.Position(r.Header(HeaderPosition))
 			value := append(schema.AppendFrame(nil, vid), r.Value...)
 			hs := []log.Header{{Key: HeaderPosition, Value: pos}, {Key: HeaderTxID, Value: r.Header(HeaderTxID)}}
+			if kc := r.Header(HeaderKeyChange); kc != nil {
+				hs = append(hs, log.Header{Key: HeaderKeyChange, Value: kc})
+			}
 			if r.Key == nil { // a truncate: every partition
 				for p := int32(0); p < e.partitions; p++ {
 					if last[p] == nil || pos.Compare(last[p]) > 0 {

@@ -82,6 +82,15 @@ type Change struct {
 	CommitTime time.Time
 	// Snapshot marks rows read by a snapshot rather than streamed.
 	Snapshot bool
+	// KeyChange marks the delete half of an update that changed the
+	// primary key (a delete of the old key, then an insert of the new key
+	// at the next position of the transaction) when that insert carries the
+	// old key as its Before because some of its values arrived unchanged.
+	// A consumer taking those values from the old key's row needs both
+	// halves together; the two keys usually live in different log
+	// partitions, and only the delete's own record can say, before the
+	// insert has been read, that an insert depends on it.
+	KeyChange bool
 }
 
 // Key returns the primary-key values of the change: from After when there is

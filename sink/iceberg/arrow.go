@@ -27,6 +27,9 @@ type change struct {
 	partition int32
 	offset    int64
 	skip      bool // consumed but makes no row (a truncate's extra copies)
+	// keyChange: the record is marked HeaderKeyChange (the delete half of
+	// a key change whose insert takes values from it).
+	keyChange bool
 }
 
 // envelope decodes the change's envelope.

@@ -253,7 +253,11 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 		for j := range c.moved[i] {
 			c.moved[i][j] = newLoc{file: -1}
 		}
-		cur := &fileCursor{src: i, rows: newRowReader(pf, fields), keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
+		rows, err := newRowReader(pf, fields)
+		if err != nil {
+			return fmt.Errorf("iceberg: compaction read %s: %w", df.FilePath(), err)
+		}
+		cur := &fileCursor{src: i, rows: rows, keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
 		closers = append(closers, cur.rows.close)
 		if ok, err := cur.next(); err != nil {
 			return err

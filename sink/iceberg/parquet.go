@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math/big"
+	"sort"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -16,6 +17,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/snappy"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // Data files are written with parquet-go (measured faster here than
@@ -23,44 +26,95 @@ import (
 // then registered through their footer: arrow-go parses the footer bytes
 // and iceberg-go's DataFileFromMetadata derives the column statistics.
 
-// pqColumn is one Iceberg field as a Parquet leaf column.
+// pqColumn is one Iceberg field as a Parquet leaf column. Every field
+// cdcd writes has exactly one leaf: a primitive, or a list (of lists) of a
+// primitive, written with the standard 3-level LIST structure
+//
+//	<optional|required> group <name> (LIST) {   field id: the column's
+//	  repeated group list {
+//	    <optional|required> <element> element;  field id: the element's
+//	  }
+//	}
+//
+// A list's values take repetition and definition levels (see appendNested).
 type pqColumn struct {
 	name     string
 	typ      iceberg.Type
 	required bool
-	leaf     int // column index in parquet-go's (name-sorted) leaf order
+	leaf     int  // column index in parquet-go's (name-sorted) leaf order
+	list     bool // typ is a list: values are nested
 }
 
 // fileSchema writes rows of one Iceberg schema.
 type fileSchema struct {
-	ice  *iceberg.Schema
-	pq   *parquet.Schema
-	cols []pqColumn // in Iceberg field order
+	ice   *iceberg.Schema
+	pq    *parquet.Schema
+	cols  []pqColumn // in Iceberg field order
+	order []int      // indexes into cols in leaf order, the order parquet-go wants a row's values in
 }
 
 func newFileSchema(sc *iceberg.Schema) (*fileSchema, error) {
 	group := parquet.Group{}
 	fields := sc.Fields()
 	for _, f := range fields {
-		node, err := parquetNode(f.Type)
+		node, err := parquetField(f.Type, f.Required, f.ID)
 		if err != nil {
 			return nil, fmt.Errorf("iceberg: column %q: %w", f.Name, err)
 		}
-		if !f.Required {
-			node = parquet.Optional(node)
-		}
-		group[f.Name] = parquet.FieldID(parquet.Compressed(node, &snappy.Codec{}), f.ID)
+		group[f.Name] = node
 	}
 	pq := parquet.NewSchema("table", group)
 	fs := &fileSchema{ice: sc, pq: pq}
 	for _, f := range fields {
-		leaf, ok := pq.Lookup(f.Name)
+		leaf, ok := pq.Lookup(leafPath(f.Name, f.Type)...)
 		if !ok {
 			return nil, fmt.Errorf("iceberg: column %q missing from the parquet schema", f.Name)
 		}
-		fs.cols = append(fs.cols, pqColumn{name: f.Name, typ: f.Type, required: f.Required, leaf: leaf.ColumnIndex})
+		_, list := f.Type.(*iceberg.ListType)
+		fs.cols = append(fs.cols, pqColumn{name: f.Name, typ: f.Type, required: f.Required, leaf: leaf.ColumnIndex, list: list})
 	}
+	fs.order = make([]int, len(fs.cols))
+	for i := range fs.cols {
+		fs.order[i] = i
+	}
+	sort.Slice(fs.order, func(i, j int) bool { return fs.cols[fs.order[i]].leaf < fs.cols[fs.order[j]].leaf })
 	return fs, nil
+}
+
+// parquetField is the node of a field (or list element) with Iceberg id id.
+func parquetField(t iceberg.Type, required bool, id int) (parquet.Node, error) {
+	var node parquet.Node
+	if l, ok := t.(*iceberg.ListType); ok {
+		elem, err := parquetField(l.Element, l.ElementRequired, l.ElementID)
+		if err != nil {
+			return nil, err
+		}
+		node = parquet.List(elem)
+	} else {
+		leaf, err := parquetNode(t)
+		if err != nil {
+			return nil, err
+		}
+		node = parquet.Compressed(leaf, &snappy.Codec{})
+	}
+	if !required {
+		node = parquet.Optional(node)
+	}
+	return parquet.FieldID(node, id), nil
+}
+
+// leafPath is the path of a field's leaf column: the name, then "list",
+// "element" for each level of list.
+func leafPath(name string, t iceberg.Type) []string {
+	path := []string{name}
+	for {
+		l, ok := t.(*iceberg.ListType)
+		if !ok {
+			return path
+		}
+		path = append(path, "list", "element")
+		t = l.Element
+	}
 }
 
 func parquetNode(t iceberg.Type) (parquet.Node, error) {
@@ -117,7 +171,7 @@ func decimalPhysical(p int) parquet.Type {
 	return parquet.FixedLenByteArrayType(decimalBytes(p))
 }
 
-// value converts cdcd's Go value v for column c into a parquet value.
+// value converts cdcd's Go value v for flat column c into a parquet value.
 func (c *pqColumn) value(v any) (parquet.Value, error) {
 	def := 1
 	if c.required {
@@ -129,51 +183,172 @@ func (c *pqColumn) value(v any) (parquet.Value, error) {
 		}
 		return parquet.NullValue().Level(0, 0, c.leaf), nil
 	}
-	var pv parquet.Value
-	switch t := c.typ.(type) {
+	pv, err := primitiveValue(c.typ, v)
+	if err != nil {
+		return parquet.Value{}, fmt.Errorf("column %q: %w", c.name, err)
+	}
+	return pv.Level(0, def, c.leaf), nil
+}
+
+// appendTo appends the values of v, column c's value in a row, to row.
+func (c *pqColumn) appendTo(row parquet.Row, v any) (parquet.Row, error) {
+	if !c.list {
+		pv, err := c.value(v)
+		return append(row, pv), err
+	}
+	row, err := c.appendNested(row, c.typ, c.required, v, 0, 0, 0)
+	if err != nil {
+		return row, fmt.Errorf("column %q: %w", c.name, err)
+	}
+	return row, nil
+}
+
+// appendNested appends the leaf values of v, a value of type t (the
+// column's, or a list element's) whose first leaf value gets repetition
+// level rep. def counts the defined optional and repeated nodes above t's
+// node, depth the repeated ones (the "list" groups).
+//
+// The levels, as the Dremel encoding has them: a NULL at an optional node
+// is one null leaf value with the definition level of its parent; an empty
+// list is one null leaf value whose definition level says the list is
+// there but its repeated group is not; an element after the first of its
+// list repeats at that list's depth. For an optional list<optional int>:
+// NULL is (r0,d0), [] is (r0,d1), [NULL] is (r0,d2), [1, NULL, 3] is
+// 1(r0,d3) null(r1,d2) 3(r1,d3).
+func (c *pqColumn) appendNested(row parquet.Row, t iceberg.Type, required bool, v any, rep, def, depth int) (parquet.Row, error) {
+	if v == nil {
+		if required {
+			if depth > 0 {
+				return row, errors.New("a list element is NULL but the elements are required")
+			}
+			return row, errors.New("the column is required but the value is NULL")
+		}
+		return append(row, parquet.NullValue().Level(rep, def, c.leaf)), nil
+	}
+	if !required {
+		def++
+	}
+	l, ok := t.(*iceberg.ListType)
+	if !ok {
+		pv, err := primitiveValue(t, v)
+		if err != nil {
+			return row, err
+		}
+		return append(row, pv.Level(rep, def, c.leaf)), nil
+	}
+	elems, ok := v.([]any)
+	if !ok {
+		return row, fmt.Errorf("value %T for %s", v, t)
+	}
+	if len(elems) == 0 {
+		return append(row, parquet.NullValue().Level(rep, def, c.leaf)), nil
+	}
+	var err error
+	for i, e := range elems {
+		r := rep
+		if i > 0 {
+			r = depth + 1
+		}
+		if row, err = c.appendNested(row, l.Element, l.ElementRequired, e, r, def+1, depth+1); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// primitiveValue converts cdcd's Go value v (never nil) of a primitive
+// Iceberg type into a parquet value (levels unset).
+func primitiveValue(typ iceberg.Type, v any) (parquet.Value, error) {
+	bad := func() (parquet.Value, error) {
+		return parquet.Value{}, fmt.Errorf("value %T for a %s column", v, typ)
+	}
+	switch t := typ.(type) {
 	case iceberg.BooleanType:
-		pv = parquet.BooleanValue(v.(bool))
+		b, ok := v.(bool)
+		if !ok {
+			return bad()
+		}
+		return parquet.BooleanValue(b), nil
 	case iceberg.Int32Type:
-		pv = parquet.Int32Value(int32(v.(int64)))
+		switch n := v.(type) {
+		case int64:
+			return parquet.Int32Value(int32(n)), nil
+		case int32:
+			return parquet.Int32Value(n), nil
+		}
+		return bad()
 	case iceberg.Int64Type:
-		pv = parquet.Int64Value(v.(int64))
+		n, ok := v.(int64)
+		if !ok {
+			return bad()
+		}
+		return parquet.Int64Value(n), nil
 	case iceberg.Float32Type:
-		pv = parquet.FloatValue(v.(float32))
+		f, ok := v.(float32)
+		if !ok {
+			return bad()
+		}
+		return parquet.FloatValue(f), nil
 	case iceberg.Float64Type:
 		switch f := v.(type) {
 		case float64:
-			pv = parquet.DoubleValue(f)
+			return parquet.DoubleValue(f), nil
 		case float32:
-			pv = parquet.DoubleValue(float64(f))
+			return parquet.DoubleValue(float64(f)), nil
 		}
+		return bad()
 	case iceberg.DecimalType:
-		u, err := unscaledDecimal(v.(string), t.Scale())
+		s, ok := v.(string)
+		if !ok {
+			return bad()
+		}
+		u, err := unscaledDecimal(s, t.Scale())
 		if err != nil {
-			return parquet.Value{}, fmt.Errorf("column %q: %w", c.name, err)
+			return parquet.Value{}, err
 		}
 		switch p := t.Precision(); {
 		case p <= 9:
-			pv = parquet.Int32Value(int32(u.Int64()))
+			return parquet.Int32Value(int32(u.Int64())), nil
 		case p <= 18:
-			pv = parquet.Int64Value(u.Int64())
+			return parquet.Int64Value(u.Int64()), nil
 		default:
-			pv = parquet.FixedLenByteArrayValue(fixedTwosComplement(u, decimalBytes(p)))
+			return parquet.FixedLenByteArrayValue(fixedTwosComplement(u, decimalBytes(p))), nil
 		}
 	case iceberg.StringType:
-		pv = parquet.ByteArrayValue([]byte(v.(string)))
+		switch s := v.(type) {
+		case string:
+			return parquet.ByteArrayValue([]byte(s)), nil
+		case schema.IntervalValue:
+			// Intervals are ISO 8601 text (icebergType).
+			return parquet.ByteArrayValue([]byte(s.String())), nil
+		}
+		return bad()
 	case iceberg.BinaryType:
-		pv = parquet.ByteArrayValue(v.([]byte))
+		b, ok := v.([]byte)
+		if !ok {
+			return bad()
+		}
+		return parquet.ByteArrayValue(b), nil
 	case iceberg.UUIDType:
-		u := v.([16]byte)
-		pv = parquet.FixedLenByteArrayValue(u[:])
+		u, ok := v.([16]byte)
+		if !ok {
+			return bad()
+		}
+		return parquet.FixedLenByteArrayValue(u[:]), nil
 	case iceberg.DateType:
-		pv = parquet.Int32Value(v.(int32))
+		d, ok := v.(int32)
+		if !ok {
+			return bad()
+		}
+		return parquet.Int32Value(d), nil
 	case iceberg.TimeType, iceberg.TimestampType, iceberg.TimestampTzType:
-		pv = parquet.Int64Value(v.(int64))
-	default:
-		return parquet.Value{}, fmt.Errorf("column %q: no parquet conversion for %s", c.name, c.typ)
+		n, ok := v.(int64)
+		if !ok {
+			return bad()
+		}
+		return parquet.Int64Value(n), nil
 	}
-	return pv.Level(0, def, c.leaf), nil
+	return parquet.Value{}, fmt.Errorf("no parquet conversion for %s", typ)
 }
 
 // unscaledDecimal parses exact decimal text at scale (never rounding).
@@ -272,28 +447,18 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 // add writes one row, given in Iceberg field order.
 func (d *dataFileWriter) add(vals []any) error {
 	d.row = d.row[:0]
-	for i := range d.fs.cols {
-		pv, err := d.fs.cols[i].value(vals[i])
-		if err != nil {
+	var err error
+	// parquet-go wants the values in leaf order.
+	for _, i := range d.fs.order {
+		if d.row, err = d.fs.cols[i].appendTo(d.row, vals[i]); err != nil {
 			return err
 		}
-		d.row = append(d.row, pv)
 	}
-	// parquet-go wants the values in leaf order.
-	sortRow(d.row)
 	if _, err := d.w.WriteRows([]parquet.Row{d.row}); err != nil {
 		return fmt.Errorf("iceberg: write parquet row: %w", err)
 	}
 	d.rows++
 	return nil
-}
-
-func sortRow(r parquet.Row) {
-	for i := 1; i < len(r); i++ {
-		for j := i; j > 0 && r[j].Column() < r[j-1].Column(); j-- {
-			r[j], r[j-1] = r[j-1], r[j]
-		}
-	}
 }
 
 // size is the bytes written so far (a lower bound before the last pages flush).

@@ -35,20 +35,75 @@ func parquetFile(fs icebergio.IO, path string) (*parquet.File, func(), error) {
 	return pf, func() { f.Close() }, nil
 }
 
-// leafFor finds the leaf column of field f in a data file: by field id
-// first, by name for files written without ids.
-func leafFor(pf *parquet.File, f iceberg.NestedField) (int, bool) {
-	for _, field := range pf.Schema().Fields() {
+// fileColumn is where a field's values are in a data file: its leaf
+// column and, for a list, the nodes from the field down to the leaf.
+type fileColumn struct {
+	leaf  int
+	nodes []nodeKind // nil for a flat column
+}
+
+// nodeKind is a node's repetition in a file's schema.
+type nodeKind byte
+
+const (
+	nodeRequired nodeKind = iota
+	nodeOptional
+	nodeRepeated
+)
+
+// columnFor finds field f in a data file: by field id first, by name for
+// files written without ids.
+func columnFor(pf *parquet.File, f iceberg.NestedField) (fileColumn, bool) {
+	root := pf.Schema()
+	var top parquet.Field
+	for _, field := range root.Fields() {
 		if field.ID() == f.ID {
-			if col, ok := pf.Schema().Lookup(field.Name()); ok {
-				return col.ColumnIndex, true
+			top = field
+			break
+		}
+	}
+	if top == nil {
+		for _, field := range root.Fields() {
+			if field.Name() == f.Name {
+				top = field
+				break
 			}
 		}
 	}
-	if col, ok := pf.Schema().Lookup(f.Name); ok {
-		return col.ColumnIndex, true
+	if top == nil {
+		return fileColumn{}, false
 	}
-	return 0, false
+	path := []string{top.Name()}
+	var nodes []nodeKind
+	var n parquet.Node = top
+	for {
+		switch {
+		case n.Repeated():
+			nodes = append(nodes, nodeRepeated)
+		case n.Optional():
+			nodes = append(nodes, nodeOptional)
+		default:
+			nodes = append(nodes, nodeRequired)
+		}
+		if n.Leaf() {
+			break
+		}
+		children := n.Fields()
+		if len(children) != 1 {
+			return fileColumn{}, false // a struct: cdcd writes none
+		}
+		path = append(path, children[0].Name())
+		n = children[0]
+	}
+	col, ok := root.Lookup(path...)
+	if !ok {
+		return fileColumn{}, false
+	}
+	fc := fileColumn{leaf: col.ColumnIndex}
+	if len(nodes) > 1 {
+		fc.nodes = nodes
+	}
+	return fc, true
 }
 
 // rowReader streams a data file's rows, the values of fields in fields'
@@ -59,22 +114,46 @@ func leafFor(pf *parquet.File, f iceberg.NestedField) (int, bool) {
 type rowReader struct {
 	pf      *parquet.File
 	fields  []iceberg.NestedField
-	leaves  []int // leaf column per field; -1 when missing
+	cols    []fileColumn // where each field is; leaf -1 when missing
+	leaves  []iceberg.Type
+	maxDef  []int
 	rg      int   // next row group
 	left    int64 // rows left in the current row group
 	streams []*columnStream
 	pos     int64 // position of the next row
+	lv      []leveled
 }
 
-func newRowReader(pf *parquet.File, fields []iceberg.NestedField) *rowReader {
-	r := &rowReader{pf: pf, fields: fields, leaves: make([]int, len(fields)), streams: make([]*columnStream, len(fields))}
+func newRowReader(pf *parquet.File, fields []iceberg.NestedField) (*rowReader, error) {
+	r := &rowReader{pf: pf, fields: fields, cols: make([]fileColumn, len(fields)),
+		leaves: make([]iceberg.Type, len(fields)), maxDef: make([]int, len(fields)), streams: make([]*columnStream, len(fields))}
 	for i, f := range fields {
-		r.leaves[i] = -1
-		if leaf, ok := leafFor(pf, f); ok {
+		fc, ok := columnFor(pf, f)
+		if !ok {
+			r.cols[i] = fileColumn{leaf: -1}
+			continue
+		}
+		l, list := f.Type.(*iceberg.ListType)
+		if list != (fc.nodes != nil) {
+			return nil, fmt.Errorf("iceberg: column %q: the data file's column does not have the shape of %s", f.Name, f.Type)
+		}
+		r.cols[i] = fc
+		r.leaves[i] = f.Type
+		if list {
+			var leaf iceberg.Type = l
+			for list {
+				leaf = l.Element
+				l, list = leaf.(*iceberg.ListType)
+			}
 			r.leaves[i] = leaf
+			for _, k := range fc.nodes {
+				if k != nodeRequired {
+					r.maxDef[i]++
+				}
+			}
 		}
 	}
-	return r
+	return r, nil
 }
 
 // next fills vals (len(fields)) with the next row and returns its
@@ -88,9 +167,9 @@ func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
 		rg := r.pf.RowGroups()[r.rg]
 		r.rg++
 		r.left = rg.NumRows()
-		for i, leaf := range r.leaves {
-			if leaf >= 0 {
-				r.streams[i] = &columnStream{pages: rg.ColumnChunks()[leaf].Pages()}
+		for i, fc := range r.cols {
+			if fc.leaf >= 0 {
+				r.streams[i] = &columnStream{pages: rg.ColumnChunks()[fc.leaf].Pages()}
 			}
 		}
 	}
@@ -99,16 +178,60 @@ func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
 			vals[i] = nil
 			continue
 		}
-		v, err := st.next()
+		var v any
+		if r.cols[i].nodes == nil {
+			var pv parquet.Value
+			if pv, err = st.next(); err == nil {
+				v = fromParquet(r.leaves[i], pv) // copies: the page is released later
+			}
+		} else {
+			v, err = r.nested(i, st)
+		}
 		if err != nil {
 			return 0, false, fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, err)
 		}
-		vals[i] = fromParquet(r.fields[i].Type, v) // copies: the page is released later
+		vals[i] = v
 	}
 	r.left--
 	pos = r.pos
 	r.pos++
 	return pos, true, nil
+}
+
+// nested reads the leaf values of one row of list column i (a value at
+// repetition level 0 and those after it above 0) and assembles them.
+func (r *rowReader) nested(i int, st *columnStream) (any, error) {
+	r.lv = r.lv[:0]
+	for {
+		pv, ok, err := st.peek()
+		if err != nil {
+			return nil, err
+		}
+		if !ok || (len(r.lv) > 0 && pv.RepetitionLevel() == 0) {
+			break
+		}
+		st.i++
+		lv := leveled{rep: pv.RepetitionLevel(), def: pv.DefinitionLevel()}
+		if lv.def == r.maxDef[i] {
+			lv.v = fromParquet(r.leaves[i], pv)
+		}
+		r.lv = append(r.lv, lv)
+	}
+	if len(r.lv) == 0 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if r.lv[0].rep != 0 {
+		return nil, fmt.Errorf("row %d starts at repetition level %d", r.pos, r.lv[0].rep)
+	}
+	k := 0
+	v, err := assemble(r.lv, &k, r.cols[i].nodes, 0, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("row %d: %w", r.pos, err)
+	}
+	if k != len(r.lv) {
+		return nil, fmt.Errorf("row %d: %d leaf values left over", r.pos, len(r.lv)-k)
+	}
+	return v, nil
 }
 
 func (r *rowReader) closeStreams() {
@@ -129,19 +252,35 @@ type columnStream struct {
 	page  parquet.Page // the page buf's values come from
 	vr    parquet.ValueReader
 	done  bool // vr is exhausted (its page is released on the next fill)
+	eof   bool // no pages left
 	buf   []parquet.Value
 	n, i  int
 }
 
 func (s *columnStream) next() (parquet.Value, error) {
-	for s.i >= s.n {
-		if err := s.fill(); err != nil {
-			return parquet.Value{}, err
-		}
+	v, ok, err := s.peek()
+	if err != nil {
+		return parquet.Value{}, err
 	}
-	v := s.buf[s.i]
+	if !ok {
+		return parquet.Value{}, io.ErrUnexpectedEOF // fewer values than the row group has rows
+	}
 	s.i++
 	return v, nil
+}
+
+// peek returns the next value without consuming it; ok is false at the
+// end of the column chunk.
+func (s *columnStream) peek() (parquet.Value, bool, error) {
+	for s.i >= s.n {
+		if s.eof {
+			return parquet.Value{}, false, nil
+		}
+		if err := s.fill(); err != nil {
+			return parquet.Value{}, false, err
+		}
+	}
+	return s.buf[s.i], true, nil
 }
 
 func (s *columnStream) fill() error {
@@ -154,7 +293,9 @@ func (s *columnStream) fill() error {
 	if s.vr == nil {
 		p, err := s.pages.ReadPage()
 		if errors.Is(err, io.EOF) {
-			return io.ErrUnexpectedEOF // fewer values than the row group has rows
+			s.eof = true
+			s.n, s.i = 0, 0
+			return nil
 		}
 		if err != nil {
 			return err
@@ -188,7 +329,10 @@ func (s *columnStream) close() {
 // values of fields (in cdcd's Go representation) in fields' order; vals is
 // reused between calls. A field the file lacks reads as NULL.
 func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []any) error) error {
-	r := newRowReader(pf, fields)
+	r, err := newRowReader(pf, fields)
+	if err != nil {
+		return err
+	}
 	defer r.close()
 	vals := make([]any, len(fields))
 	for {
@@ -198,6 +342,54 @@ func readColumns(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int
 		}
 		if err := fn(pos, vals); err != nil {
 			return err
+		}
+	}
+}
+
+// leveled is one leaf value of a nested column with its levels.
+type leveled struct {
+	rep, def int
+	v        any // the converted value when def is the column's maximum
+}
+
+// assemble rebuilds the value at nodes[k] from vals[*i:], consuming its
+// leaf values; def and depth count the defined and the repeated nodes
+// above it. A list is a node followed by its repeated group and element.
+func assemble(vals []leveled, i *int, nodes []nodeKind, k, def, depth int) (any, error) {
+	if *i >= len(vals) {
+		return nil, errors.New("levels end inside a value")
+	}
+	cur := vals[*i]
+	switch nodes[k] {
+	case nodeOptional:
+		if cur.def <= def {
+			*i++
+			return nil, nil // NULL here
+		}
+		def++
+	case nodeRepeated:
+		return nil, errors.New("a repeated node outside a list")
+	}
+	if k == len(nodes)-1 {
+		*i++
+		return cur.v, nil
+	}
+	if nodes[k+1] != nodeRepeated || k+2 >= len(nodes) {
+		return nil, errors.New("nesting other than a list")
+	}
+	if cur.def <= def {
+		*i++
+		return []any{}, nil // the list is there, its repeated group is not
+	}
+	out := []any{}
+	for {
+		e, err := assemble(vals, i, nodes, k+2, def+1, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+		if *i >= len(vals) || vals[*i].rep <= depth {
+			return out, nil
 		}
 	}
 }

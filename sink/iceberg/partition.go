@@ -7,6 +7,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/iceberg-go"
 	"github.com/google/uuid"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // PartitionField is one field of a new table's partition spec.
@@ -149,6 +151,9 @@ func literalOf(t iceberg.Type, v any) (iceberg.Literal, error) {
 	case iceberg.Float64Type:
 		return iceberg.NewLiteral(v.(float64)), nil
 	case iceberg.StringType:
+		if iv, ok := v.(schema.IntervalValue); ok {
+			return iceberg.NewLiteral(iv.String()), nil // as stored (icebergType)
+		}
 		return iceberg.NewLiteral(v.(string)), nil
 	case iceberg.BinaryType:
 		return iceberg.NewLiteral(v.([]byte)), nil

@@ -113,8 +113,19 @@ func (u *upsert) keyOf(t *schema.Table, row []any) ([]byte, error) {
 }
 
 // keyValue normalizes a key value so the same key always encodes the same
-// way: decimals by their unscaled integer.
+// way: decimals by their unscaled integer; intervals by the ISO 8601 text
+// the table stores (IntervalValue.String, one text per months/days/micros
+// triple, the parts never converted into each other: PostgreSQL's key
+// equality of '1 mon' and '30 days' never matters, as both cannot be keys
+// of one table at once), so a key from the source and the same key read
+// back from a data file encode alike. Lists cannot be keys.
 func keyValue(typ iceberg.Type, v any) (any, error) {
+	switch v := v.(type) {
+	case schema.IntervalValue:
+		return v.String(), nil
+	case []any:
+		return nil, errors.New("an array cannot be a key column")
+	}
 	if d, ok := typ.(iceberg.DecimalType); ok {
 		s, ok := v.(string)
 		if !ok {
@@ -172,9 +183,11 @@ type keyState struct {
 	changes []*change // in source order
 	live    bool
 	// table and row are the final image, set by materialize for live keys;
-	// a value still schema.Unchanged comes from the table's current row.
+	// a value still schema.Unchanged comes from the current row of the
+	// table of key from (this key, or the old key of a key change).
 	table *schema.Table
 	row   []any
+	from  []byte
 }
 
 // fold groups the buffer's changes per key in source order; a key's last
@@ -208,7 +221,7 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 		st.live = c.op() != 'd'
 	}
 	for _, k := range keys {
-		if err := states[k].materialize(); err != nil {
+		if err := u.materialize(states, states[k]); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -216,8 +229,9 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 }
 
 // materialize decodes a live key's last row, taking unchanged values from
-// the key's earlier images in the commit where it has them.
-func (st *keyState) materialize() error {
+// the key's earlier images in the commit where it has them (through key
+// changes: fill), and notes whose current row in the table has the rest.
+func (u *upsert) materialize(states map[string]*keyState, st *keyState) error {
 	last := st.changes[len(st.changes)-1]
 	if !st.live {
 		st.table = last.table
@@ -229,33 +243,72 @@ func (st *keyState) materialize() error {
 	}
 	row := append([]any(nil), env.After...)
 	st.table, st.row = last.table, row
-	missing := 0
 	for _, v := range row {
 		if schema.IsUnchanged(v) {
-			missing++
+			st.from, err = u.fill(states, st, len(st.changes)-1, row, last.table)
+			return err
 		}
 	}
-	for j := len(st.changes) - 2; j >= 0 && missing > 0; j-- {
+	return nil
+}
+
+// fill takes the values of row (columns of t) still schema.Unchanged from
+// the images older than change j of st's key, newest first. An insert
+// starts a key's life: a plain one has every value; the insert of a key
+// change continues with its old key's images before that key's delete
+// (skipping the delete itself). fill returns the key whose row in the
+// table before the commit has what is still missing, nil when nothing is.
+func (u *upsert) fill(states map[string]*keyState, st *keyState, j int, row []any, t *schema.Table) ([]byte, error) {
+	missing := func() string {
+		for i, v := range row {
+			if schema.IsUnchanged(v) {
+				return t.Columns[i].Name
+			}
+		}
+		return ""
+	}
+	for hops := 0; ; {
+		if c := st.changes[j]; c.op() == 'c' || c.op() == 'r' {
+			if !c.needsOldKey() {
+				return nil, fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the key's insert in the same commit has no value for it",
+					t.QualifiedName(), missing())
+			}
+			old, d, err := u.keyChangeOrigin(states, c)
+			if err != nil {
+				return nil, err
+			}
+			if hops++; hops > len(states) {
+				return nil, fmt.Errorf("iceberg: %s: key changes in a cycle", t.QualifiedName())
+			}
+			st, j = old, d
+		}
+		if j--; j < 0 {
+			return st.key, nil
+		}
 		prev := st.changes[j]
 		if prev.op() == 'd' {
-			break // a re-insert sends every value; nothing to take from before it
+			return nil, fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the key was deleted before in the same commit",
+				t.QualifiedName(), missing())
 		}
 		penv, err := prev.envelope()
 		if err != nil {
-			return err
+			return nil, err
 		}
+		left := false
 		for i, v := range row {
 			if !schema.IsUnchanged(v) {
 				continue
 			}
-			pi := prev.table.ColumnIndex(last.table.Columns[i].Name)
-			if pi >= 0 && penv.After != nil && !schema.IsUnchanged(penv.After[pi]) {
+			if pi := prev.table.ColumnIndex(t.Columns[i].Name); pi >= 0 && penv.After != nil && !schema.IsUnchanged(penv.After[pi]) {
 				row[i] = penv.After[pi]
-				missing--
+			} else {
+				left = true
 			}
 		}
+		if !left {
+			return nil, nil
+		}
 	}
-	return nil
 }
 
 // plan is one upsert commit, staged: files written, nothing committed.
@@ -349,7 +402,8 @@ func (st *keyState) unchangedColumns() []int {
 	return out
 }
 
-// resolveUnchanged fills unchanged values from the keys' current rows.
+// resolveUnchanged fills unchanged values from the current rows of the
+// keys they come from (the key's own, or an old key's before a key change).
 func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[string]*keyState, keys []string, locs map[string]location) error {
 	byFile := map[string]map[int64]bool{}
 	for _, k := range keys {
@@ -358,10 +412,14 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 		if len(need) == 0 {
 			continue
 		}
-		loc, ok := locs[k]
+		loc, ok := locs[string(st.from)]
 		if !ok {
-			return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for its key to take the value from",
-				st.table.QualifiedName(), st.table.Columns[need[0]].Name)
+			whose := "its key"
+			if !bytes.Equal(st.from, st.key) {
+				whose = "the key it changed from"
+			}
+			return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for %s to take the value from",
+				st.table.QualifiedName(), st.table.Columns[need[0]].Name, whose)
 		}
 		if byFile[loc.file] == nil {
 			byFile[loc.file] = map[int64]bool{}
@@ -393,7 +451,7 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 		if len(need) == 0 {
 			continue
 		}
-		cur := current[locs[k]]
+		cur := current[locs[string(st.from)]]
 		for _, ci := range need {
 			name := st.table.Columns[ci].Name
 			found := false

@@ -24,6 +24,11 @@ func upsertSchema(t *schema.Table) (*iceberg.Schema, error) {
 	isKey := map[int]bool{}
 	for _, k := range t.Key {
 		isKey[k] = true
+		if c := t.Columns[k]; c.Kind == schema.List {
+			return nil, fmt.Errorf("iceberg: %s: primary-key column %q is an array (%s); an Iceberg identifier field cannot be a list, "+
+				"so upsert mode cannot key this table: give it a primary key without arrays, or mirror it in append mode",
+				t.QualifiedName(), c.Name, c.SourceType)
+		}
 	}
 	fields := make([]iceberg.NestedField, 0, len(t.Columns))
 	var keyIDs []int

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -35,6 +36,7 @@ type tableWriter struct {
 	buf        []change
 	bufAt      time.Time
 	lastPos    []byte
+	seen       [][]byte                 // per partition: the position of the newest record read (nil: unknown)
 	bufBytes   int                      // record bytes in buf
 	tables     map[uint32]*schema.Table // schema id -> table version (fetcher's)
 
@@ -135,6 +137,13 @@ func (w *tableWriter) accept(b fetched) {
 	}
 	w.buf = append(w.buf, b.changes...)
 	w.bufBytes += b.bytes
+	if len(w.seen) < w.partitions {
+		w.seen = make([][]byte, w.partitions)
+	}
+	for i := range b.changes {
+		// A partition's positions grow with its offsets.
+		w.seen[b.changes[i].partition] = b.changes[i].position()
+	}
 	copy(w.next, b.next)
 	if string(b.lastPos) > string(w.lastPos) {
 		w.lastPos = b.lastPos
@@ -175,6 +184,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	w.publishCommitted()
 	w.lastOrphans = time.Now() // the first sweep waits a full interval
 	if w.upsertMode() {
+		w.loadSeen(ctx)
 		return w.loadUpsert(ctx)
 	}
 	return nil
@@ -200,7 +210,8 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	if err != nil {
 		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
 	}
-	c := change{table: t, info: info, body: body, partition: rec.Partition, offset: rec.Offset}
+	c := change{table: t, info: info, body: body, partition: rec.Partition, offset: rec.Offset,
+		keyChange: rec.Header(HeaderKeyChange) != nil}
 	if rec.Key != nil {
 		if _, kb, err := schema.ParseFrame(rec.Key); err == nil {
 			c.key = kb
@@ -210,8 +221,20 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 }
 
 // commit writes the buffer as one snapshot carrying the next offsets. An
-// error of unknown outcome is settled by looking for the commit id.
+// error of unknown outcome is settled by looking for the commit id. In
+// upsert mode the half of a key change whose other half is not buffered
+// yet waits, with what follows it in its partition (commitCut).
 func (w *tableWriter) commit(ctx context.Context) error {
+	if !w.upsertMode() {
+		return w.commitWith(ctx, w.next, w.attempt)
+	}
+	cut, err := w.commitCut()
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(cut, w.next) {
+		return w.commitHolding(ctx, cut)
+	}
 	return w.commitWith(ctx, w.next, w.attempt)
 }
 
@@ -268,7 +291,10 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 	clear(w.buf)
 	w.buf, w.bufBytes = w.buf[:0], 0
 	copy(w.committed, next)
-	copy(w.next, next)
+	for p := range next {
+		// A commit that held changes back committed less than was read.
+		w.next[p] = max(w.next[p], next[p])
+	}
 	w.publishCommitted()
 	w.stats.Rows.Add(int64(rows))
 	w.stats.Commits.Add(1)
@@ -462,7 +488,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 				to = wt
 			}
 			switch {
-			case to.Equals(typ) || promotable(typ, to):
+			case sameType(to, typ) || promotable(typ, to): // a list's element id is the catalog's
 			case promotable(to, typ):
 				widen[c.Name] = typ
 			default:

@@ -249,3 +249,51 @@ func TestEvolveWidensTypes(t *testing.T) {
 		t.Fatalf("%d rows", at.NumRows())
 	}
 }
+
+// TestEvolveListColumns: a table with an array column takes new table
+// versions (the list's element id is the catalog's, not the one a type
+// built from the table model has) and a new array column, in both modes.
+func TestEvolveListColumns(t *testing.T) {
+	for _, mode := range []string{ModeAppend, ModeUpsert} {
+		t.Run(mode, func(t *testing.T) {
+			cat := testCatalog(t)
+			w := newWriter(t, cat, "p", 1)
+			w.s.cfg.Mode, w.s.cfg.IndexDir = mode, t.TempDir()
+			ints := schema.Column{Name: "ints", Kind: schema.List, Nullable: true, SourceType: "integer[]", Elem: &schema.Column{Kind: schema.Int32, Nullable: true}}
+			v1 := &schema.Table{Namespace: "public", Name: "l", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}, ints}, Key: []int{0}}
+			v2 := &schema.Table{Namespace: "public", Name: "l", Columns: append(append([]schema.Column(nil), v1.Columns...),
+				schema.Column{Name: "n", Kind: schema.Int32, Nullable: true},
+				schema.Column{Name: "tags", Kind: schema.List, Nullable: true, SourceType: "text[]", Elem: &schema.Column{Kind: schema.String, Nullable: true}}), Key: []int{0}}
+			w.buf = []change{{table: v1, env: &schema.Envelope{After: []any{int64(1), []any{int64(1), nil}}, Op: 'c', Source: schema.SourceInfo{Position: []byte{0}}}, offset: 0}}
+			w.next[0] = 1
+			if err := w.commit(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			w.buf = []change{{table: v2, env: &schema.Envelope{After: []any{int64(2), []any{}, int64(5), []any{"a", nil}}, Op: 'c', Source: schema.SourceInfo{Position: []byte{1}}}, offset: 1}}
+			w.next[0] = 2
+			if err := w.commit(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"n", "tags"} {
+				if _, ok := w.tbl.Schema().FindFieldByName(name); !ok {
+					t.Fatalf("%s was not added", name)
+				}
+			}
+			// A third version with the same columns: still no type change.
+			v3 := &schema.Table{Namespace: v2.Namespace, Name: v2.Name, Columns: v2.Columns, Key: v2.Key}
+			w.buf = []change{{table: v3, env: &schema.Envelope{After: []any{int64(3), nil, nil, []any{"b"}}, Op: 'c', Source: schema.SourceInfo{Position: []byte{2}}}, offset: 2}}
+			w.next[0] = 3
+			if err := w.commit(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			at, err := w.tbl.Scan().ToArrowTable(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer at.Release()
+			if at.NumRows() != 3 {
+				t.Fatalf("%d rows", at.NumRows())
+			}
+		})
+	}
+}

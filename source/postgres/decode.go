@@ -225,6 +225,7 @@ func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, out []
 		if err != nil {
 			return out, err
 		}
+		del.KeyChange = unchanged
 		// Otherwise the insert carries the old key as its before image, so
 		// a consumer can take the unchanged values from the old key's row.
 		var from []any

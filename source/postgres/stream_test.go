@@ -250,9 +250,16 @@ func TestUnchangedToastUnderEveryIdentity(t *testing.T) {
 	if got[3].Op != source.OpCreate || !schema.IsUnchanged(got[3].After[1]) {
 		t.Errorf("td key change insert = %s %v", got[3].Op, got[3].After)
 	}
-	// ... and names the old key, whose row holds the value.
+	// ... and names the old key, whose row holds the value; the delete
+	// says an insert depends on it.
 	if got[3].Before == nil || got[3].Before[0] != int64(1) {
 		t.Errorf("td key change insert before = %v, want the old key 1", got[3].Before)
+	}
+	if got[2].Op != source.OpDelete || !got[2].KeyChange {
+		t.Errorf("td key change delete = %s, KeyChange %t", got[2].Op, got[2].KeyChange)
+	}
+	if got[6].KeyChange {
+		t.Errorf("tf key change delete is marked, but its insert needs nothing from it")
 	}
 	if got[7].Before != nil {
 		t.Errorf("tf key change insert has a before image %v; it needs none", got[7].Before)

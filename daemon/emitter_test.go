@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// TestKeyChangeHeader: the delete half of a key change whose insert takes
+// values from it carries HeaderKeyChange, also after being held for a
+// paused table and replayed; nothing else does.
+func TestKeyChangeHeader(t *testing.T) {
+	ctx := t.Context()
+	lg, err := log.Open(t.TempDir(), log.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	for _, topic := range []string{TopicSchemas, TopicState} {
+		if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const topic = "p.public.t"
+	if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStateStore(ctx, lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := schema.OpenRegistry(ctx, schemaStore{lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "db", connector: "postgresql",
+		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 4, logger: slog.New(slog.DiscardHandler),
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{}}
+	tbl := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{
+		{Name: "id", Kind: schema.Int64}, {Name: "body", Kind: schema.String, Nullable: true}}, Key: []int{0}}
+	keyChange := func(lsn uint64, from, to int64) []source.Change {
+		now := time.Now()
+		return []source.Change{
+			{Table: tbl, Op: source.OpDelete, Before: []any{from, nil}, Pos: source.PGPosition(lsn, 0), LSN: lsn, CommitTime: now, KeyChange: true},
+			{Table: tbl, Op: source.OpCreate, Before: []any{from, nil}, After: []any{to, schema.Unchanged}, Pos: source.PGPosition(lsn, 1), LSN: lsn, CommitTime: now},
+			{Table: tbl, Op: source.OpUpdate, Before: []any{to, nil}, After: []any{to, "x"}, Pos: source.PGPosition(lsn, 2), LSN: lsn, CommitTime: now},
+		}
+	}
+	// marked returns the keys (as ids) of the records marked, and how many
+	// records the topic holds.
+	marked := func() (map[string]bool, int) {
+		out, n := map[string]bool{}, 0
+		info, err := lg.DescribeTopic(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range info.Partitions {
+			recs, err := lg.Fetch(ctx, topic, p.Partition, 0, log.FetchOptions{MaxBytes: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				n++
+				if v := r.Header(HeaderKeyChange); v != nil {
+					out[string(r.Header(HeaderPosition))] = true
+				}
+			}
+		}
+		return out, n
+	}
+	if err := e.Emit(ctx, keyChange(100, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	got, n := marked()
+	if n != 3 || len(got) != 1 || !got[string(source.PGPosition(100, 0))] {
+		t.Fatalf("%d records, marked %v; want the delete at 100/0 marked", n, got)
+	}
+	// Paused: held with the header, and replayed with it.
+	tc, err := e.codec(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.refused = errors.New("refused by the test")
+	if err := e.Emit(ctx, keyChange(200, 3, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if e.paused[topic] == nil {
+		t.Fatal("the table did not pause")
+	}
+	tc.refused = nil
+	if done, err := e.replay(ctx, e.paused[topic]); err != nil || !done {
+		t.Fatalf("replay: %v %v", done, err)
+	}
+	got, n = marked()
+	if n != 6 || len(got) != 2 || !got[string(source.PGPosition(200, 0))] {
+		t.Fatalf("after replay: %d records, marked %v; want the delete at 200/0 marked too", n, got)
+	}
+}
