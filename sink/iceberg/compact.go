@@ -238,8 +238,8 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 	var cursors mergeHeap
 	var closers []func()
 	defer func() {
-		for _, f := range closers {
-			f()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
 		}
 	}()
 	c.moved = make([][]newLoc, len(c.old))
@@ -254,6 +254,7 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 			c.moved[i][j] = newLoc{file: -1}
 		}
 		cur := &fileCursor{src: i, pf: pf, fields: fields, keyIdx: keyIdx, keyTypes: keys, deleted: c.oldDV[i]}
+		closers = append(closers, cur.close)
 		if ok, err := cur.next(); err != nil {
 			return err
 		} else if ok {
@@ -330,7 +331,7 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 }
 
 // fileCursor walks one data file's live rows in order (the file is sorted
-// by key), one row group at a time.
+// by key), streaming each row group a page per column at a time.
 type fileCursor struct {
 	src      int
 	pf       *parquet.File
@@ -339,13 +340,13 @@ type fileCursor struct {
 	keyTypes []iceberg.NestedField
 	deleted  *dv.RoaringPositionBitmap
 
-	rg    int     // next row group
-	cols  [][]any // current row group, per field
-	i     int     // next row in it
-	base  int64   // position of the row group's first row
-	pos   int64   // position of the current row
-	vals  []any   // current row
-	key   []byte  // its encoded key
+	rg    int             // next row group
+	cols  []*columnStream // current row group, per field
+	i     int             // next row in it
+	base  int64           // position of the row group's first row
+	pos   int64           // position of the current row
+	vals  []any           // current row
+	key   []byte          // its encoded key
 	nrows int64
 }
 
@@ -354,6 +355,8 @@ func (c *fileCursor) next() (bool, error) {
 		if c.cols == nil || c.i >= int(c.nrows) {
 			if c.cols != nil {
 				c.base += c.nrows
+				closeStreams(c.cols)
+				c.cols = nil
 			}
 			if c.rg >= len(c.pf.RowGroups()) {
 				return false, nil
@@ -361,30 +364,18 @@ func (c *fileCursor) next() (bool, error) {
 			rg := c.pf.RowGroups()[c.rg]
 			c.rg++
 			c.nrows, c.i = rg.NumRows(), 0
-			c.cols = make([][]any, len(c.fields))
-			for fi, f := range c.fields {
-				leaf, ok := leafFor(c.pf, f)
-				if !ok {
-					c.cols[fi] = make([]any, c.nrows) // a column the file predates: null
-					continue
-				}
-				vals, err := readChunk(rg.ColumnChunks()[leaf], f.Type, c.nrows)
-				if err != nil {
-					return false, fmt.Errorf("iceberg: compaction read %q: %w", f.Name, err)
-				}
-				c.cols[fi] = vals
-			}
+			c.cols = openRowGroup(c.pf, rg, c.fields)
 		}
 		c.pos = c.base + int64(c.i)
-		r := c.i
 		c.i++
+		vals := make([]any, len(c.fields))
+		if err := readRow(c.cols, c.fields, vals); err != nil {
+			return false, err
+		}
 		if c.deleted != nil && c.deleted.Contains(uint64(c.pos)) {
 			continue
 		}
-		c.vals = make([]any, len(c.fields))
-		for fi := range c.fields {
-			c.vals[fi] = c.cols[fi][r]
-		}
+		c.vals = vals
 		kv := make([]any, len(c.keyIdx))
 		for i, fi := range c.keyIdx {
 			v, err := keyValue(c.keyTypes[i].Type, c.vals[fi])
@@ -399,6 +390,14 @@ func (c *fileCursor) next() (bool, error) {
 		}
 		c.key = k
 		return true, nil
+	}
+}
+
+// close releases the cursor's current row group.
+func (c *fileCursor) close() {
+	if c.cols != nil {
+		closeStreams(c.cols)
+		c.cols = nil
 	}
 }
 
@@ -618,12 +617,27 @@ func (w *tableWriter) compactionDone() <-chan struct{} {
 	return w.comp.done
 }
 
+// compactDeferMax bounds how long a backlog defers compaction.
+const compactDeferMax = 10 * time.Minute
+
 // maybeCompact starts a rewrite when one is due and none runs.
 func (w *tableWriter) maybeCompact(ctx context.Context) {
 	cc := w.s.cfg.Compaction
 	if cc.Disabled || !w.upsertMode() || w.comp != nil || w.tbl == nil || w.up == nil || time.Since(w.lastCompact) < cc.Interval {
 		return
 	}
+	// A table catching up on a backlog (an initial load) defers compaction,
+	// for compactDeferMax at most: the rewrite would compete with the
+	// backlog for CPU and memory, and the small files it merges keep coming.
+	if w.catchingUp {
+		if w.deferredSince.IsZero() {
+			w.deferredSince = time.Now()
+		}
+		if time.Since(w.deferredSince) < compactDeferMax {
+			return
+		}
+	}
+	w.deferredSince = time.Time{}
 	w.lastCompact = time.Now()
 	c, err := w.planCompaction(ctx)
 	if err != nil {
