@@ -180,6 +180,9 @@ func (w *tableWriter) load(ctx context.Context) error {
 	w.buf = w.buf[:0]
 	w.publishCommitted()
 	w.lastOrphans = time.Now() // the first sweep waits a full interval
+	// So does the first compaction: a table that starts behind (a restart
+	// with a backlog) knows it from its first commits and defers it.
+	w.lastCompact = time.Now()
 	if w.upsertMode() {
 		return w.loadUpsert(ctx)
 	}
