@@ -171,6 +171,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	applyMemoryLimit()
 	stopProfiles := startProfiles(logger)
 	defer stopProfiles()
 	d, err := daemon.New(ctx, cfg, logger)
