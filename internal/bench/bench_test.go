@@ -79,3 +79,28 @@ func TestShortRun(t *testing.T) {
 		}
 	}
 }
+
+// TestLatencies: a transaction is visible only in a snapshot whose offsets
+// have passed all of its records in every partition.
+func TestLatencies(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// Two partitions; the phase starts at offsets {10, 20}. Transaction
+	// A (commit LSN 100) has a record in each, B (200) in partition 1.
+	recs := [][]uint64{{100}, {100, 200}}
+	base := []int64{10, 20}
+	txs := []txResult{{inner: 90, committed: t0, rows: 2}, {inner: 150, committed: t0.Add(time.Second), rows: 1}}
+	snaps := []tableState{
+		{offsets: []int64{10, 20}, seen: t0.Add(100 * time.Millisecond)},  // nothing yet
+		{offsets: []int64{11, 20}, seen: t0.Add(200 * time.Millisecond)},  // half of A
+		{offsets: []int64{11, 21}, seen: t0.Add(1500 * time.Millisecond)}, // all of A
+		{offsets: []int64{11, 22}, seen: t0.Add(3 * time.Second)},         // B
+	}
+	got, err := latencies(txs, snaps, base, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{1500 * time.Millisecond, 2 * time.Second}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("latencies %v, want %v", got, want)
+	}
+}

@@ -225,7 +225,11 @@ func latencies(txs []txResult, snaps []tableState, base []int64, recs [][]uint64
 		if s == len(snaps) {
 			return nil, fmt.Errorf("bench: latency: no snapshot holds the transaction at %X whole", commit)
 		}
-		out = append(out, snaps[s].seen.Sub(tx.committed))
+		d := snaps[s].seen.Sub(tx.committed)
+		if d < 0 {
+			return nil, fmt.Errorf("bench: latency: the transaction at %X was matched to a snapshot seen %v before it committed", commit, -d)
+		}
+		out = append(out, d)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("bench: latency: no transaction")
@@ -246,7 +250,11 @@ func watermark(st tableState, base []int64, recs [][]uint64) uint64 {
 		if p < len(base) {
 			i -= base[p]
 		}
-		if i >= 0 && i < int64(len(lsns)) {
+		switch {
+		case len(lsns) == 0 || i >= int64(len(lsns)):
+		case i < 0: // below the phase's start: none of its records
+			w = min(w, lsns[0])
+		default:
 			w = min(w, lsns[i])
 		}
 	}

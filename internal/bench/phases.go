@@ -211,8 +211,8 @@ func (b *run) streamPhase(ctx context.Context, plan streamPlan) error {
 	if raw.Items != events {
 		return fmt.Errorf("bench: the decode loop saw %d events, want %d", raw.Items, events)
 	}
-	if _, err := b.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", rawSlot); err != nil {
-		return fmt.Errorf("bench: drop slot %s: %w", rawSlot, err)
+	if err := b.dropSlot(ctx, rawSlot); err != nil {
+		return err
 	}
 	b.res.Decode = raw
 	b.printf("  decode loop: %.0f events/s", raw.Rate())
@@ -234,6 +234,23 @@ func (b *run) streamPhase(ctx context.Context, plan streamPlan) error {
 	b.res.Stream = m
 	b.printf("  %.0f events/s in %v", m.Rate(), m.Wall.Round(time.Millisecond))
 	return nil
+}
+
+// dropSlot drops a slot, waiting up to 10 s for its walsender to let go
+// (it exits a moment after its client closed the connection).
+func (b *run) dropSlot(ctx context.Context, name string) error {
+	var err error
+	for i := 0; i < 100; i++ {
+		if _, err = b.conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("bench: drop slot %s: %w", name, err)
 }
 
 // waitSlotActive waits until the daemon streams from its slot.

@@ -86,7 +86,11 @@ func (w *watcher) poll(ctx context.Context) (tableState, error) {
 			st.lsn = binary.BigEndian.Uint64(pos)
 		}
 		var offs map[string]int64
-		if err := json.Unmarshal([]byte(p[iceberg.PropOffsets]), &offs); err == nil {
+		if _, ok := p[iceberg.PropOffsets]; !ok {
+			// A maintenance commit (compaction, manifest rewrite) carries
+			// no offsets: the table holds what the previous one held.
+			st.offsets, st.consumed = w.last.offsets, w.last.consumed
+		} else if err := json.Unmarshal([]byte(p[iceberg.PropOffsets]), &offs); err == nil {
 			for k, v := range offs {
 				i, err := strconv.Atoi(k)
 				if err != nil || i < 0 || i > 1<<16 {
