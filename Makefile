@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build test race lint bench soak demo clean
+.PHONY: all build test race lint bench bench-log bench-e2e soak demo clean
 
 all: build
 
@@ -21,8 +21,16 @@ lint: ## gofmt and go vet must be clean
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-bench: ## benchmarks that print ratios against the raw limits measured in the same run
+# BENCH_FLAGS for `cdcd bench`, e.g. BENCH_FLAGS='-rows 500000 -scale 0.1 -latency-duration 15s' (a quick run).
+BENCH_FLAGS ?=
+
+bench: bench-log bench-e2e ## benchmarks that print ratios against the raw limits measured in the same run
+
+bench-log: ## the log's benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./log/
+
+bench-e2e: build ## cdcd bench: PostgreSQL -> log -> Iceberg against COPY binary and a plain decode loop (BENCHMARKS.md)
+	./bin/cdcd bench $(BENCH_FLAGS)
 
 # The crash suite's soak: KILLS kills per configuration (upsert-v3,
 # upsert-v2, changelog; pick with CONFIGS=upsert-v3), in rounds of ROUND

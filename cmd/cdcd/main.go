@@ -45,6 +45,7 @@ Usage:
   cdcd compact [-c FILE] TABLE          compact a table now (the daemon compacts on its own too)
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
+  cdcd bench [-rows N] [-scale F] ...   end-to-end benchmark against COPY and a plain decode loop (-h for flags)
   cdcd version                          print the version
 
 Environment: CDCD_LOG_LEVEL=debug|info|warn|error (default info).
@@ -83,6 +84,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return maintenanceCommand(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCommand(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr, logger)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK
@@ -181,6 +184,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	applyMemoryLimit()
+	stopProfiles := startProfiles(logger)
+	defer stopProfiles()
 	d, err := daemon.New(ctx, cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

@@ -238,8 +238,8 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 	var cursors mergeHeap
 	var closers []func()
 	defer func() {
-		for _, f := range closers {
-			f()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
 		}
 	}()
 	c.moved = make([][]newLoc, len(c.old))
@@ -656,12 +656,27 @@ func (w *tableWriter) compactionDone() <-chan struct{} {
 	return w.comp.done
 }
 
+// compactDeferMax bounds how long a backlog defers compaction.
+const compactDeferMax = 10 * time.Minute
+
 // maybeCompact starts a rewrite when one is due and none runs.
 func (w *tableWriter) maybeCompact(ctx context.Context) {
 	cc := w.s.cfg.Compaction
 	if cc.Disabled || !w.upsertMode() || w.comp != nil || w.tbl == nil || w.up == nil || time.Since(w.lastCompact) < cc.Interval {
 		return
 	}
+	// A table catching up on a backlog (an initial load) defers compaction,
+	// for compactDeferMax at most: the rewrite would compete with the
+	// backlog for CPU and memory, and the small files it merges keep coming.
+	if w.catchingUp {
+		if w.deferredSince.IsZero() {
+			w.deferredSince = time.Now()
+		}
+		if time.Since(w.deferredSince) < compactDeferMax {
+			return
+		}
+	}
+	w.deferredSince = time.Time{}
 	w.lastCompact = time.Now()
 	c, err := w.planCompaction(ctx)
 	if err != nil {

@@ -50,8 +50,13 @@ type tableWriter struct {
 	comp        *compaction // the rewrite in flight
 	compactNow  <-chan struct{}
 	lastCompact time.Time
-	lastOrphans time.Time
-	compStats   CompactionStats
+	// catchingUp: the last commit was forced by the buffer limits (a
+	// backlog), not by the commit interval; compaction waits meanwhile,
+	// since deferredSince.
+	catchingUp    bool
+	deferredSince time.Time
+	lastOrphans   time.Time
+	compStats     CompactionStats
 }
 
 func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
@@ -108,8 +113,9 @@ func (w *tableWriter) run(ctx context.Context) error {
 			w.lastCompact = time.Time{}
 		case <-ctx.Done():
 		}
-		if len(w.buf) > 0 && (len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes ||
-			time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
+		if full := len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes; len(w.buf) > 0 &&
+			(full || time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
+			w.catchingUp = full
 			if err := w.commit(ctx); err != nil {
 				return err
 			}
@@ -183,6 +189,9 @@ func (w *tableWriter) load(ctx context.Context) error {
 	w.buf = w.buf[:0]
 	w.publishCommitted()
 	w.lastOrphans = time.Now() // the first sweep waits a full interval
+	// So does the first compaction: a table that starts behind (a restart
+	// with a backlog) knows it from its first commits and defers it.
+	w.lastCompact = time.Now()
 	if w.upsertMode() {
 		w.loadSeen(ctx)
 		return w.loadUpsert(ctx)

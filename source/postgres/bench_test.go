@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/source"
@@ -252,68 +249,10 @@ func runUntil(ctx context.Context, r *Reader, e source.Emitter, done func() bool
 	}
 }
 
-// plainLoop receives a slot's changes with pglogrepl and decodes every
-// tuple's values, and nothing else, until end.
+// plainLoop is DecodeLoop (rawloop.go).
 func plainLoop(ctx context.Context, dsn, slot, publication string, end uint64) error {
-	conn, err := pgconn.Connect(ctx, replicationDSN(dsn))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", publication), "binary 'true'"}
-	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
-		return err
-	}
-	rels := map[uint32]*relation{}
-	types := newTypeResolver(nil)
-	var pos uint64
-	next := time.Now().Add(time.Second)
-	for pos < end {
-		if time.Now().After(next) {
-			if err := sendStatus(ctx, conn, pos); err != nil {
-				return err
-			}
-			next = time.Now().Add(time.Second)
-		}
-		msg, err := conn.ReceiveMessage(ctx)
-		if err != nil {
-			return err
-		}
-		cd, ok := msg.(*pgproto3.CopyData)
-		if !ok || cd.Data[0] != pglogrepl.XLogDataByteID {
-			continue
-		}
-		xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
-		if err != nil {
-			return err
-		}
-		m, err := pglogrepl.ParseV2(xld.WALData, false)
-		if err != nil {
-			return err
-		}
-		switch m := m.(type) {
-		case *pglogrepl.RelationMessageV2:
-			pts := make([]*pgType, len(m.Columns))
-			for i, c := range m.Columns {
-				if pts[i], err = types.resolve(ctx, c.DataType, c.TypeModifier, 1); err != nil {
-					return err
-				}
-			}
-			rels[m.RelationID] = &relation{types: pts}
-		case *pglogrepl.InsertMessageV2:
-			rel := rels[m.RelationID]
-			for i, c := range m.Tuple.Columns {
-				if c.DataType == pglogrepl.TupleDataTypeBinary {
-					if _, err := rel.types[i].decode(c.Data); err != nil {
-						return err
-					}
-				}
-			}
-		case *pglogrepl.CommitMessage:
-			pos = uint64(m.CommitLSN)
-		}
-	}
-	return nil
+	_, err := DecodeLoop(ctx, dsn, slot, publication, end)
+	return err
 }
 
 // dropSlot drops a slot, waiting up to 5s for its walsender to let go.

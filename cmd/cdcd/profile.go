@@ -1,0 +1,65 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/bench"
+)
+
+// startProfiles starts the profiles `cdcd run` writes when asked by
+// environment (cdcd bench -profile sets them for its daemons):
+// CDCD_CPUPROFILE=FILE, a CPU profile of the whole run; CDCD_HEAPPROFILE=FILE,
+// a heap profile rewritten at each new peak of the heap in use (checked
+// every 500 ms), so the file shows what the memory held at its peak. The
+// returned function stops them.
+func startProfiles(logger *slog.Logger) func() {
+	var stops []func()
+	if path := os.Getenv(bench.EnvCPUProfile); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			logger.Warn("no CPU profile", "path", path, "err", err)
+		} else {
+			stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+		}
+	}
+	if path := os.Getenv(bench.EnvHeapProfile); path != "" {
+		done := make(chan struct{})
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			var peak uint64
+			var ms runtime.MemStats
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+				}
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse <= peak+peak/20 { // a new peak by 5% or more
+					continue
+				}
+				peak = ms.HeapInuse
+				if f, err := os.Create(path); err == nil {
+					_ = pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+				}
+			}
+		}()
+		stops = append(stops, func() { close(done); <-finished })
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/internal/dbproc"
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// tableState is what the benchmark sees of the Iceberg table: its current
+// snapshot as the catalog serves it.
+type tableState struct {
+	snapshotID int64
+	// rows is total-records minus total-position-deletes of the snapshot
+	// summary: the live rows of an upsert table.
+	rows int64
+	// lsn is the commit LSN of cdcd.source-position, the newest source
+	// change the table holds (0: none): where its transaction's commit
+	// record starts.
+	lsn uint64
+	// offsets is cdcd.offsets: the next log offset per partition the
+	// table holds; consumed is their sum, the records the table has
+	// taken in (the log's offsets start at 0 and nothing is cleaned up
+	// during a run).
+	offsets  []int64
+	consumed int64
+	// seen is when the benchmark first saw this snapshot.
+	seen time.Time
+}
+
+// watcher polls the catalog for the table's current snapshot.
+type watcher struct {
+	cat   catalog.Catalog
+	ident table.Identifier
+	last  tableState
+}
+
+func openWatcher(ctx context.Context, cfg iceberg.CatalogConfig, ident table.Identifier) (*watcher, error) {
+	cat, err := iceberg.OpenCatalog(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &watcher{cat: cat, ident: ident}, nil
+}
+
+func (w *watcher) close() {
+	if c, ok := w.cat.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}
+
+// poll loads the table; a table that does not exist yet is the zero state.
+func (w *watcher) poll(ctx context.Context) (tableState, error) {
+	tbl, err := w.cat.LoadTable(ctx, w.ident)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return tableState{}, nil
+	}
+	if err != nil {
+		return w.last, err
+	}
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return tableState{}, nil
+	}
+	if snap.SnapshotID == w.last.snapshotID {
+		return w.last, nil
+	}
+	st := tableState{snapshotID: snap.SnapshotID, seen: time.Now()}
+	if snap.Summary != nil {
+		p := snap.Summary.Properties
+		recs, _ := strconv.ParseInt(p["total-records"], 10, 64)
+		dels, _ := strconv.ParseInt(p["total-position-deletes"], 10, 64)
+		st.rows = recs - dels
+		if pos, err := hex.DecodeString(p[iceberg.PropSourcePosition]); err == nil && len(pos) >= 8 {
+			st.lsn = binary.BigEndian.Uint64(pos)
+		}
+		var offs map[string]int64
+		if _, ok := p[iceberg.PropOffsets]; !ok {
+			// A maintenance commit (compaction, manifest rewrite) carries
+			// no offsets: the table holds what the previous one held.
+			st.offsets, st.consumed = w.last.offsets, w.last.consumed
+		} else if err := json.Unmarshal([]byte(p[iceberg.PropOffsets]), &offs); err == nil {
+			for k, v := range offs {
+				i, err := strconv.Atoi(k)
+				if err != nil || i < 0 || i > 1<<16 {
+					continue
+				}
+				for len(st.offsets) <= i {
+					st.offsets = append(st.offsets, 0)
+				}
+				st.offsets[i] = v
+				st.consumed += v
+			}
+		}
+	}
+	w.last = st
+	return st, nil
+}
+
+// waitFor polls every interval until done holds for the table's state,
+// the child exits or ctx ends. Catalog errors (the writer holding the
+// SQLite file) are retried.
+func (w *watcher) waitFor(ctx context.Context, interval time.Duration, child *child, done func(tableState) bool, onSnapshot func(tableState)) (tableState, error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var prev int64
+	var lastErr error
+	for {
+		st, err := w.poll(ctx)
+		switch {
+		case err != nil:
+			lastErr = err
+		case st.snapshotID != prev:
+			prev = st.snapshotID
+			if onSnapshot != nil {
+				onSnapshot(st)
+			}
+		}
+		if err == nil && done(st) {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			if lastErr != nil {
+				return st, fmt.Errorf("%w (last catalog error: %v)", ctx.Err(), lastErr)
+			}
+			return st, ctx.Err()
+		case <-child.proc.Done():
+			return st, fmt.Errorf("bench: cdcd exited early (%v); the end of its log:\n%s", child.proc.Err(), dbproc.Tail(child.logPath, 20))
+		case <-t.C:
+		}
+	}
+}
+
+// scanCount counts the table's live rows with iceberg-go's scan (deletion
+// vectors applied), reading only the key column.
+func (w *watcher) scanCount(ctx context.Context, key string) (int64, error) {
+	tbl, err := w.cat.LoadTable(ctx, w.ident)
+	if err != nil {
+		return 0, err
+	}
+	_, recs, err := tbl.Scan(table.WithSelectedFields(key)).ToArrowRecords(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for rec, err := range recs {
+		if err != nil {
+			return n, err
+		}
+		n += rec.NumRows()
+		rec.Release()
+	}
+	return n, nil
+}
+
+// scanIDs returns the table's live ids (diagnostics after a mismatch).
+func (w *watcher) scanIDs(ctx context.Context) (map[int64]int, error) {
+	tbl, err := w.cat.LoadTable(ctx, w.ident)
+	if err != nil {
+		return nil, err
+	}
+	_, recs, err := tbl.Scan(table.WithSelectedFields("id")).ToArrowRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[int64]int{}
+	for rec, err := range recs {
+		if err != nil {
+			return ids, err
+		}
+		col, ok := rec.Column(0).(*array.Int64)
+		if !ok {
+			rec.Release()
+			return ids, fmt.Errorf("bench: id column is %s", rec.Column(0).DataType())
+		}
+		for i := 0; i < col.Len(); i++ {
+			ids[col.Value(i)]++
+		}
+		rec.Release()
+	}
+	return ids, nil
+}
