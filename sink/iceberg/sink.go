@@ -63,7 +63,10 @@ type Config struct {
 	// MaxBufferedBytes forces a commit when this many bytes of records
 	// wait; default 8 MiB. It bounds the sink's memory.
 	MaxBufferedBytes int
-	// FetchBytes bounds one fetch; default 4 MiB.
+	// FetchBytes bounds one fetch; default 1 MiB. Buffered changes point
+	// into the fetch's read buffer (no copy), so a change waiting for its
+	// commit keeps its fetch's whole buffer alive: small fetches keep that
+	// memory near MaxBufferedBytes.
 	FetchBytes int
 	// Mode is ModeUpsert (mirror the source; default) or ModeAppend (a
 	// changelog).
@@ -138,7 +141,7 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 		cfg.MaxBufferedBytes = 8 << 20
 	}
 	if cfg.FetchBytes <= 0 {
-		cfg.FetchBytes = 4 << 20
+		cfg.FetchBytes = 1 << 20
 	}
 	if cfg.CommitInterval <= 0 {
 		cfg.CommitInterval = 10 * time.Second

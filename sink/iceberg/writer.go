@@ -146,13 +146,18 @@ func (w *tableWriter) accept(b fetched) {
 	if len(w.seen) < w.partitions {
 		w.seen = make([][]byte, w.partitions)
 	}
+	// Positions are copied: they point into a fetch's read buffer, which
+	// they would keep alive after the commit.
 	for i := range b.changes {
 		// A partition's positions grow with its offsets.
-		w.seen[b.changes[i].partition] = b.changes[i].position()
+		p := b.changes[i].partition
+		if i+1 == len(b.changes) || b.changes[i+1].partition != p {
+			w.seen[p] = append(w.seen[p][:0:0], b.changes[i].position()...)
+		}
 	}
 	copy(w.next, b.next)
 	if string(b.lastPos) > string(w.lastPos) {
-		w.lastPos = b.lastPos
+		w.lastPos = append(w.lastPos[:0:0], b.lastPos...)
 	}
 }
 

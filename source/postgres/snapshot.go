@@ -156,7 +156,10 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		outs[i] = make(chunkBatches, perChunk)
 	}
 	next := make(chan int)
-	inflight := make(chan struct{}, workers+2) // chunks handed out and not yet emitted
+	// Chunks handed out and not yet emitted: one a worker may start while
+	// the emitter still takes the oldest. More only holds decoded rows in
+	// memory (the emitter, not the workers, is the slower side).
+	inflight := make(chan struct{}, workers+1)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(next)
