@@ -117,29 +117,42 @@ type CompactionStats struct {
 	LastErr                                    string
 }
 
-// planCompaction picks the files of one partition to rewrite.
-func (w *tableWriter) planCompaction(ctx context.Context) (*compaction, error) {
-	cc := w.s.cfg.Compaction
-	target := int64(w.s.cfg.TargetFileSize)
-	type cand struct {
-		df      iceberg.DataFile
-		deleted int64
+// compactCandidate is a live data file and how many of its rows are deleted.
+type compactCandidate struct {
+	df      iceberg.DataFile
+	deleted int64
+}
+
+// pickCompaction chooses the files of one partition to rewrite: the files
+// with at least DeleteRatio of their rows deleted, each due on its own,
+// and the small ones (under SmallFileRatio of target) once there are
+// MinGroup of them, up to MaxBytes of input. Delete-heavy files come
+// first, then the small ones from the smallest up: under the byte cap a
+// cycle then merges many fresh little files rather than rewriting the
+// largest small file again with a few of them (in path order, which it
+// was, a steady stream made every cycle rewrite most of the table and
+// compaction fell behind).
+func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64) []iceberg.DataFile {
+	byPart := map[string][]compactCandidate{}
+	for _, c := range cands {
+		k := fmt.Sprint(c.df.SpecID(), c.df.Partition())
+		byPart[k] = append(byPart[k], c)
 	}
-	byPart := map[string][]cand{}
-	for _, df := range w.up.data {
-		var deleted int64
-		if d, ok := w.up.dvs[df.FilePath()]; ok {
-			deleted = d.Count()
-		}
-		byPart[fmt.Sprint(df.SpecID(), df.Partition())] = append(byPart[fmt.Sprint(df.SpecID(), df.Partition())], cand{df, deleted})
-	}
-	var pick []iceberg.DataFile
-	var bytes int64
 	keys := make([]string, 0, len(byPart))
 	for k := range byPart {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	bySize := func(g []iceberg.DataFile) {
+		sort.Slice(g, func(i, j int) bool {
+			if a, b := g[i].FileSizeBytes(), g[j].FileSizeBytes(); a != b {
+				return a < b
+			}
+			return g[i].FilePath() < g[j].FilePath()
+		})
+	}
+	var pick []iceberg.DataFile
+	var bytes int64
 	for _, k := range keys {
 		var small, heavy []iceberg.DataFile
 		for _, c := range byPart[k] {
@@ -150,11 +163,12 @@ func (w *tableWriter) planCompaction(ctx context.Context) (*compaction, error) {
 				small = append(small, c.df)
 			}
 		}
+		bySize(heavy)
+		bySize(small)
 		group := heavy
 		if len(small) >= cc.MinGroup || (len(small) > 0 && len(heavy) > 0) {
 			group = append(group, small...)
 		}
-		sort.Slice(group, func(i, j int) bool { return group[i].FilePath() < group[j].FilePath() })
 		for _, df := range group {
 			if bytes+df.FileSizeBytes() > cc.MaxBytes && len(pick) > 0 {
 				break
@@ -166,6 +180,20 @@ func (w *tableWriter) planCompaction(ctx context.Context) (*compaction, error) {
 			break // one partition per compaction
 		}
 	}
+	return pick
+}
+
+// planCompaction picks the files of one partition to rewrite.
+func (w *tableWriter) planCompaction(ctx context.Context) (*compaction, error) {
+	cands := make([]compactCandidate, 0, len(w.up.data))
+	for _, df := range w.up.data {
+		c := compactCandidate{df: df}
+		if d, ok := w.up.dvs[df.FilePath()]; ok {
+			c.deleted = d.Count()
+		}
+		cands = append(cands, c)
+	}
+	pick := pickCompaction(cands, w.s.cfg.Compaction, int64(w.s.cfg.TargetFileSize))
 	if len(pick) == 0 || (len(pick) == 1 && w.up.dvs[pick[0].FilePath()] == nil) {
 		return nil, nil
 	}

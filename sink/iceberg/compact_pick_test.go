@@ -1,0 +1,63 @@
+package iceberg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+)
+
+func testDataFile(t *testing.T, path string, rows, size int64) iceberg.DataFile {
+	t.Helper()
+	b, err := iceberg.NewDataFileBuilder(*iceberg.UnpartitionedSpec, iceberg.EntryContentData, path, iceberg.ParquetFile,
+		map[int]any{}, nil, nil, rows, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Build()
+}
+
+func TestPickCompaction(t *testing.T) {
+	const mb = 1 << 20
+	cc := CompactionConfig{}
+	cc.defaults()
+	cc.MaxBytes = 100 * mb
+	target := int64(128 * mb)
+	paths := func(files []iceberg.DataFile) []string {
+		var out []string
+		for _, f := range files {
+			out = append(out, f.FilePath())
+		}
+		return out
+	}
+
+	// A large small file that sorts first by path, and six fresh little
+	// ones: the cycle merges the little ones, not the large one again.
+	cands := []compactCandidate{{df: testDataFile(t, "a-large", 1000, 90*mb)}}
+	for i := range 6 {
+		cands = append(cands, compactCandidate{df: testDataFile(t, fmt.Sprintf("b-%d", i), 10, int64(i+1)*mb)})
+	}
+	cands = append(cands, compactCandidate{df: testDataFile(t, "c-full", 1000, 120*mb)}) // not small
+	got := paths(pickCompaction(cands, cc, target))
+	want := []string{"b-0", "b-1", "b-2", "b-3", "b-4", "b-5"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("picked %v, want %v", got, want)
+	}
+
+	// Fewer small files than MinGroup: nothing, unless a delete-heavy file
+	// is due, which goes first and takes the small ones along.
+	few := []compactCandidate{{df: testDataFile(t, "s1", 10, mb)}, {df: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}
+	if got := pickCompaction(few, cc, target); len(got) != 0 {
+		t.Errorf("picked %v from %d small files (min group %d)", paths(got), 2, cc.MinGroup)
+	}
+	few[2].deleted = 400 // 40% of c-full
+	got = paths(pickCompaction(few, cc, target))
+	if fmt.Sprint(got) != "[c-full]" {
+		t.Errorf("picked %v, want the delete-heavy file alone (the small ones would pass the byte cap)", got)
+	}
+	cc.MaxBytes = 200 * mb
+	got = paths(pickCompaction(few, cc, target))
+	if fmt.Sprint(got) != "[c-full s1 s2]" {
+		t.Errorf("picked %v, want [c-full s1 s2]", got)
+	}
+}
