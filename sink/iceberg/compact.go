@@ -127,11 +127,10 @@ type compactCandidate struct {
 // with at least DeleteRatio of their rows deleted, each due on its own,
 // and the small ones (under SmallFileRatio of target) once there are
 // MinGroup of them, up to MaxBytes of input. Delete-heavy files come
-// first, then the small ones from the smallest up: under the byte cap a
-// cycle then merges many fresh little files rather than rewriting the
-// largest small file again with a few of them (in path order, which it
-// was, a steady stream made every cycle rewrite most of the table and
-// compaction fell behind).
+// first, then the small ones from the smallest up, in size tiers: a cycle
+// merges fresh little files rather than rewriting the largest small file
+// again with a few of them (in path order, which it was, a steady stream
+// made every cycle rewrite most of the table and compaction fell behind).
 func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64) []iceberg.DataFile {
 	byPart := map[string][]compactCandidate{}
 	for _, c := range cands {
@@ -165,6 +164,19 @@ func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64)
 		}
 		bySize(heavy)
 		bySize(small)
+		// Tiers: from the smallest up, a file joins only while it is at
+		// most twice the size of those before it together. A file that
+		// grew by merging waits until the newer ones add up to it, so each
+		// row is rewritten about log2(table / commit) times, not once a
+		// cycle with the table's largest small file.
+		var sum int64
+		for i, df := range small {
+			if i > 0 && df.FileSizeBytes() > 2*sum {
+				small = small[:i]
+				break
+			}
+			sum += df.FileSizeBytes()
+		}
 		group := heavy
 		if len(small) >= cc.MinGroup || (len(small) > 0 && len(heavy) > 0) {
 			group = append(group, small...)

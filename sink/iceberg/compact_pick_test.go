@@ -44,6 +44,25 @@ func TestPickCompaction(t *testing.T) {
 		t.Errorf("picked %v, want %v", got, want)
 	}
 
+	// Tiers: a file grown by merging waits until the newer ones add up to
+	// half its size.
+	tier := func(sizes ...int64) []compactCandidate {
+		var out []compactCandidate
+		for i, sz := range sizes {
+			out = append(out, compactCandidate{df: testDataFile(t, fmt.Sprintf("t-%02d", i), 10, sz*mb)})
+		}
+		return out
+	}
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 30), cc, target)); len(got) != 0 {
+		t.Errorf("picked %v: four new files and one 30 MB file must wait", got)
+	}
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 30), cc, target)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+		t.Errorf("picked %v, want the five 1 MB files", got)
+	}
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 5, 30), cc, target)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04 t-05]" {
+		t.Errorf("picked %v, want the 1 MB files and the 5 MB one", got)
+	}
+
 	// Fewer small files than MinGroup: nothing, unless a delete-heavy file
 	// is due, which goes first and takes the small ones along.
 	few := []compactCandidate{{df: testDataFile(t, "s1", 10, mb)}, {df: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}
