@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,15 @@ func TestCommitCurve(t *testing.T) {
 	var next int64
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
+		// CDCD_COMMIT_CURVE_CPU=file profiles the last 1000 commits.
+		if p := os.Getenv("CDCD_COMMIT_CURVE_CPU"); p != "" && i == max(0, n-1000) {
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 		buf := make([]change, 0, inserts+updates)
 		for j := 0; j < inserts; j++ {
 			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'c', After: []any{next, "v", int64(j)}}})
