@@ -150,7 +150,11 @@ func (x *keyIndex) getMany(keys [][]byte, found func(key []byte, loc location) e
 	buf := make([]byte, 0, 64)
 	for _, k := range sorted {
 		buf = append(append(buf[:0], idxPrefixKey), k...)
-		if !it.SeekGE(buf) || string(it.Key()) != string(buf) {
+		// SeekPrefixGE, not SeekGE: only a prefix seek consults the bloom
+		// filters (the prefix is the whole key with the default Split), so
+		// a new key skips the levels that do not hold it instead of reading
+		// a data block in each.
+		if !it.SeekPrefixGE(buf) || string(it.Key()) != string(buf) {
 			continue
 		}
 		v := it.Value()
