@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -11,23 +12,22 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-// TestKeyChangeHeader: the delete half of a key change whose insert takes
-// values from it carries HeaderKeyChange, also after being held for a
-// paused table and replayed; nothing else does.
-func TestKeyChangeHeader(t *testing.T) {
+// testEmitter is an emitter over a fresh embedded log with the topic
+// p.public.t of 4 partitions.
+func testEmitter(t *testing.T) (*emitter, log.Log) {
+	t.Helper()
 	ctx := t.Context()
 	lg, err := log.Open(t.TempDir(), log.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lg.Close()
+	t.Cleanup(func() { lg.Close() })
 	for _, topic := range []string{TopicSchemas, TopicState} {
 		if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const topic = "p.public.t"
-	if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 4}); err != nil {
+	if err := ensureTopic(ctx, lg, "p.public.t", log.TopicConfig{Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := openStateStore(ctx, lg)
@@ -41,6 +41,104 @@ func TestKeyChangeHeader(t *testing.T) {
 	e := &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "db", connector: "postgresql",
 		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 4, logger: slog.New(slog.DiscardHandler),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{}}
+	return e, lg
+}
+
+// TestSubmitLargeBatch: a load-sized batch with repeated keys lands whole,
+// each partition in source order and holding only its keys, each record
+// decoding to its change; the batch sent again after a restart is dropped
+// whole.
+func TestSubmitLargeBatch(t *testing.T) {
+	ctx := t.Context()
+	e, lg := testEmitter(t)
+	const topic = "p.public.t"
+	tbl := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{
+		{Name: "id", Kind: schema.Int64}, {Name: "body", Kind: schema.String, Nullable: true}}, Key: []int{0}}
+	const n = 5000
+	batch := make([]source.Change, n)
+	now := time.Now()
+	for i := range batch {
+		id := int64(i % 1000) // keys repeat: their changes must stay in order
+		batch[i] = source.Change{Table: tbl, Op: source.OpUpdate, Before: []any{id, nil}, After: []any{id, fmt.Sprint("v", i)},
+			Pos: source.PGPosition(1000, uint32(i)), LSN: 1000, CommitTime: now}
+	}
+	if err := e.Emit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	read := func() int {
+		info, err := lg.DescribeTopic(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, p := range info.Partitions {
+			recs, err := lg.Fetch(ctx, topic, p.Partition, 0, log.FetchOptions{MaxBytes: 64 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := -1
+			for _, r := range recs {
+				_, idx, err := source.ParsePGPosition(source.Position(r.Header(HeaderPosition)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if int(idx) <= prev {
+					t.Fatalf("partition %d: change %d after %d", p.Partition, idx, prev)
+				}
+				prev = int(idx)
+				if got := partitionOf(r.Key, 4); got != p.Partition {
+					t.Fatalf("change %d in partition %d, its key belongs in %d", idx, p.Partition, got)
+				}
+				id, body, err := schema.ParseFrame(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs, err := e.reg.SchemaByID(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vt, err := schema.TableFromValueSchema(vs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				env, err := schema.DecodeEnvelope(vt, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := fmt.Sprint("v", idx); env.After[1] != want || env.After[0] != int64(idx%1000) {
+					t.Fatalf("change %d decodes to %v, want [%d %s]", idx, env.After, idx%1000, want)
+				}
+			}
+			total += len(recs)
+		}
+		return total
+	}
+	if got := read(); got != n {
+		t.Fatalf("%d records, want %d", got, n)
+	}
+	// A new emitter (a restart) reads the newest positions back and drops
+	// the batch sent again.
+	e2 := &emitter{lg: lg, reg: e.reg, state: e.state, pipeline: "p", db: "db", connector: "postgresql",
+		topicOf: e.topicOf, partitions: 4, logger: e.logger,
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{}}
+	if err := e2.Emit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != n {
+		t.Fatalf("%d records after sending the batch again, want %d", got, n)
+	}
+	if e2.dropped.Load() != n {
+		t.Errorf("dropped %d, want %d", e2.dropped.Load(), n)
+	}
+}
+
+// TestKeyChangeHeader: the delete half of a key change whose insert takes
+// values from it carries HeaderKeyChange, also after being held for a
+// paused table and replayed; nothing else does.
+func TestKeyChangeHeader(t *testing.T) {
+	ctx := t.Context()
+	e, lg := testEmitter(t)
+	const topic = "p.public.t"
 	tbl := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{
 		{Name: "id", Kind: schema.Int64}, {Name: "body", Kind: schema.String, Nullable: true}}, Key: []int{0}}
 	keyChange := func(lsn uint64, from, to int64) []source.Change {
