@@ -291,8 +291,8 @@ func sinkBenchChild(t *testing.T) {
 		if ms.HeapInuse > maxHeap {
 			maxHeap = ms.HeapInuse
 			// CDCD_SINK_BENCH_HEAP=file: a heap profile near the peak
-			// (rewritten whenever the heap grew another 64 MB past 256 MB).
-			if p := os.Getenv("CDCD_SINK_BENCH_HEAP"); p != "" && maxHeap > 256<<20 && maxHeap > profiledAt+64<<20 {
+			// (rewritten whenever the heap grew another 16 MB past 128 MB).
+			if p := os.Getenv("CDCD_SINK_BENCH_HEAP"); p != "" && maxHeap > 128<<20 && maxHeap > profiledAt+16<<20 {
 				f, _ := os.Create(p + "." + os.Getenv("CDCD_SINK_BENCH_PHASE"))
 				pprof.WriteHeapProfile(f)
 				f.Close()
