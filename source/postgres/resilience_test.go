@@ -360,7 +360,13 @@ func TestKeepalivesDuringSlowEmit(t *testing.T) {
 	if n := r.Stats().Reconnects.Load(); n != 0 {
 		t.Fatalf("%d reconnects: the walsender timed out", n)
 	}
-	if r.Stats().StreamedTxns.Load() == 0 {
-		t.Fatal("the transaction did not arrive streamed")
+	// The count moves once the replay has finished, which may be just
+	// after its last batch reached the emitter.
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Stats().StreamedTxns.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the transaction did not arrive streamed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
