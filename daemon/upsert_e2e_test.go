@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cdcd-dev/cdcd/internal/icebergcheck"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5"
@@ -107,46 +107,16 @@ func checkTableInvariants(t *testing.T, cat catalog.Catalog, ident table.Identif
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs, err := tbl.FS(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return
 	}
-	mfs, err := snap.Manifests(fs)
+	problems, err := icebergcheck.FileProblems(t.Context(), tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, dvs := map[string]int{}, map[string]int{}
-	for _, mf := range mfs {
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			df := e.DataFile()
-			switch {
-			case df.ContentType() == iceberg.EntryContentData:
-				data[df.FilePath()]++
-			case table.IsDeletionVector(df) && df.ReferencedDataFile() != nil:
-				dvs[*df.ReferencedDataFile()]++
-			}
-		}
-	}
-	for f, n := range data {
-		if n > 1 {
-			t.Errorf("%v: data file %s listed %d times", ident, f, n)
-		}
-	}
-	for f, n := range dvs {
-		if n > 1 {
-			t.Errorf("%v: data file %s has %d live deletion vectors", ident, f, n)
-		}
-		if data[f] == 0 {
-			t.Errorf("%v: a deletion vector references %s, which is not live", ident, f)
-		}
+	for _, p := range problems {
+		t.Errorf("%v: %s", ident, p)
 	}
 	// Offsets along the ancestry, newest first: each older one <= newer.
 	var newer map[string]int64

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/cdcd-dev/cdcd/internal/icebergcheck"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5"
 
@@ -335,47 +335,17 @@ func abbrev(s string) string {
 func checkInvariants(t *testing.T, ctx context.Context, tbl *table.Table, pipeline string, end []int64) (snapshots int) {
 	t.Helper()
 	name := strings.Join(tbl.Identifier(), ".")
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		t.Errorf("%s: no snapshot", name)
 		return 0
 	}
-	mfs, err := snap.Manifests(fs)
+	problems, err := icebergcheck.FileProblems(ctx, tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, dvs := map[string]int{}, map[string]int{}
-	for _, mf := range mfs {
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			df := e.DataFile()
-			switch {
-			case df.ContentType() == iceberg.EntryContentData:
-				data[df.FilePath()]++
-			case table.IsDeletionVector(df) && df.ReferencedDataFile() != nil:
-				dvs[*df.ReferencedDataFile()]++
-			}
-		}
-	}
-	for f, n := range data {
-		if n > 1 {
-			t.Errorf("%s: data file %s is live %d times", name, f, n)
-		}
-	}
-	for f, n := range dvs {
-		if n > 1 {
-			t.Errorf("%s: data file %s has %d live deletion vectors", name, f, n)
-		}
-		if data[f] == 0 {
-			t.Errorf("%s: a live deletion vector references %s, which is not a live data file", name, f)
-		}
+	for _, p := range problems {
+		t.Errorf("%s: %s", name, p)
 	}
 	// The ancestry, oldest first.
 	var chain []*table.Snapshot

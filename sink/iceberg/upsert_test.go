@@ -1,10 +1,9 @@
 package iceberg
 
 import (
-	"context"
 	"fmt"
+	"github.com/cdcd-dev/cdcd/internal/icebergcheck"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"testing"
 
@@ -125,23 +124,12 @@ func checkInvariants(t *testing.T, cat catalog.Catalog, ident table.Identifier) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upsert{}
-	data, dvRefs, err := u.liveEntries(t.Context(), tbl)
+	problems, err := icebergcheck.FileProblems(t.Context(), tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ref, n := range dvRefs {
-		if n > 1 {
-			t.Errorf("data file %s has %d live deletion vectors", ref, n)
-		}
-		if data[ref] == 0 {
-			t.Errorf("a deletion vector references %s, which is not a live data file", ref)
-		}
-	}
-	for path, n := range data {
-		if n > 1 {
-			t.Errorf("data file %s is listed %d times", path, n)
-		}
+	for _, p := range problems {
+		t.Error(p)
 	}
 }
 
@@ -298,43 +286,6 @@ func TestUpsertTruncateBarrier(t *testing.T) {
 	}
 	compareModel(t, model{1: "b|∅"}, scanTable(t, cat, w.cfg.Ident))
 	w.close()
-}
-
-// liveEntries counts live data files and deletion vectors per data file.
-func (u *upsert) liveEntries(ctx context.Context, tbl *table.Table) (map[string]int, map[string]int, error) {
-	data, dvs := map[string]int{}, map[string]int{}
-	snap := tbl.CurrentSnapshot()
-	if snap == nil {
-		return data, dvs, nil
-	}
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	mfs, err := snap.Manifests(fs)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, mf := range mfs {
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, e := range entries {
-			df := e.DataFile()
-			if df.ContentType() == iceberg.EntryContentData {
-				data[df.FilePath()]++
-			} else if ref := df.ReferencedDataFile(); ref != nil && table.IsDeletionVector(df) {
-				dvs[*ref]++
-			}
-		}
-	}
-	keys := make([]string, 0, len(data))
-	for k := range data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return data, dvs, nil
 }
 
 func TestUpsertPartitioned(t *testing.T) {
