@@ -23,6 +23,11 @@ import (
 //
 //	CDCD_COMMIT_CURVE=3000 go test ./sink/iceberg/ -run TestCommitCurve -v -timeout 60m
 //
+// CDCD_COMMIT_CURVE_COMPACT=1 runs the compactor between commits, as the
+// table loop does; CDCD_COMMIT_CURVE_INDEX=1 prints the key index's pebble
+// metrics (levels, write amplification, cache) every 1,000 commits;
+// CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits.
+//
 // The goal: the median of the last 100 commits within 1.5x of commits
 // 100-200, with metadata.json and the manifest count bounded.
 func TestCommitCurve(t *testing.T) {
@@ -111,6 +116,9 @@ func TestCommitCurve(t *testing.T) {
 			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d; data files %d, vectors %d; compactions %d",
 				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()),
 				len(w.up.data), len(w.up.dvs), compactions)
+			if os.Getenv("CDCD_COMMIT_CURVE_INDEX") != "" && (i+1)%1000 == 0 {
+				t.Logf("key index after commit %d:\n%s", i+1, w.up.idx.db.Metrics())
+			}
 		}
 	}
 	if n >= 300 {
