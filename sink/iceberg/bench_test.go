@@ -174,8 +174,14 @@ func TestSinkThroughput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if tasks, err := tbl.Scan().PlanFiles(ctx); err == nil {
+			t.Logf("scan of %s: %d tasks", name, len(tasks))
+		}
 		best := time.Duration(1 << 62)
 		var rows int64
+		if p, _ := strconv.Atoi(os.Getenv("CDCD_SINK_BENCH_SCAN_PROCS")); p > 0 {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+		}
 		for i := 0; i < 3; i++ {
 			start := time.Now()
 			at, err := tbl.Scan().ToArrowTable(ctx)
@@ -216,7 +222,7 @@ func sinkBenchCompact(t *testing.T, dir string, lg *log.Embedded, cat catalog.Ca
 	start := now()
 	before := len(w.up.data)
 	for round := 0; ; round++ {
-		c, err := w.planCompaction(ctx)
+		c, err := w.planCompaction(ctx, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,8 +237,12 @@ func sinkBenchCompact(t *testing.T, dir string, lg *log.Embedded, cat catalog.Ca
 		}
 	}
 	end := now()
-	fmt.Printf("RESULT compaction: %d data files -> %d in %.2fs, %.0f CPU-ms, peak RSS %d MB\n",
-		before, len(w.up.data), end.wall.Sub(start.wall).Seconds(), float64(end.cpu-start.cpu)/1e6, peakRSS()/1024)
+	var bytes int64
+	for _, df := range w.up.data {
+		bytes += df.FileSizeBytes()
+	}
+	fmt.Printf("RESULT compaction: %d data files -> %d (%.1f MB) in %.2fs, %.0f CPU-ms, peak RSS %d MB\n",
+		before, len(w.up.data), float64(bytes)/(1<<20), end.wall.Sub(start.wall).Seconds(), float64(end.cpu-start.cpu)/1e6, peakRSS()/1024)
 }
 
 func benchCatalog(dir string) CatalogConfig {

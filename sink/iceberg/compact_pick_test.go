@@ -38,14 +38,14 @@ func TestPickCompaction(t *testing.T) {
 		cands = append(cands, compactCandidate{df: testDataFile(t, fmt.Sprintf("b-%d", i), 10, int64(i+1)*mb)})
 	}
 	cands = append(cands, compactCandidate{df: testDataFile(t, "c-full", 1000, 120*mb)}) // not small
-	got := paths(pickCompaction(cands, cc, target))
+	got := paths(pickCompaction(cands, cc, target, false))
 	want := []string{"b-0", "b-1", "b-2", "b-3", "b-4", "b-5"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("picked %v, want %v", got, want)
 	}
 
-	// Tiers: a file grown by merging waits until the newer ones add up to
-	// half its size.
+	// Tiers: a file grown by merging waits until files of its own size
+	// (within twice the mean of its bucket) number MinGroup.
 	tier := func(sizes ...int64) []compactCandidate {
 		var out []compactCandidate
 		for i, sz := range sizes {
@@ -53,29 +53,48 @@ func TestPickCompaction(t *testing.T) {
 		}
 		return out
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 30), cc, target)); len(got) != 0 {
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 30), cc, target, false)); len(got) != 0 {
 		t.Errorf("picked %v: four new files and one 30 MB file must wait", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 30), cc, target)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
 		t.Errorf("picked %v, want the five 1 MB files", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 5, 30), cc, target)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04 t-05]" {
-		t.Errorf("picked %v, want the 1 MB files and the 5 MB one", got)
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 3, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+		t.Errorf("picked %v, want the 1 MB files without the 3 MB one", got)
+	}
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 2, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+		t.Errorf("picked %v, want the 1 MB files with the 2 MB one", got)
+	}
+	if got := paths(pickCompaction(tier(1, 1, 5, 5, 5, 6, 9, 30), cc, target, false)); fmt.Sprint(got) != "[t-02 t-03 t-04 t-05 t-06]" {
+		t.Errorf("picked %v, want the 5-9 MB tier (the 1 MB one has two files)", got)
+	}
+	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 1, 5, 5, 5, 5, 6, 30), cc, target, false)); fmt.Sprint(got) != "[t-06 t-07 t-08 t-09 t-10]" {
+		t.Errorf("picked %v, want the 5-6 MB tier before the fresh files (which qualify every cycle)", got)
+	}
+	if got := paths(pickCompaction(tier(1, 3, 7, 15, 31, 63), cc, target, false)); len(got) != 0 {
+		t.Errorf("picked %v from files each more than twice the ones before", got)
+	}
+	// Forced (cdcd compact): every small file, whatever its tier.
+	if got := paths(pickCompaction(tier(1, 3, 7, 15, 31, 40, 120), cc, target, true)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04 t-05]" {
+		t.Errorf("forced, picked %v, want every small file (97 MB, under the byte cap)", got)
+	}
+	if got := paths(pickCompaction(tier(1, 120), cc, target, true)); len(got) != 0 {
+		t.Errorf("forced, picked %v: a single small file without deletes is left alone", got)
 	}
 
 	// Fewer small files than MinGroup: nothing, unless a delete-heavy file
 	// is due, which goes first and takes the small ones along.
 	few := []compactCandidate{{df: testDataFile(t, "s1", 10, mb)}, {df: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}
-	if got := pickCompaction(few, cc, target); len(got) != 0 {
+	if got := pickCompaction(few, cc, target, false); len(got) != 0 {
 		t.Errorf("picked %v from %d small files (min group %d)", paths(got), 2, cc.MinGroup)
 	}
 	few[2].deleted = 400 // 40% of c-full
-	got = paths(pickCompaction(few, cc, target))
+	got = paths(pickCompaction(few, cc, target, false))
 	if fmt.Sprint(got) != "[c-full]" {
 		t.Errorf("picked %v, want the delete-heavy file alone (the small ones would pass the byte cap)", got)
 	}
 	cc.MaxBytes = 200 * mb
-	got = paths(pickCompaction(few, cc, target))
+	got = paths(pickCompaction(few, cc, target, false))
 	if fmt.Sprint(got) != "[c-full s1 s2]" {
 		t.Errorf("picked %v, want [c-full s1 s2]", got)
 	}

@@ -281,7 +281,7 @@ func TestUpsertIntervalsAndLists(t *testing.T) {
 			}
 			checkListFileIDs(t, w)
 			// Compaction rewrites the files by reading and writing the rows.
-			c, err := w.planCompaction(t.Context())
+			c, err := w.planCompaction(t.Context(), true)
 			if err != nil || c == nil {
 				t.Fatalf("plan: %v %v", c, err)
 			}

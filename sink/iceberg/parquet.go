@@ -397,9 +397,16 @@ type dataFileWriter struct {
 	rows int64
 }
 
+// rowGroupRows bounds a row group. The row groups' offsets become the data
+// file's split offsets (iceberg-go reads them from the footer), so a reader
+// can split a large file — a compaction's — into ranges read in parallel
+// (see readSplitTargetSize); and the writer holds one row group's column
+// chunks in memory, so smaller groups cost less memory.
+const rowGroupRows = 128 << 10
+
 func newDataFileWriter(fs *fileSchema) *dataFileWriter {
 	d := &dataFileWriter{fs: fs}
-	d.w = parquet.NewWriter(&d.buf, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(1<<20))
+	d.w = parquet.NewWriter(&d.buf, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(rowGroupRows))
 	return d
 }
 
@@ -411,7 +418,7 @@ func streamDataFile(fs *fileSchema, wfs icebergio.WriteFileIO, path string) (*da
 		return nil, fmt.Errorf("iceberg: create %s: %w", path, err)
 	}
 	d := &dataFileWriter{fs: fs, out: out, tail: &tailWriter{w: out}, path: path}
-	d.w = parquet.NewWriter(d.tail, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(1<<20))
+	d.w = parquet.NewWriter(d.tail, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(rowGroupRows))
 	return d, nil
 }
 

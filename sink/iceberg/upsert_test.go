@@ -382,7 +382,7 @@ func TestCompaction(t *testing.T) {
 				commit()
 			}
 			before := len(w.up.data)
-			c, err := w.planCompaction(t.Context())
+			c, err := w.planCompaction(t.Context(), true)
 			if err != nil || c == nil {
 				t.Fatalf("plan: %v %v", c, err)
 			}

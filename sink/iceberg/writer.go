@@ -47,9 +47,11 @@ type tableWriter struct {
 
 	commitsSinceExpire int
 
-	comp        *compaction // the rewrite in flight
-	compactNow  <-chan struct{}
-	lastCompact time.Time
+	comp       *compaction // the rewrite in flight
+	compactNow <-chan struct{}
+	// forceCompact: the next compaction takes every small file (cdcd compact).
+	forceCompact bool
+	lastCompact  time.Time
 	// catchingUp: the last commit was forced by the buffer limits (a
 	// backlog), not by the commit interval; compaction waits meanwhile,
 	// since deferredSince.
@@ -110,7 +112,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 				return err
 			}
 		case <-w.compactNow:
-			w.lastCompact = time.Time{}
+			w.lastCompact, w.forceCompact = time.Time{}, true
 		case <-ctx.Done():
 		}
 		if full := len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes; len(w.buf) > 0 &&
@@ -441,9 +443,10 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 		return fmt.Errorf("iceberg: table %s: %w", identString(w.cfg.Ident), err)
 	}
 	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithPartitionSpec(spec), catalog.WithProperties(iceberg.Properties{
-		table.PropertyFormatVersion: fmt.Sprint(w.s.cfg.FormatVersion),
-		"cdcd.mode":                 mode,
-		"cdcd.source-table":         first.QualifiedName(),
+		table.PropertyFormatVersion:  fmt.Sprint(w.s.cfg.FormatVersion),
+		"cdcd.mode":                  mode,
+		"cdcd.source-table":          first.QualifiedName(),
+		table.ReadSplitTargetSizeKey: fmt.Sprint(readSplitTargetSize),
 	}))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident)
@@ -458,6 +461,14 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	}
 	return nil
 }
+
+// readSplitTargetSize is the read.split.target-size of the tables cdcd
+// creates: readers (iceberg-go, Spark) split a data file larger than this
+// along its row groups and read the parts in parallel. The default, 128 MiB,
+// is the size compaction aims for, so a compacted table was read one file at
+// a time per reader task: on two cores a 1M-row table compacted into one
+// 48 MB file scanned 1.0–1.25x as long as the same rows in 16 fresh files.
+const readSplitTargetSize = 32 << 20
 
 // evolve brings the table's schema up to the buffered table versions
 // before their rows are written: new columns are added; a column whose type
