@@ -42,7 +42,7 @@ Usage:
                                         (-print: the effective config, defaults filled, secrets redacted)
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
-  cdcd compact [-c FILE] TABLE          compact a table now (the daemon compacts on its own too)
+  cdcd compact [-c FILE] TABLE          merge every small file of a table now (the daemon compacts in tiers on its own)
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
   cdcd bench [-rows N] [-scale F] ...   end-to-end benchmark against COPY and a plain decode loop (-h for flags)
