@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,9 +96,11 @@ func BenchmarkInitialLoad(b *testing.B) {
 		cfg := Config{DSN: env.dsn, Slot: env.names.Slot, Publication: env.names.Publication, Tables: []string{"bench"},
 			Snapshot: true, SpillDir: filepath.Join(dir, "spill"), HeartbeatInterval: -1, SnapshotWorkers: benchWorkers()}
 		r := New(cfg, &memState{}, discard)
+		stop := profileCPU(b, "CDCD_BENCH_LOAD_CPU") // a profile of this phase alone
 		ours, err := measure(rows, func() error {
 			return runUntil(b.Context(), r, newLogEmitter(lg, 8), func() bool { return r.Stats().Streaming.Load() })
 		})
+		stop()
 		dropSlot(b, env.conn, cfg.Slot)
 		if err != nil {
 			b.Fatal(err)
@@ -117,6 +120,26 @@ func BenchmarkInitialLoad(b *testing.B) {
 		report(b, "load", rows, raw, ours, "COPY binary")
 		fmt.Printf("load of %d rows without the log: %.0f rows/s (%.2f CPU-µs/row), ratio %.2f of COPY; "+
 			"the log alone appends the same records at %.0f rows/s\n", rows, null.rate, null.cpuUs, null.rate/raw.rate, appendOnly)
+	}
+}
+
+// profileCPU starts a CPU profile into the file named by env, if set; the
+// returned function stops it.
+func profileCPU(b *testing.B, env string) func() {
+	path := os.Getenv(env)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }
 
