@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -400,6 +401,14 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	if fired < byPoint || fired > random+byPoint+1 {
 		t.Errorf("%d deaths at failpoints and %d SIGKILLs by the test, but the log shows %d failpoints firing", byPoint, random, fired)
 	}
+	// The compactor ran under the kills (upsert configs): its commits, and
+	// deaths right after one, are in the log.
+	compactions := strings.Count(string(b), "msg=compacted ") + strings.Count(string(b), `"msg":"compacted"`)
+	atCompaction := strings.Count(string(b), "after-compaction-commit\n") + strings.Count(string(b), `after-compaction-commit"`)
+	if slices.Contains(s.points, "after-compaction-commit") && kills >= 10 && compactions+atCompaction == 0 {
+		t.Errorf("no compaction committed during the run: the kills never met the compactor")
+	}
+	summary = append(summary, fmt.Sprintf("%d compactions committed, %d deaths at after-compaction-commit", compactions, atCompaction))
 	var ops []string
 	for op, n := range w.ops {
 		ops = append(ops, fmt.Sprintf("%s=%d", op, n))
