@@ -114,7 +114,9 @@ func (c *Change) Key() []any {
 // in batch is durable downstream; only then may the source tell its database
 // that it may forget them — and only for transactions all of whose changes
 // have been emitted. Batches come in position order; a large transaction may
-// span several batches.
+// span several batches. After Emit returns, the Emitter keeps nothing of
+// batch but the changes' positions (the source reuses the changes and their
+// rows for the next batch: the initial load does).
 type Emitter interface {
 	Emit(ctx context.Context, batch []Change) error
 }
@@ -126,7 +128,8 @@ type Emitter interface {
 // one goroutine, interleaved with Emit as the source likes.
 type Pipeliner interface {
 	// Submit hands batch over like Emit but may return before it is
-	// durable; it does not keep batch after it returns. Batches become
+	// durable; it keeps nothing of batch after it returns but the changes'
+	// positions, as for Emit. Batches become
 	// durable in the order submitted. An error (also one of an earlier
 	// batch) means nothing submitted since the last successful Sync may be
 	// assumed durable.

@@ -131,7 +131,46 @@ func (p *loadPlan) has(table string) bool {
 func (r *Reader) loadBatch() int { return 2 * r.cfg.BatchMax }
 
 // chunkBatches carries one chunk's rows from its worker to the emitter.
-type chunkBatches chan []source.Change
+type chunkBatches chan *loadBuf
+
+// loadBuf is a load batch and the slab its rows' values are cut from.
+// Once the Emitter has taken a batch (it keeps nothing of it after Emit or
+// Submit returns) both go back to the load's free list for another batch: a
+// load allocated two large slices a batch, and their zeroing and the
+// collector work they paced took about a tenth of the load's CPU. The
+// positions are not recycled: an Emitter may keep them (its newest
+// positions, headers of records still being appended).
+type loadBuf struct {
+	changes []source.Change
+	values  []any
+}
+
+// loadFree is a load's free list of buffers; a buffered channel, not a
+// sync.Pool, which every collection empties (the load collects often).
+type loadFree chan *loadBuf
+
+// get returns an empty buffer for batches of n rows of cols values.
+func (f loadFree) get(n, cols int) *loadBuf {
+	select {
+	case b := <-f:
+		if cap(b.changes) >= n && len(b.values) >= n*cols {
+			return b
+		}
+	default:
+	}
+	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols)}
+}
+
+// put recycles b, or drops it when the list is full. Not cleared (that
+// would cost the zeroing saved): what its changes and values refer to stays
+// reachable until the next batch overwrites it.
+func (f loadFree) put(b *loadBuf) {
+	b.changes = b.changes[:0]
+	select {
+	case f <- b:
+	default:
+	}
+}
 
 // copyChunks copies the chunks not yet done with SnapshotWorkers
 // connections in parallel, each in the snapshot, and emits them strictly
@@ -155,6 +194,8 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 	for i := lp.Done; i < total; i++ {
 		outs[i] = make(chunkBatches, perChunk)
 	}
+	// Room for the buffers in flight: chunks handed out, two batches each.
+	free := make(loadFree, 2*(workers+1))
 	next := make(chan int)
 	// Chunks handed out and not yet emitted: one a worker may start while
 	// the emitter still takes the oldest. More only holds decoded rows in
@@ -179,7 +220,7 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 	})
 	for w := 0; w < workers; w++ {
 		g.Go(func() error {
-			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs)
+			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs, free)
 		})
 	}
 	g.Go(func() error {
@@ -191,7 +232,7 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		}
 		saved := time.Now()
 		for seq := lp.Done; seq < total; seq++ {
-			rows, err := r.emitChunk(gctx, outs[seq], emit)
+			rows, err := r.emitChunk(gctx, outs[seq], emit, free)
 			if err != nil {
 				return err
 			}
@@ -217,19 +258,21 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 
 // emitChunk emits one chunk's batches as its worker delivers them and
 // returns how many rows it had.
-func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(context.Context, []source.Change) error) (int64, error) {
+func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(context.Context, []source.Change) error, free loadFree) (int64, error) {
 	var rows int64
 	for {
 		select {
-		case batch, ok := <-out:
+		case buf, ok := <-out:
 			if !ok {
 				return rows, nil // the whole chunk arrived
 			}
-			if err := emit(ctx, batch); err != nil {
+			n := int64(len(buf.changes))
+			if err := emit(ctx, buf.changes); err != nil {
 				return rows, err
 			}
-			rows += int64(len(batch))
-			r.stats.SnapshotRows.Add(int64(len(batch)))
+			free.put(buf)
+			rows += n
+			r.stats.SnapshotRows.Add(n)
 		case <-ctx.Done():
 			return rows, ctx.Err()
 		}
@@ -238,7 +281,7 @@ func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(cont
 
 // chunkWorker copies the chunks it takes from next, in the snapshot.
 func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
-	snapshot string, cp uint64, started time.Time, next <-chan int, outs []chunkBatches) error {
+	snapshot string, cp uint64, started time.Time, next <-chan int, outs []chunkBatches, free loadFree) error {
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("postgres: snapshot worker connection: %w", err)
@@ -262,7 +305,7 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 		}
 		// A failed chunk's channel stays open: only a whole chunk is closed,
 		// so the emitter never takes a failed one for done.
-		if err := r.copyChunk(ctx, conn, buildChunkQuery(t, rel, tp, i), rel, cp, seq, started, outs[seq]); err != nil {
+		if err := r.copyChunk(ctx, conn, buildChunkQuery(t, rel, tp, i), rel, cp, seq, started, outs[seq], free); err != nil {
 			return fmt.Errorf("postgres: initial load of %s, chunk %d: %w", tp.Table, i, err)
 		}
 		close(outs[seq])
@@ -273,23 +316,25 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 // copyChunk runs one chunk's COPY and sends its rows in batches. The rows
 // and positions of a batch are cut from one allocation each.
 func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, rel *relation, cp uint64, seq int,
-	started time.Time, out chunkBatches) error {
+	started time.Time, out chunkBatches, free loadFree) error {
 	n := len(rel.types)
 	var (
+		buf    *loadBuf
 		batch  []source.Change
 		values []any  // the batch's rows, n values each
 		arena  []byte // the batch's positions
 	)
 	prefix := source.PGPosition(cp-1, uint32(seq))
 	fresh := func() {
-		batch = make([]source.Change, 0, r.loadBatch())
-		values = make([]any, r.loadBatch()*n)
+		buf = free.get(r.loadBatch(), n)
+		batch, values = buf.changes, buf.values
 		arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
 	}
 	fresh()
 	send := func() error {
+		buf.changes = batch
 		select {
-		case out <- batch:
+		case out <- buf:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
