@@ -91,7 +91,12 @@ func resetPeak() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 // the sink's alone); then the scan time of the updated table against a
 // freshly written table of the same rows. Run with
 //
-//	CDCD_SINK_BENCH=1000000 go test ./sink/iceberg/ -run TestSinkThroughput -v -timeout 30m
+//	CGO_ENABLED=0 CDCD_SINK_BENCH=1000000 go test ./sink/iceberg/ -run TestSinkThroughput -v -timeout 30m
+//
+// CGO_ENABLED=0 builds as the shipped binary is built (pebble's cache and
+// memtables are then Go memory, under the soft limit). The children run
+// under `cdcd run`'s default soft memory limit, 240 MiB, unless GOMEMLIMIT
+// is set.
 //
 // Goals: >= 150k rows/s inserts, >= 80k rows/s updates, RSS <= 300 MB.
 func TestSinkThroughput(t *testing.T) {
@@ -148,7 +153,11 @@ func TestSinkThroughput(t *testing.T) {
 	}
 	run := func(what, topic, table string) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSinkThroughput$", "-test.v")
-		cmd.Env = append(os.Environ(), "CDCD_SINK_BENCH_CHILD="+dir, "CDCD_SINK_BENCH_TOPIC="+topic, "CDCD_SINK_BENCH_TABLE="+table, "CDCD_SINK_BENCH_PHASE="+what)
+		cmd.Env = os.Environ()
+		if os.Getenv("GOMEMLIMIT") == "" {
+			cmd.Env = append(cmd.Env, "GOMEMLIMIT=240MiB") // cmd/cdcd's defaultMemoryLimit
+		}
+		cmd.Env = append(cmd.Env, "CDCD_SINK_BENCH_CHILD="+dir, "CDCD_SINK_BENCH_TOPIC="+topic, "CDCD_SINK_BENCH_TABLE="+table, "CDCD_SINK_BENCH_PHASE="+what)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", what, err, out)
