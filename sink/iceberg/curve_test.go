@@ -2,8 +2,10 @@ package iceberg
 
 import (
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -113,20 +115,42 @@ func TestCommitCurve(t *testing.T) {
 			if st != nil {
 				size = st.Size()
 			}
-			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d; data files %d, vectors %d; compactions %d",
+			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d; data files %d, vectors %d; compactions %d; files in the table's folder %d",
 				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()),
-				len(w.up.data), len(w.up.dvs), compactions)
+				len(w.up.data), len(w.up.dvs), compactions, countFiles(strings.TrimPrefix(w.tbl.Location(), "file://")))
 			if os.Getenv("CDCD_COMMIT_CURVE_INDEX") != "" && (i+1)%1000 == 0 {
 				t.Logf("key index after commit %d:\n%s", i+1, w.up.idx.db.Metrics())
 			}
 		}
 	}
 	if n >= 300 {
+		if os.Getenv("CDCD_COMMIT_CURVE_FILES") != "" {
+			by := map[string]int{}
+			filepath.WalkDir(strings.TrimPrefix(w.tbl.Location(), "file://"), func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					by[filepath.Base(filepath.Dir(p))+"/*"+filepath.Ext(p)]++
+				}
+				return nil
+			})
+			t.Logf("files by kind: %v", by)
+		}
 		base := median(lat[100:200])
 		last := median(lat[n-100:])
 		t.Logf("commits 100-200 median %.1f ms; last 100 median %.1f ms; ratio %.2f (goal <= 1.5)", ms(base), ms(last), float64(last)/float64(base))
 	}
 	w.close()
+}
+
+// countFiles counts the files under dir: what the table leaves on storage.
+func countFiles(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"math"
 	"strconv"
 	"time"
@@ -290,7 +291,34 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 	}
 	w.tbl = table.New(tbl.Identifier(), newMeta, loc, tbl.FS, w.s.cat)
 	w.failpoint("after-catalog-commit")
+	w.dropOldMetadata(fs, tbl.Metadata(), newMeta)
 	return w.advanceManifests(fs, ms, p, removed, dirty, mergeAll)
+}
+
+// dropOldMetadata removes the metadata files that fell out of the table's
+// metadata log with this commit (it keeps write.metadata.previous-versions-max,
+// 100 by default), when the table asks for it with
+// write.metadata.delete-after-commit.enabled, as the tables cdcd creates do.
+// iceberg-go's transactions do this themselves; the sink commits through
+// the catalog, and without it every commit left its metadata.json (70-90 KB
+// here) until the orphan sweep, at least a day later: 340 files after 300
+// commits. A failed removal is left to that sweep.
+func (w *tableWriter) dropOldMetadata(fs icebergio.IO, before, after table.Metadata) {
+	if !after.Properties().GetBool(table.MetadataDeleteAfterCommitEnabledKey, table.MetadataDeleteAfterCommitEnabledDefault) {
+		return
+	}
+	keep := map[string]bool{}
+	for e := range after.PreviousFiles() {
+		keep[e.MetadataFile] = true
+	}
+	for e := range before.PreviousFiles() {
+		if keep[e.MetadataFile] {
+			continue
+		}
+		if err := fs.Remove(e.MetadataFile); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			w.logger.Debug("could not remove an old metadata file; the orphan sweep will", "file", e.MetadataFile, "err", err)
+		}
+	}
 }
 
 // advanceManifests makes the manifest state the new snapshot's: its list

@@ -447,6 +447,9 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 		"cdcd.mode":                  mode,
 		"cdcd.source-table":          first.QualifiedName(),
 		table.ReadSplitTargetSizeKey: fmt.Sprint(readSplitTargetSize),
+		// Old metadata.json files go once they leave the metadata log
+		// (write.metadata.previous-versions-max, 100): see dropOldMetadata.
+		table.MetadataDeleteAfterCommitEnabledKey: "true",
 	}))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident)
