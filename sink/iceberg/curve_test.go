@@ -117,7 +117,7 @@ func TestCommitCurve(t *testing.T) {
 			}
 			t.Logf("commit %5d: median of last 100 %7.1f ms, p90 %7.1f ms; metadata.json %7d B; manifests data %4d delete %4d; snapshots %d; data files %d, vectors %d; compactions %d; files in the table's folder %d",
 				i+1, ms(median(lat[max(0, i-99):])), ms(pct(lat[max(0, i-99):], 0.9)), size, dataM, delM, len(w.tbl.Metadata().Snapshots()),
-				len(w.up.data), len(w.up.dvs), compactions, countFiles(strings.TrimPrefix(w.tbl.Location(), "file://")))
+				len(w.up.data), len(w.up.dvs), compactions, len(tableFiles(w)))
 			if os.Getenv("CDCD_COMMIT_CURVE_INDEX") != "" && (i+1)%1000 == 0 {
 				t.Logf("key index after commit %d:\n%s", i+1, w.up.idx.db.Metrics())
 			}
@@ -126,12 +126,9 @@ func TestCommitCurve(t *testing.T) {
 	if n >= 300 {
 		if os.Getenv("CDCD_COMMIT_CURVE_FILES") != "" {
 			by := map[string]int{}
-			filepath.WalkDir(strings.TrimPrefix(w.tbl.Location(), "file://"), func(p string, d fs.DirEntry, err error) error {
-				if err == nil && !d.IsDir() {
-					by[filepath.Base(filepath.Dir(p))+"/*"+filepath.Ext(p)]++
-				}
-				return nil
-			})
+			for _, p := range tableFiles(w) {
+				by[filepath.Base(filepath.Dir(p))+"/*"+filepath.Ext(p)]++
+			}
 			t.Logf("files by kind: %v", by)
 		}
 		base := median(lat[100:200])
@@ -141,16 +138,17 @@ func TestCommitCurve(t *testing.T) {
 	w.close()
 }
 
-// countFiles counts the files under dir: what the table leaves on storage.
-func countFiles(dir string) int {
-	n := 0
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+// tableFiles lists the files under the table's location: what it leaves on
+// storage.
+func tableFiles(w *tableWriter) []string {
+	var out []string
+	filepath.WalkDir(strings.TrimPrefix(w.tbl.Location(), "file://"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
-			n++
+			out = append(out, p)
 		}
 		return nil
 	})
-	return n
+	return out
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
