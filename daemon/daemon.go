@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",
 		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		masker: newMasker(cfg),
+		masker: newMasker(cfg), free: make(chan *batchRecords, 2),
 	}
 	if err := d.emitter.loadPaused(ctx); err != nil {
 		return nil, err

@@ -40,14 +40,15 @@ func testEmitter(t *testing.T) (*emitter, log.Log) {
 	}
 	e := &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "db", connector: "postgresql",
 		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 4, logger: slog.New(slog.DiscardHandler),
-		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{}}
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
+		free: make(chan *batchRecords, 2)}
 	return e, lg
 }
 
-// TestSubmitLargeBatch: a load-sized batch with repeated keys lands whole,
-// each partition in source order and holding only its keys, each record
-// decoding to its change; the batch sent again after a restart is dropped
-// whole.
+// TestSubmitLargeBatch: a load-sized batch with repeated keys, submitted in
+// pieces, lands whole, each partition in source order and holding only its
+// keys, each record decoding to its change with its headers; the batch
+// sent again after a restart is dropped whole.
 func TestSubmitLargeBatch(t *testing.T) {
 	ctx := t.Context()
 	e, lg := testEmitter(t)
@@ -60,9 +61,16 @@ func TestSubmitLargeBatch(t *testing.T) {
 	for i := range batch {
 		id := int64(i % 1000) // keys repeat: their changes must stay in order
 		batch[i] = source.Change{Table: tbl, Op: source.OpUpdate, Before: []any{id, nil}, After: []any{id, fmt.Sprint("v", i)},
-			Pos: source.PGPosition(1000, uint32(i)), LSN: 1000, CommitTime: now}
+			Pos: source.PGPosition(1000, uint32(i)), LSN: 1000, TxID: uint64(7 * i), CommitTime: now}
 	}
-	if err := e.Emit(ctx, batch); err != nil {
+	// In pipelined pieces of uneven sizes, so later pieces are encoded into
+	// the record buffers of earlier ones, recycled as their appends land.
+	for _, piece := range [][2]int{{0, 1}, {1, 1700}, {1700, 2000}, {2000, 2001}, {2001, n}} {
+		if err := e.Submit(ctx, batch[piece[0]:piece[1]]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	read := func() int {
@@ -108,6 +116,9 @@ func TestSubmitLargeBatch(t *testing.T) {
 				if want := fmt.Sprint("v", idx); env.After[1] != want || env.After[0] != int64(idx%1000) {
 					t.Fatalf("change %d decodes to %v, want [%d %s]", idx, env.After, idx%1000, want)
 				}
+				if got, want := string(r.Header(HeaderTxID)), fmt.Sprint(7*idx); got != want || env.Source.TxID != uint64(7*idx) {
+					t.Fatalf("change %d: transaction id header %s, envelope %d, want %s", idx, got, env.Source.TxID, want)
+				}
 			}
 			total += len(recs)
 		}
@@ -120,7 +131,8 @@ func TestSubmitLargeBatch(t *testing.T) {
 	// the batch sent again.
 	e2 := &emitter{lg: lg, reg: e.reg, state: e.state, pipeline: "p", db: "db", connector: "postgresql",
 		topicOf: e.topicOf, partitions: 4, logger: e.logger,
-		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{}}
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
+		free: make(chan *batchRecords, 2)}
 	if err := e2.Emit(ctx, batch); err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func (e *emitter) loadPaused(ctx context.Context) error {
 // heldRecord encodes a change of a paused table: Avro bodies without
 // framing, and the schemas in headers.
 func (e *emitter) heldRecord(tc *tableCodec, c *source.Change) (log.Record, error) {
-	env := e.envelope(c)
+	env := e.envelope(c, time.Now().UnixMilli())
 	value, err := schema.AppendEnvelope(nil, c.Table, &env)
 	if err != nil {
 		return log.Record{}, err

@@ -37,6 +37,10 @@ type Embedded struct {
 
 	cleanStop chan struct{}
 	cleanDone chan struct{}
+
+	// spare holds batch buffers of earlier Produce calls for later ones
+	// (see batchBufs).
+	spare batchBufs
 }
 
 var _ Log = (*Embedded)(nil)

@@ -75,7 +75,10 @@ func measure(items int, fn func() error) (measured, error) {
 }
 
 // BenchmarkInitialLoad: the initial load's rows/s into the log against
-// COPY ... TO STDOUT (FORMAT binary) of the same table, in the same run.
+// COPY ... TO STDOUT (FORMAT binary) of the same table, in the same run,
+// through this package's model of the daemon's emitter (logEmitter), and
+// without any emitter. The daemon's own path is daemon's
+// BenchmarkLoadIntoLog.
 func BenchmarkInitialLoad(b *testing.B) {
 	rows := benchRows()
 	env := benchEnv(b, benchDDL+"; "+fmt.Sprintf(benchInsert, 1, rows)+"; ANALYZE bench")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,25 +47,37 @@ func decodeBool(b []byte) (any, error) {
 	return b[0] != 0, nil
 }
 
-func decodeInt2(b []byte) (any, error) {
+func readInt2(b []byte) (int64, error) {
 	if err := fixed(2, b); err != nil {
-		return nil, err
+		return 0, err
 	}
 	return int64(int16(binary.BigEndian.Uint16(b))), nil
 }
 
-func decodeInt4(b []byte) (any, error) {
+func readInt4(b []byte) (int64, error) {
 	if err := fixed(4, b); err != nil {
-		return nil, err
+		return 0, err
 	}
 	return int64(int32(binary.BigEndian.Uint32(b))), nil
 }
 
-func decodeInt8(b []byte) (any, error) {
+func readInt8(b []byte) (int64, error) {
 	if err := fixed(8, b); err != nil {
-		return nil, err
+		return 0, err
 	}
 	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+func decodeInt2(b []byte) (any, error) { return boxed(readInt2(b)) }
+func decodeInt4(b []byte) (any, error) { return boxed(readInt4(b)) }
+func decodeInt8(b []byte) (any, error) { return boxed(readInt8(b)) }
+
+// boxed returns v as an interface value, or the error.
+func boxed[T any](v T, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // decodeUint4 reads the unsigned 32-bit types (oid, xid, cid, reg*).
@@ -95,12 +108,14 @@ func decodeFloat4(b []byte) (any, error) {
 	return math.Float32frombits(binary.BigEndian.Uint32(b)), nil
 }
 
-func decodeFloat8(b []byte) (any, error) {
+func checkedFloat8(b []byte) (float64, error) {
 	if err := fixed(8, b); err != nil {
-		return nil, err
+		return 0, err
 	}
-	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
+	return readFloat8(b), nil
 }
+
+func decodeFloat8(b []byte) (any, error) { return boxed(checkedFloat8(b)) }
 
 func readFloat8(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
 
@@ -139,9 +154,9 @@ func decodeUUID(b []byte) (any, error) {
 }
 
 // decodeDate keeps ±infinity as the extreme int32 values.
-func decodeDate(b []byte) (any, error) {
+func readDate(b []byte) (int32, error) {
 	if err := fixed(4, b); err != nil {
-		return nil, err
+		return 0, err
 	}
 	d := int32(binary.BigEndian.Uint32(b))
 	if d == math.MaxInt32 || d == math.MinInt32 {
@@ -149,6 +164,8 @@ func decodeDate(b []byte) (any, error) {
 	}
 	return d + pgEpochDays, nil
 }
+
+func decodeDate(b []byte) (any, error) { return boxed(readDate(b)) }
 
 func decodeTime(b []byte) (any, error) {
 	if err := fixed(8, b); err != nil {
@@ -167,20 +184,22 @@ const maxTimestamp = math.MaxInt64 - 1 - pgEpochMicros
 // clamps or wraps a value.
 var errTimestampRange = errors.New("postgres: timestamp after 294247-01-10 04:00:54.775806 UTC has no int64 microseconds since 1970")
 
-// decodeTimestamp keeps ±infinity as the extreme int64 values.
-func decodeTimestamp(b []byte) (any, error) {
+// readTimestamp keeps ±infinity as the extreme int64 values.
+func readTimestamp(b []byte) (int64, error) {
 	if err := fixed(8, b); err != nil {
-		return nil, err
+		return 0, err
 	}
 	t := int64(binary.BigEndian.Uint64(b))
 	switch {
 	case t == math.MaxInt64 || t == math.MinInt64:
 		return t, nil
 	case t > maxTimestamp:
-		return nil, errTimestampRange
+		return 0, errTimestampRange
 	}
 	return t + pgEpochMicros, nil
 }
+
+func decodeTimestamp(b []byte) (any, error) { return boxed(readTimestamp(b)) }
 
 // decodeTimeTZ renders timetz as timetz_out does ("13:45:00.5+05:30"):
 // Iceberg and Avro have no time with a zone, and the offset must survive.
@@ -267,26 +286,37 @@ const (
 //
 //	ndigits int16 | weight int16 | sign uint16 | dscale int16 | digits [ndigits]int16
 func decodeNumeric(b []byte) (any, error) {
+	var buf [64]byte
+	text, err := appendNumeric(buf[:0], b)
+	if err != nil {
+		return nil, err
+	}
+	return string(text), nil
+}
+
+// appendNumeric appends the text of the numeric b ("-12.50", "NaN",
+// "Infinity", "-Infinity") to dst.
+func appendNumeric(dst, b []byte) ([]byte, error) {
 	if len(b) < 8 {
-		return nil, lengthError(">= 8", len(b))
+		return dst, lengthError(">= 8", len(b))
 	}
 	ndigits := int(int16(binary.BigEndian.Uint16(b)))
 	weight := int(int16(binary.BigEndian.Uint16(b[2:])))
 	sign := binary.BigEndian.Uint16(b[4:])
 	dscale := int(int16(binary.BigEndian.Uint16(b[6:])))
 	if ndigits < 0 || dscale < 0 || len(b) != 8+2*ndigits {
-		return nil, fmt.Errorf("%w: numeric header (ndigits %d, dscale %d, %d bytes)", errBadValue, ndigits, dscale, len(b))
+		return dst, fmt.Errorf("%w: numeric header (ndigits %d, dscale %d, %d bytes)", errBadValue, ndigits, dscale, len(b))
 	}
 	switch sign {
 	case numericNaN:
-		return "NaN", nil
+		return append(dst, "NaN"...), nil
 	case numericPInf:
-		return "Infinity", nil
+		return append(dst, "Infinity"...), nil
 	case numericNInf:
-		return "-Infinity", nil
+		return append(dst, "-Infinity"...), nil
 	case numericPos, numericNeg:
 	default:
-		return nil, fmt.Errorf("%w: numeric sign %#x", errBadValue, sign)
+		return dst, fmt.Errorf("%w: numeric sign %#x", errBadValue, sign)
 	}
 	digit := func(i int) int {
 		if i < 0 || i >= ndigits {
@@ -296,41 +326,40 @@ func decodeNumeric(b []byte) (any, error) {
 	}
 	for i := 0; i < ndigits; i++ {
 		if digit(i) > 9999 {
-			return nil, fmt.Errorf("%w: numeric digit %d", errBadValue, digit(i))
+			return dst, fmt.Errorf("%w: numeric digit %d", errBadValue, digit(i))
 		}
 	}
-	var s strings.Builder
-	s.Grow(4*(max(weight, 0)+1) + dscale + 2)
+	dst = slices.Grow(dst, 4*(max(weight, 0)+1)+dscale+2)
 	if sign == numericNeg {
-		s.WriteByte('-')
+		dst = append(dst, '-')
 	}
 	if weight < 0 {
-		s.WriteByte('0')
+		dst = append(dst, '0')
 	} else {
-		s.WriteString(strconv.Itoa(digit(0)))
+		dst = strconv.AppendInt(dst, int64(digit(0)), 10)
 		for i := 1; i <= weight; i++ {
-			writeDigits4(&s, digit(i), 4)
+			dst = appendDigits4(dst, digit(i), 4)
 		}
 	}
 	if dscale > 0 {
-		s.WriteByte('.')
+		dst = append(dst, '.')
 		for i, written := weight+1, 0; written < dscale; i++ {
 			n := min(4, dscale-written)
-			writeDigits4(&s, digit(i), n)
+			dst = appendDigits4(dst, digit(i), n)
 			written += n
 		}
 	}
-	return s.String(), nil
+	return dst, nil
 }
 
-// writeDigits4 writes the first n of d's four decimal digits.
-func writeDigits4(s *strings.Builder, d, n int) {
+// appendDigits4 appends the first n of d's four decimal digits.
+func appendDigits4(dst []byte, d, n int) []byte {
 	var g [4]byte
 	for j := 3; j >= 0; j-- {
 		g[j] = byte('0' + d%10)
 		d /= 10
 	}
-	s.Write(g[:n])
+	return append(dst, g[:n]...)
 }
 
 // decodeBits renders bit and bit varying as bit_out does ("0101").

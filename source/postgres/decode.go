@@ -116,7 +116,7 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 
 // decodeFieldsInto decodes a row of a binary COPY (nil fields are NULL)
 // into row, which has a slot per column.
-func decodeFieldsInto(r *relation, fields [][]byte, row []any) error {
+func decodeFieldsInto(r *relation, fields [][]byte, row []any, s *slab) error {
 	if len(fields) != len(r.types) || len(row) != len(r.types) {
 		return fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
 	}
@@ -125,7 +125,13 @@ func decodeFieldsInto(r *relation, fields [][]byte, row []any) error {
 			row[i] = nil
 			continue
 		}
-		v, err := r.types[i].decode(f)
+		var v any
+		var err error
+		if t := r.types[i]; t.slab != nil && s != nil {
+			v, err = t.slab(f, s)
+		} else {
+			v, err = t.decode(f)
+		}
 		if err != nil {
 			return r.valueError(i, err)
 		}

@@ -27,6 +27,9 @@ import (
 // changes as the daemon's emitter does (Avro key and envelope, the
 // position header, partitions by key, the per-partition dedupe), and
 // logState keeps the reader's state in a compacted topic of the same log.
+// It is a model: the daemon's emitter also registers schemas, masks, holds
+// paused tables and writes more headers, and daemon's BenchmarkLoadIntoLog
+// measures the load through it.
 
 const (
 	headerPos   = "cdcd.pos"

@@ -323,14 +323,12 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		batch  []source.Change
 		values []any  // the batch's rows, n values each
 		arena  []byte // the batch's positions
+		scalar slab   // the rows' numbers and texts
 	)
 	prefix := source.PGPosition(cp-1, uint32(seq))
-	fresh := func() {
-		buf = free.get(r.loadBatch(), n)
-		batch, values = buf.changes, buf.values
-		arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
-	}
-	fresh()
+	// A buffer is taken when a row needs one, not after each send: a chunk
+	// ends with a send, and a buffer taken then went unused to the
+	// collector — one 4 MB allocation a chunk, most of the load's.
 	send := func() error {
 		buf.changes = batch
 		select {
@@ -338,13 +336,18 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		fresh()
+		buf = nil
 		return nil
 	}
 	p := &copyParser{row: func(fields [][]byte) error {
+		if buf == nil {
+			buf = free.get(r.loadBatch(), n)
+			batch, values = buf.changes, buf.values
+			arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
+		}
 		i := len(batch)
 		row := values[i*n : (i+1)*n : (i+1)*n]
-		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row); err != nil {
+		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row, &scalar); err != nil {
 			return err
 		}
 		start := len(arena)
@@ -370,7 +373,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	if err := p.finish(); err != nil {
 		return err
 	}
-	if len(batch) > 0 {
+	if buf != nil {
 		return send()
 	}
 	return nil

@@ -86,6 +86,9 @@ type pgType struct {
 	col  schema.Column // Kind, Precision, Scale, Elem
 	// decode reads the type's binary form, or its text form when text.
 	decode decodeFunc
+	// slab, when set, reads the binary form as decode does into a slab
+	// (the initial load's common scalar types).
+	slab slabDecodeFunc
 	// text: the type has no binary send function, so pgoutput sends it as
 	// text and the snapshot selects it cast to text.
 	text bool
@@ -99,11 +102,11 @@ func builtinType(oid uint32, typmod int32, moneyScale func() (int, error)) (t *p
 	case oidBool:
 		c.Kind, t.decode = schema.Bool, decodeBool
 	case oidInt2:
-		c.Kind, t.decode = schema.Int16, decodeInt2
+		c.Kind, t.decode, t.slab = schema.Int16, decodeInt2, slabInt(readInt2)
 	case oidInt4:
-		c.Kind, t.decode = schema.Int32, decodeInt4
+		c.Kind, t.decode, t.slab = schema.Int32, decodeInt4, slabInt(readInt4)
 	case oidInt8:
-		c.Kind, t.decode = schema.Int64, decodeInt8
+		c.Kind, t.decode, t.slab = schema.Int64, decodeInt8, slabInt(readInt8)
 	case oidOID, oidXID, oidCID, oidRegproc, oidRegprocedure, oidRegoper, oidRegoperator, oidRegclass, oidRegtype,
 		oidRegconfig, oidRegdictionary, oidRegnamespace, oidRegrole, oidRegcollation:
 		// The reg* types travel as the object's OID, as their binary form does.
@@ -113,9 +116,9 @@ func builtinType(oid uint32, typmod int32, moneyScale func() (int, error)) (t *p
 	case oidFloat4:
 		c.Kind, t.decode = schema.Float32, decodeFloat4
 	case oidFloat8:
-		c.Kind, t.decode = schema.Float64, decodeFloat8
+		c.Kind, t.decode, t.slab = schema.Float64, decodeFloat8, slabFloat8
 	case oidNumeric:
-		c.Kind, t.decode = schema.Decimal, decodeNumeric
+		c.Kind, t.decode, t.slab = schema.Decimal, decodeNumeric, slabNumeric
 		if typmod >= 4 {
 			c.Precision = int((typmod - 4) >> 16 & 0xffff)
 			c.Scale = int((typmod - 4) & 0xffff)
@@ -127,13 +130,13 @@ func builtinType(oid uint32, typmod int32, moneyScale func() (int, error)) (t *p
 		}
 		c.Kind, c.Precision, c.Scale, t.decode = schema.Decimal, 19, scale, decodeMoney(scale)
 	case oidText, oidVarchar, oidBPChar, oidName, oidXML, oidPgNodeTree:
-		c.Kind, t.decode = schema.String, decodeString
+		c.Kind, t.decode, t.slab = schema.String, decodeString, slabString
 	case oidChar:
 		c.Kind, t.decode = schema.String, decodeChar
 	case oidBytea:
 		c.Kind, t.decode = schema.Bytes, decodeBytes
 	case oidJSON:
-		c.Kind, t.decode = schema.JSON, decodeString
+		c.Kind, t.decode, t.slab = schema.JSON, decodeString, slabString
 	case oidJSONB:
 		c.Kind, t.decode = schema.JSON, decodeVersioned
 	case oidJSONPath:
@@ -141,15 +144,15 @@ func builtinType(oid uint32, typmod int32, moneyScale func() (int, error)) (t *p
 	case oidUUID:
 		c.Kind, t.decode = schema.UUID, decodeUUID
 	case oidDate:
-		c.Kind, t.decode = schema.Date, decodeDate
+		c.Kind, t.decode, t.slab = schema.Date, decodeDate, slabDate
 	case oidTime:
 		c.Kind, t.decode = schema.Time, decodeTime
 	case oidTimeTZ:
 		c.Kind, t.decode = schema.String, decodeTimeTZ
 	case oidTimestamp:
-		c.Kind, t.decode = schema.Timestamp, decodeTimestamp
+		c.Kind, t.decode, t.slab = schema.Timestamp, decodeTimestamp, slabInt(readTimestamp)
 	case oidTimestampTZ:
-		c.Kind, t.decode = schema.TimestampTZ, decodeTimestamp
+		c.Kind, t.decode, t.slab = schema.TimestampTZ, decodeTimestamp, slabInt(readTimestamp)
 	case oidInterval:
 		c.Kind, t.decode = schema.Interval, decodeInterval
 	case oidBit, oidVarbit:

@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/internal/pgtest"
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres"
+)
+
+// BenchmarkLoadIntoLog: the initial load through the daemon's own emitter
+// (registry, masking check, Avro key and envelope, headers, the
+// per-partition dedupe) into the embedded log, against COPY ... TO STDOUT
+// (FORMAT binary) of the same table in the same run. Issue 4's load goal is
+// measured here: source/postgres's BenchmarkInitialLoad runs the reader
+// into a test emitter that models this one. CDCD_BENCH_ROWS (default 1M)
+// sets the table's size; CDCD_BENCH_LOAD_CPU=file writes a CPU profile of
+// the load alone.
+func BenchmarkLoadIntoLog(b *testing.B) {
+	rows := 1_000_000
+	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	ctx := b.Context()
+	dsn := pgtest.NewDB(b)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `CREATE TABLE bench (id bigint PRIMARY KEY, a int, b bigint, c text, d numeric(12,2), e timestamptz, f bool, g float8);
+		INSERT INTO bench SELECT g, g % 1000, g * 7, 'row ' || g, (g % 100000) / 100.0, '2024-01-01'::timestamptz + g * interval '1 second',
+			g % 2 = 0, g / 3.0 FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
+		ANALYZE bench`); err != nil {
+		b.Fatal(err)
+	}
+	names := pgtest.Names(b)
+	for i := 0; b.Loop(); i++ {
+		raw, err := measureLoad(rows, func() error {
+			_, err := conn.PgConn().CopyTo(ctx, io.Discard, "COPY bench TO STDOUT (FORMAT binary)")
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, lg := benchEmitter(b)
+		slot := fmt.Sprintf("%s_%d", names.Slot, i)
+		r := postgres.New(postgres.Config{DSN: dsn, Slot: slot, Publication: names.Publication, Tables: []string{"bench"},
+			Snapshot: true, SpillDir: b.TempDir(), HeartbeatInterval: -1}, e.state, slog.New(slog.DiscardHandler))
+		stop := cpuProfile(b, os.Getenv("CDCD_BENCH_LOAD_CPU"))
+		ours, err := measureLoad(rows, func() error { return loadUntilStreaming(ctx, r, e) })
+		stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := e.produced.Load(); got != int64(rows) {
+			b.Fatalf("the emitter appended %d records, want %d", got, rows)
+		}
+		lg.Close()
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+			b.Fatal(err)
+		}
+		ratio := ours.rate / raw.rate
+		b.Logf("load of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); COPY binary %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
+			rows, ours.rate, ours.cpuUs, ours.peakMB, raw.rate, raw.cpuUs, ratio)
+		b.ReportMetric(ours.rate, "load-rows/s")
+		b.ReportMetric(raw.rate, "raw-rows/s")
+		b.ReportMetric(ratio, "ratio")
+		b.ReportMetric(ours.cpuUs, "cpu-µs/row")
+		b.ReportMetric(ours.peakMB, "peak-MB")
+	}
+}
+
+// benchEmitter is the daemon's emitter over a fresh embedded log, built as
+// the daemon builds it, with the table topic of the default 8 partitions.
+func benchEmitter(b *testing.B) (*emitter, log.Log) {
+	ctx := b.Context()
+	lg, err := log.Open(filepath.Join(b.TempDir(), "log"), log.Options{CleanupInterval: -1}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, topic := range []string{TopicSchemas, TopicState} {
+		if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ensureTopic(ctx, lg, "p.public.bench", log.TopicConfig{Partitions: 8}); err != nil {
+		b.Fatal(err)
+	}
+	st, err := openStateStore(ctx, lg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg, err := schema.OpenRegistry(ctx, schemaStore{lg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "bench", connector: "postgresql",
+		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 8, logger: slog.New(slog.DiscardHandler),
+		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
+		free: make(chan *batchRecords, 2)}, lg
+}
+
+// loadUntilStreaming runs r into e until its initial load is done.
+func loadUntilStreaming(ctx context.Context, r *postgres.Reader, e source.Emitter) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, e) }()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return fmt.Errorf("reader stopped before streaming: %w", err)
+		case <-tick.C:
+			if r.Stats().Streaming.Load() {
+				cancel()
+				<-done
+				return nil
+			}
+		}
+	}
+}
+
+type loadMeasure struct {
+	rate, cpuUs, peakMB float64
+}
+
+// measureLoad times fn over items: wall rate, this process's CPU per item
+// and its peak RSS (reset first).
+func measureLoad(items int, fn func() error) (loadMeasure, error) {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	cpu0, t0 := cpu(), time.Now()
+	if err := fn(); err != nil {
+		return loadMeasure{}, err
+	}
+	el, used := time.Since(t0), cpu()-cpu0
+	m := loadMeasure{rate: float64(items) / el.Seconds(), cpuUs: float64(used.Microseconds()) / float64(items)}
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			var kb int64
+			if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &kb); n == 1 {
+				m.peakMB = float64(kb) / 1024
+			}
+		}
+	}
+	return m, nil
+}
+
+// cpuProfile profiles the process into path until the returned func is
+// called; nothing when path is empty.
+func cpuProfile(b *testing.B, path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
