@@ -117,6 +117,9 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
 		masker: newMasker(cfg), free: make(chan *batchRecords, 2),
+		// An initial load keeps up to 4 batches in the log's hands while
+		// they sync, so one fsync makes several durable.
+		pipe: source.Pipeline{Depth: 4},
 	}
 	if err := d.emitter.loadPaused(ctx); err != nil {
 		return nil, err

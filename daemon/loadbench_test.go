@@ -29,7 +29,8 @@ import (
 // (FORMAT binary) of the same table in the same run. Issue 4's load goal is
 // measured here: source/postgres's BenchmarkInitialLoad runs the reader
 // into a test emitter that models this one. CDCD_BENCH_ROWS (default 1M)
-// sets the table's size; CDCD_BENCH_LOAD_CPU=file writes a CPU profile of
+// sets the table's size, CDCD_BENCH_WORKERS and CDCD_BENCH_CHUNK_ROWS the
+// load's workers and chunk size (default: the reader's); CDCD_BENCH_LOAD_CPU=file writes a CPU profile of
 // the load alone.
 func BenchmarkLoadIntoLog(b *testing.B) {
 	rows := 1_000_000
@@ -60,8 +61,11 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 		}
 		e, lg := benchEmitter(b)
 		slot := fmt.Sprintf("%s_%d", names.Slot, i)
+		workers, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_WORKERS"))
+		chunk, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_CHUNK_ROWS"))
 		r := postgres.New(postgres.Config{DSN: dsn, Slot: slot, Publication: names.Publication, Tables: []string{"bench"},
-			Snapshot: true, SpillDir: b.TempDir(), HeartbeatInterval: -1}, e.state, slog.New(slog.DiscardHandler))
+			Snapshot: true, SpillDir: b.TempDir(), HeartbeatInterval: -1, SnapshotWorkers: workers, SnapshotChunkRows: int64(chunk)},
+			e.state, slog.New(slog.DiscardHandler))
 		stop := cpuProfile(b, os.Getenv("CDCD_BENCH_LOAD_CPU"))
 		ours, err := measureLoad(rows, func() error { return loadUntilStreaming(ctx, r, e) })
 		stop()
@@ -113,7 +117,7 @@ func benchEmitter(b *testing.B) (*emitter, log.Log) {
 	return &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "bench", connector: "postgresql",
 		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 8, logger: slog.New(slog.DiscardHandler),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		free: make(chan *batchRecords, 2)}, lg
+		free: make(chan *batchRecords, 2), pipe: source.Pipeline{Depth: 4}}, lg
 }
 
 // loadUntilStreaming runs r into e until its initial load is done.

@@ -43,7 +43,10 @@ type Embedded struct {
 	spare batchBufs
 }
 
-var _ Log = (*Embedded)(nil)
+var (
+	_ Log           = (*Embedded)(nil)
+	_ AsyncProducer = (*Embedded)(nil)
+)
 
 // topic is an open topic.
 type topic struct {

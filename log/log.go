@@ -126,6 +126,20 @@ type FetchOptions struct {
 	MaxWait time.Duration
 }
 
+// AsyncProducer is an optional ability of a Log (found by type assertion):
+// an append in two steps, so a producer with many records and no need to
+// wait for each append (an initial load) can hand the log its next records
+// while the earlier ones are being synced, and one fsync makes several
+// appends durable.
+type AsyncProducer interface {
+	// StartProduce appends recs to topic as Produce does, in the order of
+	// the calls, but returns once the log has taken them — copied: recs may
+	// be reused at once — and before they are durable. The returned wait
+	// returns once they are, or with the error that means none of them may
+	// be assumed durable. Records' Partition is filled in, Offset is not.
+	StartProduce(ctx context.Context, topic string, recs []Record) (wait func(context.Context) error, err error)
+}
+
 // Log is the contract every backend implements.
 type Log interface {
 	// CreateTopic creates a topic; ErrTopicExists if it exists.

@@ -21,32 +21,35 @@ type partBuild struct {
 
 // batchBufs is a free list of batch buffers. Once an append is durable the
 // flusher has written its batches and nothing refers to them any more, so
-// the next Produce can build its batches in them: an initial load's
-// batches were half of the bytes its process allocated, and the
-// collections they paced a tenth of its CPU. A buffer is taken only when
-// large enough; the list is short, so it holds at most a few MB.
+// a later Produce can build its batches in them: an initial load's batches
+// were half of the bytes its process allocated, and the collections they
+// paced a tenth of its CPU. Buffers are allocated in size classes (an
+// eighth more than asked, in 64 KB steps), so a buffer fits the next
+// batch of about its size; the list keeps at most spareBatchBytes.
 type batchBufs struct {
-	once sync.Once
-	free chan []byte
+	mu    sync.Mutex
+	free  [][]byte
+	bytes int
 }
 
-const spareBatchBufs = 16
-
-func (f *batchBufs) list() chan []byte {
-	f.once.Do(func() { f.free = make(chan []byte, spareBatchBufs) })
-	return f.free
-}
+const spareBatchBytes = 32 << 20
 
 // get returns an empty buffer of capacity n or more.
 func (f *batchBufs) get(n int) []byte {
-	select {
-	case b := <-f.list():
+	f.mu.Lock()
+	for len(f.free) > 0 {
+		b := f.free[len(f.free)-1]
+		f.free[len(f.free)-1] = nil
+		f.free = f.free[:len(f.free)-1]
+		f.bytes -= cap(b)
 		if cap(b) >= n {
+			f.mu.Unlock()
 			return b[:0]
 		}
-	default:
 	}
-	return make([]byte, 0, n)
+	f.mu.Unlock()
+	const step = 64 << 10
+	return make([]byte, 0, (n+n/8+step-1)/step*step)
 }
 
 // put offers b for reuse; the caller no longer refers to it.
@@ -54,9 +57,11 @@ func (f *batchBufs) put(b []byte) {
 	if cap(b) > 2*softBatchBytes {
 		return // a batch of one huge record: not worth keeping
 	}
-	select {
-	case f.list() <- b:
-	default:
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.bytes+cap(b) <= spareBatchBytes {
+		f.free = append(f.free, b)
+		f.bytes += cap(b)
 	}
 }
 
@@ -84,20 +89,45 @@ func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	if err := l.placeRecords(t, recs); err != nil {
+	builds, err := l.enqueue(t, recs, true)
+	if err != nil {
 		return err
+	}
+	if err := l.await(ctx, builds); err != nil {
+		return err
+	}
+	for i := range recs {
+		pb := builds[recs[i].Partition]
+		recs[i].Offset = pb.next
+		pb.next++
+	}
+	return nil
+}
+
+// enqueue places and encodes recs and hands their batches to the
+// partitions' flushers; inline lets a lone partition's append be flushed
+// by the calling goroutine.
+func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (map[int32]*partBuild, error) {
+	if err := l.placeRecords(t, recs); err != nil {
+		return nil, err
 	}
 	builds := l.buildBatches(t, recs)
 	for _, pb := range builds {
 		pb.batches = append(pb.batches, pb.b.finish())
 		pb.req = newAppendReq(pb.batches, pb.records)
 		if err := pb.p.enqueue(pb.req); err != nil {
-			return l.appendError(t, err)
+			return nil, l.appendError(t, err)
 		}
 		// One partition: flush inline if idle. Several: let their flushers
 		// fsync in parallel.
-		pb.p.flush(len(builds) == 1)
+		pb.p.flush(inline && len(builds) == 1)
 	}
+	return builds, nil
+}
+
+// await waits until every batch of builds is durable, then recycles the
+// batch buffers.
+func (l *Embedded) await(ctx context.Context, builds map[int32]*partBuild) error {
 	for _, pb := range builds {
 		select {
 		case err := <-pb.req.done:
@@ -115,12 +145,29 @@ func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
 			pb.batches[i] = nil
 		}
 	}
-	for i := range recs {
-		pb := builds[recs[i].Partition]
-		recs[i].Offset = pb.next
-		pb.next++
-	}
 	return nil
+}
+
+// StartProduce implements AsyncProducer.
+func (l *Embedded) StartProduce(ctx context.Context, topic string, recs []Record) (func(context.Context) error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := l.writable(topic); err != nil {
+		return nil, err
+	}
+	t, err := l.lookup(topic)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return func(context.Context) error { return nil }, nil
+	}
+	builds, err := l.enqueue(t, recs, false)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return l.await(ctx, builds) }, nil
 }
 
 // placeRecords fills in partitions and timestamps and checks sizes.
