@@ -170,25 +170,45 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	eb := e.encodeBuf()
 	eb.now = time.Now().UnixMilli() // the envelopes' ts_ms: when the batch was encoded
 	newest := map[string][]source.Position{}
+	// What a change's table decides, kept while the changes are of one
+	// table (a load's batch is): four map lookups a change were a tenth of
+	// the encoding.
+	var (
+		table    *schema.Table
+		tc       *tableCodec
+		topic    string
+		held     bool
+		last, nw []source.Position
+		out      *topicRecords
+	)
 	for i := range batch {
 		c, err := e.masked(&batch[i]) // before encoding: masked values never reach the log
 		if err != nil {
 			return err
 		}
-		tc, err := e.codec(ctx, c.Table)
-		if err != nil {
-			return err
-		}
-		if tc.refused != nil && e.paused[tc.topic] == nil {
-			if err := e.pause(ctx, tc, c); err != nil {
+		if c.Table != table {
+			if tc, err = e.codec(ctx, c.Table); err != nil {
 				return err
 			}
+			if tc.refused != nil && e.paused[tc.topic] == nil {
+				if err := e.pause(ctx, tc, c); err != nil {
+					return err
+				}
+			}
+			topic = tc.topic
+			if held = e.paused[topic] != nil; held {
+				topic = heldTopic(tc.topic)
+			}
+			last, nw = e.last[topic], newest[topic]
+			if nw == nil {
+				nw = make([]source.Position, len(last))
+				newest[topic] = nw
+			}
+			out = eb.list(topic, len(batch))
+			table = c.Table
 		}
-		topic := tc.topic
-		held := e.paused[topic] != nil
 		var recs []log.Record
 		if held {
-			topic = heldTopic(tc.topic)
 			rec, err := e.heldRecord(tc, c)
 			if err != nil {
 				return err
@@ -197,26 +217,20 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 		} else if recs, err = e.records(eb, tc, c); err != nil {
 			return err
 		}
-		last := e.last[topic]
-		nw := newest[topic]
-		if nw == nil {
-			nw = make([]source.Position, len(last))
-			newest[topic] = nw
-		}
 		for _, r := range recs {
 			p := r.Partition
 			if last[p] != nil && c.Pos.Compare(last[p]) <= 0 {
 				e.dropped.Add(1)
 				continue
 			}
-			eb.add(topic, r, len(batch))
+			out.recs = append(out.recs, r)
 			nw[p] = c.Pos
 		}
 	}
-	for _, topic := range eb.order {
-		for p, pos := range newest[topic] {
+	for _, tr := range eb.order {
+		for p, pos := range newest[tr.topic] {
 			if pos != nil {
-				e.last[topic][p] = pos
+				e.last[tr.topic][p] = pos
 			}
 		}
 	}
@@ -224,12 +238,11 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 		return e.startProduce(ctx, ap, eb)
 	}
 	return e.pipe.Go(ctx, func() error {
-		for _, topic := range eb.order {
-			recs := eb.byTopic[topic]
-			if err := e.lg.Produce(ctx, topic, recs); err != nil {
-				return fmt.Errorf("daemon: append to %s: %w", topic, err)
+		for _, tr := range eb.order {
+			if err := e.lg.Produce(ctx, tr.topic, tr.recs); err != nil {
+				return fmt.Errorf("daemon: append to %s: %w", tr.topic, err)
 			}
-			e.produced.Add(int64(len(recs)))
+			e.produced.Add(int64(len(tr.recs)))
 		}
 		e.recycle(eb) // Produce keeps nothing of the records
 		return nil
@@ -248,13 +261,12 @@ func (e *emitter) startProduce(ctx context.Context, ap log.AsyncProducer, eb *ba
 		wait  func(context.Context) error
 	}
 	var waits []started
-	for _, topic := range eb.order {
-		recs := eb.byTopic[topic]
-		wait, err := ap.StartProduce(ctx, topic, recs)
+	for _, tr := range eb.order {
+		wait, err := ap.StartProduce(ctx, tr.topic, tr.recs)
 		if err != nil {
-			return fmt.Errorf("daemon: append to %s: %w", topic, err)
+			return fmt.Errorf("daemon: append to %s: %w", tr.topic, err)
 		}
-		waits = append(waits, started{topic, len(recs), wait})
+		waits = append(waits, started{tr.topic, len(tr.recs), wait})
 	}
 	e.recycle(eb) // the log copied the records
 	return e.pipe.Go(ctx, func() error {
@@ -278,8 +290,15 @@ type batchRecords struct {
 	headers []log.Header
 	one     [1]log.Record
 	now     int64 // Unix milliseconds
-	byTopic map[string][]log.Record
-	order   []string
+	byTopic map[string]*topicRecords
+	order   []*topicRecords // the topics of this batch, in order of their first record
+}
+
+// topicRecords is a batch's records of one topic.
+type topicRecords struct {
+	topic  string
+	recs   []log.Record
+	listed bool // in order
 }
 
 // encodeBuf returns an empty batchRecords, a recycled one if any.
@@ -288,17 +307,17 @@ func (e *emitter) encodeBuf() *batchRecords {
 	case b := <-e.free:
 		return b
 	default:
-		return &batchRecords{byTopic: map[string][]log.Record{}}
+		return &batchRecords{byTopic: map[string]*topicRecords{}}
 	}
 }
 
 // recycle empties b (dropping what it refers to) for another batch.
 func (e *emitter) recycle(b *batchRecords) {
-	for _, topic := range b.order {
-		recs := b.byTopic[topic]
-		clear(recs)
-		b.byTopic[topic] = recs[:0]
+	for _, tr := range b.order {
+		clear(tr.recs)
+		tr.recs, tr.listed = tr.recs[:0], false
 	}
+	clear(b.order)
 	clear(b.headers)
 	b.arena, b.headers, b.order = b.arena[:0], b.headers[:0], b.order[:0]
 	if e.free == nil {
@@ -310,16 +329,19 @@ func (e *emitter) recycle(b *batchRecords) {
 	}
 }
 
-// add appends r to its topic's records.
-func (b *batchRecords) add(topic string, r log.Record, n int) {
-	recs := b.byTopic[topic]
-	if len(recs) == 0 { // the topic's first record in this batch
-		b.order = append(b.order, topic)
-		if recs == nil {
-			recs = make([]log.Record, 0, min(n, 4096))
-		}
+// list returns topic's records in this batch, listing the topic; n sizes
+// a new topic's first slice.
+func (b *batchRecords) list(topic string, n int) *topicRecords {
+	tr := b.byTopic[topic]
+	if tr == nil {
+		tr = &topicRecords{topic: topic, recs: make([]log.Record, 0, min(n, 4096))}
+		b.byTopic[topic] = tr
 	}
-	b.byTopic[topic] = append(recs, r)
+	if !tr.listed {
+		b.order = append(b.order, tr)
+		tr.listed = true
+	}
+	return tr
 }
 
 // cut returns the arena's bytes from start on, capped so that appending to

@@ -48,7 +48,7 @@ var ErrShortBuffer = errors.New("schema: avro data ends early")
 func AppendKey(dst []byte, t *Table, row []any) ([]byte, error) {
 	var err error
 	for _, i := range t.Key {
-		if dst, err = appendColumn(dst, t.Columns[i], false, row[i]); err != nil {
+		if dst, err = appendColumn(dst, &t.Columns[i], false, row[i]); err != nil {
 			return dst, fmt.Errorf("schema: %s key: %w", t.QualifiedName(), err)
 		}
 	}
@@ -94,12 +94,12 @@ func appendRow(dst []byte, t *Table, row []any) ([]byte, error) {
 	}
 	dst = appendLong(dst, 1)
 	var err error
-	for i, c := range t.Columns {
+	for i := range t.Columns {
 		v := row[i]
 		if IsUnchanged(v) {
 			v = nil
 		}
-		if dst, err = appendColumn(dst, c, true, v); err != nil {
+		if dst, err = appendColumn(dst, &t.Columns[i], true, v); err != nil {
 			return dst, err
 		}
 	}
@@ -125,7 +125,7 @@ func appendSource(dst []byte, s *SourceInfo) []byte {
 
 // appendColumn writes one value; nullable says the field is a [null, T]
 // union (every row field is, see ValueSchema; key fields are not).
-func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
+func appendColumn(dst []byte, c *Column, nullable bool, v any) ([]byte, error) {
 	nullable = nullable || c.Nullable
 	if v == nil {
 		if !nullable {
@@ -139,12 +139,12 @@ func appendColumn(dst []byte, c Column, nullable bool, v any) ([]byte, error) {
 	return appendValue(dst, c, v)
 }
 
-func badValue(c Column, v any) error {
+func badValue(c *Column, v any) error {
 	return fmt.Errorf("column %q (%s): unexpected Go value %T", c.Name, c.TypeString(), v)
 }
 
 // appendValue writes a non-null value of a type that is not a union.
-func appendValue(dst []byte, c Column, v any) ([]byte, error) {
+func appendValue(dst []byte, c *Column, v any) ([]byte, error) {
 	switch c.Kind {
 	case Bool:
 		b, ok := v.(bool)
@@ -236,7 +236,7 @@ func appendValue(dst []byte, c Column, v any) ([]byte, error) {
 		dst = appendLong(dst, int64(len(l)))
 		var err error
 		for _, e := range l {
-			if dst, err = appendColumn(dst, *c.Elem, false, e); err != nil {
+			if dst, err = appendColumn(dst, c.Elem, false, e); err != nil {
 				return dst, fmt.Errorf("list %q: %w", c.Name, err)
 			}
 		}
