@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
@@ -22,6 +23,20 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres"
 )
+
+// The benchmarks' table (the source package's benchmarks use the same).
+const (
+	benchTable = `CREATE TABLE bench (id bigint PRIMARY KEY, a int, b bigint, c text, d numeric(12,2), e timestamptz, f bool, g float8)`
+	benchRows  = `INSERT INTO bench SELECT g, g %% 1000, g * 7, 'row ' || g, (g %% 100000) / 100.0, '2024-01-01'::timestamptz + g * interval '1 second',
+	g %% 2 = 0, g / 3.0 FROM generate_series(%d, %d) g`
+)
+
+func benchRowCount() int {
+	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}
 
 // BenchmarkLoadIntoLog: the initial load through the daemon's own emitter
 // (registry, masking check, Avro key and envelope, headers, the
@@ -33,10 +48,7 @@ import (
 // load's workers and chunk size (default: the reader's); CDCD_BENCH_LOAD_CPU=file writes a CPU profile of
 // the load alone.
 func BenchmarkLoadIntoLog(b *testing.B) {
-	rows := 1_000_000
-	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
-		rows = n
-	}
+	rows := benchRowCount()
 	ctx := b.Context()
 	dsn := pgtest.NewDB(b)
 	conn, err := pgx.Connect(ctx, dsn)
@@ -44,10 +56,7 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `CREATE TABLE bench (id bigint PRIMARY KEY, a int, b bigint, c text, d numeric(12,2), e timestamptz, f bool, g float8);
-		INSERT INTO bench SELECT g, g % 1000, g * 7, 'row ' || g, (g % 100000) / 100.0, '2024-01-01'::timestamptz + g * interval '1 second',
-			g % 2 = 0, g / 3.0 FROM generate_series(1, `+strconv.Itoa(rows)+`) g;
-		ANALYZE bench`); err != nil {
+	if _, err := conn.Exec(ctx, benchTable+"; "+fmt.Sprintf(benchRows, 1, rows)+"; ANALYZE bench"); err != nil {
 		b.Fatal(err)
 	}
 	names := pgtest.Names(b)
@@ -76,9 +85,7 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 			b.Fatalf("the emitter appended %d records, want %d", got, rows)
 		}
 		lg.Close()
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
-			b.Fatal(err)
-		}
+		dropBenchSlot(b, conn, slot)
 		ratio := ours.rate / raw.rate
 		b.Logf("load of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); COPY binary %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
 			rows, ours.rate, ours.cpuUs, ours.peakMB, raw.rate, raw.cpuUs, ratio)
@@ -88,6 +95,107 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 		b.ReportMetric(ours.cpuUs, "cpu-µs/row")
 		b.ReportMetric(ours.peakMB, "peak-MB")
 	}
+}
+
+// BenchmarkStreamIntoLog: streaming through the daemon's emitter into the
+// embedded log — each batch emitted and acknowledged (Emit), as the reader
+// streams — against the plain pglogrepl receive-and-decode loop
+// (postgres.DecodeLoop) over the same slot contents, in the same run:
+// CDCD_BENCH_ROWS inserts (default 1M) in transactions of 1,000.
+func BenchmarkStreamIntoLog(b *testing.B) {
+	rows := benchRowCount()
+	ctx := b.Context()
+	dsn := pgtest.NewDB(b)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, benchTable); err != nil {
+		b.Fatal(err)
+	}
+	names := pgtest.Names(b)
+	for i := 0; b.Loop(); i++ {
+		e, lg := benchEmitter(b)
+		ours, plain := fmt.Sprintf("%s_ours_%d", names.Slot, i), fmt.Sprintf("%s_plain_%d", names.Slot, i)
+		cfg := postgres.Config{DSN: dsn, Slot: ours, Publication: names.Publication, Tables: []string{"bench"},
+			SpillDir: b.TempDir(), HeartbeatInterval: -1}
+		// Create both slots, then write: both hold the same changes.
+		r := postgres.New(cfg, e.state, slog.New(slog.DiscardHandler))
+		if err := loadUntilStreaming(ctx, r, e); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", plain); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "TRUNCATE bench"); err != nil {
+			b.Fatal(err)
+		}
+		var end pglogrepl.LSN
+		for lo := 1; lo <= rows; lo += 1000 {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf(benchRows, lo, min(lo+999, rows))); err != nil {
+				b.Fatal(err)
+			}
+			var s string
+			if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if end, err = pglogrepl.ParseLSN(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		raw, err := measureLoad(rows, func() error {
+			_, err := postgres.DecodeLoop(ctx, dsn, plain, names.Publication, uint64(end))
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := e.produced.Load()
+		r = postgres.New(cfg, e.state, slog.New(slog.DiscardHandler))
+		stop := cpuProfile(b, os.Getenv("CDCD_BENCH_STREAM_CPU"))
+		got, err := measureLoad(rows, func() error {
+			return runReaderUntil(ctx, r, e, func() bool { return r.Stats().Flushed.Load() >= uint64(end) })
+		})
+		stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The TRUNCATE is a record in each of the 8 partitions.
+		if n := e.produced.Load() - before; n != int64(rows)+8 {
+			b.Fatalf("the emitter appended %d records, want %d inserts and 8 for the truncate", n, rows)
+		}
+		lg.Close()
+		dropBenchSlot(b, conn, ours)
+		dropBenchSlot(b, conn, plain)
+		ratio := got.rate / raw.rate
+		b.Logf("streaming of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); plain pglogrepl decode loop %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
+			rows, got.rate, got.cpuUs, got.peakMB, raw.rate, raw.cpuUs, ratio)
+		b.ReportMetric(got.rate, "stream-rows/s")
+		b.ReportMetric(raw.rate, "raw-rows/s")
+		b.ReportMetric(ratio, "ratio")
+		b.ReportMetric(got.cpuUs, "cpu-µs/row")
+		b.ReportMetric(got.peakMB, "peak-MB")
+	}
+}
+
+// dropBenchSlot drops a slot, waiting up to 5 s for its walsender to let go.
+func dropBenchSlot(b *testing.B, conn *pgx.Conn, slot string) {
+	var err error
+	for range 50 {
+		if _, err = conn.Exec(b.Context(), "SELECT pg_drop_replication_slot($1)", slot); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.Fatalf("drop slot %s: %v", slot, err)
 }
 
 // benchEmitter is the daemon's emitter over a fresh embedded log, built as
@@ -122,20 +230,25 @@ func benchEmitter(b *testing.B) (*emitter, log.Log) {
 
 // loadUntilStreaming runs r into e until its initial load is done.
 func loadUntilStreaming(ctx context.Context, r *postgres.Reader, e source.Emitter) error {
+	return runReaderUntil(ctx, r, e, func() bool { return r.Stats().Streaming.Load() })
+}
+
+// runReaderUntil runs r into e until done holds.
+func runReaderUntil(ctx context.Context, r *postgres.Reader, e source.Emitter, done func() bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, e) }()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx, e) }()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-done:
-			return fmt.Errorf("reader stopped before streaming: %w", err)
+		case err := <-errc:
+			return fmt.Errorf("reader stopped: %w", err)
 		case <-tick.C:
-			if r.Stats().Streaming.Load() {
+			if done() {
 				cancel()
-				<-done
+				<-errc
 				return nil
 			}
 		}
