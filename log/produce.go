@@ -32,7 +32,7 @@ type batchBufs struct {
 	bytes int
 }
 
-const spareBatchBytes = 32 << 20
+const spareBatchBytes = 16 << 20
 
 // get returns an empty buffer of capacity n or more.
 func (f *batchBufs) get(n int) []byte {
@@ -97,7 +97,7 @@ func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
 		return err
 	}
 	for i := range recs {
-		pb := builds[recs[i].Partition]
+		pb := builds.byPart[recs[i].Partition]
 		recs[i].Offset = pb.next
 		pb.next++
 	}
@@ -107,12 +107,12 @@ func (l *Embedded) produce(ctx context.Context, t *topic, recs []Record) error {
 // enqueue places and encodes recs and hands their batches to the
 // partitions' flushers; inline lets a lone partition's append be flushed
 // by the calling goroutine.
-func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (map[int32]*partBuild, error) {
+func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (*partBuilds, error) {
 	if err := l.placeRecords(t, recs); err != nil {
 		return nil, err
 	}
 	builds := l.buildBatches(t, recs)
-	for _, pb := range builds {
+	for _, pb := range builds.used {
 		pb.batches = append(pb.batches, pb.b.finish())
 		pb.req = newAppendReq(pb.batches, pb.records)
 		if err := pb.p.enqueue(pb.req); err != nil {
@@ -120,15 +120,15 @@ func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (map[int32]*par
 		}
 		// One partition: flush inline if idle. Several: let their flushers
 		// fsync in parallel.
-		pb.p.flush(inline && len(builds) == 1)
+		pb.p.flush(inline && len(builds.used) == 1)
 	}
 	return builds, nil
 }
 
 // await waits until every batch of builds is durable, then recycles the
 // batch buffers.
-func (l *Embedded) await(ctx context.Context, builds map[int32]*partBuild) error {
-	for _, pb := range builds {
+func (l *Embedded) await(ctx context.Context, builds *partBuilds) error {
+	for _, pb := range builds.used {
 		select {
 		case err := <-pb.req.done:
 			if err != nil {
@@ -139,7 +139,7 @@ func (l *Embedded) await(ctx context.Context, builds map[int32]*partBuild) error
 		}
 		pb.next = pb.req.base
 	}
-	for _, pb := range builds {
+	for _, pb := range builds.used {
 		for i, b := range pb.batches {
 			l.spare.put(b)
 			pb.batches[i] = nil
@@ -195,22 +195,30 @@ func (l *Embedded) placeRecords(t *topic, recs []Record) error {
 }
 
 // buildBatches encodes recs into batches per partition.
-func (l *Embedded) buildBatches(t *topic, recs []Record) map[int32]*partBuild {
-	builds := make(map[int32]*partBuild, 1)
+func (l *Embedded) buildBatches(t *topic, recs []Record) *partBuilds {
+	builds := &partBuilds{byPart: make([]*partBuild, len(t.parts))}
 	for i := range recs {
 		r := &recs[i]
-		pb := builds[r.Partition]
+		pb := builds.byPart[r.Partition]
 		if pb == nil {
 			pb = &partBuild{p: t.parts[r.Partition], spare: &l.spare}
-			builds[r.Partition] = pb
+			builds.byPart[r.Partition] = pb
+			builds.used = append(builds.used, pb)
 		}
 		pb.left += encodedSize(r)
 	}
 	for i := range recs {
 		r := &recs[i]
-		builds[r.Partition].add(r, r.Timestamp.UnixMilli())
+		builds.byPart[r.Partition].add(r, r.Timestamp.UnixMilli())
 	}
 	return builds
+}
+
+// partBuilds are one Produce call's builds: by partition (nil for a
+// partition without records) and the ones in use.
+type partBuilds struct {
+	byPart []*partBuild
+	used   []*partBuild
 }
 
 // appendError maps a partition closed by DeleteTopic to ErrUnknownTopic.
