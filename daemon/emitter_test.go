@@ -15,33 +15,40 @@ import (
 // testEmitter is an emitter over a fresh embedded log with the topic
 // p.public.t of 4 partitions.
 func testEmitter(t *testing.T) (*emitter, log.Log) {
-	t.Helper()
-	ctx := t.Context()
-	lg, err := log.Open(t.TempDir(), log.Options{}, nil)
+	return newTestEmitter(t, "t", 4)
+}
+
+// newTestEmitter is the daemon's emitter, built as the daemon builds it,
+// over a fresh embedded log (closed at the test's end) holding the topic
+// p.public.<table> of the given partitions.
+func newTestEmitter(tb testing.TB, table string, partitions int32) (*emitter, log.Log) {
+	tb.Helper()
+	ctx := tb.Context()
+	lg, err := log.Open(tb.TempDir(), log.Options{CleanupInterval: -1}, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { lg.Close() })
+	tb.Cleanup(func() { lg.Close() })
 	for _, topic := range []string{TopicSchemas, TopicState} {
 		if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 1}); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	if err := ensureTopic(ctx, lg, "p.public.t", log.TopicConfig{Partitions: 4}); err != nil {
-		t.Fatal(err)
+	if err := ensureTopic(ctx, lg, "p.public."+table, log.TopicConfig{Partitions: partitions}); err != nil {
+		tb.Fatal(err)
 	}
 	st, err := openStateStore(ctx, lg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	reg, err := schema.OpenRegistry(ctx, schemaStore{lg})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	e := &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "db", connector: "postgresql",
-		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 4, logger: slog.New(slog.DiscardHandler),
+		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: partitions, logger: slog.New(slog.DiscardHandler),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		free: make(chan *batchRecords, 2)}
+		free: make(chan *batchRecords, 2), pipe: source.Pipeline{Depth: 4}}
 	return e, lg
 }
 

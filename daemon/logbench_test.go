@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -18,8 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
-	"github.com/cdcd-dev/cdcd/log"
-	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres"
 )
@@ -50,15 +47,7 @@ func benchRowCount() int {
 func BenchmarkLoadIntoLog(b *testing.B) {
 	rows := benchRowCount()
 	ctx := b.Context()
-	dsn := pgtest.NewDB(b)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, benchTable+"; "+fmt.Sprintf(benchRows, 1, rows)+"; ANALYZE bench"); err != nil {
-		b.Fatal(err)
-	}
+	dsn, conn := benchDB(b, benchTable+"; "+fmt.Sprintf(benchRows, 1, rows)+"; ANALYZE bench")
 	names := pgtest.Names(b)
 	for i := 0; b.Loop(); i++ {
 		raw, err := measureLoad(rows, func() error {
@@ -68,7 +57,7 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, lg := benchEmitter(b)
+		e, lg := newTestEmitter(b, "bench", 8)
 		slot := fmt.Sprintf("%s_%d", names.Slot, i)
 		workers, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_WORKERS"))
 		chunk, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_CHUNK_ROWS"))
@@ -105,18 +94,10 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 func BenchmarkStreamIntoLog(b *testing.B) {
 	rows := benchRowCount()
 	ctx := b.Context()
-	dsn := pgtest.NewDB(b)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, benchTable); err != nil {
-		b.Fatal(err)
-	}
+	dsn, conn := benchDB(b, benchTable)
 	names := pgtest.Names(b)
 	for i := 0; b.Loop(); i++ {
-		e, lg := benchEmitter(b)
+		e, lg := newTestEmitter(b, "bench", 8)
 		ours, plain := fmt.Sprintf("%s_ours_%d", names.Slot, i), fmt.Sprintf("%s_plain_%d", names.Slot, i)
 		cfg := postgres.Config{DSN: dsn, Slot: ours, Publication: names.Publication, Tables: []string{"bench"},
 			SpillDir: b.TempDir(), HeartbeatInterval: -1}
@@ -186,6 +167,21 @@ func BenchmarkStreamIntoLog(b *testing.B) {
 	}
 }
 
+// benchDB is a fresh database prepared with sql, and a connection to it
+// (closed at the benchmark's end).
+func benchDB(b *testing.B, sql string) (string, *pgx.Conn) {
+	dsn := pgtest.NewDB(b)
+	conn, err := pgx.Connect(b.Context(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(b.Context(), sql); err != nil {
+		b.Fatal(err)
+	}
+	return dsn, conn
+}
+
 // dropBenchSlot drops a slot, waiting up to 5 s for its walsender to let go.
 func dropBenchSlot(b *testing.B, conn *pgx.Conn, slot string) {
 	var err error
@@ -196,36 +192,6 @@ func dropBenchSlot(b *testing.B, conn *pgx.Conn, slot string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.Fatalf("drop slot %s: %v", slot, err)
-}
-
-// benchEmitter is the daemon's emitter over a fresh embedded log, built as
-// the daemon builds it, with the table topic of the default 8 partitions.
-func benchEmitter(b *testing.B) (*emitter, log.Log) {
-	ctx := b.Context()
-	lg, err := log.Open(filepath.Join(b.TempDir(), "log"), log.Options{CleanupInterval: -1}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, topic := range []string{TopicSchemas, TopicState} {
-		if err := ensureTopic(ctx, lg, topic, log.TopicConfig{Partitions: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := ensureTopic(ctx, lg, "p.public.bench", log.TopicConfig{Partitions: 8}); err != nil {
-		b.Fatal(err)
-	}
-	st, err := openStateStore(ctx, lg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := schema.OpenRegistry(ctx, schemaStore{lg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "bench", connector: "postgresql",
-		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: 8, logger: slog.New(slog.DiscardHandler),
-		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		free: make(chan *batchRecords, 2), pipe: source.Pipeline{Depth: 4}}, lg
 }
 
 // loadUntilStreaming runs r into e until its initial load is done.
