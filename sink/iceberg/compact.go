@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -392,6 +393,12 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 		c.moved[cur.src][cur.pos] = newLoc{file: fileIdx, pos: pos}
 		c.keys = append(c.keys, movedKey{key: cur.key, file: fileIdx, pos: pos})
 		pos++
+		if len(c.keys)%256 == 0 {
+			// The rewrite is background work: every millisecond or so it
+			// lets a woken goroutine of the table's commit have the CPU
+			// rather than wait for the scheduler's 10 ms preemption.
+			runtime.Gosched()
+		}
 		if d.size() >= w.s.cfg.TargetFileSize {
 			if err := flush(); err != nil {
 				return err

@@ -51,6 +51,9 @@ func TestCommitCurve(t *testing.T) {
 	}
 	compact := os.Getenv("CDCD_COMMIT_CURVE_COMPACT") != ""
 	w.s.cfg.Compaction = CompactionConfig{Disabled: !compact, Interval: time.Second}
+	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_MIN_GROUP")); v > 0 {
+		w.s.cfg.Compaction.MinGroup = v
+	}
 	w.s.cfg.Compaction.defaults()
 	var compactions int
 	rng := rand.New(rand.NewPCG(1, 1))
