@@ -8,9 +8,11 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -83,6 +85,7 @@ func openIndex(dir string) (*keyIndex, error) {
 	// 256 MB did better at 3,000 commits, but at 10,000 each L0 compaction
 	// rewrote the whole 190 MB level: 34 CPU-s.)
 	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = 16, 32
+	opts.FS = yieldFS{vfs.Default}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: open key index %s: %w", dir, err)
@@ -393,4 +396,28 @@ func appendKeyBytes(dst, b []byte) []byte {
 		}
 	}
 	return append(dst, 0x00, 0x01)
+}
+
+// yieldFS is the OS's file system for the index, except that a goroutine
+// writing a table file (a flush or a compaction: pebble's background work)
+// gives the CPU away before each write. On two cores pebble's compactions
+// ran beside the table's commit and the compactor's rewrite, and a commit
+// goroutine woken from I/O waited for a processor until the scheduler's
+// 10 ms preemption; now it waits at most one buffered write's worth of
+// work. The WAL, which a commit waits for, is left alone.
+type yieldFS struct{ vfs.FS }
+
+func (fs yieldFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, category)
+	if err != nil || !strings.HasSuffix(name, ".sst") {
+		return f, err
+	}
+	return yieldFile{f}, nil
+}
+
+type yieldFile struct{ vfs.File }
+
+func (f yieldFile) Write(p []byte) (int, error) {
+	runtime.Gosched()
+	return f.File.Write(p)
 }
