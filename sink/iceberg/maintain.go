@@ -2,9 +2,13 @@ package iceberg
 
 import (
 	"context"
+	"errors"
+	iofs "io/fs"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -128,8 +132,12 @@ func (w *tableWriter) expire(ctx context.Context) {
 	mc := w.s.cfg.Maintenance
 	before := len(w.tbl.Metadata().Snapshots())
 	started := time.Now()
+	pre := w.tbl
 	tx := w.tbl.NewTransaction()
-	if err := tx.ExpireSnapshots(table.WithRetainLast(mc.RetainSnapshots), table.WithOlderThan(mc.SnapshotMaxAge)); err != nil {
+	// The files the expiry leaves unreferenced are removed below, not by
+	// iceberg-go (see expire.go).
+	if err := tx.ExpireSnapshots(table.WithRetainLast(mc.RetainSnapshots), table.WithOlderThan(mc.SnapshotMaxAge),
+		table.WithPostCommit(false)); err != nil {
 		w.logger.Warn("maintenance: expire snapshots", "err", err)
 		return
 	}
@@ -145,8 +153,53 @@ func (w *tableWriter) expire(ctx context.Context) {
 		return
 	}
 	w.tbl = tbl
+	removed := w.removeExpiredFiles(ctx, pre, tbl)
 	w.logger.Debug("maintenance: expired snapshots", "before", before, "after", len(tbl.Metadata().Snapshots()),
-		"took", time.Since(started))
+		"files_removed", removed, "took", time.Since(started))
+}
+
+// removeExpiredFiles deletes what the expiry from pre to post left
+// unreferenced (unless the table's gc.enabled is false) and returns how
+// many files it removed. A file it fails to remove is left to the orphan
+// sweep.
+func (w *tableWriter) removeExpiredFiles(ctx context.Context, pre, post *table.Table) int {
+	if v, ok := post.Properties()[table.GCEnabledKey]; ok && !strings.EqualFold(v, "true") {
+		return 0
+	}
+	fs, err := post.FS(ctx)
+	if err != nil {
+		w.logger.Warn("maintenance: files of expired snapshots left to the orphan sweep", "err", err)
+		return 0
+	}
+	files, err := w.manifests.expiredFiles(fs, pre.Metadata(), post.Metadata())
+	if err != nil {
+		w.logger.Warn("maintenance: files of expired snapshots left to the orphan sweep", "err", err)
+		return 0
+	}
+	if bulk, ok := fs.(icebergio.BulkRemovableIO); ok && len(files) > 0 {
+		deleted, err := bulk.DeleteFiles(ctx, files)
+		if err != nil {
+			w.logger.Warn("maintenance: some files of expired snapshots left to the orphan sweep",
+				"files", len(files)-len(deleted), "err", err)
+		}
+		return len(deleted)
+	}
+	removed := 0
+	var firstErr error
+	for _, p := range files {
+		if err := fs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		removed++
+	}
+	if firstErr != nil {
+		w.logger.Warn("maintenance: some files of expired snapshots left to the orphan sweep",
+			"files", len(files)-removed, "err", firstErr)
+	}
+	return removed
 }
 
 func (w *tableWriter) rewriteManifests(ctx context.Context, data int) {

@@ -28,6 +28,8 @@ type tableWriter struct {
 	cfg    TableConfig
 	stats  *TableStats
 	logger *slog.Logger
+	// manifests caches manifest entries for the expiry's clean-up.
+	manifests manifestCache
 
 	tbl        *table.Table // nil until it exists
 	partitions int

@@ -1,0 +1,114 @@
+package iceberg
+
+import (
+	"fmt"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// TestExpiredFilesRemoved: expiries remove what they leave unreferenced —
+// manifest lists, manifests, replaced deletion-vector files — and nothing
+// a kept snapshot still uses. Every commit updates rows of earlier commits,
+// so each commit replaces vectors and rewrites the delete manifest. After
+// the run every file in the table's folder (but metadata.json, which has
+// its own rule) is named by a kept snapshot, every file a kept snapshot
+// names in a live entry exists, and the scan equals the model.
+func TestExpiredFilesRemoved(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 4, RetainSnapshots: 4, ExpireEvery: 3}
+	w.s.cfg.Maintenance.defaults()
+	w.s.cfg.Compaction = CompactionConfig{Disabled: true}
+	want := model{}
+	var next int64
+	for i := range 40 {
+		var buf []change
+		for range 20 {
+			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'c', After: []any{next, "v", int64(i)}}})
+			next++
+		}
+		for j := range 10 { // updates of rows of every earlier commit
+			id := (int64(i)*7919 + int64(j)*104729) % next
+			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'u', After: []any{id, fmt.Sprint("u", i), int64(j)}, Before: []any{id, nil, nil}}})
+		}
+		for j := range buf {
+			want.apply(buf[j])
+			buf[j].env.Source.Position = []byte(fmt.Sprintf("%012d%06d", i, j))
+			buf[j] = encoded(buf[j])
+		}
+		w.buf = buf
+		w.next[0] = int64(i + 1)
+		if err := w.commit(t.Context()); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	if n := len(w.tbl.Metadata().Snapshots()); n > 4+3 {
+		t.Fatalf("%d snapshots kept, want at most 7", n)
+	}
+	ifs, err := w.tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, live := map[string]bool{}, map[string]bool{}
+	local := func(p string) string { return strings.TrimPrefix(p, "file://") }
+	for _, s := range w.tbl.Metadata().Snapshots() {
+		named[local(s.ManifestList)] = true
+		mfs, err := s.Manifests(ifs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			named[local(mf.FilePath())] = true
+			for e, err := range mf.Entries(ifs, false) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				named[local(e.DataFile().FilePath())] = true
+				if e.Status() != iceberg.EntryStatusDELETED {
+					live[local(e.DataFile().FilePath())] = true
+				}
+			}
+		}
+	}
+	onDisk := map[string]bool{}
+	root := local(w.tbl.Location())
+	if err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".metadata.json") || strings.HasSuffix(p, "version-hint.text") {
+			return err
+		}
+		onDisk[p] = true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range onDisk {
+		if !named[p] {
+			t.Errorf("%s is left in the table's folder; no kept snapshot names it", strings.TrimPrefix(p, root))
+		}
+	}
+	for p := range live {
+		if !onDisk[p] {
+			t.Errorf("%s, live in a kept snapshot, was removed", strings.TrimPrefix(p, root))
+		}
+	}
+	if len(onDisk) < len(named)/2 {
+		t.Errorf("%d files in the folder for %d named: the walk missed the table's files", len(onDisk), len(named))
+	}
+	if got := scanTable(t, cat, w.cfg.Ident); !maps.Equal(got, want) {
+		t.Errorf("scan: %d rows, want %d (or values differ)", len(got), len(want))
+	}
+	// The cache holds only the manifests the kept snapshots name.
+	for p := range w.manifests.refs {
+		if !named[local(p)] {
+			t.Errorf("the manifest cache keeps %s, which no kept snapshot names", p)
+		}
+	}
+	w.close()
+}
