@@ -26,45 +26,76 @@ type manifestRef struct {
 }
 
 // manifestCache holds the entries of the manifests the kept snapshots
-// name, by manifest path; file paths are interned (a vector's Puffin file
-// is named by many manifests).
+// name, by manifest path: those this writer wrote, recorded as it wrote
+// them, and those it had to read. File paths are interned (a vector's
+// Puffin file is named by many manifests). At most maxCachedRefs entries
+// are held; past that a manifest is read each time it is needed.
 type manifestCache struct {
 	refs   map[string][]manifestRef
 	intern map[string]string
+	n      int // entries held
 }
+
+// maxCachedRefs bounds a table's cache: 3,000 data files with vectors and
+// 60 kept snapshots, each with a delete manifest of its own, hold 180,000.
+const maxCachedRefs = 1 << 19
 
 // entries returns the entries of mf, read once.
 func (c *manifestCache) entries(fs icebergio.IO, mf iceberg.ManifestFile) ([]manifestRef, error) {
 	if refs, ok := c.refs[mf.FilePath()]; ok {
 		return refs, nil
 	}
-	if c.refs == nil {
-		c.refs, c.intern = map[string][]manifestRef{}, map[string]string{}
-	}
 	var refs []manifestRef
 	for e, err := range mf.Entries(fs, false) {
 		if err != nil {
 			return nil, err
 		}
-		p := e.DataFile().FilePath()
-		if s, ok := c.intern[p]; ok {
-			p = s
-		} else {
-			p = strings.Clone(p)
-			c.intern[p] = p
-		}
-		refs = append(refs, manifestRef{path: p, deleted: e.Status() == iceberg.EntryStatusDELETED})
+		refs = append(refs, manifestRef{path: c.path(e.DataFile().FilePath()), deleted: e.Status() == iceberg.EntryStatusDELETED})
 	}
-	c.refs[mf.FilePath()] = refs
+	c.put(mf.FilePath(), refs)
 	return refs, nil
+}
+
+// path returns p interned.
+func (c *manifestCache) path(p string) string {
+	if c.intern == nil {
+		c.intern = map[string]string{}
+	}
+	if s, ok := c.intern[p]; ok {
+		return s
+	}
+	p = strings.Clone(p)
+	c.intern[p] = p
+	return p
+}
+
+// put records the entries of the manifest at path, within the bound.
+func (c *manifestCache) put(path string, refs []manifestRef) {
+	if c.n+len(refs) > maxCachedRefs {
+		return
+	}
+	if c.refs == nil {
+		c.refs = map[string][]manifestRef{}
+	}
+	if old, ok := c.refs[path]; ok {
+		c.n -= len(old)
+	}
+	c.refs[path] = refs
+	c.n += len(refs)
+}
+
+// record returns a manifest writer's entry as the cache keeps it.
+func (c *manifestCache) record(e iceberg.ManifestEntry) manifestRef {
+	return manifestRef{path: c.path(e.DataFile().FilePath()), deleted: e.Status() == iceberg.EntryStatusDELETED}
 }
 
 // retain drops every manifest not in live, and the interned paths only
 // they named.
 func (c *manifestCache) retain(live map[string]bool) {
-	for p := range c.refs {
+	for p, refs := range c.refs {
 		if !live[p] {
 			delete(c.refs, p)
+			c.n -= len(refs)
 		}
 	}
 	if len(c.intern) > 2*len(c.refs)+1024 {

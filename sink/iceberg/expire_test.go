@@ -19,7 +19,8 @@ import (
 // so each commit replaces vectors and rewrites the delete manifest. After
 // the run every file in the table's folder (but metadata.json, which has
 // its own rule) is named by a kept snapshot, every file a kept snapshot
-// names in a live entry exists, and the scan equals the model.
+// names in a live entry exists, and the scan equals the model. Part of the
+// run starts with an empty manifest cache, as after a restart.
 func TestExpiredFilesRemoved(t *testing.T) {
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
@@ -29,6 +30,11 @@ func TestExpiredFilesRemoved(t *testing.T) {
 	want := model{}
 	var next int64
 	for i := range 40 {
+		if i == 25 {
+			// As after a restart: the manifests written so far are
+			// read back by the expiry, not recorded.
+			w.manifests = manifestCache{}
+		}
 		var buf []change
 		for range 20 {
 			buf = append(buf, change{table: kv, env: &schema.Envelope{Op: 'c', After: []any{next, "v", int64(i)}}})
@@ -104,11 +110,17 @@ func TestExpiredFilesRemoved(t *testing.T) {
 	if got := scanTable(t, cat, w.cfg.Ident); !maps.Equal(got, want) {
 		t.Errorf("scan: %d rows, want %d (or values differ)", len(got), len(want))
 	}
-	// The cache holds only the manifests the kept snapshots name.
-	for p := range w.manifests.refs {
+	// The cache holds only the manifests the kept snapshots name, and
+	// counts what it holds.
+	held := 0
+	for p, refs := range w.manifests.refs {
+		held += len(refs)
 		if !named[local(p)] {
 			t.Errorf("the manifest cache keeps %s, which no kept snapshot names", p)
 		}
+	}
+	if held != w.manifests.n || held == 0 {
+		t.Errorf("the manifest cache holds %d entries and counts %d", held, w.manifests.n)
 	}
 	w.close()
 }

@@ -154,9 +154,9 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 
 	// Data: one new manifest; the parent's are reused unread.
 	if len(p.added) > 0 {
-		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *iceberg.ManifestWriter) error {
+		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *manifestFill) error {
 			for _, df := range p.added {
-				if err := mw.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
+				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
 					return err
 				}
 			}
@@ -216,9 +216,9 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 		}
 	}
 	if len(p.deletes) > 0 || survivors > 0 {
-		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentDeletes, func(mw *iceberg.ManifestWriter) error {
+		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentDeletes, func(mw *manifestFill) error {
 			for _, d := range p.deletes {
-				if err := mw.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, d)); err != nil {
+				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, d)); err != nil {
 					return err
 				}
 			}
@@ -227,7 +227,7 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 					continue
 				}
 				sid, s, f := ld.snapshotID, ld.seq, ld.fileSeq
-				if err := mw.Existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &s, &f, ld.df)); err != nil {
+				if err := mw.existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &s, &f, ld.df)); err != nil {
 					return err
 				}
 			}
@@ -409,7 +409,7 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 	if found != len(removed) {
 		return nil, fmt.Errorf("iceberg: %d of the %d files to remove are not live in snapshot %d", len(removed)-found, len(removed), ms.snapshotID)
 	}
-	mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *iceberg.ManifestWriter) error {
+	mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *manifestFill) error {
 		for _, e := range entries {
 			sid, seq := e.SnapshotID(), e.SequenceNum()
 			fseq := seq
@@ -417,12 +417,12 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 				fseq = *f
 			}
 			if gone[e.DataFile().FilePath()] {
-				if err := mw.Delete(iceberg.NewManifestEntry(iceberg.EntryStatusDELETED, &snapID, &seq, &fseq, e.DataFile())); err != nil {
+				if err := mw.delete(iceberg.NewManifestEntry(iceberg.EntryStatusDELETED, &snapID, &seq, &fseq, e.DataFile())); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := mw.Existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &seq, &fseq, e.DataFile())); err != nil {
+			if err := mw.existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &seq, &fseq, e.DataFile())); err != nil {
 				return err
 			}
 		}
@@ -435,7 +435,7 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 }
 
 // writeManifest writes one manifest with fill's entries.
-func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, content iceberg.ManifestContent, fill func(*iceberg.ManifestWriter) error) (_ iceberg.ManifestFile, err error) {
+func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, content iceberg.ManifestContent, fill func(*manifestFill) error) (_ iceberg.ManifestFile, err error) {
 	lp, err := tbl.LocationProvider()
 	if err != nil {
 		return nil, err
@@ -460,13 +460,44 @@ func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table,
 	if err != nil {
 		return nil, err
 	}
-	if err := fill(mw); err != nil {
+	f := &manifestFill{mw: mw, cache: &w.manifests}
+	if err := fill(f); err != nil {
 		return nil, err
 	}
 	if err := mw.Close(); err != nil {
 		return nil, err
 	}
-	return mw.ToManifestFile(path, cw.n, iceberg.WithManifestFileContent(content))
+	mf, err := mw.ToManifestFile(path, cw.n, iceberg.WithManifestFileContent(content))
+	if err != nil {
+		return nil, err
+	}
+	// The expiry's clean-up will need these entries: no need to read
+	// them back then.
+	w.manifests.put(path, f.refs)
+	return mf, nil
+}
+
+// manifestFill passes entries to a manifest writer and records them for
+// the manifest cache.
+type manifestFill struct {
+	mw    *iceberg.ManifestWriter
+	cache *manifestCache
+	refs  []manifestRef
+}
+
+func (f *manifestFill) add(e iceberg.ManifestEntry) error {
+	f.refs = append(f.refs, f.cache.record(e))
+	return f.mw.Add(e)
+}
+
+func (f *manifestFill) existing(e iceberg.ManifestEntry) error {
+	f.refs = append(f.refs, f.cache.record(e))
+	return f.mw.Existing(e)
+}
+
+func (f *manifestFill) delete(e iceberg.ManifestEntry) error {
+	f.refs = append(f.refs, f.cache.record(e))
+	return f.mw.Delete(e)
 }
 
 // writeManifestList writes the list and returns the rows it assigned ids
