@@ -392,7 +392,23 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		for _, e := range tl.end {
 			records += e
 		}
-		summary = append(summary, fmt.Sprintf("%s: %d rows, %d log records, %d snapshots with offsets", name, len(want), records, snaps))
+		line := fmt.Sprintf("%s: %d rows, %d log records, %d snapshots with offsets", name, len(want), records, snaps)
+		if s.mode == "upsert" {
+			// (d) The key index, after the kills and a clean stop: every
+			// live row's key points at that row's file and position.
+			chk, err := sinkice.VerifyIndex(ctx, tbl, filepath.Join(dir, "index"))
+			if err != nil {
+				t.Fatalf("%s: verify the key index: %v", name, err)
+			}
+			for _, p := range chk.Problems {
+				t.Errorf("%s: key index: %s", name, p)
+			}
+			if chk.LiveRows != int64(len(want)) {
+				t.Errorf("%s: the index check read %d live rows, the source has %d", name, chk.LiveRows, len(want))
+			}
+			line += fmt.Sprintf(", %d index keys each found at its row", chk.IndexKeys)
+		}
+		summary = append(summary, line)
 	}
 	// A failpoint may fire just as the test kills, or after the last
 	// kill: the log counts them.
@@ -423,6 +439,14 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		t.Log(l)
 	}
 	t.Logf("what the daemon went through: %s", logEvents(string(b)))
+	// A table that paused and resumed during the run says why.
+	shown := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, "table paused") && shown < 5 {
+			t.Logf("paused: %s", strings.TrimSpace(line))
+			shown++
+		}
+	}
 }
 
 var logMsg = regexp.MustCompile(`level=(WARN|ERROR) msg=("[^"]*"|\S+)|msg=("replayed a transaction streamed before its commit"|compacted|"resuming the initial load")`)

@@ -3,7 +3,8 @@
 // SIGKILL at random moments and at armed failpoints (internal/failpoint)
 // and restarted; once it has caught up, every Iceberg table must equal its
 // source table (read with iceberg-go's scan), the tables' metadata must
-// hold cdcd's invariants, and a check sampled every 100 ms over the whole
+// hold cdcd's invariants, every upsert table's key index must point each
+// live row's key at that row (sink/iceberg.VerifyIndex), and a check sampled every 100 ms over the whole
 // run must never have seen the slot confirm what the log did not hold.
 //
 // It is all in the package's tests:

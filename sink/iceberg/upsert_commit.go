@@ -167,54 +167,66 @@ func rowNeutralSince(tbl *table.Table, since int64) bool {
 // every live data file, minus deleted positions.
 func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 	started := time.Now()
-	fs, err := w.tbl.FS(ctx)
-	if err != nil {
-		return err
-	}
-	deleted, err := w.up.deletedPositions(ctx, fs, w.tbl)
-	if err != nil {
-		return err
-	}
 	b := w.up.idx.newBatch()
 	b.clear()
 	var rows int64
-	for path := range w.up.data {
-		pf, closeFn, err := parquetFile(fs, path)
-		if err != nil {
-			b.discard()
-			return err
-		}
-		gone := deleted[path]
-		err = readColumns(pf, w.up.keys, func(pos int64, vals []any) error {
-			if gone != nil && gone.Contains(uint64(pos)) {
-				return nil
-			}
-			kv := make([]any, len(vals))
-			for i, v := range vals {
-				nv, err := keyValue(w.up.keys[i].Type, v)
-				if err != nil {
-					return err
-				}
-				kv[i] = nv
-			}
-			k, err := encodeKey(nil, kv)
-			if err != nil {
-				return err
-			}
-			b.set(k, location{file: path, pos: pos})
-			rows++
-			return nil
-		})
-		closeFn()
-		if err != nil {
-			b.discard()
-			return fmt.Errorf("iceberg: rebuild key index from %s: %w", path, err)
-		}
+	err := w.up.liveKeys(ctx, w.tbl, func(k []byte, loc location) error {
+		b.set(k, loc)
+		rows++
+		return nil
+	})
+	if err != nil {
+		b.discard()
+		return err
 	}
 	if err := b.apply(w.tbl.CurrentSnapshot().SnapshotID); err != nil {
 		return err
 	}
 	w.logger.Info("key index rebuilt", "rows", rows, "files", len(w.up.data), "took", time.Since(started).Round(time.Millisecond))
+	return nil
+}
+
+// liveKeys calls fn with the key and location of every live row of tbl's
+// current snapshot (u's files, loaded from it): the key columns of every
+// live data file, minus deleted positions. fn must copy the key to keep it.
+func (u *upsert) liveKeys(ctx context.Context, tbl *table.Table, fn func(key []byte, loc location) error) error {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	deleted, err := u.deletedPositions(ctx, fs, tbl)
+	if err != nil {
+		return err
+	}
+	var k []byte
+	kv := make([]any, len(u.keys))
+	for path := range u.data {
+		pf, closeFn, err := parquetFile(fs, path)
+		if err != nil {
+			return err
+		}
+		gone := deleted[path]
+		err = readColumns(pf, u.keys, func(pos int64, vals []any) error {
+			if gone != nil && gone.Contains(uint64(pos)) {
+				return nil
+			}
+			for i, v := range vals {
+				nv, err := keyValue(u.keys[i].Type, v)
+				if err != nil {
+					return err
+				}
+				kv[i] = nv
+			}
+			if k, err = encodeKey(k[:0], kv); err != nil {
+				return err
+			}
+			return fn(k, location{file: path, pos: pos})
+		})
+		closeFn()
+		if err != nil {
+			return fmt.Errorf("iceberg: read the keys of %s: %w", path, err)
+		}
+	}
 	return nil
 }
 

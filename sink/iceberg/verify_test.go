@@ -1,0 +1,101 @@
+package iceberg
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestVerifyIndex: a sink's index passes VerifyIndex after commits and a
+// compaction, in both format versions; an index made wrong in each way the
+// check looks for fails it, each way named.
+func TestVerifyIndex(t *testing.T) {
+	for _, version := range []int{3, 2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			cat := testCatalog(t)
+			w := upsertWriter(t, cat, version, 1)
+			w.s.cfg.Compaction = CompactionConfig{MinGroup: 3}
+			w.s.cfg.Compaction.defaults()
+			rng := rand.New(rand.NewPCG(uint64(version), 5))
+			want := model{}
+			var off int64
+			for i := range 12 {
+				w.buf = randomChanges(rng, want, 1+rng.IntN(60), &off)
+				w.next[0] = off
+				if err := w.commit(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if i == 8 {
+					c, err := w.planCompaction(t.Context(), true)
+					if err != nil || c == nil {
+						t.Fatalf("plan: %v %v", c, err)
+					}
+					if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.commitCompaction(t.Context(), c); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			dir := w.s.cfg.IndexDir
+			w.close()
+			tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chk, err := VerifyIndex(t.Context(), tbl, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(chk.Problems) > 0 || chk.LiveRows != int64(len(want)) || chk.IndexKeys != chk.LiveRows || chk.IndexSnapshot != chk.TableSnapshot {
+				t.Fatalf("a sound index: %+v, want %d rows and no problems", chk, len(want))
+			}
+
+			// Break it: one key moved, one dropped, two stale keys added,
+			// and the tag set back.
+			x, err := openIndex(filepath.Join(dir, identString(w.cfg.Ident)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys [][]byte
+			var locs []location
+			it, err := x.db.NewIter(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for it.First(); it.Valid() && len(keys) < 2; it.Next() {
+				if k := it.Key(); k[0] == idxPrefixKey {
+					loc, _, err := x.get(k[1:])
+					if err != nil {
+						t.Fatal(err)
+					}
+					keys, locs = append(keys, slices.Clone(k[1:])), append(locs, loc)
+				}
+			}
+			it.Close()
+			b := x.newBatch()
+			b.set(keys[0], location{file: locs[0].file, pos: locs[0].pos + 100000})
+			b.del(keys[1])
+			b.set([]byte("no such key"), locs[0])
+			b.set([]byte("nor this one"), locs[1])
+			if err := b.apply(x.snapshot - 1); err != nil {
+				t.Fatal(err)
+			}
+			x.close()
+			chk, err = VerifyIndex(t.Context(), tbl, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := strings.Join(chk.Problems, "\n")
+			for _, want := range []string{"tagged with snapshot", "the index says", "is not in the index", fmt.Sprintf("holds %d keys for %d live rows", chk.LiveRows+1, chk.LiveRows)} {
+				if !strings.Contains(all, want) {
+					t.Errorf("problems of a broken index do not say %q:\n%s", want, all)
+				}
+			}
+		})
+	}
+}
