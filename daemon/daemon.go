@@ -7,8 +7,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,15 +86,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		return nil, err
 	}
 	ice := cfg.Sink.Iceberg
-	catCfg := iceberg.CatalogConfig{
-		Type: ice.Catalog.Type, URI: ice.Catalog.URI, Name: ice.Catalog.Name, Warehouse: ice.Warehouse,
-		Credential: ice.Catalog.Credential, Token: ice.Catalog.Token,
-	}
-	if s3 := ice.S3; s3 != nil {
-		catCfg.S3 = iceberg.S3Config{Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: s3.PathStyle,
-			AccessKeyID: s3.AccessKeyID, SecretAccessKey: s3.SecretAccessKey}
-	}
-	if d.cat, err = iceberg.OpenCatalog(ctx, catCfg); err != nil {
+	if d.cat, err = iceberg.OpenCatalog(ctx, catalogConfig(cfg)); err != nil {
 		return nil, err
 	}
 
@@ -152,6 +147,66 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	d.monitor = newMonitor(d)
 	d.sampler = newSampler(d)
 	return d, nil
+}
+
+// catalogConfig is the sink's catalog and storage from cfg.
+func catalogConfig(cfg *config.Config) iceberg.CatalogConfig {
+	ice := cfg.Sink.Iceberg
+	catCfg := iceberg.CatalogConfig{
+		Type: ice.Catalog.Type, URI: ice.Catalog.URI, Name: ice.Catalog.Name, Warehouse: ice.Warehouse,
+		Credential: ice.Catalog.Credential, Token: ice.Catalog.Token,
+	}
+	if s3 := ice.S3; s3 != nil {
+		catCfg.S3 = iceberg.S3Config{Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: s3.PathStyle,
+			AccessKeyID: s3.AccessKeyID, SecretAccessKey: s3.SecretAccessKey}
+	}
+	return catCfg
+}
+
+// VerifyIndexes checks the key index of each upsert table cfg mirrors
+// (those named in only, "namespace.table" or the source's name, when any
+// are given) against its Iceberg table; see iceberg.VerifyIndex. The daemon
+// must be stopped: it holds the indexes open. A table not created yet is
+// skipped.
+func VerifyIndexes(ctx context.Context, cfg *config.Config, only []string) ([]*iceberg.IndexCheck, error) {
+	ice := cfg.Sink.Iceberg
+	if ice.Mode != "upsert" {
+		return nil, fmt.Errorf("sink.iceberg.mode is %s: only upsert tables have a key index", ice.Mode)
+	}
+	cat, err := iceberg.OpenCatalog(ctx, catalogConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := cat.(io.Closer); ok {
+		defer c.Close()
+	}
+	var out []*iceberg.IndexCheck
+	matched := map[string]bool{}
+	for _, name := range cfg.Source.Postgres.Tables {
+		ns, tbl := ice.TableIdent(name)
+		if len(only) > 0 && !slices.Contains(only, name) && !slices.Contains(only, ns+"."+tbl) {
+			continue
+		}
+		matched[name], matched[ns+"."+tbl] = true, true
+		t, err := cat.LoadTable(ctx, table.Identifier{ns, tbl})
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s.%s: %w", ns, tbl, err)
+		}
+		chk, err := iceberg.VerifyIndex(ctx, t, filepath.Join(cfg.DataDir, "index"))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, chk)
+	}
+	for _, name := range only {
+		if !matched[name] {
+			return out, fmt.Errorf("%s is not a table of this pipeline", name)
+		}
+	}
+	return out, nil
 }
 
 // topicOf names a table's topic: <pipeline>.<schema>.<table>.

@@ -234,6 +234,7 @@ func TestEndToEndUpsert(t *testing.T) {
 			compareMirror(t, "kv", kv, mirror(t, cat, table.Identifier{"mirror", "kv"}, "kv/"))
 			checkTableInvariants(t, cat, table.Identifier{"mirror", "acct"})
 			checkTableInvariants(t, cat, table.Identifier{"mirror", "kv"})
+			checkIndexes(t, cfg, map[string]int{"mirror.acct": len(acct), "mirror.kv": len(kv)})
 			t.Logf("v%d: %d acct rows, %d kv rows, %d truncates", version, len(acct), len(kv), m.truncates)
 		})
 	}
@@ -374,4 +375,30 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 	compareMirror(t, "kv", kv, mirror(t, cat, table.Identifier{"mirror", "kv"}, "kv/"))
 	checkTableInvariants(t, cat, table.Identifier{"mirror", "acct"})
 	checkTableInvariants(t, cat, table.Identifier{"mirror", "kv"})
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIndexes(t, cfg, map[string]int{"mirror.acct": len(acct), "mirror.kv": len(kv)})
+}
+
+// checkIndexes runs `cdcd maintenance verify`'s check on every table of a
+// stopped pipeline: each index right, with rows[table] keys.
+func checkIndexes(t *testing.T, cfg *config.Config, rows map[string]int) {
+	t.Helper()
+	checks, err := daemon.VerifyIndexes(t.Context(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checks) != len(rows) {
+		t.Fatalf("%d indexes checked, want %d", len(checks), len(rows))
+	}
+	for _, c := range checks {
+		for _, p := range c.Problems {
+			t.Errorf("%s: key index: %s", c.Table, p)
+		}
+		if c.IndexKeys != int64(rows[c.Table]) {
+			t.Errorf("%s: the index holds %d keys, the source %d rows", c.Table, c.IndexKeys, rows[c.Table])
+		}
+	}
 }

@@ -44,6 +44,7 @@ Usage:
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
   cdcd compact [-c FILE] TABLE          merge every small file of a table now (the daemon compacts in tiers on its own)
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
+  cdcd maintenance verify -c FILE [TABLE...]  check each key index against its table (daemon stopped)
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
   cdcd bench [-rows N] [-scale F] ...   end-to-end benchmark against COPY and a plain decode loop (-h for flags)
   cdcd version                          print the version

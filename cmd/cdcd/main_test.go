@@ -78,7 +78,7 @@ sink:
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"bogus"}, {"validate"}, {"run"}} {
+	for _, args := range [][]string{{}, {"bogus"}, {"validate"}, {"run"}, {"maintenance"}, {"maintenance", "verify"}} {
 		if code, _, _ := runCLI(t, args...); code != exitUsage {
 			t.Errorf("cdcd %v: exit %d, want %d", args, code, exitUsage)
 		}
