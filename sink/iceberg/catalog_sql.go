@@ -72,8 +72,12 @@ func openSQLite(uri string) (*sql.DB, error) {
 		return nil, openErr(ErrCatalog, err, "catalog directory: %v", err)
 	}
 	// WAL and a busy timeout on every pooled connection: the sink's table
-	// loops commit concurrently.
-	db, err := sql.Open(sqliteshim.ShimName, "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	// loops commit concurrently. Transactions begin IMMEDIATE: iceberg-go's
+	// create and commit read before they write, and under WAL a read
+	// transaction that cannot upgrade to a write gets SQLITE_BUSY at once,
+	// never waiting the busy timeout (tables created together at a first
+	// start failed so; TestSQLiteConcurrentCreate).
+	db, err := sql.Open(sqliteshim.ShimName, "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
 	if err != nil {
 		return nil, openErr(ErrCatalog, err, "open sqlite catalog %s: %v", path, err)
 	}

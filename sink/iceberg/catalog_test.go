@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
@@ -262,4 +263,55 @@ func kvInsert(id int64, v string, off int64) change {
 	c := change{table: kv, offset: off, env: &schema.Envelope{Op: 'c', After: []any{id, v, nil}}}
 	c.env.Source.Position = []byte(fmt.Sprintf("%012d", off))
 	return c
+}
+
+// TestSQLiteConcurrentCreate: the table loops start together and each
+// creates its table in the embedded catalog at once. A transaction that
+// reads before it writes could not wait for the lock under WAL (SQLite
+// returns SQLITE_BUSY at once rather than call the busy handler when it
+// cannot upgrade a read to a write), so a table paused for 30 s at its
+// first start (seen in the crash suite). Transactions take the write lock
+// when they begin now, and wait for it.
+func TestSQLiteConcurrentCreate(t *testing.T) {
+	cat := testCatalog(t)
+	if err := cat.CreateNamespace(t.Context(), table.Identifier{"ns"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	const n = 16
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		go func() {
+			<-start
+			id := table.Identifier{"ns", fmt.Sprintf("t%d", i)}
+			if _, err := cat.CreateTable(t.Context(), id, sc); err != nil {
+				errs <- fmt.Errorf("create %v: %w", id, err)
+				return
+			}
+			for range 5 {
+				tbl, err := cat.LoadTable(t.Context(), id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				tx := tbl.NewTransaction()
+				if err := tx.SetProperties(iceberg.Properties{"k": fmt.Sprint(i)}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := tx.Commit(t.Context()); err != nil {
+					errs <- fmt.Errorf("commit %v: %w", id, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	close(start)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }
