@@ -281,16 +281,7 @@ func TestUpsertIntervalsAndLists(t *testing.T) {
 			}
 			checkListFileIDs(t, w)
 			// Compaction rewrites the files by reading and writing the rows.
-			c, err := w.planCompaction(t.Context(), true)
-			if err != nil || c == nil {
-				t.Fatalf("plan: %v %v", c, err)
-			}
-			if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.commitCompaction(t.Context(), c); err != nil {
-				t.Fatal(err)
-			}
+			compactAll(t, w)
 			if len(w.up.data) != 1 {
 				t.Errorf("%d data files after compaction", len(w.up.data))
 			}

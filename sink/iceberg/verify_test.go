@@ -29,16 +29,7 @@ func TestVerifyIndex(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i == 8 {
-					c, err := w.planCompaction(t.Context(), true)
-					if err != nil || c == nil {
-						t.Fatalf("plan: %v %v", c, err)
-					}
-					if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
-						t.Fatal(err)
-					}
-					if err := w.commitCompaction(t.Context(), c); err != nil {
-						t.Fatal(err)
-					}
+					compactAll(t, w)
 				}
 			}
 			dir := w.s.cfg.IndexDir
@@ -97,5 +88,21 @@ func TestVerifyIndex(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// compactAll plans a forced compaction of w's table, rewrites and commits
+// it, with no sink commit in between.
+func compactAll(t *testing.T, w *tableWriter) {
+	t.Helper()
+	c, err := w.planCompaction(t.Context(), true)
+	if err != nil || c == nil {
+		t.Fatalf("plan: %v %v", c, err)
+	}
+	if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.commitCompaction(t.Context(), c); err != nil {
+		t.Fatal(err)
 	}
 }
