@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 
+	"github.com/cdcd-dev/cdcd/internal/s3test"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -20,9 +22,44 @@ import (
 // the run every file in the table's folder (but metadata.json, which has
 // its own rule) is named by a kept snapshot, every file a kept snapshot
 // names in a live entry exists, and the scan equals the model. Part of the
-// run starts with an empty manifest cache, as after a restart.
+// run starts with an empty manifest cache, as after a restart. On local
+// storage, and on S3 (where removal goes through the bulk delete).
 func TestExpiredFilesRemoved(t *testing.T) {
-	cat := testCatalog(t)
+	t.Run("local", func(t *testing.T) {
+		cat := testCatalog(t)
+		testExpiredFilesRemoved(t, cat, func(p string) string { return strings.TrimPrefix(p, "file://") },
+			func(root string) []string {
+				var files []string
+				if err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+					if err == nil && !d.IsDir() {
+						files = append(files, p)
+					}
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return files
+			})
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.New(t, "lake")
+		cat := openTest(t, CatalogConfig{Type: "sql", URI: "sqlite://" + filepath.Join(t.TempDir(), "catalog.db"), Name: "s3",
+			Warehouse: "s3://lake/warehouse", S3: s3Config(srv)})
+		testExpiredFilesRemoved(t, cat, func(p string) string { return strings.TrimPrefix(p, "s3://lake/") },
+			func(root string) []string {
+				keys, err := srv.Keys("lake", root+"/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return keys
+			})
+	})
+}
+
+// testExpiredFilesRemoved runs the test on cat; local maps a file's
+// location to what list returns, and list lists the files under a table's
+// (local) location.
+func testExpiredFilesRemoved(t *testing.T, cat catalog.Catalog, local func(string) string, list func(root string) []string) {
 	w := upsertWriter(t, cat, 3, 1)
 	w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 4, RetainSnapshots: 4, ExpireEvery: 3}
 	w.s.cfg.Maintenance.defaults()
@@ -63,7 +100,6 @@ func TestExpiredFilesRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	named, live := map[string]bool{}, map[string]bool{}
-	local := func(p string) string { return strings.TrimPrefix(p, "file://") }
 	for _, s := range w.tbl.Metadata().Snapshots() {
 		named[local(s.ManifestList)] = true
 		mfs, err := s.Manifests(ifs)
@@ -85,14 +121,10 @@ func TestExpiredFilesRemoved(t *testing.T) {
 	}
 	onDisk := map[string]bool{}
 	root := local(w.tbl.Location())
-	if err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, ".metadata.json") || strings.HasSuffix(p, "version-hint.text") {
-			return err
+	for _, p := range list(root) {
+		if !strings.HasSuffix(p, ".metadata.json") && !strings.HasSuffix(p, "version-hint.text") {
+			onDisk[p] = true
 		}
-		onDisk[p] = true
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
 	for p := range onDisk {
 		if !named[p] {
