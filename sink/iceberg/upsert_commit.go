@@ -164,15 +164,30 @@ func rowNeutralSince(tbl *table.Table, since int64) bool {
 }
 
 // rebuildIndex re-derives the key index from the table: the key columns of
-// every live data file, minus deleted positions.
+// every live data file, minus deleted positions. The index is emptied and
+// tagged rebuildingTag first, then filled in batches of rebuildBatchRows
+// keys and tagged with the current snapshot at the end, so memory does not
+// grow with the table (one batch of every key took about 30 bytes a row: 3
+// GB for 100M rows). A crash in between leaves a tag no snapshot has, and
+// the next start rebuilds again.
 func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 	started := time.Now()
 	b := w.up.idx.newBatch()
 	b.clear()
-	var rows int64
+	if err := b.apply(rebuildingTag); err != nil {
+		return err
+	}
+	b = w.up.idx.newBatch()
+	var rows, inBatch int64
 	err := w.up.liveKeys(ctx, w.tbl, func(k []byte, loc location) error {
 		b.set(k, loc)
 		rows++
+		if inBatch++; inBatch == rebuildBatchRows {
+			if err := b.apply(rebuildingTag); err != nil {
+				return err
+			}
+			b, inBatch = w.up.idx.newBatch(), 0
+		}
 		return nil
 	})
 	if err != nil {
@@ -185,6 +200,12 @@ func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 	w.logger.Info("key index rebuilt", "rows", rows, "files", len(w.up.data), "took", time.Since(started).Round(time.Millisecond))
 	return nil
 }
+
+// rebuildingTag tags an index being rebuilt: no snapshot has this id.
+const rebuildingTag = -1
+
+// rebuildBatchRows is how many keys a rebuild writes at a time.
+var rebuildBatchRows int64 = 1 << 18
 
 // liveKeys calls fn with the key and location of every live row of tbl's
 // current snapshot (u's files, loaded from it): the key columns of every
