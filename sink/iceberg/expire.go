@@ -14,10 +14,10 @@ import (
 // delete manifest at every commit that touches a deletion vector, so every
 // kept snapshot has a delete manifest of its own, one entry per data file
 // with a vector: with 3,000 of them and 60 snapshots kept, an expiry every
-// 20 commits decoded 200,000 entries, 17 CPU-s per 1,000 commits (a quarter
-// of a 3,000-commit run's CPU). The same rule here, with each manifest's
-// entries read once and kept (manifests never change) while a kept
-// snapshot names the manifest.
+// 20 commits decoded up to 180,000 entries, 17 CPU-s per 1,000 commits (a
+// quarter of a 3,000-commit run's CPU). The same rule here, with each
+// manifest's entries recorded as the sink writes it, or read once, and kept
+// (manifests never change) while a kept snapshot names the manifest.
 
 // manifestRef is what the clean-up needs of one manifest entry.
 type manifestRef struct {
