@@ -28,7 +28,8 @@ const maxIndexProblems = 20
 // to that row's data file and position (so no key is live twice), the
 // index holds no other key, and it is tagged with the current snapshot or one
 // that only row-neutral snapshots followed. The sink must not be running on
-// the table (the index is locked while it is). Nothing is changed.
+// the table (the index is locked while it is). The index's contents are not
+// changed (pebble itself may write its own files on open).
 func VerifyIndex(ctx context.Context, tbl *table.Table, indexDir string) (*IndexCheck, error) {
 	name := identString(tbl.Identifier())
 	dir := filepath.Join(indexDir, name)
