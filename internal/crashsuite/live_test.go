@@ -233,8 +233,16 @@ func (lc *liveCheck) finish() {
 
 // violations checks the samples where the slot was ahead of the log
 // against the commit LSNs of every captured transaction, read from the
-// final log: a transaction committed at or below the confirmed position
-// but above the log's newest one was confirmed before it was durable.
+// final log: a transaction committed below the confirmed position but
+// above the log's newest one was confirmed before it was durable. Below,
+// not at: PostgreSQL decodes again every transaction whose commit record
+// starts at or after confirmed_flush_lsn (SnapBuildXactNeedsSkip: skipped
+// only when the commit's LSN < start_decoding_at), so a commit exactly at
+// the confirmed position is not given up. It happens: the reader confirms
+// a heartbeat at the LSN pgoutput gives a logical message, the end of its
+// record, which can be exactly where the next commit record starts (seen
+// once in about 20 runs: confirmed 0/70C7588, the next commit at 0/70C7588
+// not yet in the log).
 // Rows of the initial load are no transactions the slot confirms: they
 // sort just below the consistent point of the slot they were read for,
 // which PostgreSQL itself reports as confirmed once the slot exists (and
@@ -256,9 +264,9 @@ func (lc *liveCheck) violations(logs map[string]*topicLog) []string {
 	var out []string
 	for _, s := range lc.ahead {
 		i, _ := slices.BinarySearch(commits, s.newest+1)
-		if i < len(commits) && commits[i] <= s.confirmed {
+		if i < len(commits) && commits[i] < s.confirmed {
 			out = append(out, fmt.Sprintf("%s: the slot's confirmed_flush_lsn was %s while the log's newest position was %s, "+
-				"but the transaction committed at %s (at or below the confirmed position) was not in the log yet",
+				"but the transaction committed at %s (below the confirmed position) was not in the log yet",
 				s.at.Format("15:04:05.000"), fmtLSN(s.confirmed), fmtLSN(s.newest), fmtLSN(commits[i])))
 		}
 	}
