@@ -75,14 +75,7 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 		}
 		lg.Close()
 		dropBenchSlot(b, conn, slot)
-		ratio := ours.rate / raw.rate
-		b.Logf("load of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); COPY binary %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
-			rows, ours.rate, ours.cpuUs, ours.peakMB, raw.rate, raw.cpuUs, ratio)
-		b.ReportMetric(ours.rate, "load-rows/s")
-		b.ReportMetric(raw.rate, "raw-rows/s")
-		b.ReportMetric(ratio, "ratio")
-		b.ReportMetric(ours.cpuUs, "cpu-µs/row")
-		b.ReportMetric(ours.peakMB, "peak-MB")
+		reportAgainstRaw(b, "load", rows, ours, "COPY binary", raw)
 	}
 }
 
@@ -156,14 +149,7 @@ func BenchmarkStreamIntoLog(b *testing.B) {
 		lg.Close()
 		dropBenchSlot(b, conn, ours)
 		dropBenchSlot(b, conn, plain)
-		ratio := got.rate / raw.rate
-		b.Logf("streaming of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); plain pglogrepl decode loop %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
-			rows, got.rate, got.cpuUs, got.peakMB, raw.rate, raw.cpuUs, ratio)
-		b.ReportMetric(got.rate, "stream-rows/s")
-		b.ReportMetric(raw.rate, "raw-rows/s")
-		b.ReportMetric(ratio, "ratio")
-		b.ReportMetric(got.cpuUs, "cpu-µs/row")
-		b.ReportMetric(got.peakMB, "peak-MB")
+		reportAgainstRaw(b, "stream", rows, got, "plain pglogrepl decode loop", raw)
 	}
 }
 
@@ -249,6 +235,20 @@ func measureLoad(items int, fn func() error) (loadMeasure, error) {
 		}
 	}
 	return m, nil
+}
+
+// reportAgainstRaw logs and reports a measurement of what ("load" or
+// "stream") through the daemon's emitter against the raw limit measured in
+// the same run.
+func reportAgainstRaw(b *testing.B, what string, rows int, ours loadMeasure, rawName string, raw loadMeasure) {
+	ratio := ours.rate / raw.rate
+	b.Logf("%s of %d rows through the daemon's emitter: %.0f rows/s (%.2f CPU-µs/row, peak RSS %.0f MB); %s %.0f rows/s (%.2f CPU-µs/row): ratio %.2f",
+		what, rows, ours.rate, ours.cpuUs, ours.peakMB, rawName, raw.rate, raw.cpuUs, ratio)
+	b.ReportMetric(ours.rate, what+"-rows/s")
+	b.ReportMetric(raw.rate, "raw-rows/s")
+	b.ReportMetric(ratio, "ratio")
+	b.ReportMetric(ours.cpuUs, "cpu-µs/row")
+	b.ReportMetric(ours.peakMB, "peak-MB")
 }
 
 // cpuProfile profiles the process into path until the returned func is
