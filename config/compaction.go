@@ -21,8 +21,13 @@ type Compaction struct {
 	// DeletePercent: a file with at least this share of its rows deleted is
 	// rewritten on its own; default 30.
 	DeletePercent int `yaml:"delete_percent"`
-	// MaxInputMB caps the input of one compaction, in MiB; default 128.
+	// MaxInputMB caps the input of one compaction, in MiB; default 192
+	// (two files under small_file_percent of the default target fit).
 	MaxInputMB int `yaml:"max_input_mb"`
+	// MaxInputRows caps the rows of one compaction's input and of each file
+	// it writes; default 2,000,000. A compaction holds about 30 bytes a row
+	// (key and new position) until it commits: this bounds its memory.
+	MaxInputRows int `yaml:"max_input_rows"`
 	// OrphanAge is how old an unreferenced file must be to be removed;
 	// default 24h, at least 1h.
 	OrphanAge time.Duration `yaml:"orphan_age"`
@@ -42,7 +47,8 @@ func (c *Compaction) applyDefaults(explicit func(string) bool) {
 	orDefault(&c.SmallFilePercent, 75, explicit(p+"small_file_percent"))
 	orDefault(&c.MinFiles, 5, explicit(p+"min_files"))
 	orDefault(&c.DeletePercent, 30, explicit(p+"delete_percent"))
-	orDefault(&c.MaxInputMB, 128, explicit(p+"max_input_mb"))
+	orDefault(&c.MaxInputMB, 192, explicit(p+"max_input_mb"))
+	orDefault(&c.MaxInputRows, 2_000_000, explicit(p+"max_input_rows"))
 	orDefault(&c.OrphanAge, 24*time.Hour, explicit(p+"orphan_age"))
 	orDefault(&c.RetainSnapshots, 100, explicit(p+"retain_snapshots"))
 	orDefault(&c.SnapshotMaxAge, time.Hour, explicit(p+"snapshot_max_age"))
@@ -63,6 +69,7 @@ func (v *validator) compaction(c Compaction) {
 	positive("min_files", c.MinFiles, 2, 10000)
 	positive("delete_percent", c.DeletePercent, 1, 100)
 	positive("max_input_mb", c.MaxInputMB, 1, 1<<16)
+	positive("max_input_rows", c.MaxInputRows, 1000, 1<<31-1)
 	positive("retain_snapshots", c.RetainSnapshots, 2, 1<<20)
 	if c.OrphanAge < time.Hour {
 		v.fail(p+"orphan_age", ErrInvalid, "must be at least 1h (a file younger than that may belong to a commit in flight), got %s", c.OrphanAge)

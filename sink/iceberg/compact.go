@@ -51,8 +51,16 @@ type CompactionConfig struct {
 	// DeleteRatio: a file with at least this share of its rows deleted is
 	// rewritten on its own; default 0.30.
 	DeleteRatio float64
-	// MaxBytes caps the input of one compaction; default 128 MiB.
+	// MaxBytes caps the input of one compaction; default 192 MiB (one and a
+	// half times the default target, so two files under SmallFileRatio of
+	// it fit in one compaction).
 	MaxBytes int64
+	// MaxRows caps the rows of one compaction's input and of each file it
+	// writes; default 2M. The rewrite holds every copied row's key and new
+	// position until its commit (about 30 bytes a row with a bigint key,
+	// so 60 MB at the default); narrow rows compress so well that a byte
+	// cap alone let one compaction take a 20M-row table whole (1.7 GB).
+	MaxRows int64
 	// OrphanAge is how old an unreferenced file must be before it is
 	// removed; default 24h, never less than 1h.
 	OrphanAge time.Duration
@@ -74,7 +82,10 @@ func (c *CompactionConfig) defaults() {
 		c.DeleteRatio = 0.30
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 128 << 20
+		c.MaxBytes = 192 << 20
+	}
+	if c.MaxRows <= 0 {
+		c.MaxRows = 2 << 20
 	}
 	if c.OrphanAge < time.Hour {
 		c.OrphanAge = 24 * time.Hour
@@ -161,6 +172,12 @@ type compactCandidate struct {
 // 4.5 rewrites a row, and the key index's own compactions, which follow each
 // rewrite's re-pointed keys, took a third of the CPU).
 //
+// A file is small only if two of its size fit in one compaction (at most
+// half of MaxBytes and of MaxRows): a tier of files that could not be
+// merged with one another would be picked, cut to one file by the caps,
+// and either dropped every cycle — starving the tiers below it — or
+// rewritten alone again and again.
+//
 // force (an operator's `cdcd compact`) takes every small file, not a tier.
 func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64, force bool) []iceberg.DataFile {
 	byPart := map[string][]compactCandidate{}
@@ -182,14 +199,14 @@ func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64,
 		})
 	}
 	var pick []iceberg.DataFile
-	var bytes int64
+	var bytes, rows int64
 	for _, k := range keys {
 		var small, heavy []iceberg.DataFile
 		for _, c := range byPart[k] {
 			switch {
 			case c.df.Count() > 0 && float64(c.deleted)/float64(c.df.Count()) >= cc.DeleteRatio:
 				heavy = append(heavy, c.df)
-			case float64(c.df.FileSizeBytes()) < cc.SmallFileRatio*float64(target):
+			case isSmall(c.df, cc, target):
 				small = append(small, c.df)
 			}
 		}
@@ -204,17 +221,25 @@ func pickCompaction(cands []compactCandidate, cc CompactionConfig, target int64,
 			group = append(group, b...)
 		}
 		for _, df := range group {
-			if bytes+df.FileSizeBytes() > cc.MaxBytes && len(pick) > 0 {
+			if (bytes+df.FileSizeBytes() > cc.MaxBytes || rows+df.Count() > cc.MaxRows) && len(pick) > 0 {
 				break
 			}
 			pick = append(pick, df)
 			bytes += df.FileSizeBytes()
+			rows += df.Count()
 		}
 		if len(pick) > 0 {
 			break // one partition per compaction
 		}
 	}
 	return pick
+}
+
+// isSmall says whether df is a small file: under SmallFileRatio of the
+// target size, and at most half of each compaction cap.
+func isSmall(df iceberg.DataFile, cc CompactionConfig, target int64) bool {
+	return float64(df.FileSizeBytes()) < cc.SmallFileRatio*float64(target) &&
+		2*df.FileSizeBytes() <= cc.MaxBytes && 2*df.Count() <= cc.MaxRows
 }
 
 // pickBucket cuts files (sorted by size) into buckets of similar size — a
@@ -420,7 +445,7 @@ func (w *tableWriter) rewrite(ctx context.Context, tbl *table.Table, keys []iceb
 			// rather than wait for the scheduler's 10 ms preemption.
 			runtime.Gosched()
 		}
-		if d.size() >= w.s.cfg.TargetFileSize {
+		if d.size() >= w.s.cfg.TargetFileSize || int64(pos) >= w.s.cfg.Compaction.MaxRows {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -859,13 +884,12 @@ func (w *tableWriter) publishMaintenance() {
 	sizes := make([]int64, 0, len(w.up.data))
 	parts := map[string]bool{}
 	small := 0
-	threshold := w.s.cfg.Compaction.SmallFileRatio * float64(w.s.cfg.TargetFileSize)
 	for _, df := range w.up.data {
 		sizes = append(sizes, df.FileSizeBytes())
 		st.DataBytes += df.FileSizeBytes()
 		st.Rows += df.Count()
 		parts[fmt.Sprint(df.SpecID(), df.Partition())] = true
-		if float64(df.FileSizeBytes()) < threshold {
+		if isSmall(df, w.s.cfg.Compaction, int64(w.s.cfg.TargetFileSize)) {
 			small++
 		}
 	}

@@ -82,6 +82,27 @@ func TestPickCompaction(t *testing.T) {
 		t.Errorf("forced, picked %v: a single small file without deletes is left alone", got)
 	}
 
+	// Rows: narrow rows compress so well that the bytes say little. A file
+	// over half the row cap is not small (no two would fit), and a tier is
+	// cut at the cap.
+	rowsCC := cc
+	rowsCC.MaxRows = 1000
+	byRows := []compactCandidate{{df: testDataFile(t, "r-big", 600, mb)}}
+	for i := range 6 {
+		byRows = append(byRows, compactCandidate{df: testDataFile(t, fmt.Sprintf("r-%d", i), 300, mb)})
+	}
+	if got := paths(pickCompaction(byRows, rowsCC, target, false)); fmt.Sprint(got) != "[r-0 r-1 r-2]" {
+		t.Errorf("picked %v, want three 300-row files (900 rows, under the 1,000-row cap) and not the 600-row one", got)
+	}
+	if isSmall(byRows[0].df, rowsCC, target) || !isSmall(byRows[1].df, rowsCC, target) {
+		t.Errorf("a 600-row file counts as small under a 1,000-row cap, or a 300-row one does not")
+	}
+	// Likewise by bytes: a file over half the byte cap is not small even
+	// under SmallFileRatio of the target.
+	if isSmall(testDataFile(t, "b", 10, 60*mb), cc, target) {
+		t.Errorf("a 60 MB file counts as small under a 100 MB cap")
+	}
+
 	// Fewer small files than MinGroup: nothing, unless a delete-heavy file
 	// is due, which goes first and takes the small ones along.
 	few := []compactCandidate{{df: testDataFile(t, "s1", 10, mb)}, {df: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}

@@ -28,7 +28,8 @@ import (
 // CDCD_COMMIT_CURVE_COMPACT=1 runs the compactor between commits, as the
 // table loop does; CDCD_COMMIT_CURVE_INDEX=1 prints the key index's pebble
 // metrics (levels, write amplification, cache) every 1,000 commits;
-// CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits.
+// CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits (or from commit
+// CDCD_COMMIT_CURVE_CPU_FROM to the end).
 //
 // The goal: the median of the last 100 commits within 1.5x of commits
 // 100-200, with metadata.json and the manifest count bounded.
@@ -60,8 +61,13 @@ func TestCommitCurve(t *testing.T) {
 	var next int64
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
-		// CDCD_COMMIT_CURVE_CPU=file profiles the last 1000 commits.
-		if p := os.Getenv("CDCD_COMMIT_CURVE_CPU"); p != "" && i == max(0, n-1000) {
+		// CDCD_COMMIT_CURVE_CPU=file profiles the last 1000 commits, or
+		// from commit CDCD_COMMIT_CURVE_CPU_FROM on.
+		from := max(0, n-1000)
+		if v, err := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_CPU_FROM")); err == nil {
+			from = v
+		}
+		if p := os.Getenv("CDCD_COMMIT_CURVE_CPU"); p != "" && i == from {
 			f, err := os.Create(p)
 			if err != nil {
 				t.Fatal(err)

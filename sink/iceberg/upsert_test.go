@@ -365,7 +365,8 @@ func TestCompaction(t *testing.T) {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			cat := testCatalog(t)
 			w := upsertWriter(t, cat, version, 1)
-			w.s.cfg.Compaction = CompactionConfig{MinGroup: 3}
+			// A row cap well under the table's rows: the pick stops at it.
+			w.s.cfg.Compaction = CompactionConfig{MinGroup: 3, MaxRows: 100}
 			w.s.cfg.Compaction.defaults()
 			rng := rand.New(rand.NewPCG(uint64(version), 21))
 			want := model{}
@@ -385,6 +386,13 @@ func TestCompaction(t *testing.T) {
 			c, err := w.planCompaction(t.Context(), true)
 			if err != nil || c == nil {
 				t.Fatalf("plan: %v %v", c, err)
+			}
+			var inRows int64
+			for _, df := range c.old {
+				inRows += df.Count()
+			}
+			if len(c.old) < 2 || inRows > 100 {
+				t.Fatalf("picked %d files of %d rows; want at least 2 and at most the 100-row cap", len(c.old), inRows)
 			}
 			if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
 				t.Fatal(err)
