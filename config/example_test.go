@@ -85,7 +85,8 @@ sink: {iceberg: {mode: append}}
 	//       small_file_percent: 75
 	//       min_files: 5
 	//       delete_percent: 30
-	//       max_input_mb: 128
+	//       max_input_mb: 192
+	//       max_input_rows: 2000000
 	//       orphan_age: 24h
 	//       retain_snapshots: 100
 	//       snapshot_max_age: 1h
