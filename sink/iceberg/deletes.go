@@ -38,14 +38,26 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 	}
 	sort.Strings(files)
 	for _, path := range files {
-		bm := dv.NewRoaringPositionBitmap()
+		var bm *dv.RoaringPositionBitmap
 		if old, ok := u.dvs[path]; ok {
-			cur, err := u.currentDV(fs, path, old)
-			if err != nil {
-				return err
+			if c, ok := u.dvCache[path]; ok && c.puffin == old.FilePath() {
+				// The cached vector takes the new positions in place, and
+				// leaves the cache: if this commit does not land, the next
+				// one reads the live vector from its Puffin file again.
+				// (Copying it first was a fifth of the vectors' cost at
+				// 20M rows.)
+				bm = c.bm
+				delete(u.dvCache, path)
+			} else {
+				cur, err := dv.ReadDV(fs, old)
+				if err != nil {
+					return fmt.Errorf("iceberg: read deletion vector of %s: %w", path, err)
+				}
+				bm = cur
 			}
-			bm.Or(cur)
 			p.removedDVs = append(p.removedDVs, old)
+		} else {
+			bm = dv.NewRoaringPositionBitmap()
 		}
 		for _, pos := range deleted[path] {
 			if pos < 0 {
