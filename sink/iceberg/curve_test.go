@@ -42,6 +42,10 @@ func TestCommitCurve(t *testing.T) {
 	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INSERTS")); v > 0 {
 		inserts = v
 	}
+	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INDEX_CACHE_MB")); v > 0 {
+		defer func(n int64) { indexCacheSize = n }(indexCacheSize)
+		indexCacheSize = int64(v) << 20
+	}
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
 	w.s.cfg.TargetFileSize = 128 << 20

@@ -2,8 +2,12 @@ package iceberg
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"sort"
 	"strconv"
 
@@ -37,6 +41,7 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 		files = append(files, f)
 	}
 	sort.Strings(files)
+	var held map[string]bool // vectors taken from the cache: encoded before
 	for _, path := range files {
 		var bm *dv.RoaringPositionBitmap
 		if old, ok := u.dvs[path]; ok {
@@ -48,6 +53,10 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 				// 20M rows.)
 				bm = c.bm
 				delete(u.dvCache, path)
+				if held == nil {
+					held = map[string]bool{}
+				}
+				held[path] = true
 			} else {
 				cur, err := dv.ReadDV(fs, old)
 				if err != nil {
@@ -67,7 +76,7 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 		}
 		p.bitmaps[path] = bm
 	}
-	dvs, err := u.flushDVs(wfs, w.newFileLocation(tbl, "puffin"), tbl.Metadata(), files, p.bitmaps)
+	dvs, err := u.flushDVs(wfs, w.newFileLocation(tbl, "puffin"), tbl.Metadata(), files, p.bitmaps, held)
 	if err != nil {
 		return fmt.Errorf("iceberg: write deletion vectors: %w", err)
 	}
@@ -85,9 +94,10 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 // returns their delete-file entries. The file is streamed: iceberg-go's
 // DVWriter builds it in a growing in-memory buffer, whose regrowth and
 // zeroing were 40% of the vectors' cost once the table held 20M rows (the
-// vectors then add up to megabytes a commit).
+// vectors then add up to megabytes a commit). The vectors in held were
+// encoded before (see encodeDV).
 func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table.Metadata, files []string,
-	bms map[string]*dv.RoaringPositionBitmap) (_ []iceberg.DataFile, err error) {
+	bms map[string]*dv.RoaringPositionBitmap, held map[string]bool) (_ []iceberg.DataFile, err error) {
 	out, err := wfs.Create(location)
 	if err != nil {
 		return nil, err
@@ -106,7 +116,7 @@ func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table
 	}
 	blobs := make([]puffin.BlobMetadata, len(files))
 	for i, path := range files {
-		b, err := dv.SerializeDV(bms[path])
+		b, err := u.encodeDV(bms[path], !held[path])
 		if err != nil {
 			return nil, fmt.Errorf("serialize the vector of %s: %w", path, err)
 		}
@@ -150,6 +160,37 @@ func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table
 		dfs[i] = b.ReferencedDataFile(path).ContentOffset(blobs[i].Offset).ContentSizeInBytes(blobs[i].Length).Build()
 	}
 	return dfs, nil
+}
+
+// encodeDV serializes a deletion vector as the spec lays it out — length
+// (big-endian, of magic and bitmap), magic, the portable 64-bit roaring
+// bitmap, CRC-32 of magic and bitmap (big-endian) — into a buffer reused
+// from one vector to the next (valid until the next call). It converts
+// containers to runs where that is smaller (what dv.SerializeDV does every
+// time) only when optimize is set: a vector this writer encoded before got
+// that at its first encoding, and on a 20M-row table, whose big vectors are
+// written again at nearly every commit, re-checking every container was a
+// quarter of the vectors' cost. Positions added since stay in the
+// container kind roaring picks for them; readers take every kind.
+func (u *upsert) encodeDV(bm *dv.RoaringPositionBitmap, optimize bool) ([]byte, error) {
+	if optimize {
+		bm.RunLengthEncode()
+	}
+	b := bytes.NewBuffer(u.dvBuf[:0])
+	b.Write([]byte{0, 0, 0, 0, 0, 0, 0, 0})
+	binary.LittleEndian.PutUint32(b.Bytes()[4:8], dv.DVMagicNumber)
+	if err := bm.Serialize(b); err != nil {
+		return nil, err
+	}
+	n := b.Len() - 4
+	if n > math.MaxUint32 {
+		return nil, fmt.Errorf("deletion vector of %d bytes", n)
+	}
+	binary.BigEndian.PutUint32(b.Bytes()[:4], uint32(n))
+	crc := crc32.ChecksumIEEE(b.Bytes()[4:])
+	b.Write(binary.BigEndian.AppendUint32(nil, crc))
+	u.dvBuf = b.Bytes()
+	return u.dvBuf, nil
 }
 
 // currentDV returns a data file's live deletion vector: from the cache of

@@ -67,8 +67,12 @@ func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 
+// indexCacheSize is each key index's pebble cache (the memtables are
+// reserved from it).
+var indexCacheSize int64 = 64 << 20
+
 func openIndex(dir string) (*keyIndex, error) {
-	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: 64 << 20, MemTableSize: 16 << 20}
+	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: indexCacheSize, MemTableSize: 16 << 20}
 	// Bloom filters: most lookups are for new keys (inserts), which then
 	// cost no block reads.
 	for i := range opts.Levels {

@@ -33,6 +33,8 @@ type upsert struct {
 	// dvCache holds the vectors this writer committed, so the next commit
 	// touching the same data file need not read its Puffin file back.
 	dvCache map[string]cachedDV
+	// dvBuf is reused to encode one deletion vector after another.
+	dvBuf []byte
 	// ms is the current snapshot's manifests for the snapshot producer.
 	ms *manifestState
 	// keys are the identifier (primary-key) fields of the table.
