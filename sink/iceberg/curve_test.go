@@ -46,6 +46,10 @@ func TestCommitCurve(t *testing.T) {
 		defer func(n int64) { indexCacheSize = n }(indexCacheSize)
 		indexCacheSize = int64(v) << 20
 	}
+	if v := os.Getenv("CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS"); v != "" {
+		defer func(b bool) { indexNoCompression = b }(indexNoCompression)
+		indexNoCompression = v == "1"
+	}
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
 	w.s.cfg.TargetFileSize = 128 << 20

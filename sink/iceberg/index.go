@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sync/errgroup"
 )
@@ -71,6 +72,9 @@ func (quietLogger) Fatalf(format string, args ...any) {
 // reserved from it).
 var indexCacheSize int64 = 64 << 20
 
+// indexNoCompression writes the key index's blocks uncompressed.
+var indexNoCompression = false
+
 func openIndex(dir string) (*keyIndex, error) {
 	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: indexCacheSize, MemTableSize: 16 << 20}
 	// Bloom filters: most lookups are for new keys (inserts), which then
@@ -89,6 +93,11 @@ func openIndex(dir string) (*keyIndex, error) {
 	// 256 MB did better at 3,000 commits, but at 10,000 each L0 compaction
 	// rewrote the whole 190 MB level: 34 CPU-s.)
 	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = 16, 32
+	if indexNoCompression {
+		for i := range opts.Levels {
+			opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		}
+	}
 	opts.FS = yieldFS{vfs.Default}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
