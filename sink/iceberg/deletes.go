@@ -183,7 +183,7 @@ func (u *upsert) encodeDV(bm *dv.RoaringPositionBitmap, optimize bool) ([]byte, 
 		return nil, err
 	}
 	n := b.Len() - 4
-	if n > math.MaxUint32 {
+	if uint64(n) > math.MaxUint32 {
 		return nil, fmt.Errorf("deletion vector of %d bytes", n)
 	}
 	binary.BigEndian.PutUint32(b.Bytes()[:4], uint32(n))

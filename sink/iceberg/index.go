@@ -69,11 +69,14 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 // indexCacheSize is each key index's pebble cache (the memtables are
-// reserved from it).
-var indexCacheSize int64 = 64 << 20
-
-// indexNoCompression writes the key index's blocks uncompressed.
-var indexNoCompression = false
+// reserved from it), and indexNoCompression writes its blocks
+// uncompressed; the commit curve varies both for experiments
+// (CDCD_COMMIT_CURVE_INDEX_CACHE_MB, CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS;
+// BENCHMARKS.md has what they showed).
+var (
+	indexCacheSize     int64 = 64 << 20
+	indexNoCompression bool
+)
 
 func openIndex(dir string) (*keyIndex, error) {
 	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: indexCacheSize, MemTableSize: 16 << 20}
