@@ -29,7 +29,9 @@ import (
 // table loop does; CDCD_COMMIT_CURVE_INDEX=1 prints the key index's pebble
 // metrics (levels, write amplification, cache) every 1,000 commits;
 // CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits (or from commit
-// CDCD_COMMIT_CURVE_CPU_FROM to the end).
+// CDCD_COMMIT_CURVE_CPU_FROM to the end); CDCD_COMMIT_CURVE_MIN_GROUP,
+// CDCD_COMMIT_CURVE_INDEX_CACHE_MB and CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS=1
+// vary the compactor's group size and the key index's cache and compression.
 //
 // The goal: the median of the last 100 commits within 1.5x of commits
 // 100-200, with metadata.json and the manifest count bounded.
