@@ -150,6 +150,13 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	return d, nil
 }
 
+// OpenCatalog opens the Iceberg catalog cfg names (for tools and tests that
+// read the tables beside or without a running daemon); close it with
+// io.Closer when it has a Close.
+func OpenCatalog(ctx context.Context, cfg *config.Config) (catalog.Catalog, error) {
+	return iceberg.OpenCatalog(ctx, catalogConfig(cfg))
+}
+
 // catalogConfig is the sink's catalog and storage from cfg.
 func catalogConfig(cfg *config.Config) iceberg.CatalogConfig {
 	ice := cfg.Sink.Iceberg
