@@ -27,7 +27,8 @@
 // # Embedded layout
 //
 //	<dir>/LOCK                              exclusive flock + holder PID
-//	<dir>/topics/<topic>/topic.json         TopicConfig, written atomically
+//	<dir>/log.id                            the log's identity, written atomically
+//	<dir>/topics/<topic>/topic.json         TopicConfig and identity, written atomically
 //	<dir>/topics/<topic>/<p>/<base>.log     segment: record batches
 //	<dir>/topics/<topic>/<p>/<base>.index   sparse offset index (rebuildable)
 //	<dir>/topics/<topic>/<p>/<base>.timeindex  sparse time index (rebuildable)
@@ -36,6 +37,18 @@
 // as 20 zero-padded decimal digits. Every file kind is named in one constant
 // block in format.go. Topics whose name begins with "_" are internal; the
 // log keeps consumer-group offsets in the compacted internal topic "_offsets".
+//
+// # Identities (frozen)
+//
+// log.id holds 16 lowercase hex digits (8 random bytes) and a newline,
+// created with the directory. topic.json (JSON, "version": 1) carries the
+// topic's own 16 hex digits as "id", created with the topic. TopicInfo.ID
+// is "<log id>-<topic id>": a recreated directory or a deleted and
+// re-created topic gets a new one. Directories and topics written before
+// identities existed get them at the next writable Open (each file
+// replaced atomically and durably); a read-only Open reports "" instead.
+// A log.id that is not 16 hex digits stops Open (a silently new identity
+// would make every consumer's stored offsets foreign).
 //
 // # Record batch format (frozen, version 1)
 //

@@ -24,6 +24,7 @@ type Embedded struct {
 	logger    *slog.Logger
 	lock      *dirLock
 	recovery  RecoveryReport
+	logID     string // identity of this log directory ("" read-only, never given one)
 
 	adminMu sync.Mutex // serializes CreateTopic and DeleteTopic
 	cleanMu sync.Mutex // one Cleanup at a time
@@ -51,6 +52,7 @@ var (
 // topic is an open topic.
 type topic struct {
 	name  string
+	id    string // TopicInfo.ID
 	cfg   TopicConfig
 	dir   string
 	parts []*partition
@@ -105,7 +107,9 @@ func (l *Embedded) prepareDir() error {
 		if _, err := os.Stat(l.topicsDir); err != nil {
 			return fmt.Errorf("log: open %s read-only: %w", l.dir, err)
 		}
-		return nil
+		var err error
+		l.logID, err = loadLogID(l.dir, true)
+		return err
 	}
 	if err := os.MkdirAll(l.topicsDir, 0o755); err != nil {
 		return fmt.Errorf("log: create %s: %w", l.topicsDir, err)
@@ -115,6 +119,11 @@ func (l *Embedded) prepareDir() error {
 		return err
 	}
 	l.lock = lock
+	if l.logID, err = loadLogID(l.dir, false); err != nil {
+		_ = lock.release()
+		l.lock = nil
+		return err
+	}
 	return nil
 }
 
@@ -149,11 +158,19 @@ func (l *Embedded) openTopics() error {
 }
 
 func (l *Embedded) openTopic(dir string) (*topic, error) {
-	name, cfg, err := readMeta(dir)
+	st, err := readMeta(dir)
 	if err != nil {
 		return nil, fmt.Errorf("log: open topic %s: %w", dir, err)
 	}
-	t := &topic{name: name, cfg: cfg, dir: dir}
+	if st.id == "" && !l.opts.ReadOnly {
+		st.id = newID()
+		if err := writeMeta(dir, st); err != nil {
+			return nil, fmt.Errorf("log: open topic %s: give it an identity: %w", dir, err)
+		}
+		l.logger.Info("log: topic given an identity", "topic", st.name, "id", topicID(l.logID, st.id))
+	}
+	name, cfg := st.name, st.cfg
+	t := &topic{name: name, id: topicID(l.logID, st.id), cfg: cfg, dir: dir}
 	for i := int32(0); i < cfg.Partitions; i++ {
 		p, truncs, err := openPartition(filepath.Join(dir, strconv.Itoa(int(i))), name, i, &l.opts, l.logger)
 		if err != nil {
@@ -177,6 +194,10 @@ func (l *Embedded) Recovery() RecoveryReport { return l.recovery }
 
 // Dir is the data directory.
 func (l *Embedded) Dir() string { return l.dir }
+
+// ID is the identity of the log directory, created with it (see
+// TopicInfo.ID); "" for a read-only log that no writer has given one.
+func (l *Embedded) ID() string { return l.logID }
 
 // lookup returns an open topic.
 func (l *Embedded) lookup(name string) (*topic, error) {
@@ -271,7 +292,7 @@ func (l *Embedded) DescribeTopic(ctx context.Context, name string) (TopicInfo, e
 	if err != nil {
 		return TopicInfo{}, err
 	}
-	info := TopicInfo{Name: name, Config: t.cfg, Partitions: make([]PartitionInfo, len(t.parts))}
+	info := TopicInfo{Name: name, ID: t.id, Config: t.cfg, Partitions: make([]PartitionInfo, len(t.parts))}
 	for i, p := range t.parts {
 		info.Partitions[i] = p.info()
 	}

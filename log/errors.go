@@ -53,3 +53,24 @@ func (e *WriteError) Error() string {
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }
+
+// DataLossError reports that a partition's offsets [From, To) were lost:
+// recovery found them damaged and quarantined them. Records before From
+// and from To on are intact. Whatever was built from this partition (a
+// mirrored table) cannot be trusted past From until it is rebuilt from the
+// source: the repair is a re-snapshot of that table.
+type DataLossError struct {
+	Topic     string
+	Partition int32
+	From, To  int64 // lost offsets [From, To)
+	Reason    string
+}
+
+func (e *DataLossError) Error() string {
+	return fmt.Sprintf("log: %s/%d: offsets [%d, %d) were lost (%s); "+
+		"re-snapshot the table fed by this topic (cdcd snapshot -c FILE --replace TABLE)",
+		e.Topic, e.Partition, e.From, e.To, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrDataLost) true.
+func (e *DataLossError) Unwrap() error { return ErrDataLost }

@@ -12,6 +12,7 @@ import (
 // data directories.
 const (
 	lockFileName      = "LOCK"       // exclusive flock, holder PID inside
+	logIDFileName     = "log.id"     // the log directory's identity
 	topicsDirName     = "topics"     // one directory per topic below it
 	topicMetaName     = "topic.json" // a topic's TopicConfig
 	segmentSuffix     = ".log"       // record batches

@@ -36,6 +36,11 @@ var (
 	// ErrCorrupt: stored data failed its checks; the *CorruptionError that
 	// wraps it names the file, position and reason.
 	ErrCorrupt = errors.New("log: corrupt data")
+	// ErrDataLost: Fetch was asked for offsets the log knows it lost (a
+	// damaged range found at recovery); the *DataLossError that wraps it
+	// names the topic, partition and the lost range. A consumer must not
+	// skip past it silently.
+	ErrDataLost = errors.New("log: data lost")
 )
 
 // Header is a key/value pair attached to a record.
@@ -111,7 +116,16 @@ type PartitionInfo struct {
 
 // TopicInfo describes a topic.
 type TopicInfo struct {
-	Name       string
+	Name string
+	// ID is the identity of this incarnation of the topic in this log:
+	// created with the topic, stable across restarts, and new when the topic
+	// is deleted and created again or when the log itself is new (a removed
+	// and recreated data directory). Offsets are meaningful only together
+	// with the ID they were read under: a consumer that stored offsets
+	// elsewhere compares the ID before trusting them. The embedded log gives
+	// "" only when opened read-only on a directory no writer has given
+	// identities yet.
+	ID         string
 	Config     TopicConfig
 	Partitions []PartitionInfo
 }

@@ -73,29 +73,44 @@ type topicMeta struct {
 	RetentionBytes    int64  `json:"retention_bytes"`
 	Cleanup           string `json:"cleanup"`
 	DeleteRetentionMs int64  `json:"delete_retention_ms"`
+	// ID is the random identity of this incarnation of the topic (see
+	// TopicInfo.ID); absent in topics created before identities existed,
+	// which get one at the next writable Open.
+	ID string `json:"id,omitempty"`
 }
 
-func encodeMeta(name string, cfg TopicConfig) []byte {
+// storedTopic is what topic.json holds.
+type storedTopic struct {
+	name string
+	id   string // "" if the file has none yet
+	cfg  TopicConfig
+}
+
+func encodeMeta(st storedTopic) []byte {
+	name, cfg := st.name, st.cfg
 	b, _ := json.MarshalIndent(topicMeta{
-		Version: 1, Name: name, Partitions: cfg.Partitions,
+		Version: 1, Name: name, Partitions: cfg.Partitions, ID: st.id,
 		RetentionMs: cfg.Retention.Milliseconds(), RetentionBytes: cfg.RetentionBytes,
 		Cleanup: string(cfg.Cleanup), DeleteRetentionMs: cfg.DeleteRetention.Milliseconds(),
 	}, "", "  ")
 	return append(b, '\n')
 }
 
-func readMeta(dir string) (string, TopicConfig, error) {
+func readMeta(dir string) (storedTopic, error) {
 	path := filepath.Join(dir, topicMetaName)
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", TopicConfig{}, err
+		return storedTopic{}, err
 	}
 	var m topicMeta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return "", TopicConfig{}, &CorruptionError{Path: path, Reason: err.Error()}
+		return storedTopic{}, &CorruptionError{Path: path, Reason: err.Error()}
 	}
 	if m.Version != 1 {
-		return "", TopicConfig{}, &CorruptionError{Path: path, Reason: fmt.Sprintf("unknown version %d", m.Version)}
+		return storedTopic{}, &CorruptionError{Path: path, Reason: fmt.Sprintf("unknown version %d", m.Version)}
+	}
+	if m.ID != "" && !validID(m.ID) {
+		return storedTopic{}, &CorruptionError{Path: path, Reason: fmt.Sprintf("topic identity %q is not %d hex digits", m.ID, 2*idBytes)}
 	}
 	cfg := TopicConfig{
 		Partitions: m.Partitions, Retention: time.Duration(m.RetentionMs) * time.Millisecond,
@@ -104,14 +119,19 @@ func readMeta(dir string) (string, TopicConfig, error) {
 	}
 	cfg, err = normalizeConfig(m.Name, cfg)
 	if err != nil {
-		return "", cfg, &CorruptionError{Path: path, Reason: err.Error()}
+		return storedTopic{}, &CorruptionError{Path: path, Reason: err.Error()}
 	}
-	return m.Name, cfg, nil
+	return storedTopic{name: m.Name, id: m.ID, cfg: cfg}, nil
+}
+
+// writeMeta replaces topic.json atomically and durably.
+func writeMeta(dir string, st storedTopic) error {
+	return replaceFile(filepath.Join(dir, topicMetaName), encodeMeta(st), true)
 }
 
 // createTopicDir builds a topic directory under a temporary name (config
-// file fsynced, one directory per partition) and renames it into place, so
-// a crash leaves either no topic or a whole one.
+// file with a new identity, fsynced; one directory per partition) and
+// renames it into place, so a crash leaves either no topic or a whole one.
 func createTopicDir(topicsDir, name string, cfg TopicConfig) (string, error) {
 	tmp, err := os.MkdirTemp(topicsDir, tmpPrefix+name+"-")
 	if err != nil {
@@ -121,7 +141,7 @@ func createTopicDir(topicsDir, name string, cfg TopicConfig) (string, error) {
 		_ = os.RemoveAll(tmp)
 		return "", err
 	}
-	if err := replaceFile(filepath.Join(tmp, topicMetaName), encodeMeta(name, cfg), true); err != nil {
+	if err := writeMeta(tmp, storedTopic{name: name, id: newID(), cfg: cfg}); err != nil {
 		return fail(err)
 	}
 	for i := int32(0); i < cfg.Partitions; i++ {

@@ -30,6 +30,7 @@ func Run(t *testing.T, open Opener) {
 		fn   func(*testing.T, log.Log)
 	}{
 		{"Topics", testTopics},
+		{"TopicID", testTopicID},
 		{"InvalidTopicConfig", testInvalidTopicConfig},
 		{"ProduceFetchOrder", testProduceFetchOrder},
 		{"KeyPlacement", testKeyPlacement},
@@ -155,6 +156,50 @@ func testTopics(t *testing.T, l log.Log) {
 	info, _ = l.DescribeTopic(ctx, a)
 	if info.Partitions[0].End != 1 {
 		t.Fatalf("End after one record = %d", info.Partitions[0].End)
+	}
+}
+
+// testTopicID: every topic has an ID, distinct from other topics', and a
+// topic deleted and created again has a new one.
+func testTopicID(t *testing.T, l log.Log) {
+	ctx := ctxFor(t)
+	a, b := topicName(t, "a"), topicName(t, "b")
+	create(t, l, a, 1)
+	create(t, l, b, 1)
+	ia, err := l.DescribeTopic(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := l.DescribeTopic(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ia.ID == "" || ia.ID == ib.ID {
+		t.Fatalf("IDs %q and %q: want two different, non-empty identities", ia.ID, ib.ID)
+	}
+	if again, _ := l.DescribeTopic(ctx, a); again.ID != ia.ID {
+		t.Fatalf("ID changed between two DescribeTopic calls: %q then %q", ia.ID, again.ID)
+	}
+	if err := l.DeleteTopic(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := l.CreateTopic(ctx, a, log.TopicConfig{Partitions: 1})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, log.ErrTopicExists) || time.Now().After(deadline) {
+			t.Fatalf("re-create %s: %v", a, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ia2, err := l.DescribeTopic(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ia2.ID == "" || ia2.ID == ia.ID {
+		t.Fatalf("re-created topic's ID = %q, want a new one (was %q)", ia2.ID, ia.ID)
 	}
 }
 
