@@ -41,6 +41,9 @@ type SourceStatus struct {
 	FlushedLSN        string  `json:"flushed_lsn"`
 	Flushed           uint64  `json:"flushed"`
 	ReceivedLSN       string  `json:"received_lsn"`
+	// Waiting says what the source waits for while a step takes long
+	// (creating the slot waits for running transactions to end).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // TableStatus describes one table.
@@ -120,6 +123,9 @@ func (d *Daemon) Status() Status {
 		},
 		Slot:   d.monitor.slot.status(),
 		Alerts: d.monitor.alerts.firing(),
+	}
+	if w := ss.Waiting.Load(); w != nil {
+		st.Source.Waiting = *w
 	}
 	if !st.Source.Streaming && load.RowsPerSecond > 0 {
 		st.Source.LoadRowsPerSecond = math.Round(load.RowsPerSecond)

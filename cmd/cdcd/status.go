@@ -120,6 +120,9 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 		}
 		fmt.Fprintln(w)
 	}
+	if st.Source.Waiting != "" {
+		fmt.Fprintf(w, "waiting: %s\n", st.Source.Waiting)
+	}
 	if src := st.Source; src.LoadRowsPerSecond > 0 {
 		eta := "unknown"
 		if src.LoadETASeconds > 0 {

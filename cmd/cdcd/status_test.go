@@ -19,7 +19,8 @@ func sampleStatus(now time.Time) daemon.Status {
 	safe := int64(1900 << 20)
 	return daemon.Status{
 		Pipeline: "shop", Version: "0.1.0-dev", State: daemon.StateLoading, Ready: true, Uptime: "2m5s",
-		Source: daemon.SourceStatus{SnapshotRows: 1207, LoadRowsPerSecond: 412345, LoadETASeconds: 95},
+		Source: daemon.SourceStatus{SnapshotRows: 1207, LoadRowsPerSecond: 412345, LoadETASeconds: 95,
+			Waiting: "creating the replication slot waits for 1 transaction(s): pid 42"},
 		Slot: daemon.SlotStatus{Name: "cdcd_shop", Up: true, Exists: true, Active: true, WALStatus: "reserved",
 			LagBytes: 3 << 20, LagSeconds: 4, ConfirmedFlushLSN: "0/3A5F2C8", SafeWALSize: &safe, MaxWALKeep: 2 << 30},
 		Tables: []daemon.TableStatus{
@@ -42,6 +43,7 @@ func TestRenderStatus(t *testing.T) {
 		"cdcd 0.1.0-dev  pipeline shop  loading (ready)  up 2m5s",
 		"slot cdcd_shop  active  wal_status reserved  lag 3.0 MiB (4s)  confirmed_flush_lsn 0/3A5F2C8  safe_wal_size 1.9 GiB of 2.0 GiB",
 		"initial load: 1,207 rows read, 412,345 rows/s, about 1m35s left",
+		"waiting: creating the replication slot waits for 1 transaction(s): pid 42",
 		"cdc.customers  loading  [##########..........]  50%  1,200",
 		"50 (2s)",
 		"3s ago",

@@ -114,7 +114,8 @@ func retryable(err error) bool {
 	var pe *PublicationError
 	var te *TableError
 	var ve *ValueError
-	if errors.As(err, &se) || errors.As(err, &pe) || errors.As(err, &te) || errors.As(err, &ve) {
+	var pre *PreconditionError
+	if errors.As(err, &se) || errors.As(err, &pe) || errors.As(err, &te) || errors.As(err, &ve) || errors.As(err, &pre) {
 		return false
 	}
 	var ce *connError
@@ -137,6 +138,13 @@ func retryable(err error) bool {
 		return true
 	}
 	return pgconn.SafeToRetry(err) || isConnectError(err)
+}
+
+// slotInUse reports whether err is the server's "replication slot is
+// active for PID n" (object in use).
+func slotInUse(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
 
 func isConnectError(err error) bool {

@@ -126,3 +126,29 @@ func keyOf(c source.Change) string { return fmt.Sprint(c.Key()) }
 var discard = slog.New(slog.DiscardHandler)
 
 func errorsAs(err error, target any) bool { return err != nil && errors.As(err, target) }
+
+// syncBuffer is a log destination tests read while a reader writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+// newBufferLogger logs text records, debug and up, into b.
+func newBufferLogger(b *syncBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }

@@ -67,6 +67,10 @@ type Config struct {
 	// reconnect after a lost connection or a server restart; defaults
 	// 200ms and 30s.
 	ReconnectMin, ReconnectMax time.Duration
+	// WaitReportInterval is how often the reader says what a slow step
+	// waits for (the slot's creation waits for running transactions to
+	// end), in the log and in Stats.Waiting; default 10s.
+	WaitReportInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -97,6 +101,9 @@ func (c *Config) defaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 30 * time.Second
 	}
+	if c.WaitReportInterval <= 0 {
+		c.WaitReportInterval = 10 * time.Second
+	}
 }
 
 // State is durable key/value storage for the reader's own state (system
@@ -119,6 +126,9 @@ type Stats struct {
 	Heartbeats    atomic.Int64  // heartbeat messages written
 	SpilledBytes  atomic.Int64  // bytes in spill files of in-progress transactions
 	StreamedTxns  atomic.Int64  // transactions received streamed (before their commit) and replayed
+	// Waiting says what the reader waits for while a step takes long (the
+	// slot's creation waiting for running transactions); nil otherwise.
+	Waiting atomic.Pointer[string]
 	// Initial load progress: rows estimated in all tables, and when this
 	// run's load started with how many rows already done.
 	SnapshotEstimate atomic.Int64
@@ -193,7 +203,13 @@ func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		r.stats.Reconnects.Add(1)
-		r.logger.Warn("connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		if slotInUse(err) {
+			r.logger.Warn("the replication slot is in use by another process; retrying", "err", err, "in", wait.Round(time.Millisecond),
+				"what_to_do", "if another cdcd or consumer streams from this slot, give this pipeline a slot of its own (source.postgres.slot); "+
+					"a connection of this pipeline that went away lets go of it within wal_sender_timeout")
+		} else {
+			r.logger.Warn("connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -230,6 +246,9 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 			"refusing to continue because changes may be missing. Point the DSN at the original cluster or start a new pipeline", sysID, st.SystemID)}
 	}
 	st.SystemID = sysID
+	if err := r.preflight(ctx, conn, tables, &st); err != nil {
+		return err
+	}
 	if created, err := ensurePublication(ctx, conn, r.cfg.Publication, tables); err != nil {
 		return err
 	} else if created {
@@ -318,9 +337,7 @@ func (r *Reader) prepareSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.P
 		return 0, slotErr(SlotWrongPlugin, "the slot decodes database %q with plugin %q; cdcd needs pgoutput on %q: use another slot name",
 			slot.database, slot.plugin, dbName)
 	case !st.SlotCreated && r.cfg.Snapshot:
-		return 0, slotErr(SlotForeign, "the slot exists but this pipeline has no record of it, and the initial load needs a slot created "+
-			"with its own snapshot. Drop it (SELECT pg_drop_replication_slot('%s')) to let cdcd create it, or set snapshot: never "+
-			"to stream from it as it is", r.cfg.Slot)
+		return 0, r.foreignSlot(ctx, conn)
 	case st.Confirmed != 0 && slot.confirmedFlush > st.Confirmed:
 		return 0, slotErr(SlotAhead, "the slot's confirmed position %s is ahead of the newest position this pipeline stored (%s): "+
 			"someone else consumed or advanced the slot, or the pipeline's data was restored from an older backup; the changes between "+
@@ -372,8 +389,10 @@ func (r *Reader) createSlot(ctx context.Context, conn *pgx.Conn, repl *pgconn.Pg
 	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
 		return 0, err
 	}
+	stopWatch := r.watchSlotCreation(ctx, conn, repl.PID())
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
+	stopWatch()
 	if err != nil {
 		return 0, fmt.Errorf("postgres: create replication slot %s: %w", r.cfg.Slot, err)
 	}

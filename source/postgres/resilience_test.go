@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -291,6 +292,9 @@ func TestSlotErrors(t *testing.T) {
 		e.exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.names.Slot)
 		_, err := runOnce(t, e, []string{"s"}, true)
 		wantSlotError(t, err, SlotForeign)
+		if !strings.Contains(err.Error(), "No process streams from it now") || !strings.Contains(err.Error(), "pg_drop_replication_slot") {
+			t.Errorf("error %q: an unused slot's error should say it is unused and how to drop it", err)
+		}
 		// Without a load, the slot is adopted.
 		if _, err := runOnce(t, e, []string{"s"}, false); err != nil {
 			t.Fatal(err)

@@ -59,6 +59,11 @@ func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver
 	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", r.cfg.Publication),
 		"binary 'true'", "messages 'true'", "streaming 'on'"}
 	if err := pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		if slotInUse(err) {
+			if holder, herr := slotHolder(ctx, conn, r.cfg.Slot); herr == nil && holder != "" {
+				return fmt.Errorf("postgres: start replication on slot %s: it is in use by %s: %w", r.cfg.Slot, holder, err)
+			}
+		}
 		return fmt.Errorf("postgres: start replication on slot %s: %w", r.cfg.Slot, err)
 	}
 	r.logger.Info("streaming", "from", pglogrepl.LSN(start).String())
