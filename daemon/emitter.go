@@ -16,17 +16,13 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-// Record headers every change record carries.
+// Record headers every change record carries (defined in schema).
 const (
-	HeaderPosition = "cdcd.pos"  // the source position (sortable bytes)
-	HeaderTxID     = "cdcd.txid" // the source transaction id, decimal
-	// HeaderKeyChange ("1") marks the delete half of a primary-key change
-	// whose insert, at the next position, takes unchanged values from the
-	// deleted key's row (source.Change.KeyChange).
-	HeaderKeyChange = "cdcd.key-change"
-	// Held records (a paused table's) carry their schemas, as they have no id.
-	HeaderKeySchema   = "cdcd.key-schema"
-	HeaderValueSchema = "cdcd.value-schema"
+	HeaderPosition    = schema.HeaderPosition
+	HeaderTxID        = schema.HeaderTxID
+	HeaderKeyChange   = schema.HeaderKeyChange
+	HeaderKeySchema   = schema.HeaderKeySchema
+	HeaderValueSchema = schema.HeaderValueSchema
 )
 
 // tableCodec is the registered schemas of one table version.

@@ -18,7 +18,7 @@ import (
 // transaction. Under REPLICA IDENTITY DEFAULT a TOASTed value that did not
 // change is not in the WAL: the insert then carries schema.Unchanged for it
 // and A's key as its Before, and the delete's record is marked with
-// HeaderKeyChange. The values come from A as it was just before the key
+// schema.HeaderKeyChange. The values come from A as it was just before the key
 // change: A's newest image before P-1 in the commit, else A's row in the
 // table before the commit; a chain (A→B→C in one commit) follows the
 // Before links (upsert.fill).
@@ -38,10 +38,6 @@ import (
 // one half alone. An insert whose delete was committed without it (a log
 // written before deletes were marked) is refused, never resolved from a
 // row that is gone.
-
-// HeaderKeyChange is the record header ("1") marking the delete half of
-// such a key change (the daemon's emitter writes it; frozen wire name).
-const HeaderKeyChange = "cdcd.key-change"
 
 // needsOldKey reports whether c is the insert half of a key change that
 // takes unchanged values from its old key's row.
@@ -209,10 +205,6 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 	return nil
 }
 
-// headerPosition is the record header holding the source position (the
-// emitter's daemon.HeaderPosition).
-const headerPosition = "cdcd.pos"
-
 // loadSeen reads the position of every partition's last committed record,
 // for deleteStillToCome; best effort (an unknown position only means an
 // insert waits until its partition is read further).
@@ -224,7 +216,7 @@ func (w *tableWriter) loadSeen(ctx context.Context) {
 		}
 		recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, int32(p), off-1, log.FetchOptions{MaxBytes: 1})
 		if err == nil && len(recs) > 0 && recs[0].Offset == off-1 {
-			w.seen[p] = recs[0].Header(headerPosition)
+			w.seen[p] = recs[0].Header(schema.HeaderPosition)
 		}
 	}
 }

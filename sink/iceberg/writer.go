@@ -229,7 +229,7 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
 	}
 	c := change{table: t, info: info, body: body, partition: rec.Partition, offset: rec.Offset,
-		keyChange: rec.Header(HeaderKeyChange) != nil}
+		keyChange: rec.Header(schema.HeaderKeyChange) != nil}
 	if rec.Key != nil {
 		if _, kb, err := schema.ParseFrame(rec.Key); err == nil {
 			c.key = kb

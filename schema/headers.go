@@ -1,0 +1,25 @@
+package schema
+
+// Record headers of the change records on the log (frozen wire names).
+// The emitter (daemon) writes them; the sink and other consumers read them.
+const (
+	// HeaderPosition is the source position of the change (sortable bytes).
+	HeaderPosition = "cdcd.pos"
+	// HeaderTxID is the source transaction id, decimal.
+	HeaderTxID = "cdcd.txid"
+	// HeaderKeyChange ("1") marks the delete half of a primary-key change
+	// whose insert, at the next position, takes unchanged values from the
+	// deleted key's row.
+	HeaderKeyChange = "cdcd.key-change"
+	// HeaderKeySchema and HeaderValueSchema carry a held record's schemas
+	// (a paused table's records have no registry id yet).
+	HeaderKeySchema   = "cdcd.key-schema"
+	HeaderValueSchema = "cdcd.value-schema"
+	// HeaderReset marks a truncate (op 't') that begins a load or
+	// re-snapshot replacing a table's contents; its value identifies that
+	// snapshot run. It is produced into every partition of the table's
+	// topic. A consumer truncates the table there like at any truncate,
+	// and it is the one point where a consumer that cannot trust what it
+	// read before (a replaced log, lost offsets) may resume.
+	HeaderReset = "cdcd.reset"
+)
