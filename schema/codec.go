@@ -421,24 +421,6 @@ func FormatUUID(u [16]byte) string {
 	return string(b[:])
 }
 
-// ParseUUID parses the canonical form (hyphens optional).
-func ParseUUID(s string) ([16]byte, error) {
-	var u [16]byte
-	h := strings.ReplaceAll(s, "-", "")
-	if len(h) != 32 {
-		return u, fmt.Errorf("schema: bad uuid %q", s)
-	}
-	for i := range u {
-		hi, ok1 := unhex(h[2*i])
-		lo, ok2 := unhex(h[2*i+1])
-		if !ok1 || !ok2 {
-			return u, fmt.Errorf("schema: bad uuid %q", s)
-		}
-		u[i] = hi<<4 | lo
-	}
-	return u, nil
-}
-
 func unhex(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':

@@ -365,7 +365,8 @@ func formatDecimal64(v int64, scale int) string {
 	return string(append(out, digits[whole:]...))
 }
 
-// parseUUID is ParseUUID over bytes, without allocating.
+// parseUUID parses a UUID's canonical form (hyphens optional) without
+// allocating.
 func parseUUID(b []byte) ([16]byte, bool) {
 	var u [16]byte
 	j := 0

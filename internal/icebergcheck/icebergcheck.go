@@ -31,11 +31,10 @@ func FileProblems(ctx context.Context, tbl *table.Table) ([]string, error) {
 	}
 	data, dvs := map[string]int{}, map[string]int{}
 	for _, mf := range mfs {
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, err
+			}
 			df := e.DataFile()
 			switch {
 			case df.ContentType() == iceberg.EntryContentData:

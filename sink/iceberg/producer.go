@@ -87,11 +87,10 @@ func loadManifests(fs icebergio.IO, tbl *table.Table) (*manifestState, error) {
 			continue
 		}
 		st.deletes[mf.FilePath()] = mf
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			return nil, fmt.Errorf("iceberg: read delete manifest %s: %w", mf.FilePath(), err)
-		}
-		for _, e := range entries {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, fmt.Errorf("iceberg: read delete manifest %s: %w", mf.FilePath(), err)
+			}
 			df := e.DataFile()
 			ld := &liveDelete{df: df, snapshotID: e.SnapshotID(), seq: e.SequenceNum(), manifest: mf.FilePath()}
 			ld.fileSeq = ld.seq
@@ -399,9 +398,12 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 	var entries []iceberg.ManifestEntry
 	found := 0
 	for _, mf := range ms.data {
-		es, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			return nil, fmt.Errorf("iceberg: read data manifest %s: %w", mf.FilePath(), err)
+		var es []iceberg.ManifestEntry
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, fmt.Errorf("iceberg: read data manifest %s: %w", mf.FilePath(), err)
+			}
+			es = append(es, e)
 		}
 		touched := false
 		for _, e := range es {

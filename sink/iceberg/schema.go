@@ -130,13 +130,3 @@ func metaFields() []iceberg.NestedField {
 		{Name: colOffset, Type: iceberg.PrimitiveTypes.Int64, Required: true, Doc: "cdcd log offset (orders the changes of a key)"},
 	}
 }
-
-// isMeta reports whether name is a metadata column.
-func isMeta(name string) bool {
-	for _, m := range metaFields() {
-		if m.Name == name {
-			return true
-		}
-	}
-	return false
-}

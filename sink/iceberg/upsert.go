@@ -59,11 +59,10 @@ func (u *upsert) loadFiles(ctx context.Context, tbl *table.Table) error {
 		return fmt.Errorf("iceberg: read manifest list of %s: %w", identString(tbl.Identifier()), err)
 	}
 	for _, mf := range mfs {
-		entries, err := mf.FetchEntries(fs, true)
-		if err != nil {
-			return fmt.Errorf("iceberg: read manifest %s: %w", mf.FilePath(), err)
-		}
-		for _, e := range entries {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return fmt.Errorf("iceberg: read manifest %s: %w", mf.FilePath(), err)
+			}
 			df := e.DataFile()
 			switch df.ContentType() {
 			case iceberg.EntryContentData:
