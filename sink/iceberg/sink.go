@@ -84,14 +84,7 @@ type Config struct {
 	// RetryInterval is how long a paused table waits before it is tried
 	// again; default 30s.
 	RetryInterval time.Duration
-	// Producer selects how upsert commits are written: "" (cdcd's own
-	// snapshot producer, whose cost follows the change) or ProducerRowDelta
-	// (iceberg-go's RowDelta, for comparison).
-	Producer string
 }
-
-// ProducerRowDelta commits upserts through iceberg-go's RowDelta.
-const ProducerRowDelta = "rowdelta"
 
 // Table modes.
 const (

@@ -308,7 +308,8 @@ func rowNeutral(snap *table.Snapshot) bool {
 	return true
 }
 
-// attemptUpsert stages the buffer and commits it as one RowDelta.
+// attemptUpsert stages the buffer and commits it as one snapshot (see
+// producer.go).
 func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Properties) error {
 	if w.up.keys == nil {
 		keys, err := keyFields(w.tbl.Schema())
@@ -325,28 +326,7 @@ func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Propertie
 	if p.empty() {
 		props = withRowsMarker(props)
 	}
-	if w.s.cfg.Producer != ProducerRowDelta {
-		if err := w.produce(ctx, p, props); err != nil {
-			return err
-		}
-		return w.adoptUpsert(ctx)
-	}
-	tx := w.tbl.NewTransaction()
-	if p.empty() {
-		// Nothing changed rows (deletes of unknown keys): record the offsets.
-		if err := tx.AddFiles(ctx, nil, props, false); err != nil {
-			return err
-		}
-	} else {
-		rd := tx.NewRowDelta(props).AddRows(p.added...).AddDeletes(p.deletes...)
-		if len(p.removedDVs) > 0 {
-			rd = rd.RemoveDeletes(p.removedDVs...)
-		}
-		if err := rd.Commit(ctx); err != nil {
-			return err
-		}
-	}
-	if err := w.finishData(ctx, tx, !p.empty()); err != nil {
+	if err := w.produce(ctx, p, props); err != nil {
 		return err
 	}
 	return w.adoptUpsert(ctx)
