@@ -15,6 +15,7 @@ import (
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Compaction, per upsert table, inside the table's own loop:
@@ -541,8 +542,6 @@ type compactionIntent struct {
 	New []string `json:"new"`
 }
 
-var idxIntentKey = []byte{idxPrefixMeta, 'i', 'n', 't', 'e', 'n', 't'}
-
 // commitCompaction commits a finished rewrite between two sink commits.
 func (w *tableWriter) commitCompaction(ctx context.Context, c *compaction) error {
 	for _, df := range c.old {
@@ -749,7 +748,7 @@ func (x *keyIndex) putIntent(in compactionIntent) error {
 	if err != nil {
 		return err
 	}
-	return x.db.Set(idxIntentKey, b, pebbleSync)
+	return x.db.Set(idxIntentKey, b, pebble.Sync)
 }
 
 func (x *keyIndex) intent() (compactionIntent, bool, error) {

@@ -44,16 +44,14 @@ func TestCommitCurve(t *testing.T) {
 	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INSERTS")); v > 0 {
 		inserts = v
 	}
+	var tune tuning
 	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INDEX_CACHE_MB")); v > 0 {
-		defer func(n int64) { indexCacheSize = n }(indexCacheSize)
-		indexCacheSize = int64(v) << 20
+		tune.index.cacheSize = int64(v) << 20
 	}
-	if v := os.Getenv("CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS"); v != "" {
-		defer func(b bool) { indexNoCompression = b }(indexNoCompression)
-		indexNoCompression = v == "1"
-	}
+	tune.index.noCompression = os.Getenv("CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS") == "1"
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
+	w.s.tune = tune
 	w.s.cfg.TargetFileSize = 128 << 20
 	w.s.cfg.Maintenance = MaintenanceConfig{RetainSnapshots: 50, SnapshotMaxAge: 0, ExpireEvery: 20}
 	w.s.cfg.Maintenance.defaults()

@@ -2,6 +2,7 @@ package iceberg
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,22 +23,20 @@ import (
 // per table under <data_dir>/index/, so memory stays bounded for tables of
 // any size, and is tagged with the snapshot id it reflects.
 //
-// Layout (frozen):
-//
-//	'k' key bytes                -> uvarint file id | uvarint row position
-//	'f' file id (4B big-endian)  -> data file path
-//	'm' "snapshot"               -> snapshot id (8B big-endian)
-//
-// Key bytes are encodeKey's canonical encoding of the key values.
+// Its layout is frozen and documented in doc.go ("The key index"); these
+// are its keys.
 const (
-	idxPrefixKey  = 'k'
-	idxPrefixFile = 'f'
-	idxPrefixMeta = 'm'
+	idxPrefixKey  = 'k' // 'k' key -> uvarint file id | uvarint row position
+	idxPrefixFile = 'f' // 'f' file id (4B big-endian) -> data file path
+	idxPrefixMeta = 'm' // 'm' name -> the index's own records
 )
 
-var idxSnapshotKey = []byte{idxPrefixMeta, 's', 'n', 'a', 'p'}
-
-var pebbleSync = pebble.Sync
+var (
+	// idxSnapshotKey holds the snapshot id the index reflects (8B big-endian).
+	idxSnapshotKey = []byte{idxPrefixMeta, 's', 'n', 'a', 'p'}
+	// idxIntentKey holds a compaction's intent (JSON) while it commits.
+	idxIntentKey = []byte{idxPrefixMeta, 'i', 'n', 't', 'e', 'n', 't'}
+)
 
 func isNotFound(err error) bool { return errors.Is(err, pebble.ErrNotFound) }
 
@@ -68,18 +67,19 @@ func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 
-// indexCacheSize is each key index's pebble cache (the memtables are
-// reserved from it), and indexNoCompression writes its blocks
-// uncompressed; the commit curve varies both for experiments
-// (CDCD_COMMIT_CURVE_INDEX_CACHE_MB, CDCD_COMMIT_CURVE_INDEX_NOCOMPRESS;
-// BENCHMARKS.md has what they showed).
-var (
-	indexCacheSize     int64 = 64 << 20
-	indexNoCompression bool
-)
+// indexOptions tune a key index; zero values take the defaults. The
+// commit curve varies them for experiments (BENCHMARKS.md has what they
+// showed).
+type indexOptions struct {
+	// cacheSize is the index's pebble cache, from which the memtables are
+	// reserved too; default 64 MiB.
+	cacheSize int64
+	// noCompression writes blocks uncompressed (default snappy).
+	noCompression bool
+}
 
-func openIndex(dir string) (*keyIndex, error) {
-	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: indexCacheSize, MemTableSize: 16 << 20}
+func openIndex(dir string, o indexOptions) (*keyIndex, error) {
+	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: 16 << 20}
 	// Bloom filters: most lookups are for new keys (inserts), which then
 	// cost no block reads.
 	for i := range opts.Levels {
@@ -89,14 +89,10 @@ func openIndex(dir string) (*keyIndex, error) {
 	// space (updates, and the compactor re-pointing the rows it rewrote,
 	// whose batches are flushed as L0 tables of their own), so with
 	// pebble's default of 4 L0 tables per compaction each L0 compaction
-	// rewrote much of Lbase: write amplification 9 and a third of a
-	// 3,000-commit run's CPU. 16 L0 tables per compaction: at 10,000
-	// commits (a 20M-key index) amplification 3.0 and the index's
-	// compactions 13 CPU-s per 1,000 commits. (One level below L0 up to
-	// 256 MB did better at 3,000 commits, but at 10,000 each L0 compaction
-	// rewrote the whole 190 MB level: 34 CPU-s.)
+	// rewrote much of Lbase. 16 L0 tables per compaction keeps write
+	// amplification near 3 at a 20M-key index (BENCHMARKS.md).
 	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = 16, 32
-	if indexNoCompression {
+	if o.noCompression {
 		for i := range opts.Levels {
 			opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 		}

@@ -10,7 +10,7 @@ import (
 // indexed key, which getMany answers without a seek.
 func TestIndexLookups(t *testing.T) {
 	dir := t.TempDir()
-	x, err := openIndex(dir)
+	x, err := openIndex(dir, indexOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestIndexLookups(t *testing.T) {
 		if err := x.close(); err != nil {
 			t.Fatal(err)
 		}
-		if x, err = openIndex(dir); err != nil {
+		if x, err = openIndex(dir, indexOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

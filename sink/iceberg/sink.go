@@ -112,6 +112,15 @@ type TableStats struct {
 	Maintenance atomic.Pointer[MaintenanceStatus]
 }
 
+// tuning holds internal sizes that tests and benchmarks vary; zero values
+// take the defaults.
+type tuning struct {
+	index indexOptions
+	// rebuildBatch is how many keys an index rebuild writes at a time
+	// (default rebuildBatchRows).
+	rebuildBatch int64
+}
+
 // Sink writes every configured topic into its table, one loop per table.
 type Sink struct {
 	cfg    Config
@@ -119,6 +128,8 @@ type Sink struct {
 	lg     log.Log
 	reg    Registry
 	logger *slog.Logger
+
+	tune tuning
 
 	mu         sync.Mutex
 	stats      []*TableStats

@@ -1,6 +1,7 @@
 package iceberg
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -91,7 +92,7 @@ func (w *tableWriter) openIndex() error {
 	if err := os.MkdirAll(w.indexDir(), 0o755); err != nil {
 		return err
 	}
-	idx, err := openIndex(w.indexDir())
+	idx, err := openIndex(w.indexDir(), w.s.tune.index)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 	err := w.up.liveKeys(ctx, w.tbl, func(k []byte, loc location) error {
 		b.set(k, loc)
 		rows++
-		if inBatch++; inBatch == rebuildBatchRows {
+		if inBatch++; inBatch == cmp.Or(w.s.tune.rebuildBatch, rebuildBatchRows) {
 			if err := b.apply(rebuildingTag); err != nil {
 				return err
 			}
@@ -204,8 +205,9 @@ func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 // rebuildingTag tags an index being rebuilt: no snapshot has this id.
 const rebuildingTag = -1
 
-// rebuildBatchRows is how many keys a rebuild writes at a time.
-var rebuildBatchRows int64 = 1 << 18
+// rebuildBatchRows is how many keys a rebuild writes at a time, unless
+// the sink's tuning says otherwise.
+const rebuildBatchRows = 1 << 18
 
 // liveKeys calls fn with the key and location of every live row of tbl's
 // current snapshot (u's files, loaded from it): the key columns of every

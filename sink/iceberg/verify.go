@@ -36,7 +36,7 @@ func VerifyIndex(ctx context.Context, tbl *table.Table, indexDir string) (*Index
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("iceberg: key index of %s: %w", name, err)
 	}
-	idx, err := openIndex(dir)
+	idx, err := openIndex(dir, indexOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func TestVerifyIndex(t *testing.T) {
 
 			// Break it: one key moved, one dropped, two stale keys added,
 			// and the tag set back.
-			x, err := openIndex(filepath.Join(dir, identString(w.cfg.Ident)))
+			x, err := openIndex(filepath.Join(dir, identString(w.cfg.Ident)), indexOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,8 +112,6 @@ func compactAll(t *testing.T, w *tableWriter) {
 // batches and comes out right; one left half-rebuilt (a crash during the
 // rebuild) is tagged so the next start rebuilds it again.
 func TestRebuildIndexInBatches(t *testing.T) {
-	defer func(n int64) { rebuildBatchRows = n }(rebuildBatchRows)
-	rebuildBatchRows = 7
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -132,6 +130,7 @@ func TestRebuildIndexInBatches(t *testing.T) {
 	reopen := func() *tableWriter {
 		w2 := upsertWriter(t, cat, 3, 1)
 		w2.s.cfg.IndexDir = dir
+		w2.s.tune.rebuildBatch = 7
 		if err := w2.load(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -164,6 +163,7 @@ func TestRebuildIndexInBatches(t *testing.T) {
 	}
 	w2 := upsertWriter(t, cat, 3, 1)
 	w2.s.cfg.IndexDir = dir
+	w2.s.tune.rebuildBatch = 7
 	if err := w2.load(t.Context()); err == nil {
 		t.Fatal("the rebuild read a missing data file")
 	}
