@@ -86,7 +86,7 @@ func (c *CompactionConfig) defaults() {
 		c.MaxBytes = 192 << 20
 	}
 	if c.MaxRows <= 0 {
-		c.MaxRows = 2 << 20
+		c.MaxRows = 2_000_000
 	}
 	if c.OrphanAge < time.Hour {
 		c.OrphanAge = 24 * time.Hour
