@@ -46,11 +46,10 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 		var bm *dv.RoaringPositionBitmap
 		if old, ok := u.dvs[path]; ok {
 			if c, ok := u.dvCache[path]; ok && c.puffin == old.FilePath() {
-				// The cached vector takes the new positions in place, and
-				// leaves the cache: if this commit does not land, the next
-				// one reads the live vector from its Puffin file again.
-				// (Copying it first was a fifth of the vectors' cost at
-				// 20M rows.)
+				// The cached vector takes the new positions in place (no
+				// copy: big vectors are written at nearly every commit),
+				// and leaves the cache: if this commit does not land, the
+				// next one reads the live vector from its Puffin file again.
 				bm = c.bm
 				delete(u.dvCache, path)
 				if held == nil {
@@ -91,11 +90,10 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 }
 
 // flushDVs writes the vectors of files into one Puffin file at location and
-// returns their delete-file entries. The file is streamed: iceberg-go's
-// DVWriter builds it in a growing in-memory buffer, whose regrowth and
-// zeroing were 40% of the vectors' cost once the table held 20M rows (the
-// vectors then add up to megabytes a commit). The vectors in held were
-// encoded before (see encodeDV).
+// returns their delete-file entries. The file is streamed (iceberg-go's
+// DVWriter builds it in a growing in-memory buffer, and a large table's
+// vectors add up to megabytes a commit). The vectors in held were encoded
+// before (see encodeDV).
 func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table.Metadata, files []string,
 	bms map[string]*dv.RoaringPositionBitmap, held map[string]bool) (_ []iceberg.DataFile, err error) {
 	out, err := wfs.Create(location)
@@ -168,10 +166,10 @@ func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table
 // from one vector to the next (valid until the next call). It converts
 // containers to runs where that is smaller (what dv.SerializeDV does every
 // time) only when optimize is set: a vector this writer encoded before got
-// that at its first encoding, and on a 20M-row table, whose big vectors are
-// written again at nearly every commit, re-checking every container was a
-// quarter of the vectors' cost. Positions added since stay in the
-// container kind roaring picks for them; readers take every kind.
+// that at its first encoding, and a large table's big vectors are written
+// again at nearly every commit, so re-checking every container each time
+// is costly. Positions added since stay in the container kind roaring
+// picks for them; readers take every kind.
 func (u *upsert) encodeDV(bm *dv.RoaringPositionBitmap, optimize bool) ([]byte, error) {
 	if optimize {
 		bm.RunLengthEncode()

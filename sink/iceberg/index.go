@@ -412,10 +412,10 @@ func appendKeyBytes(dst, b []byte) []byte {
 
 // yieldFS is the OS's file system for the index, except that a goroutine
 // writing a table file (a flush or a compaction: pebble's background work)
-// gives the CPU away before each write. On two cores pebble's compactions
-// ran beside the table's commit and the compactor's rewrite, and a commit
-// goroutine woken from I/O waited for a processor until the scheduler's
-// 10 ms preemption; now it waits at most one buffered write's worth of
+// gives the CPU away before each write: pebble's compactions run beside the
+// table's commit and the compactor's rewrite, and a commit goroutine woken
+// from I/O would wait for a processor until the scheduler's 10 ms
+// preemption; this way it waits at most one buffered write's worth of
 // work. The WAL, which a commit waits for, is left alone.
 type yieldFS struct{ vfs.FS }
 

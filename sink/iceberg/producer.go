@@ -291,8 +291,8 @@ func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Proper
 	// The new table opens files through the IO this commit used, not
 	// through tbl.FS: a method value of the old table would keep that table
 	// (its metadata and manifest cache) alive and add one call to every
-	// later file open, commit after commit — after 10,000 commits 5 GB held
-	// and 8% of the CPU in the chain (TestTableFSDoesNotChain).
+	// later file open, a chain growing with every commit
+	// (TestTableFSDoesNotChain).
 	w.tbl = table.New(tbl.Identifier(), newMeta, loc, fixedFS(fs), w.s.cat)
 	w.failpoint("after-catalog-commit")
 	w.dropOldMetadata(fs, tbl.Metadata(), newMeta)
@@ -309,9 +309,9 @@ func fixedFS(fs icebergio.IO) table.FSysF {
 // 100 by default), when the table asks for it with
 // write.metadata.delete-after-commit.enabled, as the tables cdcd creates do.
 // iceberg-go's transactions do this themselves; the sink commits through
-// the catalog, and without it every commit left its metadata.json (70-90 KB
-// here) until the orphan sweep, at least a day later: 340 files after 300
-// commits. A failed removal is left to that sweep.
+// the catalog, and without this every commit would leave its metadata.json
+// until the orphan sweep, a day later. A failed removal is left to that
+// sweep.
 func (w *tableWriter) dropOldMetadata(fs icebergio.IO, before, after table.Metadata) {
 	if !after.Properties().GetBool(table.MetadataDeleteAfterCommitEnabledKey, table.MetadataDeleteAfterCommitEnabledDefault) {
 		return

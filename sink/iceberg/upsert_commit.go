@@ -168,9 +168,8 @@ func rowNeutralSince(tbl *table.Table, since int64) bool {
 // every live data file, minus deleted positions. The index is emptied and
 // tagged rebuildingTag first, then filled in batches of rebuildBatchRows
 // keys and tagged with the current snapshot at the end, so memory does not
-// grow with the table (one batch of every key took about 30 bytes a row: 3
-// GB for 100M rows). A crash in between leaves a tag no snapshot has, and
-// the next start rebuilds again.
+// grow with the table (one batch holds about 30 bytes a key). A crash in
+// between leaves a tag no snapshot has, and the next start rebuilds again.
 func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 	started := time.Now()
 	b := w.up.idx.newBatch()

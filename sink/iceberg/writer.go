@@ -470,9 +470,8 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 // readSplitTargetSize is the read.split.target-size of the tables cdcd
 // creates: readers (iceberg-go, Spark) split a data file larger than this
 // along its row groups and read the parts in parallel. The default, 128 MiB,
-// is the size compaction aims for, so a compacted table was read one file at
-// a time per reader task: on two cores a 1M-row table compacted into one
-// 48 MB file scanned 1.0–1.25x as long as the same rows in 16 fresh files.
+// is the size compaction aims for, so a compacted table would be read one
+// file at a time per reader task (BENCHMARKS.md: TestSplitScan).
 const readSplitTargetSize = 32 << 20
 
 // evolve brings the table's schema up to the buffered table versions
