@@ -13,6 +13,19 @@ import (
 )
 
 // Internal topics, compacted changelogs of state.
+//
+// TopicState holds one partition of key/value records; the newest record
+// of a key is its value (JSON). Its keys (frozen; the value types are
+// documented where they are defined):
+//
+//	postgres/<slot>            source/postgres sourceState: the server's system
+//	                           id, the slot and whether this pipeline created it,
+//	                           the slot being created, the newest LSN confirmed
+//	                           to the server, an unfinished initial load's progress
+//	postgres/<slot>/load-plan  the initial load's chunk plan, saved before rows
+//	                           are emitted (source/postgres)
+//	pause/<topic>              a paused table's pauseState: why, the fix, where
+//	                           its held changes are (daemon/pause.go)
 const (
 	TopicSchemas = "_schemas"    // the registry (Confluent's layout)
 	TopicState   = "_cdcd_state" // sources' own state (slot, system id, snapshot progress)

@@ -1,6 +1,3 @@
-// Package iceberg writes the log's table topics into Apache Iceberg tables,
-// committing each table's consumed log offsets in the same snapshot as its
-// data, so the table itself says how far it has read (exactly once).
 package iceberg
 
 import (

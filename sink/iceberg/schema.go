@@ -8,7 +8,8 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-// Changelog (append mode) metadata columns, after the source's columns.
+// Changelog (append mode) metadata columns, after the source's columns
+// (frozen: doc.go, "Formats").
 const (
 	colOp        = "_cdc_op"        // c u d r t
 	colLSN       = "_cdc_lsn"       // PostgreSQL commit LSN

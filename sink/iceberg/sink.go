@@ -17,7 +17,8 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 )
 
-// Snapshot summary properties cdcd writes on every data commit.
+// Snapshot summary properties cdcd writes on every data commit (frozen:
+// doc.go, "Formats").
 const (
 	PropPipeline       = "cdcd.pipeline"        // the pipeline's name
 	PropOffsets        = "cdcd.offsets"         // JSON {"partition": next offset}
