@@ -1,0 +1,208 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// stmtKind is what a binlogged statement means to the reader. cdcd parses
+// no DDL beyond recognising these kinds: a table's new shape comes from
+// its next table map.
+type stmtKind int
+
+const (
+	stmtOther    stmtKind = iota // a standalone statement (DDL, GRANT, ...): ends its event group
+	stmtBegin                    // BEGIN, XA START
+	stmtInTx                     // SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT, XA END: inside a transaction
+	stmtCommit                   // COMMIT, XA COMMIT (a non-transactional engine's group)
+	stmtRollback                 // ROLLBACK
+	stmtTruncate                 // TRUNCATE [TABLE] name
+	stmtDDL                      // ALTER, CREATE, DROP, RENAME: refresh the tables it names
+)
+
+// statement is a recognised statement.
+type statement struct {
+	kind stmtKind
+	// db and table of a TRUNCATE (db is the event's default database when
+	// the statement does not name one).
+	db, table string
+}
+
+// parseStatement recognises a binlogged statement's kind.
+func parseStatement(q, defaultDB string) statement {
+	rest := skipSpaceAndComments(q)
+	word, after := nextWord(rest)
+	switch word {
+	case "BEGIN":
+		return statement{kind: stmtBegin}
+	case "COMMIT":
+		return statement{kind: stmtCommit}
+	case "ROLLBACK":
+		if w, _ := nextWord(skipSpaceAndComments(after)); w == "TO" {
+			return statement{kind: stmtInTx}
+		}
+		return statement{kind: stmtRollback}
+	case "SAVEPOINT", "RELEASE":
+		return statement{kind: stmtInTx}
+	case "XA":
+		switch w, _ := nextWord(skipSpaceAndComments(after)); w {
+		case "START", "BEGIN":
+			return statement{kind: stmtBegin}
+		case "END":
+			return statement{kind: stmtInTx}
+		case "COMMIT":
+			return statement{kind: stmtCommit}
+		case "ROLLBACK":
+			return statement{kind: stmtRollback}
+		}
+		return statement{kind: stmtOther}
+	case "TRUNCATE":
+		rest = skipSpaceAndComments(after)
+		if w, a := nextWord(rest); w == "TABLE" {
+			rest = skipSpaceAndComments(a)
+		}
+		db, table, ok := parseTableName(rest, defaultDB)
+		if !ok {
+			return statement{kind: stmtDDL}
+		}
+		return statement{kind: stmtTruncate, db: db, table: table}
+	case "ALTER", "CREATE", "DROP", "RENAME":
+		return statement{kind: stmtDDL}
+	}
+	return statement{kind: stmtOther}
+}
+
+// skipSpaceAndComments drops leading white space and comments.
+func skipSpaceAndComments(s string) string {
+	for {
+		s = strings.TrimLeft(s, " \t\r\n")
+		switch {
+		case strings.HasPrefix(s, "/*"):
+			end := strings.Index(s[2:], "*/")
+			if end < 0 {
+				return ""
+			}
+			s = s[end+4:]
+		case strings.HasPrefix(s, "-- "), strings.HasPrefix(s, "#"):
+			end := strings.IndexByte(s, '\n')
+			if end < 0 {
+				return ""
+			}
+			s = s[end+1:]
+		default:
+			return s
+		}
+	}
+}
+
+// nextWord returns the leading keyword of s in upper case and the rest.
+func nextWord(s string) (string, string) {
+	i := 0
+	for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z' || s[i] == '_') {
+		i++
+	}
+	return strings.ToUpper(s[:i]), s[i:]
+}
+
+// parseTableName reads "name", "`na“me`", "db.name" or "`db`.`name`".
+func parseTableName(s, defaultDB string) (db, table string, ok bool) {
+	first, rest, ok := parseIdent(s)
+	if !ok {
+		return "", "", false
+	}
+	if strings.HasPrefix(rest, ".") {
+		second, _, ok := parseIdent(rest[1:])
+		if !ok {
+			return "", "", false
+		}
+		return first, second, true
+	}
+	return defaultDB, first, true
+}
+
+func parseIdent(s string) (ident, rest string, ok bool) {
+	if strings.HasPrefix(s, "`") {
+		var b strings.Builder
+		for i := 1; i < len(s); i++ {
+			if s[i] == '`' {
+				if i+1 < len(s) && s[i+1] == '`' {
+					b.WriteByte('`')
+					i++
+					continue
+				}
+				return b.String(), s[i+1:], b.Len() > 0
+			}
+			b.WriteByte(s[i])
+		}
+		return "", "", false
+	}
+	i := 0
+	for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z' || s[i] >= '0' && s[i] <= '9' ||
+		s[i] == '_' || s[i] == '$' || s[i] >= 0x80) {
+		i++
+	}
+	return s[:i], s[i:], i > 0
+}
+
+// query handles a statement event: transaction bounds, truncates, DDL.
+func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
+	st := parseStatement(string(e.Query), string(e.Schema))
+	switch st.kind {
+	case stmtBegin, stmtInTx:
+		return nil
+	case stmtCommit, stmtRollback:
+		return s.commit()
+	}
+	if !s.tx.active {
+		return nil
+	}
+	if s.flavor == FlavorMariaDB && !s.tx.gtid.standalone {
+		return nil // a statement inside a transaction group; its COMMIT or XID ends it
+	}
+	switch st.kind {
+	case stmtTruncate:
+		if desc := s.captured[st.db+"."+st.table]; desc != nil {
+			t := desc.table
+			if v := s.latest[desc.qualified()]; v != nil {
+				t = v.table
+			}
+			s.add(source.Change{Table: t, Op: source.OpTruncate, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord,
+				CommitTime: s.tx.ts})
+			s.tx.idx++
+		}
+	case stmtDDL:
+		if err := s.refresh(ctx, string(e.Query)); err != nil {
+			return err
+		}
+	}
+	return s.commit()
+}
+
+// refresh reads again the information schema of the captured tables a DDL
+// statement names (by their bare name: the statement is not parsed). A
+// table that is gone (dropped, renamed) keeps its last description; its
+// changes stop until a table of that name exists again.
+func (s *streamer) refresh(ctx context.Context, stmt string) error {
+	for qn, d := range s.captured {
+		if !strings.Contains(stmt, d.name) {
+			continue
+		}
+		nd, err := describeTable(ctx, s.db, s.flavor, d.db, d.name)
+		var te *TableError
+		if errors.As(err, &te) {
+			s.r.logger.Warn("a captured table changed so that it cannot be described now; keeping its last description",
+				"table", qn, "statement", stmt, "err", err)
+			continue
+		}
+		if err != nil {
+			return &connError{err}
+		}
+		s.captured[qn] = nd
+	}
+	return nil
+}

@@ -1,0 +1,418 @@
+package mysql
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// Values reach cdcd two ways: decoded from the binlog by go-mysql (the
+// stream) and as the text protocol's bytes of a SELECT (the load). Both
+// end in the same table-model value through the functions below; every
+// temporal and decimal value passes through the same text parser, which
+// go-mysql's binlog decoding produces as text too (ParseTime off,
+// TIMESTAMP rendered in UTC, decimals as strings).
+
+// errBadValue is wrapped by every value that cannot be decoded.
+var errBadValue = errors.New("mysql: bad value")
+
+// fromBinlog converts a value go-mysql decoded from a row image.
+func fromBinlog(t *colType, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	switch t.Base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint":
+		return binlogInt(t, v)
+	case "decimal":
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: decimal as %T", errBadValue, v)
+		}
+		return normalizeDecimal(s)
+	case "float":
+		if f, ok := v.(float32); ok {
+			return f, nil
+		}
+	case "double":
+		if f, ok := v.(float64); ok {
+			return f, nil
+		}
+	case "bit":
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: bit as %T", errBadValue, v)
+		}
+		if t.Length == 1 {
+			return n != 0, nil
+		}
+		b := make([]byte, 8)
+		binary.BigEndian.PutUint64(b, uint64(n))
+		return b[8-(t.Length+7)/8:], nil
+	case "year":
+		if n, ok := v.(int); ok {
+			return int64(n), nil
+		}
+	case "date", "time", "datetime", "timestamp":
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, v)
+		}
+		return parseTemporal(t.Base, s)
+	case "char", "varchar", "text":
+		return decodeText(t.Charset, asBytes(v))
+	case "binary":
+		b := asBytes(v)
+		out := make([]byte, max(len(b), t.Length)) // the binlog drops trailing zero bytes
+		copy(out, b)
+		return out, nil
+	case "varbinary", "blob":
+		return append([]byte{}, asBytes(v)...), nil
+	case "enum":
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: enum as %T", errBadValue, v)
+		}
+		return enumLabel(t, n)
+	case "set":
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: set as %T", errBadValue, v)
+		}
+		return setLabels(t, uint64(n))
+	case "json":
+		return string(asBytes(v)), nil
+	case "geometry":
+		b := asBytes(v)
+		if len(b) < 4 {
+			return nil, fmt.Errorf("%w: geometry of %d bytes", errBadValue, len(b))
+		}
+		return append([]byte{}, b[4:]...), nil // drop the SRID: WKB
+	}
+	return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, v)
+}
+
+func asBytes(v any) []byte {
+	switch v := v.(type) {
+	case string:
+		return []byte(v)
+	case []byte:
+		return v
+	}
+	return nil
+}
+
+func binlogInt(t *colType, v any) (any, error) {
+	var n int64
+	switch v := v.(type) {
+	case int8:
+		n = int64(v)
+	case int16:
+		n = int64(v)
+	case int32:
+		n = int64(v)
+	case int64:
+		n = v
+	case uint8:
+		n = int64(v)
+	case uint16:
+		n = int64(v)
+	case uint32:
+		n = int64(v)
+	case uint64:
+		if t.Base == "bigint" && t.Unsigned {
+			return strconv.FormatUint(v, 10), nil
+		}
+		n = int64(v)
+	default:
+		return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, v)
+	}
+	if t.Base == "bigint" && t.Unsigned {
+		return strconv.FormatUint(uint64(n), 10), nil
+	}
+	return n, nil
+}
+
+// fromText converts a value of the text protocol, as the load selects it
+// (see selectExpr).
+func fromText(t *colType, b []byte) (any, error) {
+	if b == nil {
+		return nil, nil
+	}
+	s := string(b)
+	switch t.Base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint", "year":
+		if t.Base == "bigint" && t.Unsigned {
+			if _, err := strconv.ParseUint(s, 10, 64); err != nil {
+				return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
+			}
+			return s, nil
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
+		}
+		return n, nil
+	case "decimal":
+		return normalizeDecimal(s)
+	case "float", "double":
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
+		}
+		if t.Base == "float" {
+			return float32(f), nil
+		}
+		return f, nil
+	case "bit":
+		if t.Length == 1 {
+			return len(b) > 0 && b[len(b)-1] != 0, nil
+		}
+		out := make([]byte, (t.Length+7)/8)
+		copy(out[max(0, len(out)-len(b)):], b)
+		return out, nil
+	case "date", "time", "datetime", "timestamp":
+		return parseTemporal(t.Base, s)
+	case "char", "varchar", "text", "enum", "set", "json":
+		if !utf8.Valid(b) {
+			return nil, fmt.Errorf("%w: text that is not UTF-8", errBadValue)
+		}
+		return s, nil
+	case "binary", "varbinary", "blob", "geometry":
+		return append([]byte{}, b...), nil
+	}
+	return nil, fmt.Errorf("%w: type %s", errBadValue, t.Base)
+}
+
+// selectExpr is how the load selects column t (quoted name q) so that its
+// text form decodes to the value the binlog gives: FLOAT widened to DOUBLE
+// (the text of a FLOAT is rounded to 6 digits; a float widens to a double
+// exactly), geometries as WKB, every other column as itself. The session's
+// time_zone is UTC and its character set utf8mb4.
+func selectExpr(t *colType, q string) string {
+	switch t.Base {
+	case "float":
+		return "CAST(" + q + " AS DOUBLE)"
+	case "geometry":
+		return "ST_AsBinary(" + q + ")"
+	}
+	return q
+}
+
+func enumLabel(t *colType, n int64) (any, error) {
+	switch {
+	case n == 0:
+		return "", nil // the empty "error" value of a non-strict insert
+	case n < 0 || n > int64(len(t.Values)):
+		return nil, fmt.Errorf("%w: enum index %d of %d labels", errBadValue, n, len(t.Values))
+	}
+	return t.Values[n-1], nil
+}
+
+func setLabels(t *colType, bits uint64) (any, error) {
+	var b strings.Builder
+	for i := 0; bits != 0; i++ {
+		if bits&1 != 0 {
+			if i >= len(t.Values) {
+				return nil, fmt.Errorf("%w: set member %d of %d labels", errBadValue, i+1, len(t.Values))
+			}
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(t.Values[i])
+		}
+		bits >>= 1
+	}
+	return b.String(), nil
+}
+
+// normalizeDecimal returns the canonical text of a decimal: no leading
+// zeros before the first integer digit, no sign on zero, the scale kept.
+func normalizeDecimal(s string) (string, error) {
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	intPart, frac, hasDot := strings.Cut(digits, ".")
+	if intPart == "" && !hasDot || !allDigits(intPart) || !allDigits(frac) || hasDot && frac == "" {
+		return "", fmt.Errorf("%w: decimal %q", errBadValue, s)
+	}
+	intPart = strings.TrimLeft(intPart, "0")
+	if intPart == "" {
+		intPart = "0"
+	}
+	if neg && intPart == "0" && strings.Trim(frac, "0") == "" {
+		neg = false
+	}
+	out := intPart
+	if hasDot {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out, nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseTemporal parses the text of a date ("2024-02-29"), time
+// ("-838:59:59.000000"), datetime or timestamp ("2024-02-29
+// 13:45:00.123456"; a timestamp's text is in UTC). A zero date, or a date
+// with a zero month or day, is nil (documented in docs/types.md).
+func parseTemporal(base, s string) (any, error) {
+	bad := func() error { return fmt.Errorf("%w: %s %q", errBadValue, base, s) }
+	switch base {
+	case "time":
+		us, ok := parseTimeOfDay(s, true)
+		if !ok {
+			return nil, bad()
+		}
+		return schema.IntervalValue{Micros: us}, nil
+	case "date":
+		y, m, d, ok := parseYMD(s)
+		if !ok || len(s) != 10 {
+			return nil, bad()
+		}
+		if m == 0 || d == 0 {
+			return nil, nil
+		}
+		return int32(daysFromCivil(y, m, d)), nil
+	}
+	if len(s) < 19 || s[10] != ' ' {
+		return nil, bad()
+	}
+	y, m, d, ok := parseYMD(s[:10])
+	if !ok {
+		return nil, bad()
+	}
+	us, ok := parseTimeOfDay(s[11:], false)
+	if !ok || us >= 86_400_000_000 {
+		return nil, bad()
+	}
+	if m == 0 || d == 0 {
+		return nil, nil
+	}
+	return daysFromCivil(y, m, d)*86_400_000_000 + us, nil
+}
+
+func parseYMD(s string) (y, m, d int, ok bool) {
+	if len(s) != 10 || s[4] != '-' || s[7] != '-' || !allDigits(s[:4]) || !allDigits(s[5:7]) || !allDigits(s[8:]) {
+		return 0, 0, 0, false
+	}
+	y, _ = strconv.Atoi(s[:4])
+	m, _ = strconv.Atoi(s[5:7])
+	d, _ = strconv.Atoi(s[8:])
+	if m > 12 || d > 31 {
+		return 0, 0, 0, false
+	}
+	return y, m, d, true
+}
+
+// parseTimeOfDay parses "[-]H+:MM:SS[.f{1,6}]" into microseconds; hours
+// beyond 23 and a sign only when signed.
+func parseTimeOfDay(s string, signed bool) (int64, bool) {
+	neg := false
+	if signed && strings.HasPrefix(s, "-") {
+		neg, s = true, s[1:]
+	}
+	hms, frac, hasFrac := strings.Cut(s, ".")
+	parts := strings.Split(hms, ":")
+	if len(parts) != 3 || len(parts[1]) != 2 || len(parts[2]) != 2 || len(parts[0]) < 2 || len(parts[0]) > 3 ||
+		!allDigits(parts[0]) || !allDigits(parts[1]) || !allDigits(parts[2]) ||
+		hasFrac && (len(frac) == 0 || len(frac) > 6 || !allDigits(frac)) {
+		return 0, false
+	}
+	h, _ := strconv.ParseInt(parts[0], 10, 64)
+	mi, _ := strconv.ParseInt(parts[1], 10, 64)
+	sec, _ := strconv.ParseInt(parts[2], 10, 64)
+	if mi > 59 || sec > 59 {
+		return 0, false
+	}
+	var us int64
+	if hasFrac {
+		us, _ = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+	}
+	v := ((h*60+mi)*60+sec)*1_000_000 + us
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// daysFromCivil counts days since 1970-01-01 in the proleptic Gregorian
+// calendar (year 0 exists, as in MySQL).
+func daysFromCivil(y, m, d int) int64 {
+	return time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+}
+
+// decodeText turns a character column's bytes, in its character set, into
+// UTF-8.
+func decodeText(charset string, b []byte) (any, error) {
+	dec := decoderFor(charset)
+	if dec == nil {
+		return nil, fmt.Errorf("%w: character set %s", errUnsupportedType, charset)
+	}
+	return dec(b)
+}
+
+type textDecoder func([]byte) (string, error)
+
+func decoderFor(charset string) textDecoder {
+	switch strings.ToLower(charset) {
+	case "utf8mb4", "utf8mb3", "utf8", "ascii":
+		return func(b []byte) (string, error) {
+			if !utf8.Valid(b) {
+				return "", fmt.Errorf("%w: %s text that is not valid UTF-8", errBadValue, charset)
+			}
+			return string(b), nil
+		}
+	case "latin1":
+		return func(b []byte) (string, error) { return latin1ToUTF8(b), nil }
+	}
+	return nil
+}
+
+// cp1252High maps bytes 0x80–0x9F of MySQL's latin1 (Windows-1252, with
+// its five unassigned bytes kept as the C1 controls, as MySQL converts
+// them) to runes; bytes 0xA0–0xFF are U+00A0–U+00FF.
+var cp1252High = [32]rune{
+	0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039, 0x0152, 0x008D, 0x017D, 0x008F,
+	0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
+}
+
+func latin1ToUTF8(b []byte) string {
+	ascii := true
+	for _, c := range b {
+		if c >= 0x80 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return string(b)
+	}
+	out := make([]byte, 0, len(b)+len(b)/2)
+	for _, c := range b {
+		switch {
+		case c < 0x80:
+			out = append(out, c)
+		case c < 0xA0:
+			out = utf8.AppendRune(out, cp1252High[c-0x80])
+		default:
+			out = utf8.AppendRune(out, rune(c))
+		}
+	}
+	return string(out)
+}

@@ -1,0 +1,228 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	sqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
+	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// dedupe is an Emitter that keeps what the daemon's emitter would keep:
+// each change goes to a partition by its key (a truncate to every
+// partition), and a change at or below the newest position already stored
+// in its partition is dropped. It can fail on purpose after some batches,
+// to stop a reader mid-way.
+type dedupe struct {
+	mu        sync.Mutex
+	parts     int32
+	last      map[string][]source.Position // table -> partition -> newest
+	kept      []source.Change
+	dropped   int
+	failAfter int // fail the batch after this many (0: never)
+	batches   int
+	notify    chan struct{}
+}
+
+var errPlannedFailure = errors.New("test: planned emitter failure")
+
+func newDedupe(parts int32) *dedupe {
+	return &dedupe{parts: parts, last: map[string][]source.Position{}, notify: make(chan struct{}, 1)}
+}
+
+func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.batches++
+	if d.failAfter > 0 && d.batches > d.failAfter {
+		// Half of the batch made it, as a crash mid-append may leave it.
+		batch = batch[:len(batch)/2]
+		defer func() { d.failAfter = 0 }()
+	}
+	for _, c := range batch {
+		qn := c.Table.QualifiedName()
+		last := d.last[qn]
+		if last == nil {
+			last = make([]source.Position, d.parts)
+			d.last[qn] = last
+		}
+		parts := []int32{}
+		if c.Op == source.OpTruncate {
+			for p := range d.parts {
+				parts = append(parts, p)
+			}
+		} else {
+			key, err := schema.AppendKey(nil, c.Table, c.Key())
+			if err != nil {
+				return err
+			}
+			parts = append(parts, log.PartitionFor(key, d.parts))
+		}
+		keep := false
+		for _, p := range parts {
+			if last[p] == nil || c.Pos.Compare(last[p]) > 0 {
+				last[p] = append(source.Position(nil), c.Pos...)
+				keep = true
+			}
+		}
+		if !keep {
+			d.dropped++
+			continue
+		}
+		c.Before = append([]any(nil), c.Before...)
+		c.After = append([]any(nil), c.After...)
+		if len(c.Before) == 0 {
+			c.Before = nil
+		}
+		if len(c.After) == 0 {
+			c.After = nil
+		}
+		d.kept = append(d.kept, c)
+	}
+	select {
+	case d.notify <- struct{}{}:
+	default:
+	}
+	if d.failAfter > 0 && d.batches > d.failAfter {
+		return errPlannedFailure
+	}
+	return nil
+}
+
+// keyRow is the key row of a change whose key is in the first column.
+func (d *dedupe) snapshot() []source.Change {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]source.Change(nil), d.kept...)
+}
+
+// waitFor waits until ok holds for the kept changes.
+func (d *dedupe) waitFor(t *testing.T, what string, ok func([]source.Change) bool) []source.Change {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		got := d.snapshot()
+		if ok(got) {
+			return got
+		}
+		select {
+		case <-d.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; %d changes kept", what, len(got))
+		}
+	}
+}
+
+// keyOf renders a change's key for maps.
+func keyOf(c source.Change) string { return fmt.Sprint(c.Key()) }
+
+var discard = slog.New(slog.DiscardHandler)
+
+func errorsAs(err error, target any) bool { return err != nil && errors.As(err, target) }
+
+// memState is an in-memory State.
+type memState struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func newMemState() *memState { return &memState{m: map[string][]byte{}} }
+
+func (s *memState) Load(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key], nil
+}
+
+func (s *memState) Save(_ context.Context, key string, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key] = append([]byte(nil), v...)
+	return nil
+}
+
+// env is a database on the shared MariaDB with a root pool.
+type env struct {
+	dsn  string
+	db   *sql.DB
+	srv  *mariadbserver.Server
+	name string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := mariadbtest.Server(t)
+	dsn := mariadbtest.NewDB(t)
+	db, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg, _ := sqldriver.ParseDSN(dsn)
+	return &env{dsn: dsn, db: db, srv: srv, name: cfg.DBName}
+}
+
+func (e *env) exec(t *testing.T, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := e.db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// reader starts a Reader on the env's tables; stop cancels it and
+// returns Run's error.
+func (e *env) reader(t *testing.T, st State, em source.Emitter, table string, opts ...func(*Config)) (r *Reader, stop func() error) {
+	t.Helper()
+	cfg := Config{DSN: e.srv.ReplDSN(e.name), ServerID: mariadbtest.ServerID(t), Tables: []string{e.name + "." + table},
+		HeartbeatInterval: time.Second, CheckpointInterval: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r = New(cfg, st, discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, em) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(60 * time.Second):
+				runErr = errors.New("test: reader did not stop")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	// Wait until it streams, so the test's writes come after its start.
+	deadline := time.Now().Add(60 * time.Second)
+	for !r.Stats().Streaming.Load() {
+		select {
+		case err := <-done:
+			t.Fatalf("reader stopped before streaming: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reader did not start streaming")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r, stop
+}

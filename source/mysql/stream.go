@@ -1,0 +1,289 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// streamer is the state of one binlog session.
+type streamer struct {
+	r      *Reader
+	db     *sql.DB
+	flavor string
+	colls  collations
+	emit   source.Emitter
+	// captured holds the configured tables as the information schema
+	// showed them last (at the start and after each DDL touching them).
+	captured map[string]*tableDesc
+	byID     map[uint64]*tableVersion // table-map id → version
+	latest   map[string]*tableVersion // db.table → newest version
+
+	// live is the GTID set and ordinal of every transaction committed in
+	// the binlog read so far; tx is the transaction being read.
+	live gtidState
+	tx   struct {
+		active bool
+		gtid   txGTID
+		ord    uint64
+		idx    uint32
+		ts     time.Time
+	}
+	batch   []source.Change
+	batchAt time.Time
+	// durable is the checkpoint of the last transaction all of whose
+	// changes the Emitter returned; while durableLive is set it is live
+	// (every committed change is emitted).
+	durable        checkpoint
+	durableLive    bool
+	saved          uint64
+	nextCheckpoint time.Time
+}
+
+// tableVersion is a table as one table map described it.
+type tableVersion struct {
+	tm       *replication.TableMapEvent
+	captured bool
+	qn       string
+	cols     []colType
+	table    *schema.Table
+}
+
+// stream reads the binlog from st until ctx ends or an error.
+func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor string, colls collations,
+	tables map[string]*tableDesc, st gtidState, e source.Emitter) error {
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: r.cfg.ServerID, Flavor: flavor,
+		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
+		TimestampStringLocation: time.UTC, // TIMESTAMP values as UTC text
+		HeartbeatPeriod:         r.cfg.HeartbeatInterval,
+		ReadTimeout:             3 * r.cfg.HeartbeatInterval,
+		DisableRetrySync:        true, // Run reconnects, from the checkpoint
+		EventCacheCount:         256,
+		Logger:                  slog.New(quietHandler{r.logger.Handler()}),
+	})
+	defer syncer.Close()
+	bs, err := syncer.StartSyncGTID(st.set.Clone())
+	if err != nil {
+		return dumpError(err, st)
+	}
+	s := &streamer{
+		r: r, db: db, flavor: flavor, colls: colls, emit: e, captured: tables,
+		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{},
+		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord}, saved: st.ord,
+	}
+	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord)
+	r.stats.Streaming.Store(true)
+	defer r.stats.Streaming.Store(false)
+	err = s.loop(ctx, bs, st)
+	if ctx.Err() != nil {
+		// Stopping: record what is durable so a restart re-reads less.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if cerr := s.checkpoint(sctx); cerr != nil {
+			r.logger.Warn("final checkpoint not saved", "err", cerr)
+		}
+		cancel()
+	}
+	return err
+}
+
+func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, start gtidState) error {
+	s.nextCheckpoint = time.Now().Add(s.r.cfg.CheckpointInterval)
+	for {
+		if err := s.maybeFlush(ctx, false); err != nil {
+			return err
+		}
+		deadline := s.nextCheckpoint
+		if len(s.batch) > 0 {
+			if due := s.batchAt.Add(s.r.cfg.BatchDelay); due.Before(deadline) {
+				deadline = due
+			}
+		}
+		gctx, cancel := context.WithDeadline(ctx, deadline)
+		ev, err := bs.GetEvent(gctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue // a deadline from the schedule, not an error
+			}
+			return dumpError(err, start)
+		}
+		if err := s.event(ctx, ev); err != nil {
+			return err
+		}
+	}
+}
+
+// dumpError classifies an error of the binlog dump.
+func dumpError(err error, start gtidState) error {
+	if serverCode(err) == erMasterFatalReadingBinlog {
+		msg := err.Error()
+		if strings.Contains(msg, "purged") || strings.Contains(msg, "too old") {
+			return &PurgedError{Resume: start.String(), Detail: "the server said: " + msg}
+		}
+		return &ResumeError{Resume: start.String(), Detail: msg}
+	}
+	if code := serverCode(err); code == 1045 || code == 1227 || code == 1044 {
+		return &PreconditionError{What: "the server refused the binlog dump: " + err.Error(),
+			Fix: "check the dsn's user and password, and GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it"}
+	}
+	return &connError{fmt.Errorf("mysql: binlog: %w", err)}
+}
+
+// maybeFlush emits the batch when it is full or old enough (or force),
+// then saves the checkpoint when its interval has passed.
+func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
+	now := time.Now()
+	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
+		if err := s.flushBatch(ctx); err != nil {
+			return err
+		}
+	}
+	if !now.Before(s.nextCheckpoint) {
+		return s.checkpoint(ctx)
+	}
+	return nil
+}
+
+// flushBatch hands the batch to the Emitter; once it returns, every
+// committed transaction is durable.
+func (s *streamer) flushBatch(ctx context.Context) error {
+	if err := s.emit.Emit(ctx, s.batch); err != nil {
+		return err
+	}
+	s.r.stats.Events.Add(int64(len(s.batch)))
+	s.r.stats.LastCommitted.Store(s.batch[len(s.batch)-1].CommitTime.UnixMilli())
+	clear(s.batch)
+	s.batch = s.batch[:0]
+	s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+	s.durableLive = true
+	return nil
+}
+
+// checkpoint saves the durable position when it moved.
+func (s *streamer) checkpoint(ctx context.Context) error {
+	s.nextCheckpoint = time.Now().Add(s.r.cfg.CheckpointInterval)
+	cp := s.durable
+	if s.durableLive {
+		cp = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+	}
+	if cp.Ordinal <= s.saved {
+		return nil
+	}
+	if err := s.r.saveCheckpoint(ctx, cp); err != nil {
+		return err
+	}
+	s.saved = cp.Ordinal
+	return nil
+}
+
+// add queues a change of the current transaction.
+func (s *streamer) add(c source.Change) {
+	if len(s.batch) == 0 {
+		if s.durableLive {
+			// From here on committed transactions may have changes not yet
+			// emitted: freeze the durable point.
+			s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+			s.durableLive = false
+		}
+		s.batchAt = time.Now()
+	}
+	s.batch = append(s.batch, c)
+}
+
+func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error {
+	if ev.Header.LogPos > 0 {
+		s.r.stats.BinlogPos.Store(ev.Header.LogPos)
+	}
+	if g, ok, err := gtidOf(ev.Event); err != nil {
+		return err
+	} else if ok {
+		return s.begin(g, ev)
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		s.r.stats.setBinlogFile(string(e.NextLogName))
+		s.r.stats.BinlogPos.Store(uint32(e.Position))
+	case *replication.TableMapEvent:
+		return s.tableMap(ctx, e)
+	case *replication.RowsEvent:
+		return s.rows(ev.Header, e)
+	case *replication.XIDEvent:
+		return s.commit()
+	case *replication.QueryEvent:
+		return s.query(ctx, e)
+	case *replication.TransactionPayloadEvent:
+		for _, inner := range e.Events {
+			if err := s.event(ctx, inner); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// begin starts the transaction of a GTID event.
+func (s *streamer) begin(g txGTID, ev *replication.BinlogEvent) error {
+	if s.tx.active {
+		// The server writes whole event groups; a group without its end
+		// event is one this reader does not know how to end.
+		s.r.logger.Warn("a transaction began before the last one ended; taking the last one as committed",
+			"gtid", g.String(), "last", s.tx.gtid.String())
+		if err := s.commit(); err != nil {
+			return err
+		}
+	}
+	s.tx.active, s.tx.gtid, s.tx.ord, s.tx.idx = true, g, s.live.ord+1, 0
+	s.tx.ts = time.Unix(int64(ev.Header.Timestamp), 0)
+	if e, ok := ev.Event.(*replication.GTIDEvent); ok && e.ImmediateCommitTimestamp > 0 {
+		s.tx.ts = e.ImmediateCommitTime()
+	}
+	return nil
+}
+
+// commit ends the current transaction: its GTID joins the live set.
+func (s *streamer) commit() error {
+	if !s.tx.active {
+		return nil
+	}
+	s.tx.active = false
+	if err := s.live.apply(s.tx.gtid); err != nil {
+		return err
+	}
+	if s.live.ord != s.tx.ord {
+		return fmt.Errorf("mysql: internal: transaction %s numbered %d, the set says %d", s.tx.gtid, s.tx.ord, s.live.ord)
+	}
+	s.r.stats.Transactions.Add(1)
+	if len(s.batch) == 0 {
+		s.durableLive = true // nothing of it is pending
+	}
+	return nil
+}
+
+// quietHandler passes go-mysql's warnings and errors on and drops its
+// per-connection info lines.
+type quietHandler struct{ slog.Handler }
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,209 @@
+package mysql
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// tableMap records which table a table id names, and for a captured
+// table the version of its shape the following row events have. The shape
+// comes from the table map itself (binlog_row_metadata=FULL: names, types,
+// signedness, character sets, labels, key), so a reader far behind still
+// decodes each row with the shape it was written with; the information
+// schema adds what a table map lacks (the declared type's text, MariaDB's
+// JSON columns) where the two agree.
+func (s *streamer) tableMap(ctx context.Context, tm *replication.TableMapEvent) error {
+	if v := s.byID[tm.TableID]; v != nil && sameTableMap(v.tm, tm) {
+		return nil
+	}
+	qn := string(tm.Schema) + "." + string(tm.Table)
+	desc := s.captured[qn]
+	if desc == nil {
+		s.byID[tm.TableID] = &tableVersion{tm: tm, qn: qn}
+		return nil
+	}
+	v, err := buildVersion(desc, tm, s.colls)
+	if err != nil {
+		return err
+	}
+	if old := s.latest[qn]; old != nil && old.table.Equal(v.table) {
+		v.table = old.table // changes share the shape's pointer until it changes
+	} else if old != nil {
+		s.r.logger.Info("table changed shape", "table", qn, "shape", v.table.String())
+	}
+	s.byID[tm.TableID] = v
+	s.latest[qn] = v
+	return nil
+}
+
+// sameTableMap reports whether two table maps describe the same shape.
+func sameTableMap(a, b *replication.TableMapEvent) bool {
+	return a.ColumnCount == b.ColumnCount && bytes.Equal(a.ColumnType, b.ColumnType) &&
+		slices.Equal(a.ColumnMeta, b.ColumnMeta) && bytes.Equal(a.NullBitmap, b.NullBitmap) &&
+		bytes.Equal(a.SignednessBitmap, b.SignednessBitmap) && slices.Equal(a.DefaultCharset, b.DefaultCharset) &&
+		slices.Equal(a.ColumnCharset, b.ColumnCharset) && slices.Equal(a.PrimaryKey, b.PrimaryKey) &&
+		slices.EqualFunc(a.ColumnName, b.ColumnName, bytes.Equal) &&
+		slices.EqualFunc(a.EnumStrValue, b.EnumStrValue, func(x, y [][]byte) bool { return slices.EqualFunc(x, y, bytes.Equal) }) &&
+		slices.EqualFunc(a.SetStrValue, b.SetStrValue, func(x, y [][]byte) bool { return slices.EqualFunc(x, y, bytes.Equal) })
+}
+
+// buildVersion maps a captured table's table map into a table version.
+func buildVersion(desc *tableDesc, tm *replication.TableMapEvent, colls collations) (*tableVersion, error) {
+	qn := desc.qualified()
+	v := &tableVersion{tm: tm, captured: true, qn: qn, table: &schema.Table{Namespace: desc.db, Name: desc.name}}
+	for i := 0; i < int(tm.ColumnCount); i++ {
+		t, err := fromTableMap(tm, i, colls)
+		if errors.Is(err, errNoMetadata) {
+			return nil, &TableError{Table: qn, Err: err}
+		}
+		if err == nil {
+			for _, it := range desc.cols {
+				if sameType(t, it) {
+					it.Nullable = t.Nullable
+					t = it
+					break
+				}
+			}
+			var col schema.Column
+			if col, err = t.column(); err == nil {
+				v.cols = append(v.cols, t)
+				v.table.Columns = append(v.table.Columns, col)
+				continue
+			}
+		}
+		return nil, &TableError{Table: qn, Column: t.Name, Type: t.SourceType,
+			Err: fmt.Errorf("%w; change the column's type or exclude the table", err)}
+	}
+	if len(tm.PrimaryKey) == 0 {
+		return nil, &TableError{Table: qn, Err: errors.New("the binlog shows no primary key (it was dropped?): every captured " +
+			"table needs one (ALTER TABLE … ADD PRIMARY KEY (…)), or remove the table from source.mysql.tables")}
+	}
+	for _, k := range tm.PrimaryKey {
+		if int(k) >= len(v.cols) {
+			return nil, &TableError{Table: qn, Err: fmt.Errorf("the binlog's primary key names column %d of %d", k, len(v.cols))}
+		}
+		v.table.Key = append(v.table.Key, int(k))
+		v.table.Columns[k].Nullable = false
+	}
+	return v, nil
+}
+
+// rows turns a row event into changes; every row, of captured tables or
+// not, takes an index in the transaction, so the positions of a
+// transaction's changes do not depend on which tables are captured.
+func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) error {
+	v := s.byID[e.TableID]
+	if v == nil {
+		return fmt.Errorf("mysql: a row event for table id %d without its table map", e.TableID)
+	}
+	typ := e.Type()
+	n := len(e.Rows)
+	if typ == replication.EnumRowsEventTypeUpdate {
+		n /= 2
+	}
+	if !v.captured {
+		s.tx.idx += uint32(n)
+		return nil
+	}
+	if !s.tx.active {
+		return fmt.Errorf("mysql: a row event for %s outside a transaction (no GTID event before it)", v.qn)
+	}
+	for _, skips := range e.SkippedColumns {
+		if len(skips) > 0 {
+			return &TableError{Table: v.qn, Err: errPartialImage}
+		}
+	}
+	switch typ {
+	case replication.EnumRowsEventTypeInsert:
+		for _, raw := range e.Rows {
+			row, err := v.decodeRow(raw)
+			if err != nil {
+				return err
+			}
+			s.change(v, source.OpCreate, nil, row)
+		}
+	case replication.EnumRowsEventTypeDelete:
+		for _, raw := range e.Rows {
+			row, err := v.decodeRow(raw)
+			if err != nil {
+				return err
+			}
+			s.change(v, source.OpDelete, row, nil)
+		}
+	case replication.EnumRowsEventTypeUpdate:
+		for i := 0; i+1 < len(e.Rows); i += 2 {
+			before, err := v.decodeRow(e.Rows[i])
+			if err != nil {
+				return err
+			}
+			after, err := v.decodeRow(e.Rows[i+1])
+			if err != nil {
+				return err
+			}
+			if keysDiffer(v.table, before, after) {
+				// A key change: a delete of the old key, an insert of the new.
+				s.change(v, source.OpDelete, before, nil)
+				s.change(v, source.OpCreate, nil, after)
+				continue
+			}
+			s.change(v, source.OpUpdate, before, after)
+		}
+	default:
+		return &TableError{Table: v.qn, Err: fmt.Errorf("row event %s is not supported (partial JSON updates?): "+
+			"SET GLOBAL binlog_row_value_options = ''", h.EventType)}
+	}
+	return nil
+}
+
+func (s *streamer) change(v *tableVersion, op source.Op, before, after []any) {
+	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
+		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts})
+	s.tx.idx++
+}
+
+// decodeRow converts a row image into table-model values.
+func (v *tableVersion) decodeRow(raw []any) ([]any, error) {
+	if len(raw) != len(v.cols) {
+		return nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
+	}
+	row := make([]any, len(raw))
+	for i := range raw {
+		val, err := fromBinlog(&v.cols[i], raw[i])
+		if err != nil {
+			return nil, &ValueError{Table: v.qn, Column: v.cols[i].Name, Type: v.cols[i].SourceType, Err: err}
+		}
+		row[i] = val
+	}
+	for _, k := range v.table.Key {
+		if row[k] == nil {
+			return nil, &ValueError{Table: v.qn, Column: v.cols[k].Name, Type: v.cols[k].SourceType,
+				Err: errors.New("a primary-key value that cdcd maps to NULL (a zero date): update the row to a real date")}
+		}
+	}
+	return row, nil
+}
+
+func keysDiffer(t *schema.Table, before, after []any) bool {
+	for _, k := range t.Key {
+		if !sameValue(before[k], after[k]) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameValue(a, b any) bool {
+	if ab, ok := a.([]byte); ok {
+		bb, ok := b.([]byte)
+		return ok && bytes.Equal(ab, bb)
+	}
+	return a == b
+}
