@@ -27,6 +27,9 @@ type colType struct {
 	FSP int
 	// Length is the bits of a bit column and the bytes of a binary(n).
 	Length int
+	// MaxBytes is the declared size in bytes of a char, varchar or
+	// varbinary in a table map (only for SourceType).
+	MaxBytes int
 	// Charset of char, varchar and text ("binary" never: those are
 	// binary, varbinary, blob).
 	Charset string
@@ -169,6 +172,7 @@ func fromTableMap(tm *replication.TableMapEvent, i int, colls collations) (colTy
 		t.Base, t.FSP = "timestamp", int(meta)
 	case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_VAR_STRING:
 		textOrBinary("varchar", "varbinary")
+		t.MaxBytes = int(meta)
 	case gomysql.MYSQL_TYPE_BLOB:
 		textOrBinary("text", "blob")
 	case gomysql.MYSQL_TYPE_JSON:
@@ -184,6 +188,7 @@ func fromTableMap(tm *replication.TableMapEvent, i int, colls collations) (colTy
 			t.Base, t.Values = "set", tm.SetStrValueMap()[i]
 		default:
 			textOrBinary("char", "binary")
+			t.MaxBytes = length
 			if t.Base == "binary" {
 				t.Length = length
 			}
@@ -219,6 +224,10 @@ func (t *colType) defaultSourceType() string {
 		s = fmt.Sprintf("decimal(%d,%d)", t.Precision, t.Scale)
 	case "bit", "binary":
 		s = fmt.Sprintf("%s(%d)", t.Base, t.Length)
+	case "char", "varchar", "varbinary":
+		if n := t.MaxBytes / bytesPerChar(t.Charset); n > 0 {
+			s = fmt.Sprintf("%s(%d)", t.Base, n)
+		}
 	case "time", "datetime", "timestamp":
 		if t.FSP > 0 {
 			s = fmt.Sprintf("%s(%d)", t.Base, t.FSP)
@@ -349,4 +358,15 @@ func sameType(b, i colType) bool {
 	}
 	return b.Base == i.Base && b.Unsigned == i.Unsigned && b.Precision == i.Precision && b.Scale == i.Scale &&
 		b.FSP == i.FSP && b.Length == i.Length && strings.EqualFold(b.Charset, i.Charset)
+}
+
+// bytesPerChar is the most bytes a character takes in charset.
+func bytesPerChar(charset string) int {
+	switch strings.ToLower(charset) {
+	case "utf8mb4":
+		return 4
+	case "utf8mb3", "utf8":
+		return 3
+	}
+	return 1
 }

@@ -416,3 +416,27 @@ func latin1ToUTF8(b []byte) string {
 	}
 	return string(out)
 }
+
+// renderTemporal renders a temporal value of the table model back into
+// the server's text (a key bound of the load).
+func renderTemporal(t *colType, v any) any {
+	switch t.Base {
+	case "date":
+		if d, ok := v.(int32); ok {
+			return time.Unix(int64(d)*86400, 0).UTC().Format("2006-01-02")
+		}
+	case "datetime", "timestamp":
+		if us, ok := v.(int64); ok {
+			return time.UnixMicro(us).UTC().Format("2006-01-02 15:04:05.000000")
+		}
+	case "time":
+		if iv, ok := v.(schema.IntervalValue); ok {
+			us, sign := iv.Micros, ""
+			if us < 0 {
+				us, sign = -us, "-"
+			}
+			return fmt.Sprintf("%s%02d:%02d:%02d.%06d", sign, us/3_600_000_000, us/60_000_000%60, us/1_000_000%60, us%1_000_000)
+		}
+	}
+	return v
+}
