@@ -64,6 +64,7 @@ func (d *Daemon) adminHandler() http.Handler {
 		fmt.Fprintln(w, state)
 	})
 	d.maintenanceRoutes(mux)
+	d.tableRoutes(mux)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -154,6 +154,7 @@ type tableInputs struct {
 	paused       bool
 	pausedFor    time.Duration
 	pausedReason string
+	pausedFix    string
 	stalledFor   time.Duration // changes waiting without a successful commit
 }
 
@@ -221,13 +222,21 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 				"check the table's commits in the daemon's log (errors, slow commits); a steady lag may need a shorter sink.iceberg.commit_interval or faster storage", t.lagSeconds)
 		}
 		if t.paused {
-			reason := t.pausedReason
+			reason, fix := t.pausedReason, t.pausedFix
 			if reason == "" {
 				reason = "paused"
 			}
-			add(AlertTablePaused, level(t.pausedFor, cfg.TablePaused.Warning, cfg.TablePaused.Critical), t.name,
-				fmt.Sprintf("table %s has been paused for %s: %s", t.name, t.pausedFor.Round(time.Second), reason),
-				"resolve the cause (for a refused schema: cdcd schema rejected, then cdcd schema accept or set-compat); the table resumes where it stopped, and its changes wait in the log meanwhile", t.pausedFor.Seconds())
+			if fix == "" {
+				fix = "resolve the cause named in the reason; the table resumes where it stopped, and its changes wait in the log meanwhile"
+			}
+			// A paused table is never silent: a warning at once, critical
+			// once it has been paused for table_paused.critical.
+			sev := level(t.pausedFor, cfg.TablePaused.Warning, cfg.TablePaused.Critical)
+			if sev == "" {
+				sev = SeverityWarning
+			}
+			add(AlertTablePaused, sev, t.name,
+				fmt.Sprintf("table %s has been paused for %s: %s", t.name, t.pausedFor.Round(time.Second), reason), fix, t.pausedFor.Seconds())
 		}
 		add(AlertCommitsFailing, level(t.stalledFor, cfg.CommitStall.Warning, cfg.CommitStall.Critical), t.name,
 			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords),

@@ -57,6 +57,8 @@ func TestRules(t *testing.T) {
 		{"consumer lag", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", lagSeconds: 301, lagRecords: 5}}}, "CdcdConsumerLag/warning/cdc.t"},
 		{"consumer lag while loading", ruleInputs{slot: healthy, loading: true, tables: []tableInputs{{name: "cdc.t", lagSeconds: 3000, lagRecords: 5}}}, ""},
 		{"paused", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", paused: true, pausedFor: time.Hour}}}, "CdcdTablePaused/critical/cdc.t"},
+		// A pause fires at once, before any threshold.
+		{"just paused", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", paused: true}}}, "CdcdTablePaused/warning/cdc.t"},
 		{"stalled", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", stalledFor: 6 * time.Minute, lagRecords: 9}}}, "CdcdCommitsFailing/warning/cdc.t"},
 	}
 	for _, c := range cases {
@@ -155,5 +157,15 @@ func TestWebhookRetries(t *testing.T) {
 	bad.deliver(ctx, amAlert{Labels: map[string]string{"alertname": "x"}})
 	if bad.Failed.Load() != 1 {
 		t.Error("an undeliverable alert is not counted")
+	}
+}
+
+// TestPausedAlertNamesFix: the paused alert carries the pause's reason
+// and its fix.
+func TestPausedAlertNamesFix(t *testing.T) {
+	got := evaluate(defaultAlerts(t), ruleInputs{slot: SlotStatus{Up: true, Exists: true, WALStatus: "reserved"}, slotName: "s",
+		tables: []tableInputs{{name: "cdc.a", paused: true, pausedReason: "a NaN in price", pausedFix: "cdcd table skip -c FILE public.a"}}})
+	if len(got) != 1 || !strings.Contains(got[0].Summary, "a NaN in price") || got[0].Action != "cdcd table skip -c FILE public.a" {
+		t.Fatalf("alerts: %+v", got)
 	}
 }

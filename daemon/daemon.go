@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		// they sync, so one fsync makes several durable.
 		pipe: source.Pipeline{Depth: 4},
 	}
-	if err := d.emitter.loadPaused(ctx); err != nil {
+	if err := d.emitter.loadPaused(ctx, d.topics); err != nil {
 		return nil, err
 	}
 	d.intake = newIntake(d.emitter, pg.Tables)
@@ -146,6 +146,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		},
 	}, d.cat, d.lg, d.reg, logger)
 	d.monitor = newMonitor(d)
+	d.emitter.onPause = d.monitor.poke
 	d.sampler = newSampler(d)
 	return d, nil
 }

@@ -64,6 +64,9 @@ type emitter struct {
 	paused map[string]*pauseState       // topic -> pause
 
 	masker *mask.Masker // nil: no table is masked (see masking.go)
+	// onPause, when set, is called once a table pauses (the monitor checks
+	// at once, so the alert fires without waiting for its interval).
+	onPause func()
 
 	produced atomic.Int64
 	dropped  atomic.Int64
@@ -160,6 +163,10 @@ func (e *emitter) Sync(ctx context.Context) error {
 // newest positions per partition move on at once, so the next batch is
 // deduplicated against this one; an append that fails fails every later
 // Submit and Sync, and the source stops.
+//
+// A change that stops its table — a schema the registry refuses, a fault
+// the source marked, a row its encoding refuses — pauses that table alone
+// (pause.go): from it on, the table's changes go to its holding topic.
 func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -177,41 +184,48 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 		last, nw []source.Position
 		out      *topicRecords
 	)
+	route := func() {
+		topic = tc.topic
+		if held = e.paused[topic] != nil; held {
+			topic = heldTopic(tc.topic)
+		}
+		last, nw = e.last[topic], newest[topic]
+		if nw == nil {
+			nw = make([]source.Position, len(last))
+			newest[topic] = nw
+		}
+		out = eb.list(topic, len(batch))
+	}
 	for i := range batch {
 		c, err := e.masked(&batch[i]) // before encoding: masked values never reach the log
 		if err != nil {
 			return err
+		}
+		if c.Fault != nil && rowOf(c) == nil { // the whole table: nothing to hold
+			if err := e.tableFault(ctx, e.topicOf(c.Table.Namespace, c.Table.Name), c); err != nil {
+				return err
+			}
+			table = nil
+			continue
 		}
 		if c.Table != table {
 			if tc, err = e.codec(ctx, c.Table); err != nil {
 				return err
 			}
 			if tc.refused != nil && e.paused[tc.topic] == nil {
-				if err := e.pause(ctx, tc, c); err != nil {
+				if err := e.pause(ctx, schemaPause(tc, c)); err != nil {
 					return err
 				}
 			}
-			topic = tc.topic
-			if held = e.paused[topic] != nil; held {
-				topic = heldTopic(tc.topic)
-			}
-			last, nw = e.last[topic], newest[topic]
-			if nw == nil {
-				nw = make([]source.Position, len(last))
-				newest[topic] = nw
-			}
-			out = eb.list(topic, len(batch))
+			route()
 			table = c.Table
 		}
-		var recs []log.Record
-		if held {
-			rec, err := e.heldRecord(tc, c)
-			if err != nil {
-				return err
-			}
-			recs = []log.Record{rec}
-		} else if recs, err = e.records(eb, tc, c); err != nil {
+		recs, paused, err := e.encode(ctx, eb, tc, c, held)
+		if err != nil {
 			return err
+		}
+		if paused { // c stopped its table: it and what follows are held
+			route()
 		}
 		for _, r := range recs {
 			p := r.Partition
@@ -243,6 +257,37 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 		e.recycle(eb) // Produce keeps nothing of the records
 		return nil
 	})
+}
+
+// encode turns c into its records: the topic's, or, when held, one
+// record of the holding topic. A change that stops its table (a fault the
+// source marked, a row its encoding refuses) pauses the table and becomes
+// a fault record of the holding topic; paused reports that.
+func (e *emitter) encode(ctx context.Context, eb *batchRecords, tc *tableCodec, c *source.Change, held bool) (_ []log.Record, paused bool, err error) {
+	var f *source.Fault
+	if !held {
+		f = c.Fault
+		if f == nil {
+			recs, err := e.records(eb, tc, c)
+			if f = valueFault(c, err); f == nil {
+				return recs, false, err
+			}
+		}
+		if err := e.pause(ctx, faultPause(tc.topic, c, f)); err != nil {
+			return nil, false, err
+		}
+	}
+	var rec log.Record
+	if f != nil {
+		rec, err = e.faultRecord(c, f)
+	} else {
+		rec, _, err = e.heldRecord(tc, c)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	eb.one[0] = rec
+	return eb.one[:], f != nil, nil
 }
 
 // startProduce hands a batch's records to a log that appends in two steps:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
 // monitor polls the replication slot, follows each table's consumer lag,
@@ -18,9 +19,20 @@ type monitor struct {
 	alerts *alertEngine
 	hook   *webhook // nil without alerts.webhook
 
+	// poked asks for a check now (a table paused).
+	poked chan struct{}
+
 	mu       sync.Mutex
 	tables   map[string]*tableWatch // topic ->
 	slotSeen bool
+}
+
+// poke makes the monitor check at once, without waiting for its interval.
+func (m *monitor) poke() {
+	select {
+	case m.poked <- struct{}{}:
+	default:
+	}
 }
 
 // tableWatch is what the monitor knows about one table between checks.
@@ -32,10 +44,15 @@ type tableWatch struct {
 	waitingSince time.Time // changes waiting since, without a commit; zero if none
 	pausedSince  time.Time
 	stalledFor   time.Duration
+	// The sink's last pause (see sinkPause): why, since when, and the
+	// table's commits then.
+	sinkReason  string
+	sinkSince   time.Time
+	sinkCommits int64
 }
 
 func newMonitor(d *Daemon) *monitor {
-	m := &monitor{d: d, tables: map[string]*tableWatch{}}
+	m := &monitor{d: d, tables: map[string]*tableWatch{}, poked: make(chan struct{}, 1)}
 	pg := d.cfg.Source.Postgres
 	m.slot = newSlotPoller(pg.DSN, pg.Slot, pg.Tables, d.logger.With("component", "monitor"))
 	var notify func(Alert, bool, time.Time)
@@ -67,6 +84,7 @@ func (m *monitor) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-m.poked:
 		}
 	}
 }
@@ -123,15 +141,17 @@ func (m *monitor) check(ctx context.Context) {
 		if !w.waitingSince.IsZero() {
 			w.stalledFor = now.Sub(w.waitingSince)
 		}
-		paused, since, reason := m.d.pausedState(ts.Topic)
-		if !paused {
+		m.mu.Unlock()
+		p := m.d.tablePause(ts.Topic)
+		m.mu.Lock()
+		if !p.Paused {
 			w.pausedSince = time.Time{}
-		} else if w.pausedSince = since; since.IsZero() {
+		} else if w.pausedSince = p.Since; p.Since.IsZero() {
 			w.pausedSince = now
 		}
-		ti := tableInputs{name: ts.Table, lagSeconds: w.lagSeconds, lagRecords: w.lagRecords, paused: paused,
-			pausedReason: reason, stalledFor: w.stalledFor}
-		if paused {
+		ti := tableInputs{name: ts.Table, lagSeconds: w.lagSeconds, lagRecords: w.lagRecords, paused: p.Paused,
+			pausedReason: p.Reason, pausedFix: p.Fix, stalledFor: w.stalledFor}
+		if p.Paused {
 			ti.pausedFor = now.Sub(w.pausedSince)
 		}
 		m.mu.Unlock()
@@ -150,28 +170,73 @@ func (m *monitor) watch(topic string) tableWatch {
 	return tableWatch{}
 }
 
+// tablePause is why a table is paused, as the status, the metrics and
+// the alerts show it.
+type tablePause struct {
+	Paused bool
+	Since  time.Time
+	// Kind is the emitter's pause kind (schema, value, table) or sink.
+	Kind, Reason, Fix string
+}
+
+// sinkFix is what resolves a table the sink paused.
+const sinkFix = "read the table's error in the daemon's log (catalog or storage unreachable, permissions, a type change Iceberg " +
+	"cannot apply); the sink retries the table on its own from the offsets its last snapshot holds, and its changes wait in the log meanwhile"
+
+// tablePause reports whether topic's table is paused — held by the emitter,
+// or paused by the sink — since when, why and what resolves it.
+func (d *Daemon) tablePause(topic string) tablePause {
+	if ps := d.emitter.pauseOf(topic); ps != nil {
+		return tablePause{Paused: true, Since: ps.Since, Kind: ps.kind(), Reason: ps.Reason, Fix: ps.Fix}
+	}
+	return d.monitor.sinkPause(topic)
+}
+
 // pausedState reports whether a table is paused, since when and why.
-//
-// HOOK: tables pause when the registry refuses a schema change (the
-// emitter's pause/resume). The emitter (or the sink) reports it by having
-// a method pausedState(topic string) (paused bool, since time.Time, reason
-// string); the type assertion below finds it, and /status, the metrics
-// and the CdcdTablePaused alert follow. Until then no table is paused.
 func (d *Daemon) pausedState(topic string) (bool, time.Time, string) {
-	// Held by the emitter (a refused schema), or paused by the sink (a
-	// table it cannot write; retried on its own).
-	if paused, since, why := d.emitter.pausedState(topic); paused {
-		return paused, since, why
-	}
-	for _, t := range d.sink.Stats() {
-		if t.Topic != topic {
-			continue
+	p := d.tablePause(topic)
+	return p.Paused, p.Since, p.Reason
+}
+
+// sinkPause is the sink's pause of topic's table. The sink clears its
+// pause while it retries the table; the table counts as paused until the
+// retry commits or the table has nothing left to commit, so the alert does
+// not flap between retries of a table that keeps failing.
+func (m *monitor) sinkPause(topic string) tablePause {
+	var ts *iceberg.TableStats
+	for _, t := range m.d.sink.Stats() {
+		if t.Topic == topic {
+			ts = t
 		}
-		if why := t.Paused.Load(); why != nil {
-			return true, time.UnixMilli(t.PausedAt.Load()), *why
-		}
 	}
-	return false, time.Time{}, ""
+	if ts == nil {
+		return tablePause{}
+	}
+	why, commits := ts.Paused.Load(), ts.Commits.Load()
+	lag := int64(0)
+	if why == nil {
+		lag = m.d.lag(ts)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.tables[topic]
+	if w == nil {
+		w = &tableWatch{}
+		m.tables[topic] = w
+	}
+	switch {
+	case why != nil:
+		if w.sinkReason == "" {
+			w.sinkSince = time.UnixMilli(ts.PausedAt.Load())
+		}
+		w.sinkReason, w.sinkCommits = *why, commits
+	case w.sinkReason != "" && (commits != w.sinkCommits || lag == 0):
+		w.sinkReason = "" // the retry committed, or nothing waits
+	}
+	if w.sinkReason == "" {
+		return tablePause{}
+	}
+	return tablePause{Paused: true, Since: w.sinkSince, Kind: "sink", Reason: w.sinkReason, Fix: sinkFix}
 }
 
 // group is the sink's consumer group, whose offsets give the lag.

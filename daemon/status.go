@@ -22,8 +22,9 @@ type Status struct {
 	Tables []TableStatus `json:"tables"`
 	// Alerts are the firing alerts, most severe first.
 	Alerts []Alert `json:"alerts"`
-	// Paused details the tables whose changes are held after a schema
-	// change the registry refused: what is held and how to resolve it.
+	// Paused details every paused table — held by the emitter (a refused
+	// schema, a faulty value, a table the source lost track of) or paused
+	// by the sink: why, what is held, and how to resolve it.
 	Paused []PausedTable `json:"paused,omitempty"`
 }
 
@@ -69,13 +70,18 @@ type TableStatus struct {
 	// age of the oldest of them (from the last monitor check).
 	Lag        int64   `json:"lag"`
 	LagSeconds float64 `json:"lag_seconds"`
-	// Paused, with why and since when (see Daemon.pausedState).
+	// Paused, with why, since when and what resolves it (see
+	// Daemon.tablePause).
 	Paused       bool      `json:"paused"`
 	PausedReason string    `json:"paused_reason,omitempty"`
 	PausedSince  time.Time `json:"paused_since,omitzero"`
+	PausedFix    string    `json:"paused_fix,omitempty"`
 	// CommitStallSeconds is how long changes have waited without a
-	// successful commit (0 when none wait).
+	// successful commit (0 when none wait); CommitsStalled is set once that
+	// is past a few commit intervals (at least a minute): its commits fail
+	// or hang.
 	CommitStallSeconds float64 `json:"commit_stall_seconds"`
+	CommitsStalled     bool    `json:"commits_stalled,omitempty"`
 }
 
 // SnapshotStatus is one table's initial-load progress.
@@ -137,6 +143,7 @@ func (d *Daemon) Status() Status {
 		src := sources[t.Topic]
 		ts := TableStatus{Table: t.Table, Source: src, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(),
 			SnapshotID: t.SnapshotID.Load(), Lag: d.lag(t), LagSeconds: w.lagSeconds, CommitStallSeconds: w.stalledFor.Seconds()}
+		ts.CommitsStalled = w.stalledFor >= max(4*d.cfg.Sink.Iceberg.CommitInterval, time.Minute)
 		if c := d.intake.tables[src]; c != nil {
 			ts.EventsIn = c.Events.Load()
 			ts.Snapshot.Rows = c.SnapshotRows.Load()
@@ -154,14 +161,24 @@ func (d *Daemon) Status() Status {
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}
-		ts.Paused, ts.PausedSince, ts.PausedReason = d.pausedState(t.Topic)
+		p := d.tablePause(t.Topic)
+		ts.Paused, ts.PausedSince, ts.PausedReason, ts.PausedFix = p.Paused, p.Since, p.Reason, p.Fix
 		ts.State = state
 		if ts.Paused {
 			ts.State = "paused"
 		}
+		if p.Kind == "sink" {
+			st.Paused = append(st.Paused, PausedTable{Table: t.Table, Topic: t.Topic, Since: p.Since, Kind: p.Kind, Reason: p.Reason,
+				Held: max(ts.Lag, 0), Resolve: p.Fix})
+		}
 		st.Tables = append(st.Tables, ts)
 	}
-	st.Paused = d.emitter.Paused()
+	for _, p := range d.emitter.Paused() {
+		if id, ok := d.idents[p.Topic]; ok {
+			p.Table = identText(id)
+		}
+		st.Paused = append(st.Paused, p)
+	}
 	return st
 }
 

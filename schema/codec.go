@@ -49,7 +49,7 @@ func AppendKey(dst []byte, t *Table, row []any) ([]byte, error) {
 	var err error
 	for _, i := range t.Key {
 		if dst, err = appendColumn(dst, &t.Columns[i], false, row[i]); err != nil {
-			return dst, fmt.Errorf("schema: %s key: %w", t.QualifiedName(), err)
+			return dst, fmt.Errorf("schema: %s key: %w", t.QualifiedName(), &ColumnError{Column: t.Columns[i].Name, Value: row[i], Err: err})
 		}
 	}
 	return dst, nil
@@ -100,11 +100,22 @@ func appendRow(dst []byte, t *Table, row []any) ([]byte, error) {
 			v = nil
 		}
 		if dst, err = appendColumn(dst, &t.Columns[i], true, v); err != nil {
-			return dst, err
+			return dst, &ColumnError{Column: t.Columns[i].Name, Value: v, Err: err}
 		}
 	}
 	return dst, nil
 }
+
+// ColumnError is a row's value that its column's encoding refuses (a NaN
+// in a constrained numeric). Its text is Err's; Column and Value say where.
+type ColumnError struct {
+	Column string
+	Value  any
+	Err    error
+}
+
+func (e *ColumnError) Error() string { return e.Err.Error() }
+func (e *ColumnError) Unwrap() error { return e.Err }
 
 func appendSource(dst []byte, s *SourceInfo) []byte {
 	dst = appendString(dst, s.Version)

@@ -91,6 +91,31 @@ type Change struct {
 	// partitions, and only the delete's own record can say, before the
 	// insert has been read, that an insert depends on it.
 	KeyChange bool
+	// Fault, when set, marks a change the source could not read
+	// faithfully — a value with no exact form in the table model (a
+	// timestamp past year 294247, an array of other dimensions than its
+	// column declares, invalid UTF-8 in a text column) — or a table it can
+	// no longer follow (dropped, left out of the publication). The Emitter
+	// stops that table alone: the change and the table's later changes
+	// wait, in order, until an operator resolves the fault; the other
+	// tables flow. Before and After hold what could be read (the faulty
+	// value nil); a fault of a whole table carries no row (Op 0, Before
+	// and After nil) and only stops the table.
+	Fault *Fault
+}
+
+// Fault says what stops a table and how to resolve it.
+type Fault struct {
+	// Reason says what happened, naming the table and, for a value, the
+	// key, the column and the value.
+	Reason string
+	// Column is the column of a faulty value ("" for a fault of the table).
+	Column string
+	// Value is the faulty value as the database prints it ("" when the
+	// fault is the table's or the value has no text).
+	Value string
+	// Fix says what the operator can do.
+	Fix string
 }
 
 // Key returns the primary-key values of the change: from After when there is

@@ -46,6 +46,7 @@ Usage:
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
   cdcd maintenance verify -c FILE [TABLE...]  check each key index against its table (daemon stopped)
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
+  cdcd table skip [-c FILE] TABLE       skip what stops a paused table (the change goes to a dead-letter topic)
   cdcd bench [-rows N] [-scale F] ...   end-to-end benchmark against COPY and a plain decode loop (-h for flags)
   cdcd version                          print the version
 
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return maintenanceCommand(ctx, args[1:], stdout, stderr)
 	case "status":
 		return statusCommand(ctx, args[1:], stdout, stderr)
+	case "table":
+		return tableCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr, logger)
 	case "version", "--version":

@@ -144,8 +144,15 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	trouble := renderTrouble(w, st, now)
 
 	if len(st.Alerts) == 0 {
+		if trouble {
+			// Never "no alerts" while something is wrong: the alert fires
+			// at the monitor's next check.
+			fmt.Fprintln(w, "ALERTS: none firing yet (the monitor checks every alerts.interval); the tables above need attention")
+			return
+		}
 		fmt.Fprintln(w, "no alerts firing")
 		return
 	}
@@ -154,6 +161,40 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 		fmt.Fprintf(w, "  %-8s  %s  %s  since %s\n", strings.ToUpper(a.Severity), a.Name, a.Subject, ago(a.Since.Format(time.RFC3339Nano), now))
 		fmt.Fprintf(w, "            %s\n            what to do: %s\n", a.Summary, a.Action)
 	}
+}
+
+// renderTrouble writes the paused tables (why, what is held, how to
+// resolve it) and the tables whose commits do not land; it reports whether
+// there were any.
+func renderTrouble(w io.Writer, st daemon.Status, now time.Time) bool {
+	trouble := false
+	if len(st.Paused) > 0 {
+		trouble = true
+		fmt.Fprintf(w, "PAUSED (%d)\n", len(st.Paused))
+		for _, p := range st.Paused {
+			fmt.Fprintf(w, "  %s  %s pause  since %s  %s held", p.Table, p.Kind, ago(p.Since.Format(time.RFC3339Nano), now), thousands(p.Held))
+			if p.Dead > 0 {
+				fmt.Fprintf(w, ", %s skipped to the dead-letter topic", thousands(p.Dead))
+			}
+			fmt.Fprintf(w, "\n            %s\n", p.Reason)
+			if p.Column != "" {
+				fmt.Fprintf(w, "            key %s  column %s  value %s\n", p.Key, p.Column, p.Value)
+			}
+			fmt.Fprintf(w, "            what to do: %s\n", p.Resolve)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, t := range st.Tables {
+		if t.CommitsStalled && !t.Paused {
+			trouble = true
+			fmt.Fprintf(w, "COMMITS NOT LANDING  %s: %s changes have waited %s without a successful commit; read the daemon's log for its commit errors\n",
+				t.Table, thousands(max(t.Lag, 0)), secondsText(t.CommitStallSeconds))
+		}
+	}
+	if trouble {
+		fmt.Fprintln(w)
+	}
+	return trouble
 }
 
 // progressBar draws a table's initial-load progress.

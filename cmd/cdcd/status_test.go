@@ -99,3 +99,38 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("an extra argument: exit %d", code)
 	}
 }
+
+// TestRenderStatusNeverNoAlertsWhilePaused: a paused table (before its
+// alert fires) or a table whose commits do not land is shown with its
+// reason and fix, and the output never says "no alerts".
+func TestRenderStatusNeverNoAlertsWhilePaused(t *testing.T) {
+	now := time.Now()
+	st := sampleStatus(now)
+	st.Alerts = nil
+	st.Tables[0].Paused, st.Tables[0].State = true, "paused"
+	st.Paused = []daemon.PausedTable{{Table: "cdc.customers", Kind: "value", Since: now.Add(-2 * time.Second), Held: 3,
+		Reason: "table public.customers: the change at position 00 cannot be written", Key: `{"id":2}`, Column: "price", Value: "NaN",
+		Resolve: "cdcd table skip -c FILE public.customers"}}
+	var b bytes.Buffer
+	renderStatus(&b, st, now)
+	out := b.String()
+	for _, want := range []string{"PAUSED (1)", "cdc.customers  value pause", "3 held", `key {"id":2}  column price  value NaN`,
+		"what to do: cdcd table skip -c FILE public.customers", "none firing yet"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "no alerts") {
+		t.Errorf("says no alerts while a table is paused:\n%s", out)
+	}
+
+	st.Paused = nil
+	st.Tables[0].Paused = false
+	st.Tables[1].CommitsStalled, st.Tables[1].CommitStallSeconds, st.Tables[1].Lag = true, 150, 12
+	b.Reset()
+	renderStatus(&b, st, now)
+	out = b.String()
+	if !strings.Contains(out, "COMMITS NOT LANDING  cdc.orders: 12 changes have waited 2m30s") || strings.Contains(out, "no alerts") {
+		t.Errorf("stalled commits:\n%s", out)
+	}
+}
