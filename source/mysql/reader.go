@@ -31,6 +31,11 @@ type Config struct {
 	Flavor string
 	// Tables to capture, "database.table". At least one.
 	Tables []string
+	// WatermarkTable, "database.table", is the incremental load's
+	// watermark table (see Watermarks): its rows are streamed like a
+	// captured table's, for the load engine to take out of the stream.
+	// Empty: none.
+	WatermarkTable string
 	// BatchMax is the most changes handed to the Emitter at once; default 8192.
 	BatchMax int
 	// BatchDelay is the longest a received change waits for more before it
@@ -211,7 +216,14 @@ func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) 
 	}
 	out := map[string]*tableDesc{}
 	var errs []error
-	for _, name := range r.cfg.Tables {
+	names := r.cfg.Tables
+	if r.cfg.WatermarkTable != "" {
+		if err := ensureWatermarkTable(ctx, db, r.cfg.WatermarkTable); err != nil {
+			errs = append(errs, err)
+		}
+		names = append(names[:len(names):len(names)], r.cfg.WatermarkTable)
+	}
+	for _, name := range names {
 		dbName, t, err := splitTable(name)
 		if err != nil {
 			errs = append(errs, &TableError{Table: name, Err: err})
