@@ -144,8 +144,12 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 	fl := &p.fl
 	g := groupWrite{start: fl.size}
 	fl.buf = fl.buf[:0]
-	for _, r := range reqs {
-		for _, b := range r.batches {
+	syncing := p.opts.Sync == SyncBatch
+	for i, r := range reqs {
+		for j, b := range r.batches {
+			if syncing && i == len(reqs)-1 && j == len(r.batches)-1 {
+				b[offFlags] = flagSyncPoint // fsynced before anything after it is written
+			}
 			if err := p.stage(&g, b); err != nil {
 				return err
 			}
@@ -154,10 +158,11 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 	if err := p.writeBuf(g.start); err != nil {
 		return p.fail("write", err)
 	}
-	if p.opts.Sync == SyncBatch {
+	if syncing {
 		if err := syncData(fl.seg.f); err != nil {
 			return p.fail("sync", err)
 		}
+		p.recordSynced()
 	} else {
 		fl.dirty = true
 	}
@@ -301,9 +306,20 @@ func (p *partition) syncInterval() {
 		return
 	}
 	p.fl.dirty = false
+	p.recordSynced()
 	p.mu.Lock()
 	p.stats.syncs++
 	p.mu.Unlock()
+}
+
+// recordSynced notes in the marker that the active segment is synced up
+// to what the flusher has written. A failed marker write only leaves the
+// marker behind (a smaller lower bound).
+func (p *partition) recordSynced() {
+	fl := &p.fl
+	if err := p.mark.record(syncPos{base: fl.seg.base, size: fl.size, next: fl.next}); err != nil {
+		p.logger.Warn("log: cannot update the sync marker; recovery will trust less of the segment", "err", err)
+	}
 }
 
 func (p *partition) stickyErr() error {
@@ -350,6 +366,9 @@ func (p *partition) close() {
 	if !p.opts.ReadOnly {
 		close(p.stop)
 		<-p.done
+		if err := p.mark.close(); err != nil {
+			p.logger.Warn("log: cannot sync the sync marker", "err", err)
+		}
 	}
 	p.closeFiles()
 }

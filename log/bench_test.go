@@ -99,7 +99,7 @@ func benchAppend(b *testing.B, size, producers, perCall int) {
 	// The raw bandwidth is measured right before and right after the log
 	// (the disk is shared; conditions drift), with the log's batch size.
 	var probe appendReq
-	pb := partBuild{p: t.parts[0]}
+	pb := partBuild{p: t.parts[0], spare: &batchBufs{}}
 	for i := range calls[0] {
 		pb.left += encodedSize(&calls[0][i])
 	}

@@ -75,6 +75,12 @@ func (l *Embedded) Cleanup(ctx context.Context) error {
 			var err error
 			if t.cfg.Cleanup == CleanupCompact {
 				err = p.compact(ctx, t.cfg.DeleteRetention)
+				var ce *CorruptionError
+				if errors.As(err, &ce) {
+					if ok, rerr := p.repair(ce.Path); ok || rerr != nil {
+						err = rerr // repaired: the next round compacts it
+					}
+				}
 			} else {
 				err = p.retain(t.cfg.Retention, t.cfg.RetentionBytes)
 			}

@@ -32,6 +32,10 @@
 //	<dir>/topics/<topic>/<p>/<base>.log     segment: record batches
 //	<dir>/topics/<topic>/<p>/<base>.index   sparse offset index (rebuildable)
 //	<dir>/topics/<topic>/<p>/<base>.timeindex  sparse time index (rebuildable)
+//	<dir>/topics/<topic>/<p>/synced.pos     where the partition's synced bytes end
+//	<dir>/topics/<topic>/<p>/lost.ranges    offsets lost to damage, written atomically
+//	<dir>/quarantine/<topic>.<p>.<base>.<time>.log   copy of a damaged segment
+//	<dir>/quarantine/<topic>.<p>.<base>.<time>.note  what recovery found in it
 //
 // <p> is the partition number in decimal; <base> is the segment's base offset
 // as 20 zero-padded decimal digits. Every file kind is named in one constant
@@ -64,7 +68,8 @@
 //	crc32c  uint32  CRC-32C (Castagnoli) of bytes [8, 4+length): everything
 //	                after the crc, including the base offset
 //	ver     uint8   batchVersion (1)
-//	flg     uint8   0 (reserved)
+//	flg     uint8   bit 0: sync point (the writer fsynced the segment after
+//	                this batch before writing anything else); other bits 0
 //	base    int64   offset of the first record
 //	lastΔ   uint32  offset of the last record minus base
 //	count   uint32  number of records (≥ 1)
@@ -120,11 +125,76 @@
 // appear. Open removes ".cleaned" files and segments a merged segment
 // already covers (a crash between a merge's rename and its removals).
 //
+// # Sync marker (frozen, version 1)
+//
+// synced.pos holds two 44-byte slots, at bytes 0 and 64; each write goes
+// to the other slot than the last one, and the valid slot with the higher
+// sequence number counts:
+//
+//	0      4   5     8          16         24         32         40     44
+//	+------+---+-----+----------+----------+----------+----------+------+
+//	|"CDSM"|ver|rsvd | seq      | base     | size     | next     |crc32c|
+//	+------+---+-----+----------+----------+----------+----------+------+
+//
+// It says: the segment <base> was fsynced up to byte size, and every
+// offset below next. The flusher rewrites it after every fsync of segment
+// data, without syncing it (Close syncs it): after a process crash it is
+// exact; after a power failure it may lag, which only makes it a smaller
+// lower bound. A missing or unreadable marker counts as "nothing known".
+//
+// # Lost ranges (frozen, version 1)
+//
+// lost.ranges lists the offset ranges of a partition that recovery found
+// damaged or missing although they had been synced:
+//
+//	0      4   5     8       12
+//	+------+---+-----+-------+---------------------+------+
+//	|"CDLR"|ver|rsvd |count  | entries…            |crc32c|
+//	+------+---+-----+-------+---------------------+------+
+//
+//	entry: from int64 | to int64 | found (Unix ms) int64 | reason length uint16 | reason
+//
+// The ranges are sorted and disjoint; the crc covers every preceding byte.
+// The file is replaced atomically and durably. Damage in it stops Open.
+//
 // # Recovery
 //
 // Opening a partition scans its last segment (and any closed segment whose
-// index is missing or stale) and truncates at the first bad batch: short,
-// bad length, bad CRC, bad version or offsets not increasing. What was
-// dropped is logged and kept in the RecoveryReport. Because Produce returns
-// only after fsync, a batch it acknowledged is always in the valid prefix.
+// index is missing or stale). Past a bad batch (short, bad length, bad CRC,
+// bad version or flags, offsets not increasing) the scan looks for the
+// next good batch, so damage does not hide what follows it. Each bad
+// stretch is then one of two things:
+//
+//   - A torn tail: the stretch starts at or past the last synced byte.
+//     Nothing from there on was acknowledged (Produce returns only after
+//     fsync), so it is dropped, with every batch after it, and reported in
+//     the RecoveryReport's Truncations.
+//   - Corruption: the stretch lies in bytes known synced. Those are every
+//     byte of a closed segment (a segment is fsynced before the next one
+//     is created); in the active segment, the bytes below the marker's size,
+//     and the bytes before any sync-point batch that a good batch follows
+//     (the writer wrote that batch only after the fsync returned). The
+//     file is copied into quarantine with a note, the offsets of the
+//     stretch (from the last good record up to the next good batch, or up
+//     to the next segment or the marker's next offset at a damaged tail)
+//     are recorded in lost.ranges, and the segment is rewritten without the
+//     damaged bytes: every intact batch stays readable at its offsets.
+//
+// Offsets are missing, too, where a never-compacted topic has a gap
+// between consecutive segments (a segment file removed or cut), or where
+// the marker says offsets were synced past the end of the last segment.
+// They are recorded the same way. A partition's next offset is never below
+// a lost range's end: lost offsets are never given out again.
+//
+// Fetch at an offset inside a lost range returns a *DataLossError naming
+// the range; a fetch before it returns the records up to it, and the next
+// fetch the error. Damage found later in a closed segment (Open trusts
+// those through their index, so a fetch or compaction finds it) is
+// repaired the same way at that moment. A read-only Open records nothing
+// and reads around the damage in place.
+//
+// Where nothing proves the damaged bytes synced — past the marker's size
+// and in or after the last group commit that a good batch follows (without
+// a marker, written before markers existed or lost in a power failure:
+// about the last two group commits) — damage is taken for a torn tail.
 package log

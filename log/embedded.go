@@ -96,7 +96,7 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Embedded, error) {
 		}
 		l.startCleaner()
 	}
-	l.logger.Info("log: opened", "topics", len(l.topics), "truncations", len(l.recovery.Truncations), "options", opts.String())
+	l.logger.Info("log: opened", "topics", len(l.topics), "truncations", len(l.recovery.Truncations), "losses", len(l.recovery.Losses), "options", opts.String())
 	return l, nil
 }
 
@@ -172,12 +172,18 @@ func (l *Embedded) openTopic(dir string) (*topic, error) {
 	name, cfg := st.name, st.cfg
 	t := &topic{name: name, id: topicID(l.logID, st.id), cfg: cfg, dir: dir}
 	for i := int32(0); i < cfg.Partitions; i++ {
-		p, truncs, err := openPartition(filepath.Join(dir, strconv.Itoa(int(i))), name, i, &l.opts, l.logger)
+		p, found, err := openPartition(partitionConfig{
+			dir: filepath.Join(dir, strconv.Itoa(int(i))), root: l.dir, topic: name, id: i,
+			contiguous: cfg.Cleanup != CleanupCompact, opts: &l.opts, logger: l.logger,
+		})
 		if err != nil {
 			t.close()
 			return nil, fmt.Errorf("log: open %s/%d: %w", name, i, err)
 		}
-		l.recovery.Truncations = append(l.recovery.Truncations, truncs...)
+		l.recovery.Truncations = append(l.recovery.Truncations, found.truncs...)
+		for _, r := range found.losses {
+			l.recovery.Losses = append(l.recovery.Losses, Loss{Topic: name, Partition: i, LostRange: r})
+		}
 		t.parts = append(t.parts, p)
 	}
 	return t, nil
@@ -362,16 +368,22 @@ func (l *Embedded) Produce(ctx context.Context, topic string, recs []Record) err
 	return l.produce(ctx, t, recs)
 }
 
-// Fetch implements Log. It returns only durable records. A batch that
-// fails its CRC in a closed segment (trusted at Open through its index) is
-// reported as a *CorruptionError (ErrCorrupt), after the records before it
-// have been returned by earlier calls.
+// Fetch implements Log. It returns only durable records. At an offset the
+// log lost (see LostRange) it returns a *DataLossError (ErrDataLost),
+// after the records before it have been returned by earlier calls. A
+// batch that fails its CRC in a closed segment (trusted at Open through
+// its index) is repaired as Open would (quarantine, lost range) and the
+// fetch retried; where that is not possible (the active segment, a
+// read-only log) it is reported as a *CorruptionError (ErrCorrupt).
 func (l *Embedded) Fetch(ctx context.Context, topic string, partition int32, offset int64, opts FetchOptions) ([]Record, error) {
 	p, err := l.lookupPartition(topic, partition)
 	if err != nil {
 		return nil, err
 	}
 	recs, err := p.fetch(ctx, offset, opts)
+	if err != nil && len(recs) == 0 && l.repairAfter(p, err) {
+		recs, err = p.fetch(ctx, offset, opts)
+	}
 	if errors.Is(err, ErrClosed) {
 		_, err = l.lookupPartition(topic, partition) // deleted while waiting?
 		if err == nil {

@@ -11,17 +11,20 @@ import (
 // File kinds of the embedded log. Frozen: changing a name orphans existing
 // data directories.
 const (
-	lockFileName      = "LOCK"       // exclusive flock, holder PID inside
-	logIDFileName     = "log.id"     // the log directory's identity
-	topicsDirName     = "topics"     // one directory per topic below it
-	topicMetaName     = "topic.json" // a topic's TopicConfig
-	segmentSuffix     = ".log"       // record batches
-	offsetIndexSuffix = ".index"     // sparse offset → position index
-	timeIndexSuffix   = ".timeindex" // sparse time → offset index
-	cleanedSuffix     = ".cleaned"   // compaction output before its swap
-	tmpPrefix         = ".tmp-"      // anything being written atomically
-	deletedPrefix     = ".deleted-"  // a topic being removed
-	segmentNameDigits = 20           // zero-padded base offset width
+	lockFileName      = "LOCK"        // exclusive flock, holder PID inside
+	logIDFileName     = "log.id"      // the log directory's identity
+	quarantineDirName = "quarantine"  // copies of damaged segments, with notes
+	syncMarkName      = "synced.pos"  // per partition: where its synced bytes end
+	lostRangesName    = "lost.ranges" // per partition: offsets lost to damage
+	topicsDirName     = "topics"      // one directory per topic below it
+	topicMetaName     = "topic.json"  // a topic's TopicConfig
+	segmentSuffix     = ".log"        // record batches
+	offsetIndexSuffix = ".index"      // sparse offset → position index
+	timeIndexSuffix   = ".timeindex"  // sparse time → offset index
+	cleanedSuffix     = ".cleaned"    // compaction output before its swap
+	tmpPrefix         = ".tmp-"       // anything being written atomically
+	deletedPrefix     = ".deleted-"   // a topic being removed
+	segmentNameDigits = 20            // zero-padded base offset width
 )
 
 // Batch layout (see the package doc). Frozen.
@@ -41,6 +44,12 @@ const (
 	minBatchLen     = batchHeaderLen - batchLenField + minRecordLen // header + smallest record
 	maxBatchLen     = 64 << 20                                      // largest length field accepted
 	crcCoveredStart = 8
+
+	// flagSyncPoint marks the last batch of a group commit that the writer
+	// fsyncs before writing anything else: a good batch found after it
+	// proves it durable (see Recovery in the package doc).
+	flagSyncPoint = 0x01
+	knownFlags    = flagSyncPoint
 )
 
 // MaxRecordBytes is the largest encoded record (key, value, headers and a
@@ -62,6 +71,7 @@ type batchHeader struct {
 	Count     uint32
 	FirstTs   int64
 	MaxTs     int64
+	Flags     uint8
 }
 
 // Size is the whole batch's size in bytes.
@@ -84,12 +94,15 @@ func parseBatchHeader(buf []byte) (batchHeader, error) {
 		Count:     binary.LittleEndian.Uint32(buf[offCount:]),
 		FirstTs:   int64(binary.LittleEndian.Uint64(buf[offFirstTs:])),
 		MaxTs:     int64(binary.LittleEndian.Uint64(buf[offMaxTs:])),
+		Flags:     buf[offFlags],
 	}
 	switch {
 	case h.Length < minBatchLen || h.Length > maxBatchLen:
 		return h, errBadLength
 	case buf[offVersion] != batchVersion:
 		return h, errBadVersion
+	case h.Flags&^knownFlags != 0:
+		return h, errBadHeader
 	case h.Base < 0 || h.Count == 0 || h.LastDelta < h.Count-1 || h.Base > math.MaxInt64-int64(h.LastDelta):
 		return h, errBadHeader
 	case int64(h.Count)*minRecordLen > int64(h.Length)-(batchHeaderLen-batchLenField):

@@ -112,6 +112,10 @@ type PartitionInfo struct {
 	Start, End int64
 	// Bytes is the size on disk (0 where a backend cannot tell).
 	Bytes int64
+	// Lost are offset ranges the log knows it lost (damage found in synced
+	// data), sorted; Fetch returns a *DataLossError for them. Shared: do
+	// not modify.
+	Lost []LostRange
 }
 
 // TopicInfo describes a topic.

@@ -95,6 +95,14 @@ func (l *Embedded) openOffsets() error {
 	p.mu.Unlock()
 	for off < end {
 		recs, err := p.fetch(context.Background(), off, FetchOptions{MaxBytes: 4 << 20})
+		var dl *DataLossError
+		if errors.As(err, &dl) {
+			// Group offsets serve lag metrics only: go on without the lost
+			// commits (a group may show an older position).
+			l.logger.Warn("log: consumer-group offsets lost; groups may show older positions", "from", dl.From, "to", dl.To)
+			off = dl.To
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("log: load consumer offsets: %w", err)
 		}

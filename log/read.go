@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 )
@@ -75,12 +76,24 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 		var recs []Record
 		var err error
 		if offset < end {
+			lost, inside := lostAt(p.lost, offset)
+			if inside {
+				p.mu.Unlock()
+				return nil, p.dataLoss(lost)
+			}
+			stop := int64(math.MaxInt64)
+			if lost != nil {
+				stop = lost.From
+			}
 			rp := p.planLocked(segmentFor(p.segs, offset))
 			p.mu.Unlock()
-			recs, err = p.readPlan(&rp, offset, maxBytes)
+			recs, err = p.readPlan(&rp, offset, stop, maxBytes)
 			rp.release()
 			if err != nil || len(recs) > 0 {
 				return recs, err
+			}
+			if lost != nil {
+				return nil, p.dataLoss(lost) // nothing left before the lost range
 			}
 		} else {
 			p.mu.Unlock()
@@ -104,14 +117,17 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 	}
 }
 
-// readPlan reads records from offset on until maxBytes of payload (at
-// least one record) or the plan's end.
-func (p *partition) readPlan(rp *readPlan, offset int64, maxBytes int) ([]Record, error) {
+// readPlan reads records from offset on, below stop, until maxBytes of
+// payload (at least one record) or the plan's end.
+func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int) ([]Record, error) {
 	var recs []Record
 	total := 0
 	for _, v := range rp.segs {
 		if v.size == 0 {
 			continue
+		}
+		if v.s.base >= stop {
+			break
 		}
 		pos := lookupOffset(v.idx, offset)
 		r := newBatchReader(v.s.f, pos, v.size, min(maxBytes+batchHeaderLen, 4<<20), true)
@@ -132,10 +148,17 @@ func (p *partition) readPlan(rp *readPlan, offset int64, maxBytes int) ([]Record
 			if h.Last() < offset {
 				continue
 			}
+			if h.Base >= stop {
+				return recs, nil
+			}
 			recs = slices.Grow(recs, int(h.Count))
 			err = walkRecords(b, h, func(rec Record) bool {
 				if rec.Offset < offset {
 					return true
+				}
+				if rec.Offset >= stop {
+					total = maxBytes // ends the reading
+					return false
 				}
 				rec.Partition = p.id
 				recs = append(recs, rec)

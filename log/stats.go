@@ -2,6 +2,7 @@ package log
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 )
@@ -23,6 +24,8 @@ type PartitionStats struct {
 	// Counters since Open: records, batches and bytes appended, and fsyncs
 	// of segment data.
 	AppendedRecords, AppendedBatches, AppendedBytes, Syncs uint64
+	// Lost are the offset ranges the partition lost to damage, sorted.
+	Lost []LostRange
 }
 
 // Stats is a snapshot of every partition of the log, for the wiring
@@ -58,7 +61,7 @@ func (p *partition) snapshot() PartitionStats {
 	ps := PartitionStats{
 		Topic: p.topic, Partition: p.id, Start: start, End: end, Segments: len(p.segs),
 		LastAppend: p.lastAppend, AppendedRecords: p.stats.records, AppendedBatches: p.stats.batches,
-		AppendedBytes: p.stats.bytes, Syncs: p.stats.syncs,
+		AppendedBytes: p.stats.bytes, Syncs: p.stats.syncs, Lost: p.lost,
 	}
 	for _, s := range p.segs {
 		ps.Bytes += s.size
@@ -123,7 +126,7 @@ func (l *Embedded) TopicLag(ctx context.Context, group, topicName string) ([]Par
 		lag.Records = max(lag.End-pos, 0)
 		if lag.Records > 0 {
 			recs, err := p.fetch(ctx, pos, FetchOptions{MaxBytes: 1})
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrDataLost) { // lost: no age to tell
 				return nil, err
 			}
 			if len(recs) > 0 {
