@@ -145,6 +145,7 @@ type ruleInputs struct {
 	tables    []tableInputs
 	slotName  string
 	commitInt time.Duration
+	log       logInputs
 }
 
 type tableInputs struct {
@@ -242,7 +243,7 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords),
 			"read the daemon's log for the table's commit errors (catalog or storage unreachable, permissions, conflicts)", t.stalledFor.Seconds())
 	}
-	return out
+	return append(out, evaluateLog(in.log)...)
 }
 
 // humanBytes writes a size with a binary unit and one decimal.

@@ -91,10 +91,11 @@ func (e *emitter) loadLast(ctx context.Context, topic string) error {
 	}
 	last := make([]source.Position, len(info.Partitions))
 	for _, p := range info.Partitions {
-		if p.End <= p.Start {
+		off, ok := log.LastReadable(p) // past a lost tail
+		if !ok {
 			continue
 		}
-		recs, err := e.lg.Fetch(ctx, topic, p.Partition, p.End-1, log.FetchOptions{MaxBytes: 1})
+		recs, err := e.lg.Fetch(ctx, topic, p.Partition, off, log.FetchOptions{MaxBytes: 1})
 		if err != nil {
 			return fmt.Errorf("daemon: read last record of %s/%d: %w", topic, p.Partition, err)
 		}

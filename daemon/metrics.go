@@ -47,6 +47,7 @@ var (
 	descTblStall    = desc("cdcd_table_commit_stall_seconds", "How long changes have waited for the table without a successful commit; 0 when none wait.", "table")
 	descPartEnd     = desc("cdcd_log_end_offset", "Next offset of each partition of the table's topic.", "table", "topic", "partition")
 	descPartBytes   = desc("cdcd_log_bytes", "Bytes of each partition's segments on disk.", "table", "topic", "partition")
+	descPartLost    = desc("cdcd_log_lost_offsets", "Offsets of the partition the log lost to damage that the table has not passed (re-snapshot the table).", "table", "topic", "partition")
 	descLagRecords  = desc("cdcd_consumer_lag_records", "Records of the partition the table has not committed.", "table", "topic", "partition")
 	descLagSeconds  = desc("cdcd_consumer_lag_seconds", "Age of the oldest record of the partition the table has not committed; 0 when caught up.", "table", "topic", "partition")
 	descSlotUp      = desc("cdcd_slot_up", "1 when the last poll of pg_replication_slots succeeded.", "slot")
@@ -69,7 +70,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBuildInfo, descReady, descState, descSrcEvents, descSrcSnap, descSrcFlushed, descSrcRecv,
 		descSrcStream, descTblIn, descTblSnap, descTblSnapEst, descTblOut, descTblCommits, descTblLast, descTblPaused, descTblPausedS,
-		descTblStall, descPartEnd, descPartBytes, descLagRecords, descLagSeconds, descSlotUp, descSlotExists, descSlotActive,
+		descTblStall, descPartEnd, descPartBytes, descPartLost, descLagRecords, descLagSeconds, descSlotUp, descSlotExists, descSlotActive,
 		descSlotLag, descSlotLagSec, descSlotRetain, descSlotConf, descSlotSafe, descSlotMaxKeep, descSlotStatus, descAlert,
 		descHookSent, descHookFailed} {
 		ch <- d
@@ -161,6 +162,7 @@ func (c *collector) collectTables(ch chan<- prometheus.Metric) {
 		part := strconv.Itoa(int(p.Partition))
 		gauge(ch, descPartEnd, float64(p.End), name, p.Topic, part)
 		gauge(ch, descPartBytes, float64(p.Bytes), name, p.Topic, part)
+		gauge(ch, descPartLost, float64(d.lostUnread(p)), name, p.Topic, part)
 	}
 }
 

@@ -157,6 +157,7 @@ func (m *monitor) check(ctx context.Context) {
 		m.mu.Unlock()
 		in.tables = append(in.tables, ti)
 	}
+	in.log = m.logInputs(stats)
 	m.alerts.update(now, evaluate(cfg.Alerts, in))
 }
 

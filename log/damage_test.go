@@ -583,3 +583,47 @@ func TestCompactionRepairsDamage(t *testing.T) {
 		t.Fatalf("Fetch after the lost range: %v, %v", recs, err)
 	}
 }
+
+func TestLastReadable(t *testing.T) {
+	lost := []LostRange{{From: 3, To: 5}, {From: 5, To: 8}, {From: 9, To: 10}}
+	for _, tc := range []struct {
+		start, end, want int64
+		ok               bool
+	}{
+		{0, 12, 11, true}, {0, 10, 8, true}, {0, 9, 8, true}, {0, 8, 2, true}, {3, 8, 0, false}, {0, 0, 0, false}, {0, 3, 2, true},
+	} {
+		got, ok := LastReadable(PartitionInfo{Start: tc.start, End: tc.end, Lost: lost})
+		if ok != tc.ok || ok && got != tc.want {
+			t.Errorf("LastReadable([%d, %d)) = %d %v, want %d %v", tc.start, tc.end, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestSyncMarkSlots: the marker keeps the newest valid slot; a torn write
+// of one slot leaves the other.
+func TestSyncMarkSlots(t *testing.T) {
+	dir := t.TempDir()
+	m, err := openSyncMark(dir, 0, syncPos{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 3; i++ {
+		if err := m.record(syncPos{base: 0, size: 100 * i, next: 10 * i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.close(); err != nil {
+		t.Fatal(err)
+	}
+	if pos, seq, ok := readSyncMark(dir); !ok || seq != 3 || pos.size != 300 || pos.next != 30 {
+		t.Fatalf("marker = %+v seq %d ok %v; want size 300 next 30 seq 3", pos, seq, ok)
+	}
+	flipByte(t, filepath.Join(dir, syncMarkName), 1*syncMarkSlotGap+20) // seq 3 is in slot 1
+	if pos, seq, ok := readSyncMark(dir); !ok || seq != 2 || pos.size != 200 {
+		t.Fatalf("marker with a torn newest slot = %+v seq %d ok %v; want the older slot (size 200)", pos, seq, ok)
+	}
+	flipByte(t, filepath.Join(dir, syncMarkName), 20)
+	if _, _, ok := readSyncMark(dir); ok {
+		t.Fatal("a marker with both slots torn was read")
+	}
+}

@@ -212,3 +212,17 @@ func (p *partition) recordLost(add ...LostRange) ([]LostRange, error) {
 	p.mu.Unlock()
 	return fresh, nil
 }
+
+// LastReadable returns the newest offset of a partition that is not in a
+// lost range, and false if there is none: where a reader looks for the
+// last record that survived (a lost tail is skipped; its offsets are never
+// given out again).
+func LastReadable(p PartitionInfo) (int64, bool) {
+	off := p.End - 1
+	for i := len(p.Lost) - 1; i >= 0; i-- {
+		if r := p.Lost[i]; off >= r.From && off < r.To {
+			off = r.From - 1
+		}
+	}
+	return off, off >= p.Start
+}

@@ -32,6 +32,7 @@ type syncMark struct {
 	f    *os.File
 	seq  uint64
 	last syncPos
+	buf  [syncMarkSlotLen]byte
 }
 
 // readSyncMark returns the newest valid slot of a partition's marker, and
@@ -71,9 +72,8 @@ func parseSyncSlot(b []byte) (syncPos, uint64, bool) {
 	return pos, binary.LittleEndian.Uint64(b[8:]), true
 }
 
-func encodeSyncSlot(pos syncPos, seq uint64) []byte {
-	b := make([]byte, 0, syncMarkSlotLen)
-	b = append(b, syncMarkMagic...)
+func encodeSyncSlot(b []byte, pos syncPos, seq uint64) []byte {
+	b = append(b[:0], syncMarkMagic...)
 	b = append(b, syncMarkVersion, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, seq)
 	b = binary.LittleEndian.AppendUint64(b, uint64(pos.base))
@@ -99,7 +99,7 @@ func (m *syncMark) record(pos syncPos) error {
 		return nil
 	}
 	m.seq++
-	if _, err := m.f.WriteAt(encodeSyncSlot(pos, m.seq), int64(m.seq%2)*syncMarkSlotGap); err != nil {
+	if _, err := m.f.WriteAt(encodeSyncSlot(m.buf[:0], pos, m.seq), int64(m.seq%2)*syncMarkSlotGap); err != nil {
 		return err
 	}
 	m.last = pos

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// AlertLogDataLost fires while a table has not passed offsets its topic
+// lost to damage found in the log (see log.LostRange).
+const AlertLogDataLost = "CdcdLogDataLost"
+
+// logInputs is what the log's rules look at, gathered by the monitor.
+type logInputs struct {
+	losses []tableLoss
+}
+
+// tableLoss is a lost range of a table's topic the table has not passed.
+type tableLoss struct {
+	topic, table, source string // Iceberg table, source table
+	partition            int32
+	lost                 log.LostRange
+}
+
+// logInputs gathers the log's state for the rules: every lost range of a
+// table's topic that the table has not committed past.
+func (m *monitor) logInputs(tables []*iceberg.TableStats) logInputs {
+	var in logInputs
+	byTopic := make(map[string]*iceberg.TableStats, len(tables))
+	for _, ts := range tables {
+		byTopic[ts.Topic] = ts
+	}
+	for _, ps := range m.d.lg.Stats().Partitions {
+		ts := byTopic[ps.Topic]
+		if ts == nil {
+			continue
+		}
+		for _, r := range unreadLost(ps, ts) {
+			in.losses = append(in.losses, tableLoss{topic: ps.Topic, table: ts.Table, partition: ps.Partition, lost: r,
+				source: strings.TrimPrefix(ps.Topic, m.d.cfg.Pipeline+".")})
+		}
+	}
+	return in
+}
+
+// unreadLost returns the lost ranges of a partition the table has not
+// committed past (all of them when it has committed nothing there).
+func unreadLost(ps log.PartitionStats, ts *iceberg.TableStats) []log.LostRange {
+	committed := int64(-1)
+	if c := ts.Committed.Load(); c != nil && int(ps.Partition) < len(*c) {
+		committed = (*c)[ps.Partition]
+	}
+	var out []log.LostRange
+	for _, r := range ps.Lost {
+		if committed < r.To {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lostUnread counts the offsets of a partition lost to damage that its
+// table has not passed (cdcd_log_lost_offsets).
+func (d *Daemon) lostUnread(ps log.PartitionStats) int64 {
+	var n int64
+	for _, ts := range d.sink.Stats() {
+		if ts.Topic != ps.Topic {
+			continue
+		}
+		for _, r := range unreadLost(ps, ts) {
+			n += r.To - r.From
+		}
+	}
+	return n
+}
+
+// evaluateLog returns the alerts the log's state calls for.
+func evaluateLog(in logInputs) []Alert {
+	var out []Alert
+	for _, l := range in.losses {
+		out = append(out, Alert{Name: AlertLogDataLost, Severity: SeverityCritical,
+			Subject: fmt.Sprintf("%s/%d", l.topic, l.partition),
+			Summary: fmt.Sprintf("the log lost offsets [%d, %d) of %s partition %d, which table %s has not read: %s",
+				l.lost.From, l.lost.To, l.topic, l.partition, l.table, l.lost.Reason),
+			Action: fmt.Sprintf("the table's mirror cannot be trusted past them: re-snapshot it with cdcd snapshot -c FILE --replace %s "+
+				"(the table waits until then); the damaged file's copy is in the log's quarantine directory", l.source),
+			Value: float64(l.lost.To - l.lost.From)})
+	}
+	return out
+}

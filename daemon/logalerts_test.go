@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// TestLogDataLostAlert: a lost range fires CdcdLogDataLost naming the
+// offsets, the table and the re-snapshot, until the table has committed
+// past it.
+func TestLogDataLostAlert(t *testing.T) {
+	ps := log.PartitionStats{Topic: "p.public.orders", Partition: 2,
+		Lost: []log.LostRange{{From: 10, To: 20, Reason: "bad crc"}, {From: 40, To: 45, Reason: "gap"}}}
+	ts := &iceberg.TableStats{Topic: "p.public.orders", Table: "cdc.orders"}
+	for _, tc := range []struct {
+		committed []int64 // nil: nothing committed
+		want      int     // ranges still unread
+	}{
+		{nil, 2}, {[]int64{0, 0, 5}, 2}, {[]int64{0, 0, 20}, 1}, {[]int64{0, 0, 45}, 0}, {[]int64{99}, 2},
+	} {
+		ts.Committed.Store(nil)
+		if tc.committed != nil {
+			ts.Committed.Store(&tc.committed)
+		}
+		if got := unreadLost(ps, ts); len(got) != tc.want {
+			t.Errorf("committed %v: %d unread ranges, want %d", tc.committed, len(got), tc.want)
+		}
+	}
+	alerts := evaluateLog(logInputs{losses: []tableLoss{{topic: ps.Topic, table: ts.Table, source: "public.orders", partition: 2, lost: ps.Lost[0]}}})
+	if len(alerts) != 1 {
+		t.Fatalf("alerts = %+v", alerts)
+	}
+	a := alerts[0]
+	if a.Name != AlertLogDataLost || a.Severity != SeverityCritical || a.Subject != "p.public.orders/2" {
+		t.Fatalf("alert = %+v", a)
+	}
+	for _, want := range []string{"[10, 20)", "cdc.orders", "bad crc"} {
+		if !strings.Contains(a.Summary, want) {
+			t.Errorf("summary %q does not say %q", a.Summary, want)
+		}
+	}
+	if !strings.Contains(a.Action, "cdcd snapshot -c FILE --replace public.orders") {
+		t.Errorf("action %q does not name the re-snapshot", a.Action)
+	}
+}
