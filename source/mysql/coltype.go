@@ -42,6 +42,9 @@ type colType struct {
 	// SourceType is the type as the server prints it, e.g.
 	// "decimal(10,2) unsigned".
 	SourceType string
+	// binaryJSON marks MySQL's JSON type, which the binlog carries as a
+	// binary document (MariaDB's JSON is text).
+	binaryJSON bool
 }
 
 // errUnsupportedType is wrapped by every "type not supported" error.
@@ -176,7 +179,7 @@ func fromTableMap(tm *replication.TableMapEvent, i int, colls collations) (colTy
 	case gomysql.MYSQL_TYPE_BLOB:
 		textOrBinary("text", "blob")
 	case gomysql.MYSQL_TYPE_JSON:
-		t.Base = "json"
+		t.Base, t.binaryJSON = "json", true
 	case gomysql.MYSQL_TYPE_GEOMETRY:
 		t.Base = "geometry"
 	case gomysql.MYSQL_TYPE_STRING:

@@ -87,7 +87,10 @@ func fromBinlog(t *colType, v any) (any, error) {
 		}
 		return setLabels(t, uint64(n))
 	case "json":
-		return string(asBytes(v)), nil
+		if t.binaryJSON {
+			return mysqlJSONText(asBytes(v))
+		}
+		return string(asBytes(v)), nil // MariaDB: the stored text
 	case "geometry":
 		b := asBytes(v)
 		if len(b) < 4 {

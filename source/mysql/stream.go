@@ -64,12 +64,13 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: r.cfg.ServerID, Flavor: flavor,
 		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
-		TimestampStringLocation: time.UTC, // TIMESTAMP values as UTC text
-		HeartbeatPeriod:         r.cfg.HeartbeatInterval,
-		ReadTimeout:             3 * r.cfg.HeartbeatInterval,
-		DisableRetrySync:        true, // Run reconnects, from the checkpoint
-		EventCacheCount:         256,
-		Logger:                  slog.New(quietHandler{r.logger.Handler()}),
+		TimestampStringLocation:  time.UTC, // TIMESTAMP values as UTC text
+		UseFloatWithTrailingZero: true,     // JSON doubles keep a "." (mysqlJSONText tells them from integers)
+		HeartbeatPeriod:          r.cfg.HeartbeatInterval,
+		ReadTimeout:              3 * r.cfg.HeartbeatInterval,
+		DisableRetrySync:         true, // Run reconnects, from the checkpoint
+		EventCacheCount:          256,
+		Logger:                   slog.New(quietHandler{r.logger.Handler()}),
 	})
 	defer syncer.Close()
 	bs, err := syncer.StartSyncGTID(st.set.Clone())

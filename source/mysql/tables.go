@@ -67,7 +67,7 @@ func buildVersion(desc *tableDesc, tm *replication.TableMapEvent, colls collatio
 		if err == nil {
 			for _, it := range desc.cols {
 				if sameType(t, it) {
-					it.Nullable = t.Nullable
+					it.Nullable, it.binaryJSON = t.Nullable, t.binaryJSON
 					t = it
 					break
 				}
