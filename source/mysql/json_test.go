@@ -15,7 +15,7 @@ func TestMySQLJSONText(t *testing.T) {
 		`{"bb":1,"a":2,"ccc":3,"ab":4}`:                              `{"a": 2, "ab": 4, "bb": 1, "ccc": 3}`,
 		`[3.0,1e+300,1.5e-7,-0.0,18446744073709551615]`:              `[3.0, 1e300, 1.5e-7, -0.0, 18446744073709551615]`,
 		`"line\nbreak \"q\" \\ /\u0001é"`:                            `"line\nbreak \"q\" \\ /\u0001é"`,
-		`[]`: `[]`, `{}`: `{}`, `true`: `true`,
+		`[]`:                                                         `[]`, `{}`: `{}`, `true`: `true`,
 	} {
 		got, err := mysqlJSONText([]byte(in))
 		if err != nil || got != want {
