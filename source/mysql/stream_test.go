@@ -224,3 +224,23 @@ func TestPurgedBinlogs(t *testing.T) {
 		t.Errorf("kept %d changes after the purge, want 1", len(got))
 	}
 }
+
+func TestLag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)")
+	d := newDedupe(1)
+	r, _ := e.reader(t, newMemState(), d, "t")
+	e.exec(t, "INSERT INTO t VALUES (1)")
+	d.waitFor(t, "the row", func(cs []source.Change) bool { return len(cs) == 1 })
+	l, err := r.Lag(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.ServerFile == "" || l.File != l.ServerFile || l.Pos == 0 || l.Bytes < 0 || l.Bytes > int64(l.ServerPos) {
+		t.Errorf("lag %+v", l)
+	}
+	if n := lagBytes([]binlogFile{{"b.1", 100}, {"b.2", 50}, {"b.3", 10}}, "b.2", 20); n != 40 {
+		t.Errorf("lagBytes = %d, want 40", n)
+	}
+}
