@@ -1,0 +1,93 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
+	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
+)
+
+// runOnce runs a reader until it fails or 30 s pass.
+func runOnce(t *testing.T, cfg Config) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return New(cfg, newMemState(), discard).Run(ctx, newDedupe(1))
+}
+
+// TestTablePreconditions: tables that cannot be captured are refused by
+// name, all in one error, each with its fix.
+func TestTablePreconditions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE nokey (a INT)", "CREATE TABLE utf16 (id INT PRIMARY KEY, s VARCHAR(5) CHARACTER SET utf16)",
+		"CREATE TABLE ok (id INT PRIMARY KEY)")
+	err := runOnce(t, Config{DSN: e.srv.ReplDSN(e.name), ServerID: mariadbtest.ServerID(t),
+		Tables: []string{e.name + ".nokey", e.name + ".utf16", e.name + ".missing", e.name + ".ok", "nodot"}})
+	var te *TableError
+	if !errors.As(err, &te) {
+		t.Fatalf("Run: %v, want TableErrors", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		e.name + ".nokey: no primary key", "ADD PRIMARY KEY",
+		e.name + ".utf16 column \"s\"", "CHARACTER SET utf8mb4",
+		e.name + ".missing: no such table",
+		"nodot", "database.table",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error does not say %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, e.name+".ok") {
+		t.Errorf("the good table is named:\n%s", msg)
+	}
+}
+
+// TestServerPreconditions: binlog settings, the server's own server_id and
+// a user without replication privileges are refused, each with the
+// statement that fixes it.
+func TestServerPreconditions(t *testing.T) {
+	t.Parallel()
+	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--binlog-format=MIXED", "--binlog-row-metadata=MINIMAL"}})
+	dsn := mariadbtest.NewDBOn(t, srv)
+	db, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE TABLE t (id INT PRIMARY KEY)", "CREATE USER 'weak'@'%' IDENTIFIED BY 'weak'",
+		"GRANT SELECT ON *.* TO 'weak'@'%'"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = runOnce(t, Config{DSN: srv.ReplDSN(name), ServerID: srv.ServerID(), Tables: []string{name + ".t"}})
+	msg := err.Error()
+	for _, want := range []string{
+		"binlog_format is MIXED", "SET GLOBAL binlog_format = 'ROW'",
+		"binlog_row_metadata is MINIMAL", "SET GLOBAL binlog_row_metadata = 'FULL'",
+		"is the server's own id",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error does not say %q:\n%s", want, msg)
+		}
+	}
+	var pe *PreconditionError
+	if !errors.As(err, &pe) || retryable(err) {
+		t.Errorf("not a terminal PreconditionError: %v", err)
+	}
+	weak := "mysql://weak:weak@" + srv.Addr() + "/" + name
+	err = runOnce(t, Config{DSN: weak, ServerID: mariadbtest.ServerID(t), Tables: []string{name + ".t"}})
+	if err == nil || !strings.Contains(err.Error(), "GRANT REPLICATION SLAVE") || !strings.Contains(err.Error(), "BINLOG MONITOR") {
+		t.Errorf("a user without replication privileges: %v", err)
+	}
+}
