@@ -159,7 +159,7 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 		return p.fail("write", err)
 	}
 	if syncing {
-		if err := syncData(fl.seg.f); err != nil {
+		if err := fl.seg.f.Sync(); err != nil {
 			return p.fail("sync", err)
 		}
 		p.recordSynced()
@@ -247,14 +247,14 @@ func (p *partition) roll(start, base int64) (closedSeg, error) {
 	if err := p.writeBuf(start); err != nil {
 		return closedSeg{}, err
 	}
-	if err := syncData(fl.seg.f); err != nil {
+	if err := fl.seg.f.Sync(); err != nil {
 		return closedSeg{}, err
 	}
 	c := closedSeg{seg: fl.seg, sum: segmentSummary{size: fl.size, next: fl.next, maxTs: fl.maxTs}, idx: fl.idx}
-	if err := writeIndexFiles(p.dir, fl.seg.base, c.sum, c.idx); err != nil {
+	if err := writeIndexFiles(p.opts.FS, p.dir, fl.seg.base, c.sum, c.idx); err != nil {
 		p.logger.Warn("log: cannot write segment index; it will be rebuilt at next open", "segment", fl.seg.path, "err", err)
 	}
-	s, err := createSegment(p.dir, base)
+	s, err := createSegment(p.opts.FS, p.dir, base)
 	if err != nil {
 		return closedSeg{}, err
 	}
@@ -301,7 +301,7 @@ func (p *partition) syncInterval() {
 	if !p.fl.dirty || p.stickyErr() != nil {
 		return
 	}
-	if err := syncData(p.fl.seg.f); err != nil {
+	if err := p.fl.seg.f.Sync(); err != nil {
 		_ = p.fail("sync", err)
 		return
 	}

@@ -137,14 +137,14 @@ func (p *partition) removeSegments(segs []*segment) error {
 	var errs []error
 	for _, s := range segs {
 		for _, suffix := range []string{segmentSuffix, offsetIndexSuffix, timeIndexSuffix} {
-			err := os.Remove(filepath.Join(p.dir, segmentName(s.base, suffix)))
+			err := p.opts.FS.Remove(filepath.Join(p.dir, segmentName(s.base, suffix)))
 			if err != nil && !os.IsNotExist(err) {
 				errs = append(errs, err)
 			}
 		}
 		s.retire()
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := syncDir(p.opts.FS, p.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -122,7 +122,7 @@ func (p *partition) compactSegment(v segView, keep func(*Record) bool) error {
 	cleaned := filepath.Join(p.dir, segmentName(v.s.base, segmentSuffix+cleanedSuffix))
 	s, err := p.writeCleaned(v, cleaned, keep)
 	if err != nil {
-		_ = os.Remove(cleaned)
+		_ = p.opts.FS.Remove(cleaned)
 		return fmt.Errorf("log: compact %s: %w", v.s.path, err)
 	}
 	return p.swapSegment(v.s, s, cleaned, drop)
@@ -132,7 +132,7 @@ func (p *partition) compactSegment(v segView, keep func(*Record) bool) error {
 // (each original batch's survivors form one batch), fsyncs it, and returns
 // the new segment (not yet in place).
 func (p *partition) writeCleaned(v segView, path string, keep func(*Record) bool) (*segment, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := p.opts.FS.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (p *partition) writeCleaned(v segView, path string, keep func(*Record) bool
 	}
 	err = w.Flush()
 	if err == nil {
-		err = syncData(f)
+		err = f.Sync()
 	}
 	if err != nil {
 		_ = f.Close()
@@ -198,16 +198,16 @@ func (p *partition) swapSegment(old, s *segment, cleaned string, dropped int) er
 	p.mu.Unlock()
 	if i < 0 {
 		_ = s.f.Close()
-		return os.Remove(cleaned)
+		return p.opts.FS.Remove(cleaned)
 	}
-	if err := writeIndexFiles(p.dir, s.base, s.summaryLocked(), s.idx); err != nil {
+	if err := writeIndexFiles(p.opts.FS, p.dir, s.base, s.summaryLocked(), s.idx); err != nil {
 		p.logger.Warn("log: cannot write segment index; it will be rebuilt at next open", "segment", s.path, "err", err)
 	}
-	if err := os.Rename(cleaned, s.path); err != nil {
+	if err := p.opts.FS.Rename(cleaned, s.path); err != nil {
 		_ = s.f.Close()
 		return err
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := syncDir(p.opts.FS, p.dir); err != nil {
 		return err
 	}
 	p.mu.Lock()

@@ -603,7 +603,7 @@ func TestLastReadable(t *testing.T) {
 // of one slot leaves the other.
 func TestSyncMarkSlots(t *testing.T) {
 	dir := t.TempDir()
-	m, err := openSyncMark(dir, 0, syncPos{})
+	m, err := openSyncMark(OSFS, dir, 0, syncPos{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,15 +615,15 @@ func TestSyncMarkSlots(t *testing.T) {
 	if err := m.close(); err != nil {
 		t.Fatal(err)
 	}
-	if pos, seq, ok := readSyncMark(dir); !ok || seq != 3 || pos.size != 300 || pos.next != 30 {
+	if pos, seq, ok := readSyncMark(OSFS, dir); !ok || seq != 3 || pos.size != 300 || pos.next != 30 {
 		t.Fatalf("marker = %+v seq %d ok %v; want size 300 next 30 seq 3", pos, seq, ok)
 	}
 	flipByte(t, filepath.Join(dir, syncMarkName), 1*syncMarkSlotGap+20) // seq 3 is in slot 1
-	if pos, seq, ok := readSyncMark(dir); !ok || seq != 2 || pos.size != 200 {
+	if pos, seq, ok := readSyncMark(OSFS, dir); !ok || seq != 2 || pos.size != 200 {
 		t.Fatalf("marker with a torn newest slot = %+v seq %d ok %v; want the older slot (size 200)", pos, seq, ok)
 	}
 	flipByte(t, filepath.Join(dir, syncMarkName), 20)
-	if _, _, ok := readSyncMark(dir); ok {
+	if _, _, ok := readSyncMark(OSFS, dir); ok {
 		t.Fatal("a marker with both slots torn was read")
 	}
 }

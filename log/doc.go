@@ -24,6 +24,14 @@
 // write and one fsync (group commit). Readers see a batch only after the
 // fsync that covers it; long-polling fetchers are woken then.
 //
+// # The file system
+//
+// The embedded log reaches the disk only through Options.FS (default
+// OSFS, where File.Sync is fdatasync on Linux): its tests put an
+// in-memory file system under it that keeps only what was synced at a
+// simulated crash (files' data as of their last Sync, directory entries as
+// of their directory's last Sync), and one that fails writes on demand.
+//
 // # Embedded layout
 //
 //	<dir>/LOCK                              exclusive flock + holder PID

@@ -104,22 +104,34 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Embedded, error) {
 // checks that it exists (read-only).
 func (l *Embedded) prepareDir() error {
 	if l.opts.ReadOnly {
-		if _, err := os.Stat(l.topicsDir); err != nil {
+		if _, err := l.opts.FS.Stat(l.topicsDir); err != nil {
 			return fmt.Errorf("log: open %s read-only: %w", l.dir, err)
 		}
 		var err error
-		l.logID, err = loadLogID(l.dir, true)
+		l.logID, err = loadLogID(l.opts.FS, l.dir, true)
 		return err
 	}
-	if err := os.MkdirAll(l.topicsDir, 0o755); err != nil {
+	if err := l.opts.FS.MkdirAll(l.topicsDir, 0o755); err != nil {
 		return fmt.Errorf("log: create %s: %w", l.topicsDir, err)
 	}
-	lock, err := lockDir(l.dir)
+	// A new directory's entry is durable once its parent is synced.
+	for _, d := range []string{filepath.Dir(l.dir), l.dir} {
+		if err := syncDir(l.opts.FS, d); err != nil {
+			return fmt.Errorf("log: sync %s: %w", d, err)
+		}
+	}
+	// A new directory's entry is durable once its parent is synced.
+	for _, d := range []string{filepath.Dir(l.dir), l.dir} {
+		if err := syncDir(l.opts.FS, d); err != nil {
+			return fmt.Errorf("log: sync %s: %w", d, err)
+		}
+	}
+	lock, err := lockDir(l.opts.FS, l.dir)
 	if err != nil {
 		return err
 	}
 	l.lock = lock
-	if l.logID, err = loadLogID(l.dir, false); err != nil {
+	if l.logID, err = loadLogID(l.opts.FS, l.dir, false); err != nil {
 		_ = lock.release()
 		l.lock = nil
 		return err
@@ -130,7 +142,7 @@ func (l *Embedded) prepareDir() error {
 // openTopics opens every topic directory, removing leftovers of
 // interrupted creates and deletes.
 func (l *Embedded) openTopics() error {
-	ents, err := os.ReadDir(l.topicsDir)
+	ents, err := l.opts.FS.ReadDir(l.topicsDir)
 	if err != nil {
 		return err
 	}
@@ -138,7 +150,7 @@ func (l *Embedded) openTopics() error {
 		name := e.Name()
 		if strings.HasPrefix(name, tmpPrefix) || strings.HasPrefix(name, deletedPrefix) {
 			if !l.opts.ReadOnly {
-				_ = os.RemoveAll(filepath.Join(l.topicsDir, name))
+				_ = l.opts.FS.RemoveAll(filepath.Join(l.topicsDir, name))
 			}
 			continue
 		}
@@ -158,13 +170,13 @@ func (l *Embedded) openTopics() error {
 }
 
 func (l *Embedded) openTopic(dir string) (*topic, error) {
-	st, err := readMeta(dir)
+	st, err := readMeta(l.opts.FS, dir)
 	if err != nil {
 		return nil, fmt.Errorf("log: open topic %s: %w", dir, err)
 	}
 	if st.id == "" && !l.opts.ReadOnly {
 		st.id = newID()
-		if err := writeMeta(dir, st); err != nil {
+		if err := writeMeta(l.opts.FS, dir, st); err != nil {
 			return nil, fmt.Errorf("log: open topic %s: give it an identity: %w", dir, err)
 		}
 		l.logger.Info("log: topic given an identity", "topic", st.name, "id", topicID(l.logID, st.id))
@@ -267,7 +279,7 @@ func (l *Embedded) createTopic(name string, cfg TopicConfig) error {
 	} else if !errors.Is(err, ErrUnknownTopic) {
 		return err
 	}
-	dir, err := createTopicDir(l.topicsDir, name, cfg)
+	dir, err := createTopicDir(l.opts.FS, l.topicsDir, name, cfg)
 	if err != nil {
 		return fmt.Errorf("log: create topic %s: %w", name, err)
 	}
@@ -345,7 +357,7 @@ func (l *Embedded) DeleteTopic(ctx context.Context, name string) error {
 	delete(l.topics, name)
 	l.mu.Unlock()
 	t.close()
-	if err := removeTopicDir(l.topicsDir, name); err != nil {
+	if err := removeTopicDir(l.opts.FS, l.topicsDir, name); err != nil {
 		return fmt.Errorf("log: delete topic %s: %w", name, err)
 	}
 	l.logger.Info("log: topic deleted", "topic", name)

@@ -3,21 +3,21 @@ package log
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // replaceFile writes data to path atomically: a temp file in the same
 // directory, renamed over path. With durable set it fsyncs the file before
 // the rename and the directory after it, so after a crash path holds either
 // the old or the new content, never a mix.
-func replaceFile(path string, data []byte, durable bool) error {
+func replaceFile(fs FS, path string, data []byte, durable bool) error {
 	dir, base := filepath.Split(path)
 	tmp := filepath.Join(dir, tmpPrefix+base)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -29,22 +29,22 @@ func replaceFile(path string, data []byte, durable bool) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = fs.Rename(tmp, path)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
+		_ = fs.Remove(tmp)
 		return err
 	}
 	if durable {
-		return syncDir(dir)
+		return syncDir(fs, dir)
 	}
 	return nil
 }
 
 // syncDir fsyncs a directory so that entries created, renamed or removed in
 // it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(fs FS, dir string) error {
+	d, err := fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
@@ -55,35 +55,32 @@ func syncDir(dir string) error {
 	return err
 }
 
-// dirLock is an exclusive flock on <dir>/LOCK, held while the log is open
+// dirLock is an exclusive lock on <dir>/LOCK, held while the log is open
 // for writing. The holder's PID is written into the file for the error
 // message of the next process that tries.
-type dirLock struct{ f *os.File }
+type dirLock struct{ c io.Closer }
 
-func lockDir(dir string) (*dirLock, error) {
+func lockDir(fs FS, dir string) (*dirLock, error) {
 	path := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("log: open lock file: %w", err)
+	c, err := fs.Lock(path)
+	if errors.Is(err, errLockHeld) {
+		return nil, &LockError{Dir: dir, PID: readPID(fs, path)}
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		pid := readPID(f)
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &LockError{Dir: dir, PID: pid}
-		}
+	if err != nil {
 		return nil, fmt.Errorf("log: lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if f, err := fs.OpenFile(path, os.O_WRONLY, 0); err == nil {
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		}
+		_ = f.Close()
 	}
-	return &dirLock{f: f}, nil
+	return &dirLock{c: c}, nil
 }
 
-func readPID(f *os.File) int {
-	b := make([]byte, 32)
-	n, _ := f.ReadAt(b, 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+func readPID(fs FS, path string) int {
+	b, _ := readFile(fs, path)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
 		return 0
 	}
@@ -95,6 +92,6 @@ func (l *dirLock) release() error {
 		return nil
 	}
 	// The file stays (removing it would race with a new holder); closing
-	// the descriptor drops the flock.
-	return l.f.Close()
+	// the descriptor drops the lock.
+	return l.c.Close()
 }

@@ -33,9 +33,9 @@ func validID(s string) bool {
 // it (atomically and durably) when the file is missing and the log is
 // writable. A read-only log without one gets "" (its topics' IDs are then
 // empty too).
-func loadLogID(dir string, readOnly bool) (string, error) {
+func loadLogID(fs FS, dir string, readOnly bool) (string, error) {
 	path := filepath.Join(dir, logIDFileName)
-	b, err := os.ReadFile(path)
+	b, err := readFile(fs, path)
 	switch {
 	case err == nil:
 		id := strings.TrimSpace(string(b))
@@ -50,7 +50,7 @@ func loadLogID(dir string, readOnly bool) (string, error) {
 		return "", nil
 	}
 	id := newID()
-	if err := replaceFile(path, []byte(id+"\n"), true); err != nil {
+	if err := replaceFile(fs, path, []byte(id+"\n"), true); err != nil {
 		return "", fmt.Errorf("log: write %s: %w", path, err)
 	}
 	return id, nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 )
@@ -60,7 +59,7 @@ type segmentSummary struct {
 // writeIndexFiles writes both index files of a closed segment (temp file
 // and rename each). They need no fsync: a torn or stale index fails its
 // checks on load and is rebuilt from the segment.
-func writeIndexFiles(dir string, base int64, sum segmentSummary, idx []indexEntry) error {
+func writeIndexFiles(fs FS, dir string, base int64, sum segmentSummary, idx []indexEntry) error {
 	off := indexFile(offsetIndexMagic, sum, len(idx), offsetEntryLen)
 	tim := indexFile(timeIndexMagic, sum, len(idx), timeEntryLen)
 	for _, e := range idx {
@@ -71,10 +70,10 @@ func writeIndexFiles(dir string, base int64, sum segmentSummary, idx []indexEntr
 	}
 	off = binary.LittleEndian.AppendUint32(off, crc32.Checksum(off, crcTable))
 	tim = binary.LittleEndian.AppendUint32(tim, crc32.Checksum(tim, crcTable))
-	if err := replaceFile(filepath.Join(dir, segmentName(base, offsetIndexSuffix)), off, false); err != nil {
+	if err := replaceFile(fs, filepath.Join(dir, segmentName(base, offsetIndexSuffix)), off, false); err != nil {
 		return err
 	}
-	return replaceFile(filepath.Join(dir, segmentName(base, timeIndexSuffix)), tim, false)
+	return replaceFile(fs, filepath.Join(dir, segmentName(base, timeIndexSuffix)), tim, false)
 }
 
 func indexFile(magic string, sum segmentSummary, n, entryLen int) []byte {
@@ -93,12 +92,12 @@ var errStaleIndex = errors.New("stale index")
 // loadIndexFiles reads both index files of a segment of the given size. Any
 // mismatch (missing file, bad CRC, other size, entries out of order or out
 // of the segment) returns an error, and the caller rescans the segment.
-func loadIndexFiles(dir string, base, size int64) (segmentSummary, []indexEntry, error) {
-	offs, sum, err := readIndexFile(filepath.Join(dir, segmentName(base, offsetIndexSuffix)), offsetIndexMagic, offsetEntryLen, size)
+func loadIndexFiles(fs FS, dir string, base, size int64) (segmentSummary, []indexEntry, error) {
+	offs, sum, err := readIndexFile(fs, filepath.Join(dir, segmentName(base, offsetIndexSuffix)), offsetIndexMagic, offsetEntryLen, size)
 	if err != nil {
 		return sum, nil, err
 	}
-	tims, sum2, err := readIndexFile(filepath.Join(dir, segmentName(base, timeIndexSuffix)), timeIndexMagic, timeEntryLen, size)
+	tims, sum2, err := readIndexFile(fs, filepath.Join(dir, segmentName(base, timeIndexSuffix)), timeIndexMagic, timeEntryLen, size)
 	if err != nil {
 		return sum, nil, err
 	}
@@ -129,8 +128,8 @@ func loadIndexFiles(dir string, base, size int64) (segmentSummary, []indexEntry,
 
 // readIndexFile returns the entry bytes of one index file after checking
 // magic, version, CRC and that it describes a segment of the given size.
-func readIndexFile(path, magic string, entryLen int, size int64) ([]byte, segmentSummary, error) {
-	b, err := os.ReadFile(path)
+func readIndexFile(fs FS, path, magic string, entryLen int, size int64) ([]byte, segmentSummary, error) {
+	b, err := readFile(fs, path)
 	if err != nil {
 		return nil, segmentSummary{}, err
 	}

@@ -89,9 +89,9 @@ func parseLost(b []byte) ([]LostRange, error) {
 
 // readLost returns a partition's recorded lost ranges (none if the file
 // does not exist).
-func readLost(dir string) ([]LostRange, error) {
+func readLost(fs FS, dir string) ([]LostRange, error) {
 	path := filepath.Join(dir, lostRangesName)
-	b, err := os.ReadFile(path)
+	b, err := readFile(fs, path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -107,8 +107,8 @@ func readLost(dir string) ([]LostRange, error) {
 }
 
 // writeLost replaces a partition's lost-ranges file atomically and durably.
-func writeLost(dir string, ranges []LostRange) error {
-	return replaceFile(filepath.Join(dir, lostRangesName), encodeLost(ranges), true)
+func writeLost(fs FS, dir string, ranges []LostRange) error {
+	return replaceFile(fs, filepath.Join(dir, lostRangesName), encodeLost(ranges), true)
 }
 
 // mergeLost adds ranges to a sorted, disjoint list, joining overlapping
@@ -199,7 +199,7 @@ func (p *partition) recordLost(add ...LostRange) ([]LostRange, error) {
 	}
 	merged, _ := mergeLost(have, fresh...)
 	if !p.opts.ReadOnly {
-		if err := writeLost(p.dir, merged); err != nil {
+		if err := writeLost(p.opts.FS, p.dir, merged); err != nil {
 			return nil, fmt.Errorf("log: record lost offsets of %s/%d: %w", p.topic, p.id, err)
 		}
 	}

@@ -74,18 +74,18 @@ func (p *partition) mergeGroup(vs []segView) error {
 	cleaned := filepath.Join(p.dir, segmentName(first.base, segmentSuffix+cleanedSuffix))
 	merged, err := p.writeMerged(vs, cleaned)
 	if err != nil {
-		_ = os.Remove(cleaned)
+		_ = p.opts.FS.Remove(cleaned)
 		return fmt.Errorf("log: merge segments from %s: %w", first.path, err)
 	}
 	merged.next = last.next
-	if err := writeIndexFiles(p.dir, merged.base, merged.summaryLocked(), merged.idx); err != nil {
+	if err := writeIndexFiles(p.opts.FS, p.dir, merged.base, merged.summaryLocked(), merged.idx); err != nil {
 		p.logger.Warn("log: cannot write segment index; it will be rebuilt at next open", "segment", merged.path, "err", err)
 	}
-	if err := os.Rename(cleaned, merged.path); err != nil {
+	if err := p.opts.FS.Rename(cleaned, merged.path); err != nil {
 		_ = merged.f.Close()
 		return err
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := syncDir(p.opts.FS, p.dir); err != nil {
 		_ = merged.f.Close()
 		return err
 	}
@@ -106,7 +106,7 @@ func (p *partition) mergeGroup(vs []segView) error {
 // writeMerged copies the bytes of vs into path, fsyncs it, and returns the
 // merged segment with its index (positions shifted, earlier maxima carried).
 func (p *partition) writeMerged(vs []segView, path string) (*segment, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := p.opts.FS.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (p *partition) writeMerged(vs []segView, path string) (*segment, error) {
 		s.size += v.size
 		s.maxTs = max(s.maxTs, v.maxTs)
 	}
-	if err := syncData(f); err != nil {
+	if err := f.Sync(); err != nil {
 		_ = f.Close()
 		return nil, err
 	}

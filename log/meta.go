@@ -3,7 +3,6 @@ package log
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -96,9 +95,9 @@ func encodeMeta(st storedTopic) []byte {
 	return append(b, '\n')
 }
 
-func readMeta(dir string) (storedTopic, error) {
+func readMeta(fs FS, dir string) (storedTopic, error) {
 	path := filepath.Join(dir, topicMetaName)
-	b, err := os.ReadFile(path)
+	b, err := readFile(fs, path)
 	if err != nil {
 		return storedTopic{}, err
 	}
@@ -125,48 +124,48 @@ func readMeta(dir string) (storedTopic, error) {
 }
 
 // writeMeta replaces topic.json atomically and durably.
-func writeMeta(dir string, st storedTopic) error {
-	return replaceFile(filepath.Join(dir, topicMetaName), encodeMeta(st), true)
+func writeMeta(fs FS, dir string, st storedTopic) error {
+	return replaceFile(fs, filepath.Join(dir, topicMetaName), encodeMeta(st), true)
 }
 
 // createTopicDir builds a topic directory under a temporary name (config
 // file with a new identity, fsynced; one directory per partition) and
 // renames it into place, so a crash leaves either no topic or a whole one.
-func createTopicDir(topicsDir, name string, cfg TopicConfig) (string, error) {
-	tmp, err := os.MkdirTemp(topicsDir, tmpPrefix+name+"-")
+func createTopicDir(fs FS, topicsDir, name string, cfg TopicConfig) (string, error) {
+	tmp, err := mkdirTemp(fs, topicsDir, tmpPrefix+name+"-")
 	if err != nil {
 		return "", err
 	}
 	fail := func(err error) (string, error) {
-		_ = os.RemoveAll(tmp)
+		_ = fs.RemoveAll(tmp)
 		return "", err
 	}
-	if err := writeMeta(tmp, storedTopic{name: name, id: newID(), cfg: cfg}); err != nil {
+	if err := writeMeta(fs, tmp, storedTopic{name: name, id: newID(), cfg: cfg}); err != nil {
 		return fail(err)
 	}
 	for i := int32(0); i < cfg.Partitions; i++ {
 		pdir := filepath.Join(tmp, fmt.Sprint(i))
-		if err := os.Mkdir(pdir, 0o755); err != nil {
+		if err := fs.Mkdir(pdir, 0o755); err != nil {
 			return fail(err)
 		}
-		if _, err := createSegmentFile(pdir); err != nil {
+		if _, err := createSegmentFile(fs, pdir); err != nil {
 			return fail(err)
 		}
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := syncDir(fs, tmp); err != nil {
 		return fail(err)
 	}
 	dst := filepath.Join(topicsDir, name)
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := fs.Rename(tmp, dst); err != nil {
 		return fail(err)
 	}
-	return dst, syncDir(topicsDir)
+	return dst, syncDir(fs, topicsDir)
 }
 
 // createSegmentFile creates the first (empty) segment of a new partition
 // and fsyncs the partition directory.
-func createSegmentFile(pdir string) (string, error) {
-	s, err := createSegment(pdir, 0)
+func createSegmentFile(fs FS, pdir string) (string, error) {
+	s, err := createSegment(fs, pdir, 0)
 	if err != nil {
 		return "", err
 	}
@@ -175,17 +174,17 @@ func createSegmentFile(pdir string) (string, error) {
 
 // removeTopicDir renames a topic directory aside (durably) and removes it;
 // Open removes leftovers of a crash in between.
-func removeTopicDir(topicsDir, name string) error {
-	aside, err := os.MkdirTemp(topicsDir, deletedPrefix+name+"-")
+func removeTopicDir(fs FS, topicsDir, name string) error {
+	aside, err := mkdirTemp(fs, topicsDir, deletedPrefix+name+"-")
 	if err != nil {
 		return err
 	}
-	_ = os.Remove(aside)
-	if err := os.Rename(filepath.Join(topicsDir, name), aside); err != nil {
+	_ = fs.Remove(aside)
+	if err := fs.Rename(filepath.Join(topicsDir, name), aside); err != nil {
 		return err
 	}
-	if err := syncDir(topicsDir); err != nil {
+	if err := syncDir(fs, topicsDir); err != nil {
 		return err
 	}
-	return os.RemoveAll(aside)
+	return fs.RemoveAll(aside)
 }

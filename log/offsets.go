@@ -79,7 +79,7 @@ func (l *Embedded) openOffsets() error {
 		}
 		cfg := TopicConfig{Partitions: 1, Cleanup: CleanupCompact, DeleteRetention: DefaultDeleteRetention}
 		cfg, _ = normalizeConfig(OffsetsTopic, cfg)
-		dir, err := createTopicDir(l.topicsDir, OffsetsTopic, cfg)
+		dir, err := createTopicDir(l.opts.FS, l.topicsDir, OffsetsTopic, cfg)
 		if err != nil {
 			return fmt.Errorf("log: create %s: %w", OffsetsTopic, err)
 		}

@@ -54,6 +54,9 @@ type Options struct {
 	// background. Default 1m; negative disables the background cleaner
 	// (Cleanup can still be called).
 	CleanupInterval time.Duration
+	// FS is the file system the log is stored in; default OSFS. Tests put
+	// a crash-simulating or error-injecting one here.
+	FS FS
 	// ReadOnly opens the directory without taking its lock, for tools that
 	// inspect a log while the daemon runs. It sees the durable data present
 	// at Open (it fsyncs the tail it reads, so nothing it shows can vanish
@@ -82,6 +85,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.now == nil {
 		o.now = time.Now
+	}
+	if o.FS == nil {
+		o.FS = OSFS
 	}
 }
 

@@ -48,11 +48,11 @@ func openPartition(pc partitionConfig) (*partition, openResult, error) {
 		return nil, openResult{}, err
 	}
 	// The marker first: what it says was synced before the files are read.
-	mark, seq, markOK := readSyncMark(p.dir)
+	mark, seq, markOK := readSyncMark(pc.opts.FS, p.dir)
 	if !markOK {
 		mark = syncPos{base: -1, next: -1}
 	}
-	lost, err := readLost(p.dir)
+	lost, err := readLost(pc.opts.FS, p.dir)
 	if err != nil {
 		return nil, found, err
 	}
@@ -62,7 +62,7 @@ func openPartition(pc partitionConfig) (*partition, openResult, error) {
 		return nil, found, err
 	}
 	if !p.opts.ReadOnly {
-		if p.mark, err = openSyncMark(p.dir, seq, mark); err != nil {
+		if p.mark, err = openSyncMark(pc.opts.FS, p.dir, seq, mark); err != nil {
 			return nil, found, err
 		}
 	}
@@ -138,7 +138,7 @@ func (p *partition) checkMissing(mark syncPos, found *openResult) error {
 // listSegments returns the base offsets of the segment files, sorted, and
 // removes leftovers of interrupted writes (unless read-only).
 func (p *partition) listSegments() ([]int64, error) {
-	ents, err := os.ReadDir(p.dir)
+	ents, err := p.opts.FS.ReadDir(p.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (p *partition) listSegments() ([]int64, error) {
 		name := e.Name()
 		if strings.HasPrefix(name, tmpPrefix) || strings.HasSuffix(name, cleanedSuffix) {
 			if !p.opts.ReadOnly {
-				_ = os.Remove(filepath.Join(p.dir, name))
+				_ = p.opts.FS.Remove(filepath.Join(p.dir, name))
 			}
 			continue
 		}
@@ -174,9 +174,9 @@ func (p *partition) dropMergeLeftover(base int64) {
 		return
 	}
 	for _, suffix := range []string{segmentSuffix, offsetIndexSuffix, timeIndexSuffix} {
-		_ = os.Remove(filepath.Join(p.dir, segmentName(base, suffix)))
+		_ = p.opts.FS.Remove(filepath.Join(p.dir, segmentName(base, suffix)))
 	}
-	_ = syncDir(p.dir)
+	_ = syncDir(p.opts.FS, p.dir)
 }
 
 func (p *partition) addFirstSegment() error {
@@ -184,7 +184,7 @@ func (p *partition) addFirstSegment() error {
 		p.segs = []*segment{{base: 0, next: 0, maxTs: noTimestamp}}
 		return nil
 	}
-	s, err := createSegment(p.dir, 0)
+	s, err := createSegment(p.opts.FS, p.dir, 0)
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func (p *partition) openSegment(so segmentOpen, found *openResult) (*segment, er
 	if so.active && !p.opts.ReadOnly {
 		flag = os.O_RDWR
 	}
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := p.opts.FS.OpenFile(path, flag, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (p *partition) openSegment(so segmentOpen, found *openResult) (*segment, er
 	if so.active && p.opts.ReadOnly {
 		// Bytes the writer has written but not yet synced become durable
 		// now, so nothing this reader shows can vanish in a crash.
-		_ = syncData(f)
+		_ = f.Sync()
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -240,7 +240,7 @@ func (p *partition) openSegment(so segmentOpen, found *openResult) (*segment, er
 		return nil, err
 	}
 	if !so.active {
-		sum, idx, err := loadIndexFiles(p.dir, so.base, fi.Size())
+		sum, idx, err := loadIndexFiles(p.opts.FS, p.dir, so.base, fi.Size())
 		if err == nil && sum.next >= max(so.base, so.prevNext) {
 			s.size, s.next, s.maxTs, s.idx = sum.size, sum.next, sum.maxTs, idx
 			return s, nil
@@ -251,7 +251,7 @@ func (p *partition) openSegment(so segmentOpen, found *openResult) (*segment, er
 		return nil, err
 	}
 	if !so.active && !p.opts.ReadOnly {
-		if err := writeIndexFiles(p.dir, so.base, s.summaryLocked(), s.idx); err != nil {
+		if err := writeIndexFiles(p.opts.FS, p.dir, so.base, s.summaryLocked(), s.idx); err != nil {
 			p.logger.Warn("log: cannot write segment index; it will be rebuilt at next open", "segment", path, "err", err)
 		}
 	}
@@ -281,7 +281,7 @@ func (p *partition) recoverSegment(s *segment, fileSize int64, so segmentOpen, f
 		}
 	}
 	if len(plan.corrupt) > 0 && !p.opts.ReadOnly {
-		qpath, err := quarantine(p.root, s.f, p.topic, p.id, s.base, plan, now)
+		qpath, err := quarantine(p.opts.FS, p.root, s.f, p.topic, p.id, s.base, plan, now)
 		if err != nil {
 			return fmt.Errorf("log: quarantine a copy of damaged %s: %w", s.path, err)
 		}
@@ -308,15 +308,15 @@ func (p *partition) rewriteSegment(s *segment, runs []byteRange, so segmentOpen)
 	cleaned := filepath.Join(p.dir, segmentName(s.base, segmentSuffix+cleanedSuffix))
 	ns, err := p.copyRuns(s, runs, cleaned, so.prevNext)
 	if err == nil {
-		if err = os.Rename(cleaned, s.path); err == nil {
-			err = syncDir(p.dir)
+		if err = p.opts.FS.Rename(cleaned, s.path); err == nil {
+			err = syncDir(p.opts.FS, p.dir)
 		}
 		if err != nil {
 			_ = ns.f.Close()
 		}
 	}
 	if err != nil {
-		_ = os.Remove(cleaned)
+		_ = p.opts.FS.Remove(cleaned)
 		return fmt.Errorf("log: rewrite %s without its damaged bytes: %w", s.path, err)
 	}
 	_ = s.f.Close()
@@ -325,7 +325,7 @@ func (p *partition) rewriteSegment(s *segment, runs []byteRange, so segmentOpen)
 		if err := p.mark.record(syncPos{base: s.base, size: s.size, next: s.next}); err != nil {
 			return err
 		}
-		return syncData(p.mark.f)
+		return p.mark.f.Sync()
 	}
 	return nil
 }
@@ -339,13 +339,13 @@ func (p *partition) truncate(s *segment, tr *Truncation) error {
 	if p.opts.ReadOnly {
 		return nil
 	}
-	w, err := os.OpenFile(s.path, os.O_WRONLY, 0)
+	w, err := p.opts.FS.OpenFile(s.path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
 	err = w.Truncate(tr.At)
 	if err == nil {
-		err = syncData(w)
+		err = w.Sync()
 	}
 	if cerr := w.Close(); err == nil {
 		err = cerr

@@ -47,7 +47,7 @@ type scanState struct {
 // whose header, CRC and offsets check out), so that damage in the middle
 // does not hide what follows. prevNext is the offset the segment's first
 // batch may not precede. It returns an error only for I/O failures.
-func scanSegment(f *os.File, base, fileSize, prevNext int64, interval int) (scanResult, error) {
+func scanSegment(f File, base, fileSize, prevNext int64, interval int) (scanResult, error) {
 	res := scanResult{fileSize: fileSize, next: max(base, prevNext), maxTs: noTimestamp}
 	r := newBatchReader(f, 0, fileSize, 1<<20, false)
 	lastIdx, runStart, flaggedEnd := int64(-1), int64(0), int64(-1)
@@ -119,7 +119,7 @@ const resyncWindow = 1 << 20
 
 // resync finds the first position at or after from holding a good batch
 // whose base offset is at least next.
-func resync(f *os.File, from, fileSize, next int64) (pos, base int64, found bool, err error) {
+func resync(f File, from, fileSize, next int64) (pos, base int64, found bool, err error) {
 	buf := make([]byte, resyncWindow+batchHeaderLen)
 	for start := from; start+batchHeaderLen <= fileSize; start += resyncWindow {
 		n, err := f.ReadAt(buf[:min(int64(len(buf)), fileSize-start)], start)
@@ -145,7 +145,7 @@ func resync(f *os.File, from, fileSize, next int64) (pos, base int64, found bool
 
 // goodBatchAt reads the batch h describes at pos and checks its CRC and
 // records.
-func goodBatchAt(f *os.File, pos int64, h batchHeader) (bool, error) {
+func goodBatchAt(f File, pos int64, h batchHeader) (bool, error) {
 	b := make([]byte, h.Size())
 	if _, err := f.ReadAt(b, pos); err != nil {
 		return false, fmt.Errorf("log: read %s at %d: %w", f.Name(), pos, err)
@@ -190,30 +190,30 @@ func planRecovery(res *scanResult, durable, tailTo int64, path string, now time.
 
 // quarantine copies a damaged segment file, with a note of what was
 // found, into <root>/quarantine, durably. It returns the copy's path.
-func quarantine(root string, f *os.File, topic string, part int32, base int64, plan recoveryPlan, now time.Time) (string, error) {
+func quarantine(fs FS, root string, f File, topic string, part int32, base int64, plan recoveryPlan, now time.Time) (string, error) {
 	dir := filepath.Join(root, quarantineDirName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("%s.%d.%s.%s", topic, part, segmentName(base, ""), now.UTC().Format("20060102T150405.000Z"))
 	dst := filepath.Join(dir, name+segmentSuffix)
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	out, err := fs.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return "", err
 	}
 	_, err = io.Copy(out, io.NewSectionReader(f, 0, math.MaxInt64))
 	if err == nil {
-		err = syncData(out)
+		err = out.Sync()
 	}
 	err = errors.Join(err, out.Close())
 	if err == nil {
-		err = replaceFile(filepath.Join(dir, name+".note"), quarantineNote(f.Name(), topic, part, base, plan, now), true)
+		err = replaceFile(fs, filepath.Join(dir, name+".note"), quarantineNote(f.Name(), topic, part, base, plan, now), true)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = syncDir(fs, dir)
 	}
 	if err != nil {
-		_ = os.Remove(dst)
+		_ = fs.Remove(dst)
 		return "", err
 	}
 	return dst, nil
@@ -236,8 +236,8 @@ func quarantineNote(path, topic string, part int32, base int64, plan recoveryPla
 
 // writeRuns copies the good runs of src into a new file at path, fsyncs
 // it and returns it open for reading and writing.
-func writeRuns(src *os.File, runs []byteRange, path string) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+func writeRuns(fs FS, src File, runs []byteRange, path string) (File, int64, error) {
+	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -250,7 +250,7 @@ func writeRuns(src *os.File, runs []byteRange, path string) (*os.File, int64, er
 			return nil, 0, err
 		}
 	}
-	if err := syncData(f); err != nil {
+	if err := f.Sync(); err != nil {
 		_ = f.Close()
 		return nil, 0, err
 	}
@@ -259,7 +259,7 @@ func writeRuns(src *os.File, runs []byteRange, path string) (*os.File, int64, er
 
 // countFrames counts the batches (valid or not) that seem to start at pos:
 // the bad one plus every following frame whose length field fits.
-func countFrames(f *os.File, pos, fileSize int64) int {
+func countFrames(f File, pos, fileSize int64) int {
 	n := 0
 	hb := make([]byte, batchHeaderLen)
 	for pos < fileSize {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 )
 
@@ -42,7 +41,7 @@ func (p *partition) repair(path string) (bool, error) {
 	}
 	now := p.opts.now()
 	plan := planRecovery(&res, math.MaxInt64, nextBase, s.path, now)
-	qpath, err := quarantine(p.root, s.f, p.topic, p.id, s.base, plan, now)
+	qpath, err := quarantine(p.opts.FS, p.root, s.f, p.topic, p.id, s.base, plan, now)
 	if err != nil {
 		return false, fmt.Errorf("log: quarantine a copy of damaged %s: %w", s.path, err)
 	}
@@ -56,7 +55,7 @@ func (p *partition) repair(path string) (bool, error) {
 	cleaned := filepath.Join(p.dir, segmentName(s.base, segmentSuffix+cleanedSuffix))
 	ns, err := p.copyRuns(s, res.runs, cleaned, prevNext)
 	if err != nil {
-		_ = os.Remove(cleaned)
+		_ = p.opts.FS.Remove(cleaned)
 		return false, fmt.Errorf("log: rewrite %s without its damaged bytes: %w", s.path, err)
 	}
 	if err := p.swapSegment(s, ns, cleaned, 0); err != nil {
@@ -68,7 +67,7 @@ func (p *partition) repair(path string) (bool, error) {
 // copyRuns writes the good runs of s into a new file at path and returns
 // it as a segment (named s.path, not yet in place), scanned afresh.
 func (p *partition) copyRuns(s *segment, runs []byteRange, path string, prevNext int64) (*segment, error) {
-	f, n, err := writeRuns(s.f, runs, path)
+	f, n, err := writeRuns(p.opts.FS, s.f, runs, path)
 	if err != nil {
 		return nil, err
 	}

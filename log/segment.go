@@ -15,7 +15,7 @@ import (
 type segment struct {
 	base int64
 	path string
-	f    *os.File // read-write for the active segment, read-only otherwise
+	f    File // read-write for the active segment, read-only otherwise
 
 	// Guarded by the owning partition's mu.
 	size    int64        // bytes readers may read: durable and verified
@@ -72,13 +72,13 @@ func (s *segment) summaryLocked() segmentSummary {
 }
 
 // createSegment creates an empty segment file and fsyncs its directory.
-func createSegment(dir string, base int64) (*segment, error) {
+func createSegment(fs FS, dir string, base int64) (*segment, error) {
 	path := filepath.Join(dir, segmentName(base, segmentSuffix))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := syncDir(fs, dir); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func createSegment(dir string, base int64) (*segment, error) {
 // through a buffer. With fresh set, each refill allocates a new buffer so
 // that slices returned earlier (and records aliasing them) stay valid.
 type batchReader struct {
-	f      *os.File
+	f      File
 	pos    int64 // position of the next batch
 	limit  int64 // bytes of the file that may be read
 	buf    []byte
@@ -98,7 +98,7 @@ type batchReader struct {
 	fresh  bool
 }
 
-func newBatchReader(f *os.File, pos, limit int64, chunk int, fresh bool) *batchReader {
+func newBatchReader(f File, pos, limit int64, chunk int, fresh bool) *batchReader {
 	return &batchReader{f: f, pos: pos, limit: limit, chunk: max(chunk, batchHeaderLen), fresh: fresh}
 }
 

@@ -29,7 +29,7 @@ type syncPos struct {
 // smaller lower bound. Two slots are written in turn, so a torn write
 // leaves the other one. Owned by whoever holds the partition's flushMu.
 type syncMark struct {
-	f    *os.File
+	f    File
 	seq  uint64
 	last syncPos
 	buf  [syncMarkSlotLen]byte
@@ -37,8 +37,8 @@ type syncMark struct {
 
 // readSyncMark returns the newest valid slot of a partition's marker, and
 // false if there is none (no file: a log written before markers existed).
-func readSyncMark(dir string) (syncPos, uint64, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, syncMarkName))
+func readSyncMark(fs FS, dir string) (syncPos, uint64, bool) {
+	b, err := readFile(fs, filepath.Join(dir, syncMarkName))
 	if err != nil {
 		return syncPos{}, 0, false
 	}
@@ -84,9 +84,20 @@ func encodeSyncSlot(b []byte, pos syncPos, seq uint64) []byte {
 
 // openSyncMark opens (creating if needed) a partition's marker for
 // writing, continuing after sequence number seq.
-func openSyncMark(dir string, seq uint64, last syncPos) (*syncMark, error) {
-	f, err := os.OpenFile(filepath.Join(dir, syncMarkName), os.O_RDWR|os.O_CREATE, 0o644)
+func openSyncMark(fs FS, dir string, seq uint64, last syncPos) (*syncMark, error) {
+	path := filepath.Join(dir, syncMarkName)
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		// New: its directory entry is made durable, so the marker's
+		// later (unsynced) writes have a file to land in after a crash.
+		if f, err = fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644); err == nil {
+			err = syncDir(fs, dir)
+		}
+	}
 	if err != nil {
+		if f != nil {
+			_ = f.Close()
+		}
 		return nil, err
 	}
 	return &syncMark{f: f, seq: seq, last: last}, nil
@@ -111,5 +122,5 @@ func (m *syncMark) close() error {
 	if m == nil {
 		return nil
 	}
-	return errors.Join(syncData(m.f), m.f.Close())
+	return errors.Join(m.f.Sync(), m.f.Close())
 }
