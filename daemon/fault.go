@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
@@ -78,14 +77,8 @@ func valueFault(c *source.Change, err error) *source.Fault {
 	}
 }
 
-// valueFix is what resolves a table stopped by a value: the change is in
-// the WAL already, so changing the row or the column does not help.
-func valueFix(table string) string {
-	return fmt.Sprintf("the change is already in the WAL, so altering the column or the row cannot help. Either skip it: "+
-		"cdcd table skip -c FILE %s (it moves to a dead-letter topic, cdcd log consume shows it, and the table's later changes flow); "+
-		"or fix the source row or column and re-snapshot the table: cdcd snapshot -c FILE --replace %s; "+
-		"or remove the table from source.postgres.tables and restart", table, table)
-}
+// valueFix is what resolves a table stopped by a value.
+func valueFix(table string) string { return source.ValueFix(table, "") }
 
 // faultRecord encodes c, stopped by f, as a fault record of the holding
 // topic (partition 0).
@@ -196,34 +189,14 @@ func appendJSONValue(b []byte, v any) []byte {
 // valid UTF-8 is written as the four characters \xNN, so the text stays
 // valid JSON, readable and exact.
 func appendJSONString(b []byte, s string) []byte {
-	q, _ := json.Marshal(showInvalidUTF8(s))
+	q, _ := json.Marshal(source.Printable(s))
 	return append(b, q...)
-}
-
-// showInvalidUTF8 replaces each byte of s that is not valid UTF-8 with the
-// text \xNN.
-func showInvalidUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var out []byte
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n <= 1 {
-			out = fmt.Appendf(out, `\x%02x`, s[i])
-			i++
-			continue
-		}
-		out = append(out, s[i:i+n]...)
-		i += n
-	}
-	return string(out)
 }
 
 // valueText renders a value for a message (strings as they are).
 func valueText(v any) string {
 	if s, ok := v.(string); ok {
-		return showInvalidUTF8(s)
+		return source.Printable(s)
 	}
 	return string(appendJSONValue(nil, v))
 }

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"strings"
+
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/mask"
 	"github.com/cdcd-dev/cdcd/source"
@@ -25,5 +27,17 @@ func (e *emitter) masked(c *source.Change) (*source.Change, error) {
 	if e.masker == nil {
 		return c, nil
 	}
-	return e.masker.Change(c)
+	m, err := e.masker.Change(c)
+	if err != nil || c.Fault == nil || c.Fault.Value == "" || !e.masker.Masks(c.Table.QualifiedName(), c.Fault.Column) {
+		return m, err
+	}
+	// A faulty value of a masked column is named, never shown.
+	f := *c.Fault
+	f.Reason, f.Value = strings.ReplaceAll(f.Reason, f.Value, "(masked)"), "(masked)"
+	if m == c {
+		cp := *c
+		m = &cp
+	}
+	m.Fault = &f
+	return m, nil
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -98,6 +99,13 @@ func (m *Masker) Change(c *source.Change) (*source.Change, error) {
 	out.Before = m.rowLocked(v, c.Before)
 	out.After = m.rowLocked(v, c.After)
 	return &out, nil
+}
+
+// Masks reports whether rules exclude, hash or redact column of table
+// ("schema.table").
+func (m *Masker) Masks(table, column string) bool {
+	r := m.rules[table]
+	return slices.Contains(r.Exclude, column) || slices.Contains(r.Hash, column) || slices.Contains(r.Redact, column)
 }
 
 func (m *Masker) versionLocked(t *schema.Table) (*version, error) {

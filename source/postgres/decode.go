@@ -30,6 +30,10 @@ type relation struct {
 	id    uint32
 	table *schema.Table
 	types []*pgType
+	oids  []uint32 // the columns' type OIDs, to render a faulty value
+	// checkUTF8: text values are checked to be valid UTF-8 (the database's
+	// encoding is SQL_ASCII, which stores any bytes unchecked).
+	checkUTF8 bool
 }
 
 // buildRelation turns a Relation message and its columns' types into a
@@ -41,8 +45,9 @@ func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgTy
 		return nil, fmt.Errorf("postgres: table %s: %d column types for %d columns", qn, len(types), len(msg.Columns))
 	}
 	t := &schema.Table{Namespace: msg.Namespace, Name: msg.RelationName}
-	r := &relation{id: msg.RelationID, table: t, types: types}
+	r := &relation{id: msg.RelationID, table: t, types: types, oids: make([]uint32, len(msg.Columns))}
 	for i, mc := range msg.Columns {
+		r.oids[i] = mc.DataType
 		c := types[i].col
 		c.Name = mc.Name
 		c.SourceType = types[i].name // the message's type, not the catalog's now
@@ -83,7 +88,9 @@ func errReplicaIdentityNothing(table string) error {
 
 // decodeTuple decodes a pgoutput tuple into a row. Columns the tuple marks
 // as unchanged TOAST become schema.Unchanged; values of types without a
-// binary form arrive as text.
+// binary form arrive as text. A value cdcd cannot carry (valueError) does
+// not stop the others: the row comes back with nil in its place, with a
+// *ValueError for the first such column.
 func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 	if tup == nil {
 		return nil, nil
@@ -93,6 +100,7 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 			r.table.QualifiedName(), len(tup.Columns), len(r.types))
 	}
 	row := make([]any, len(tup.Columns))
+	var bad *ValueError
 	for i, col := range tup.Columns {
 		switch col.DataType {
 		case pglogrepl.TupleDataTypeNull:
@@ -100,49 +108,77 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 			row[i] = schema.Unchanged
 		case pglogrepl.TupleDataTypeBinary, pglogrepl.TupleDataTypeText:
 			if (col.DataType == pglogrepl.TupleDataTypeText) != r.types[i].text {
-				return nil, r.valueError(i, fmt.Errorf("%w: tuple data type %q", errBadValue, col.DataType))
+				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, errBadValue, col.DataType)
 			}
-			v, err := r.types[i].decode(col.Data)
+			v, err := r.decodeValue(i, col.Data, nil)
 			if err != nil {
-				return nil, r.valueError(i, err)
+				if bad == nil {
+					bad = err
+				}
+				continue
 			}
 			row[i] = v
 		default:
-			return nil, r.valueError(i, fmt.Errorf("%w: tuple data type %q", errBadValue, col.DataType))
+			return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, errBadValue, col.DataType)
 		}
+	}
+	if bad != nil {
+		return row, bad
 	}
 	return row, nil
 }
 
+// decodeValue decodes column i's value b (from the slab s, when given and
+// the type has a slab decoder), checking text is UTF-8 where the database
+// does not.
+func (r *relation) decodeValue(i int, b []byte, s *slab) (any, *ValueError) {
+	var v any
+	var err error
+	if t := r.types[i]; t.slab != nil && s != nil {
+		v, err = t.slab(b, s)
+	} else {
+		v, err = t.decode(b)
+	}
+	if err == nil && r.checkUTF8 && !validText(v) {
+		err = errInvalidUTF8
+	}
+	if err != nil {
+		return nil, r.valueError(i, err, b)
+	}
+	return v, nil
+}
+
 // decodeFieldsInto decodes a row of a binary COPY (nil fields are NULL)
-// into row, which has a slot per column.
+// into row, which has a slot per column. Like decodeTuple, a value cdcd
+// cannot carry leaves nil in its place and the first is returned as a
+// *ValueError.
 func decodeFieldsInto(r *relation, fields [][]byte, row []any, s *slab) error {
 	if len(fields) != len(r.types) || len(row) != len(r.types) {
 		return fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
 	}
+	var bad *ValueError
 	for i, f := range fields {
 		if f == nil {
 			row[i] = nil
 			continue
 		}
-		var v any
-		var err error
-		if t := r.types[i]; t.slab != nil && s != nil {
-			v, err = t.slab(f, s)
-		} else {
-			v, err = t.decode(f)
-		}
-		if err != nil {
-			return r.valueError(i, err)
+		v, err := r.decodeValue(i, f, s)
+		if err != nil && bad == nil {
+			bad = err
 		}
 		row[i] = v
+	}
+	if bad != nil {
+		return bad
 	}
 	return nil
 }
 
-func (r *relation) valueError(i int, err error) error {
+// valueError says which value of the row failed; raw is its encoded form.
+func (r *relation) valueError(i int, err error, raw []byte) *ValueError {
 	c := r.table.Columns[i]
-	return &ValueError{Table: r.table.QualifiedName(), Column: c.Name, Type: c.SourceType, Err: err}
+	return &ValueError{Table: r.table.QualifiedName(), Column: c.Name, Type: c.SourceType, Index: i,
+		Raw: append([]byte(nil), raw...), Err: err}
 }
 
 // txState is the transaction being decoded.
@@ -206,17 +242,10 @@ func sameValue(a, b any) bool {
 	return a == b
 }
 
-// updateChanges turns an Update message into changes: one update, or a
-// delete of the old key plus an insert of the new one when the key changed.
-func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, out []source.Change) ([]source.Change, error) {
-	after, err := decodeTuple(r, m.NewTuple)
-	if err != nil {
-		return out, err
-	}
-	before, err := decodeTuple(r, m.OldTuple)
-	if err != nil {
-		return out, err
-	}
+// updateChanges turns an Update message, its rows decoded, into changes:
+// one update, or a delete of the old key plus an insert of the new one when
+// the key changed.
+func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, before, after []any, out []source.Change) ([]source.Change, error) {
 	if before != nil && keysDiffer(r.table, before, after) {
 		unchanged := false
 		for i, v := range after {

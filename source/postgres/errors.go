@@ -82,10 +82,15 @@ func (e *TableError) Error() string {
 
 func (e *TableError) Unwrap() error { return e.Err }
 
-// ValueError reports a value that could not be decoded, naming where.
+// ValueError reports a value that could not be decoded, or that has no
+// exact form in the table model, naming where.
 type ValueError struct {
 	Table, Column, Type string
-	Err                 error
+	// Index is the column's place in the row; Raw the value as the server
+	// sent it (nil when the tuple, not the value, was at fault).
+	Index int
+	Raw   []byte
+	Err   error
 }
 
 func (e *ValueError) Error() string {

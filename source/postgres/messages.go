@@ -124,17 +124,17 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		if skip(m.Xid) {
 			return nil
 		}
-		return s.insert(&m.InsertMessage)
+		return s.insert(ctx, &m.InsertMessage)
 	case *pglogrepl.UpdateMessageV2:
 		if skip(m.Xid) {
 			return nil
 		}
-		return s.update(&m.UpdateMessage)
+		return s.update(ctx, &m.UpdateMessage)
 	case *pglogrepl.DeleteMessageV2:
 		if skip(m.Xid) {
 			return nil
 		}
-		return s.delete(&m.DeleteMessage)
+		return s.delete(ctx, &m.DeleteMessage)
 	case *pglogrepl.TruncateMessageV2:
 		if skip(m.Xid) {
 			return nil
@@ -154,41 +154,76 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 	return nil
 }
 
-func (s *streamer) insert(m *pglogrepl.InsertMessage) error {
+func (s *streamer) insert(ctx context.Context, m *pglogrepl.InsertMessage) error {
 	rel, err := s.rel(m.RelationID)
 	if rel == nil {
 		return s.skipChange(err)
 	}
 	after, err := decodeTuple(rel, m.Tuple)
+	if ve := asValueError(err); ve != nil {
+		return s.addFault(ctx, rel, source.OpCreate, nil, after, ve)
+	}
 	if err != nil {
 		return err
 	}
 	return s.add(s.tx.change(rel.table, source.OpCreate, nil, after))
 }
 
-func (s *streamer) update(m *pglogrepl.UpdateMessage) error {
+func (s *streamer) update(ctx context.Context, m *pglogrepl.UpdateMessage) error {
 	rel, err := s.rel(m.RelationID)
 	if rel == nil {
 		return s.skipChange(err)
 	}
+	after, err := decodeTuple(rel, m.NewTuple)
+	before, berr := decodeTuple(rel, m.OldTuple)
+	if ve := asValueError(err); ve != nil || asValueError(berr) != nil {
+		// One change, not split at a key change: the faulty row may hide
+		// whether its key changed.
+		if ve == nil {
+			ve = asValueError(berr)
+		}
+		return s.addFault(ctx, rel, source.OpUpdate, before, after, ve)
+	}
+	if err == nil {
+		err = berr
+	}
+	if err != nil {
+		return err
+	}
 	n := len(s.batch)
-	if s.batch, err = s.tx.updateChanges(rel, m, s.batch); err != nil {
+	if s.batch, err = s.tx.updateChanges(rel, m, before, after, s.batch); err != nil {
 		return err
 	}
 	s.added(n)
 	return nil
 }
 
-func (s *streamer) delete(m *pglogrepl.DeleteMessage) error {
+func (s *streamer) delete(ctx context.Context, m *pglogrepl.DeleteMessage) error {
 	rel, err := s.rel(m.RelationID)
 	if rel == nil {
 		return s.skipChange(err)
 	}
 	before, err := decodeTuple(rel, m.OldTuple)
+	if ve := asValueError(err); ve != nil {
+		return s.addFault(ctx, rel, source.OpDelete, before, nil, ve)
+	}
 	if err != nil {
 		return err
 	}
 	return s.add(s.tx.change(rel.table, source.OpDelete, before, nil))
+}
+
+// addFault adds a change with a value cdcd cannot carry: the emitter
+// pauses its table (see fault.go).
+func (s *streamer) addFault(ctx context.Context, rel *relation, op source.Op, before, after []any, ve *ValueError) error {
+	c, err := s.tx.change(rel.table, op, before, after)
+	if err != nil {
+		return err
+	}
+	c.Fault = s.r.fault(ctx, rel, ve)
+	s.r.logger.Warn("a change holds a value cdcd cannot carry; its table pauses", "table", ve.Table, "column", ve.Column,
+		"lsn", pglogrepl.LSN(c.LSN).String(), "err", ve.Err)
+	return s.add(c, nil)
 }
 
 // truncate emits one truncate per captured table, in the statement's order.
@@ -270,6 +305,7 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 	if err != nil {
 		return err
 	}
+	rel.checkUTF8 = s.r.sqlASCII
 	prev := s.r.known[qn]
 	rel.table = s.r.known.intern(rel.table)
 	if prev != nil && prev != rel.table {

@@ -166,6 +166,10 @@ type Reader struct {
 	logger *slog.Logger
 	stats  Stats
 	known  known
+	// Per session: the database stores text unchecked (SQL_ASCII), and
+	// the renderer of faulty values.
+	sqlASCII bool
+	render   *valueRenderer
 }
 
 var _ source.Source = (*Reader)(nil)
@@ -227,6 +231,16 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	types := newTypeResolver(conn)
+	r.render = newValueRenderer(r.cfg.DSN)
+	defer r.render.close()
+	var encoding string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&encoding); err != nil {
+		return fmt.Errorf("postgres: read server_encoding: %w", err)
+	}
+	if r.sqlASCII = encoding == "SQL_ASCII"; r.sqlASCII {
+		r.logger.Warn("the database's encoding is SQL_ASCII: text is checked to be UTF-8, and a change with text that is not pauses its table",
+			"what_to_do", "nothing unless a table pauses; then convert the text to UTF-8 in the source")
+	}
 
 	tables, err := r.describeTables(ctx, conn)
 	if err != nil {

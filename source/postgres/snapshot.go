@@ -95,6 +95,7 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 			return err
 		}
 		rel.table = r.known.intern(rel.table)
+		rel.checkUTF8 = r.sqlASCII
 		byName[t.qualified()], rels[t.qualified()] = t, rel
 	}
 	r.stats.SnapshotRows.Store(lp.Rows)
@@ -347,8 +348,16 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		}
 		i := len(batch)
 		row := values[i*n : (i+1)*n : (i+1)*n]
+		var fault *source.Fault
 		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row, &scalar); err != nil {
-			return err
+			ve := asValueError(err)
+			if ve == nil {
+				return err
+			}
+			// The load goes on; the emitter pauses the table at this row.
+			fault = r.fault(ctx, rel, ve)
+			r.logger.Warn("a row of the initial load holds a value cdcd cannot carry; its table pauses", "table", ve.Table,
+				"column", ve.Column, "err", ve.Err)
 		}
 		start := len(arena)
 		arena = append(arena, prefix...)
@@ -360,7 +369,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		}
 		batch = append(batch, source.Change{
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
-			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started,
+			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started, Fault: fault,
 		})
 		if len(batch) >= r.loadBatch() {
 			return send()

@@ -1,0 +1,146 @@
+package faultsuite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cdcd-dev/cdcd/daemon"
+)
+
+// The source side of issue 24: one table's problem stops that table
+// alone, loudly, with a fix that works.
+
+// requireSkip runs `cdcd table skip` for table and requires it to succeed.
+func (p *pipeline) requireSkip(table string, words ...string) string {
+	p.t.Helper()
+	out, errOut, code := p.cdcd("table", "skip", "-c", p.CfgPath, table)
+	if code != 0 {
+		p.t.Fatalf("cdcd table skip %s: exit %d: %s%s", table, code, out, errOut)
+	}
+	for _, w := range words {
+		if !strings.Contains(out, w) {
+			p.t.Errorf("cdcd table skip %s does not say %q:\n%s", table, w, out)
+		}
+	}
+	return out
+}
+
+// requireDeadLetter requires the dead-letter topic of table's topic to
+// show every one of words through cdcd log consume.
+func (p *pipeline) requireDeadLetter(topic string, words ...string) {
+	p.t.Helper()
+	out, errOut, code := p.cdcd("log", "consume", "-c", p.CfgPath, "--topic", "_cdcd_dead."+topic, "--from-beginning")
+	if code != 0 {
+		p.t.Fatalf("cdcd log consume of the dead-letter topic: exit %d: %s", code, errOut)
+	}
+	for _, w := range words {
+		if !strings.Contains(out, w) {
+			p.t.Errorf("the dead-letter topic of %s does not show %q:\n%s", topic, w, out)
+		}
+	}
+}
+
+// requirePausedEntry requires /status to list table among the paused ones
+// with key, column and value.
+func (p *pipeline) requirePausedEntry(table, key, column, value string) daemon.PausedTable {
+	p.t.Helper()
+	for _, pt := range p.status().Paused {
+		if pt.Table == table {
+			if pt.Key != key || pt.Column != column || pt.Value != value {
+				p.t.Errorf("paused %s: key %s column %s value %s, want %s %s %s", table, pt.Key, pt.Column, pt.Value, key, column, value)
+			}
+			return pt
+		}
+	}
+	p.t.Fatalf("/status does not list %s among the paused tables", table)
+	return daemon.PausedTable{}
+}
+
+// TestBadRowPausesOneTable (issue 24 item 4): a NaN in a numeric(10,2), a
+// timestamptz past year 294247 and a 2-D value in a 1-D array column each
+// pause their own table, naming key, column and value, while the other
+// table flows; the alert fires with the fix. Skipping moves the change to
+// the dead-letter topic and the table resumes with its held changes;
+// removing a table from the config ends its pause. Every mirror that
+// flows ends equal to its source.
+func TestBadRowPausesOneTable(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE money (id int PRIMARY KEY, amount numeric(10,2));
+			CREATE TABLE events (id int PRIMARY KEY, at timestamptz, tags int[]);
+			CREATE TABLE other (id int PRIMARY KEY, v text);
+			INSERT INTO money VALUES (1, 1.50); INSERT INTO events VALUES (1, now(), '{1}'); INSERT INTO other VALUES (1, 'a');`,
+		Tables: []string{"public.money", "public.events", "public.other"},
+	})
+	p.start()
+	p.waitCaughtUp()
+
+	p.exec(`INSERT INTO money VALUES (2, 'NaN')`)
+	p.exec(`INSERT INTO events VALUES (2, '294248-01-01 00:00:00+00', '{2}')`)
+	p.exec(`INSERT INTO other VALUES (2, 'b')`)
+	p.waitPaused("cdc.money", "NaN", "amount")
+	p.waitPaused("cdc.events", "294248-01-01 00:00:00+00", `"at"`)
+	p.requirePausedEntry("cdc.money", `{"id":2}`, "amount", "NaN")
+	p.requireAlert(daemon.AlertTablePaused, "cdc.money", "NaN", "cdcd table skip -c FILE public.money", "cdcd snapshot -c FILE --replace public.money")
+	// Held while paused, in order; the other table flows.
+	p.exec(`UPDATE money SET amount = 2.25 WHERE id = 1`)
+	p.exec(`INSERT INTO money VALUES (3, 3.00)`)
+	p.exec(`INSERT INTO events VALUES (3, now(), '{{1,2},{3,4}}')`)
+	p.exec(`UPDATE other SET v = 'c' WHERE id = 1`)
+	p.waitOthersCaughtUp("cdc.money", "cdc.events")
+	p.requireMirror("public.other")
+
+	// The way out for money: skip the NaN, delete it at the source.
+	p.requireSkip("public.money", "resumed", "_cdcd_dead.fault.public.money")
+	p.requireDeadLetter("fault.public.money", `"amount":"NaN"`, `"column":"amount"`)
+	p.exec(`DELETE FROM money WHERE id = 2`)
+	p.waitOthersCaughtUp("cdc.events")
+	p.requireMirror("public.money")
+
+	// events: the skip resumes it as far as the next faulty change (the
+	// 2-D array), which pauses it again, naming that one.
+	out := p.requireSkip("public.events", "paused again", "tags", "{{1,2},{3,4}}")
+	if strings.Contains(out, "resumed") {
+		t.Errorf("skip said resumed while another faulty change waits:\n%s", out)
+	}
+	p.requirePausedEntry("cdc.events", `{"id":3}`, "tags", "{{1,2},{3,4}}")
+
+	// The third way out: remove the table from the config.
+	p.stop()
+	p.reconfigure(func(o *pipelineOptions) { o.Tables = []string{"public.money", "public.other"} })
+	p.start()
+	p.exec(`INSERT INTO other VALUES (3, 'd')`)
+	st := p.waitCaughtUp()
+	if len(st.Paused) != 0 {
+		t.Errorf("paused after removing the table: %+v", st.Paused)
+	}
+	if !p.logContains("a paused table is no longer configured") {
+		t.Error("the dropped pause was not logged")
+	}
+	p.requireMirror()
+}
+
+// TestBadRowInInitialLoad (issue 24 item 4): a NaN in a numeric(10,2)
+// already in the table when the pipeline starts pauses that table during
+// the initial load — the load does not crash, the other table loads and
+// streams — and a skip resumes it.
+func TestBadRowInInitialLoad(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE money (id int PRIMARY KEY, amount numeric(10,2));
+			CREATE TABLE other (id int PRIMARY KEY, v text);
+			INSERT INTO money SELECT g, CASE WHEN g = 500 THEN 'NaN'::numeric ELSE g END FROM generate_series(1, 1000) g;
+			INSERT INTO other SELECT g, 'v' FROM generate_series(1, 1000) g;`,
+		Tables: []string{"public.money", "public.other"},
+	})
+	p.start()
+	p.waitPaused("cdc.money", "NaN")
+	p.requirePausedEntry("cdc.money", `{"id":500}`, "amount", "NaN")
+	p.exec(`UPDATE other SET v = 'w' WHERE id < 10`)
+	p.waitOthersCaughtUp("cdc.money")
+	p.requireMirror("public.other")
+	p.requireSkip("public.money", "resumed")
+	p.exec(`UPDATE money SET amount = 0 WHERE id = 500`) // the row's current value flows
+	p.waitCaughtUp()
+	p.requireMirror()
+}
