@@ -66,6 +66,12 @@ func fromBinlog(t *colType, v any) (any, error) {
 		}
 		return parseTemporal(t.Base, s)
 	case "char", "varchar", "text":
+		if sv, ok := v.(string); ok && isUTF8Charset(t.Charset) {
+			if !utf8.ValidString(sv) {
+				return nil, fmt.Errorf("%w: %s text that is not valid UTF-8", errBadValue, t.Charset)
+			}
+			return sv, nil // go-mysql's string is the value's own copy
+		}
 		return decodeText(t.Charset, asBytes(v))
 	case "binary":
 		b := asBytes(v)
@@ -314,9 +320,10 @@ func parseYMD(s string) (y, m, d int, ok bool) {
 	if len(s) != 10 || s[4] != '-' || s[7] != '-' || !allDigits(s[:4]) || !allDigits(s[5:7]) || !allDigits(s[8:]) {
 		return 0, 0, 0, false
 	}
-	y, _ = strconv.Atoi(s[:4])
-	m, _ = strconv.Atoi(s[5:7])
-	d, _ = strconv.Atoi(s[8:])
+	yy, _ := digits(s[:4])
+	mm, _ := digits(s[5:7])
+	dd, _ := digits(s[8:])
+	y, m, d = int(yy), int(mm), int(dd)
 	if m > 12 || d > 31 {
 		return 0, 0, 0, false
 	}
@@ -330,22 +337,27 @@ func parseTimeOfDay(s string, signed bool) (int64, bool) {
 	if signed && strings.HasPrefix(s, "-") {
 		neg, s = true, s[1:]
 	}
-	hms, frac, hasFrac := strings.Cut(s, ".")
-	parts := strings.Split(hms, ":")
-	if len(parts) != 3 || len(parts[1]) != 2 || len(parts[2]) != 2 || len(parts[0]) < 2 || len(parts[0]) > 3 ||
-		!allDigits(parts[0]) || !allDigits(parts[1]) || !allDigits(parts[2]) ||
-		hasFrac && (len(frac) == 0 || len(frac) > 6 || !allDigits(frac)) {
+	colon := strings.IndexByte(s, ':')
+	if colon < 2 || colon > 3 || len(s) < colon+6 || s[colon+3] != ':' {
 		return 0, false
 	}
-	h, _ := strconv.ParseInt(parts[0], 10, 64)
-	mi, _ := strconv.ParseInt(parts[1], 10, 64)
-	sec, _ := strconv.ParseInt(parts[2], 10, 64)
-	if mi > 59 || sec > 59 {
+	h, ok1 := digits(s[:colon])
+	mi, ok2 := digits(s[colon+1 : colon+3])
+	sec, ok3 := digits(s[colon+4 : colon+6])
+	if !ok1 || !ok2 || !ok3 || mi > 59 || sec > 59 {
 		return 0, false
 	}
 	var us int64
-	if hasFrac {
-		us, _ = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+	if rest := s[colon+6:]; rest != "" {
+		frac := rest[1:]
+		if rest[0] != '.' || len(frac) == 0 || len(frac) > 6 {
+			return 0, false
+		}
+		f, ok := digits(frac)
+		if !ok {
+			return 0, false
+		}
+		us = f * pow10[6-len(frac)]
 	}
 	v := ((h*60+mi)*60+sec)*1_000_000 + us
 	if neg {
@@ -354,10 +366,39 @@ func parseTimeOfDay(s string, signed bool) (int64, bool) {
 	return v, true
 }
 
+var pow10 = [...]int64{1, 10, 100, 1000, 10000, 100000, 1000000}
+
+// digits parses a short run of decimal digits (no sign).
+func digits(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
 // daysFromCivil counts days since 1970-01-01 in the proleptic Gregorian
-// calendar (year 0 exists, as in MySQL).
+// calendar (year 0 exists, as in MySQL); Howard Hinnant's algorithm.
 func daysFromCivil(y, m, d int) int64 {
-	return time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
 }
 
 // decodeText turns a character column's bytes, in its character set, into
@@ -371,6 +412,14 @@ func decodeText(charset string, b []byte) (any, error) {
 }
 
 type textDecoder func([]byte) (string, error)
+
+func isUTF8Charset(charset string) bool {
+	switch charset {
+	case "utf8mb4", "utf8mb3", "utf8", "ascii":
+		return true
+	}
+	return false
+}
 
 func decoderFor(charset string) textDecoder {
 	switch strings.ToLower(charset) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -264,4 +265,13 @@ func FuzzFromText(f *testing.F) {
 		_, _ = fromBinlog(ct, string(b))
 		_, _ = fromBinlog(ct, int64(len(b)))
 	})
+}
+
+// TestDaysFromCivil checks every day of years 0–9999 against package time.
+func TestDaysFromCivil(t *testing.T) {
+	for d := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC); d.Year() < 10000; d = d.AddDate(0, 0, 1) {
+		if got, want := daysFromCivil(d.Year(), int(d.Month()), d.Day()), d.Unix()/86400; got != want {
+			t.Fatalf("%s: %d, want %d", d.Format("2006-01-02"), got, want)
+		}
+	}
 }

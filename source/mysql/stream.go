@@ -99,6 +99,8 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 
 func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, start gtidState) error {
 	s.nextCheckpoint = time.Now().Add(s.r.cfg.CheckpointInterval)
+	var rd readDeadline
+	defer rd.stop()
 	for {
 		if err := s.maybeFlush(ctx, false); err != nil {
 			return err
@@ -109,9 +111,7 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 				deadline = due
 			}
 		}
-		gctx, cancel := context.WithDeadline(ctx, deadline)
-		ev, err := bs.GetEvent(gctx)
-		cancel()
+		ev, err := bs.GetEvent(rd.at(ctx, deadline))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -124,6 +124,30 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 		if err := s.event(ctx, ev); err != nil {
 			return err
 		}
+	}
+}
+
+// readDeadline is one deadline context that serves every read until the
+// schedule moves the deadline (a context per event cost an allocation and
+// a timer each).
+type readDeadline struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+}
+
+func (d *readDeadline) at(parent context.Context, deadline time.Time) context.Context {
+	if d.ctx == nil || !deadline.Equal(d.deadline) || d.ctx.Err() != nil {
+		d.stop()
+		d.ctx, d.cancel = context.WithDeadline(parent, deadline)
+		d.deadline = deadline
+	}
+	return d.ctx
+}
+
+func (d *readDeadline) stop() {
+	if d.cancel != nil {
+		d.cancel()
 	}
 }
 

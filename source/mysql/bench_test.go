@@ -1,0 +1,134 @@
+package mysql
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
+	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// BenchmarkStreaming: the reader's rows/s against a plain BinlogSyncer
+// read-and-decode loop over the same binlog, in the same run (the issue's
+// goal: ≥ 0.6 of the plain loop). Rows: CDCD_BENCH_ROWS, default 200000.
+// The reader emits into a counting Emitter: this is the reader's own cost,
+// not the log's.
+//
+//	go test ./source/mysql -run '^$' -bench Streaming -benchtime 1x
+func BenchmarkStreaming(b *testing.B) {
+	rows := 200_000
+	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	srv := mariadbtest.NewServer(b, mariadbserver.Options{})
+	dsn := mariadbtest.NewDBOn(b, srv)
+	db, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var name, start string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, a INT, b BIGINT, c VARCHAR(40), d DECIMAL(12,2),
+		e TIMESTAMP(6) NULL, f BOOLEAN, g DOUBLE)`); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&start); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < rows; i += 1000 {
+		q := fmt.Sprintf(`INSERT INTO bench SELECT seq, seq %% 1000, seq * 7, CONCAT('row ', seq), (seq %% 100000) / 100,
+			FROM_UNIXTIME(1700000000 + seq), seq %% 2, seq / 3 FROM seq_%d_to_%d`, i, min(i+1000, rows)-1)
+		if _, err := db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ci, _ := parseDSN(srv.ReplDSN(name))
+	for b.Loop() {
+		t0, c0 := time.Now(), cpuTime()
+		if err := rawLoop(ci, mariadbtest.ServerID(b), start, rows); err != nil {
+			b.Fatal(err)
+		}
+		raw := float64(rows) / time.Since(t0).Seconds()
+		rawCPU := float64((cpuTime() - c0).Microseconds()) / float64(rows)
+
+		st := newMemState()
+		cp, _ := json.Marshal(checkpoint{Flavor: FlavorMariaDB, GTID: start, Ordinal: 1})
+		st.Save(context.Background(), "mysql/checkpoint", cp)
+		ctx, cancel := context.WithCancel(context.Background())
+		em := &counting{want: int64(rows), done: cancel}
+		r := New(Config{DSN: srv.ReplDSN(name), ServerID: mariadbtest.ServerID(b), Tables: []string{name + ".bench"}}, st,
+			slog.New(slog.DiscardHandler))
+		t0, c0 = time.Now(), cpuTime()
+		if err := r.Run(ctx, em); err != context.Canceled {
+			b.Fatal(err)
+		}
+		got := float64(rows) / time.Since(t0).Seconds()
+		gotCPU := float64((cpuTime() - c0).Microseconds()) / float64(rows)
+		b.ReportMetric(raw, "raw-rows/s")
+		b.ReportMetric(got, "reader-rows/s")
+		b.ReportMetric(got/raw, "ratio")
+		b.ReportMetric(rawCPU, "raw-cpu-µs/row")
+		b.ReportMetric(gotCPU, "reader-cpu-µs/row")
+	}
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// counting is an Emitter that counts changes and cancels once it has want.
+type counting struct {
+	n, want int64
+	done    func()
+}
+
+func (c *counting) Emit(_ context.Context, batch []source.Change) error {
+	if atomic.AddInt64(&c.n, int64(len(batch))) >= c.want {
+		c.done()
+	}
+	return nil
+}
+
+// rawLoop reads the binlog from start with a plain BinlogSyncer, decoding
+// every event, until it has seen rows row changes.
+func rawLoop(ci connInfo, serverID uint32, start string, rows int) error {
+	set, err := parseGTIDSet(FlavorMariaDB, start)
+	if err != nil {
+		return err
+	}
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: serverID, Flavor: FlavorMariaDB,
+		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password, Logger: slog.New(slog.DiscardHandler)})
+	defer syncer.Close()
+	bs, err := syncer.StartSyncGTID(set)
+	if err != nil {
+		return err
+	}
+	seen := 0
+	for seen < rows {
+		ev, err := bs.GetEvent(context.Background())
+		if err != nil {
+			return err
+		}
+		if re, ok := ev.Event.(*replication.RowsEvent); ok {
+			seen += len(re.Rows)
+		}
+	}
+	return nil
+}
