@@ -133,8 +133,8 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			if w.upsertMode() {
 				// Stop this partition at the truncate until all have it.
 				if f.truncPos != nil && string(f.truncPos) != string(c.position()) && f.anyBlocked() {
-					return 0, fmt.Errorf("iceberg: %s/%d: truncate at position %x while other partitions wait at %x",
-						w.cfg.Topic, p, c.position(), f.truncPos)
+					return 0, badData(fmt.Errorf("iceberg: %s/%d: truncate at position %x while other partitions wait at %x",
+						w.cfg.Topic, p, c.position(), f.truncPos))
 				}
 				f.blocked[p], f.truncAt[p], f.truncPos = true, rec.Offset, c.position()
 				return i, nil

@@ -82,9 +82,13 @@ type Config struct {
 	Maintenance MaintenanceConfig
 	// Compaction configures data-file compaction of upsert tables.
 	Compaction CompactionConfig
-	// RetryInterval is how long a paused table waits before it is tried
-	// again; default 30s.
+	// RetryInterval is how long a paused or failing table waits before it
+	// is tried again; default 30s.
 	RetryInterval time.Duration
+	// CommitBudget bounds the retries of one commit that fails for a
+	// temporary reason (catalog or storage unreachable); past it the
+	// table's loop restarts after RetryInterval. Default 2m.
+	CommitBudget time.Duration
 }
 
 // Table modes.
@@ -104,9 +108,16 @@ type TableStats struct {
 	// Committed is the next offset per partition the table holds.
 	Committed atomic.Pointer[[]int64]
 	// Paused holds why the table is paused (nil while it runs), since
-	// PausedAt (unix ms).
-	Paused   atomic.Pointer[string]
-	PausedAt atomic.Int64
+	// PausedAt (unix ms); PausedFix what to do about it. A paused table
+	// is looked at again every RetryInterval and runs again once the
+	// cause is gone (a commit lands, or nothing waits to be committed).
+	Paused    atomic.Pointer[string]
+	PausedFix atomic.Pointer[string]
+	PausedAt  atomic.Int64
+	// Failing holds the last error of a table whose commits fail for a
+	// temporary reason beyond the commit budget (nil once a commit lands);
+	// it is not paused, and its loop restarts every RetryInterval.
+	Failing atomic.Pointer[string]
 	// Compaction is the table's compaction record.
 	Compaction atomic.Pointer[CompactionStats]
 	// Maintenance describes the table's files (upsert tables).
@@ -137,8 +148,8 @@ type Sink struct {
 	compactNow []chan struct{} // per table: compact now (cdcd compact)
 }
 
-// New returns a Sink; nothing runs until Run.
-func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog.Logger) *Sink {
+// defaults fills the zero fields with their defaults.
+func (cfg *Config) defaults() {
 	if cfg.MaxBufferedRows <= 0 {
 		cfg.MaxBufferedRows = 500_000
 	}
@@ -165,6 +176,14 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 30 * time.Second
 	}
+	if cfg.CommitBudget <= 0 {
+		cfg.CommitBudget = 2 * time.Minute
+	}
+}
+
+// New returns a Sink; nothing runs until Run.
+func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog.Logger) *Sink {
+	cfg.defaults()
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {
 		s.stats = append(s.stats, &TableStats{Topic: t.Topic, Table: identString(t.Ident)})
@@ -180,13 +199,14 @@ func (s *Sink) Stats() []*TableStats {
 	return append([]*TableStats(nil), s.stats...)
 }
 
-// Run consumes and commits until ctx ends (then commits what it holds) or a
-// table fails.
+// Run consumes and commits until ctx ends (then commits what it holds).
 //
-// A table that fails is paused, not the sink: its reason is in its stats
-// and the log says what to do; it is retried every RetryInterval from the
-// offsets its Iceberg table holds, so nothing is lost or doubled, while the
-// other tables keep going.
+// A table that fails does not stop the sink or the other tables. A failure
+// of class ErrPaused pauses the table at once: its stats say why and the
+// fix, and it is looked at again every RetryInterval. Any other failure
+// (past the commit budget) restarts the table's loop after RetryInterval.
+// Either way the table resumes from the offsets its Iceberg table holds,
+// so nothing is lost or doubled.
 func (s *Sink) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for i, t := range s.cfg.Tables {
@@ -199,22 +219,47 @@ func (s *Sink) Run(ctx context.Context) error {
 				if gctx.Err() != nil {
 					return nil
 				}
-				reason := err.Error()
-				stats.PausedAt.Store(time.Now().UnixMilli())
-				stats.Paused.Store(&reason)
-				logger.Error("table paused: its changes wait in the log until the problem is solved",
-					"err", err, "retry_in", s.cfg.RetryInterval,
-					"what_to_do", "read the error; the table is retried from the offsets its snapshot holds, nothing is lost")
+				s.tableFailed(stats, logger, identString(t.Ident), err)
 				select {
 				case <-gctx.Done():
 					return nil
 				case <-time.After(s.cfg.RetryInterval):
 				}
-				stats.Paused.Store(nil)
 			}
 		})
 	}
 	return g.Wait()
+}
+
+// tableFailed records why a table's loop stopped: paused (ErrPaused) or
+// failing.
+func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, err error) {
+	if classify(err) != ErrPaused {
+		msg := err.Error()
+		stats.Failing.Store(&msg)
+		logger.Error("table's commits are failing; it is retried from the offsets its table holds, nothing is lost",
+			"err", err, "retry_in", s.cfg.RetryInterval)
+		return
+	}
+	pe := asPause(name, err)
+	reason, fix := pe.What, pe.Fix
+	if prev := stats.Paused.Load(); prev != nil && *prev == reason {
+		logger.Debug("table still paused", "reason", reason)
+		return
+	}
+	stats.PausedAt.Store(time.Now().UnixMilli())
+	stats.PausedFix.Store(&fix)
+	stats.Paused.Store(&reason)
+	logger.Error("table paused: its changes wait in the log; the other tables go on",
+		"reason", reason, "what_to_do", fix, "err", err, "checked_again_every", s.cfg.RetryInterval)
+}
+
+// healthy clears a pause or failure: the table commits again, or has
+// nothing waiting to be committed.
+func (st *TableStats) healthy() {
+	st.Failing.Store(nil)
+	st.Paused.Store(nil)
+	st.PausedFix.Store(nil)
 }
 
 func identString(id table.Identifier) string {
@@ -266,8 +311,9 @@ func committedOffsets(tbl *table.Table, pipeline string, n int) ([]int64, *table
 		if snap.Summary != nil {
 			if off, ok := snap.Summary.Properties[PropOffsets]; ok {
 				if owner := snap.Summary.Properties[PropPipeline]; owner != pipeline {
-					return nil, nil, fmt.Errorf("iceberg: table %s was last written by pipeline %q, not %q; two pipelines must not write one table",
-						identString(tbl.Identifier()), owner, pipeline)
+					return nil, nil, &PauseError{Table: identString(tbl.Identifier()),
+						What: fmt.Sprintf("the table was last written by pipeline %q, not %q; two pipelines must not write one table", owner, pipeline),
+						Fix:  fmt.Sprintf("give this pipeline other tables (sink.iceberg.namespace or the table's target), or name it %q again", owner)}
 				}
 				next, err := decodeOffsets(off, n)
 				return next, snap, err

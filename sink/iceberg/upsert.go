@@ -334,7 +334,7 @@ func (p *plan) empty() bool {
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
 	states, keys, err := u.fold(buf)
 	if err != nil {
-		return nil, err
+		return nil, badData(err)
 	}
 	fs, err := tbl.FS(ctx)
 	if err != nil {
@@ -360,8 +360,9 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}
 	err = u.idx.getMany(lookup, func(k []byte, loc location) error {
 		if _, live := u.data[loc.file]; !live {
-			return fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
-				loc.file, identString(tbl.Identifier()))
+			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
+				fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
+					loc.file, identString(tbl.Identifier())))
 		}
 		locs[string(k)] = loc
 		deleted[loc.file] = append(deleted[loc.file], loc.pos)
@@ -419,8 +420,8 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 			if !bytes.Equal(st.from, st.key) {
 				whose = "the key it changed from"
 			}
-			return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for %s to take the value from",
-				st.table.QualifiedName(), st.table.Columns[need[0]].Name, whose)
+			return badData(fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for %s to take the value from",
+				st.table.QualifiedName(), st.table.Columns[need[0]].Name, whose))
 		}
 		if byFile[loc.file] == nil {
 			byFile[loc.file] = map[int64]bool{}
@@ -462,8 +463,8 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 				}
 			}
 			if !found {
-				return fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table's row has no such column",
-					st.table.QualifiedName(), name)
+				return badData(fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table's row has no such column",
+					st.table.QualifiedName(), name))
 			}
 		}
 	}
@@ -532,7 +533,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		}
 		values, key, err := part.partition(vals)
 		if err != nil {
-			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
+			return badData(fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err))
 		}
 		o := files[key]
 		if o == nil {

@@ -330,7 +330,10 @@ func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Propertie
 	if err := w.produce(ctx, p, props); err != nil {
 		return err
 	}
-	return w.adoptUpsert(ctx)
+	if err := w.adoptUpsert(ctx); err != nil {
+		return errNotAdopted{err}
+	}
+	return nil
 }
 
 // adoptUpsert makes the landed commit's plan current: the index (tagged
@@ -409,7 +412,10 @@ func (w *tableWriter) attemptTruncate(ctx context.Context, props iceberg.Propert
 	w.up.dvCache = map[string]cachedDV{}
 	b := w.up.idx.newBatch()
 	b.clear()
-	return b.apply(w.tbl.CurrentSnapshot().SnapshotID)
+	if err := b.apply(w.tbl.CurrentSnapshot().SnapshotID); err != nil {
+		return errNotAdopted{err}
+	}
+	return nil
 }
 
 // withRowsMarker marks a commit that changes no rows.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -18,9 +17,6 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 )
-
-// commitBudget bounds the retries of one commit.
-const commitBudget = 2 * time.Minute
 
 // tableWriter is the loop of one table: fetch, decode, buffer, commit.
 type tableWriter struct {
@@ -85,6 +81,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// A paused or failing table that runs a while with nothing waiting to
+	// be committed is well again (one that commits is, at once).
+	health := time.NewTimer(w.s.cfg.RetryInterval)
+	defer health.Stop()
 	for ctx.Err() == nil {
 		if len(w.buf) > 0 {
 			timer.Reset(max(time.Until(w.bufAt.Add(w.s.cfg.CommitInterval)), 0))
@@ -109,6 +109,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 			}
 			return err
 		case <-timer.C:
+		case <-health.C:
+			if len(w.buf) == 0 {
+				w.stats.healthy()
+			}
 		case <-w.compactionDone():
 			if err := w.finishCompaction(ctx); err != nil {
 				return err
@@ -211,22 +215,22 @@ func (w *tableWriter) load(ctx context.Context) error {
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	id, body, err := schema.ParseFrame(rec.Value)
 	if err != nil {
-		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+		return change{}, undecodable(fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err))
 	}
 	t, ok := w.tables[id]
 	if !ok {
 		s, err := w.s.reg.SchemaByID(id)
 		if err != nil {
-			return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+			return change{}, undecodable(fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err))
 		}
 		if t, err = schema.TableFromValueSchema(s); err != nil {
-			return change{}, err
+			return change{}, undecodable(fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err))
 		}
 		w.tables[id] = t
 	}
 	info, err := schema.ScanEnvelope(t, body)
 	if err != nil {
-		return change{}, fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err)
+		return change{}, undecodable(fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err))
 	}
 	c := change{table: t, info: info, body: body, partition: rec.Partition, offset: rec.Offset,
 		keyChange: rec.Header(schema.HeaderKeyChange) != nil}
@@ -236,179 +240,6 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 		}
 	}
 	return c, nil
-}
-
-// commit writes the buffer as one snapshot carrying the next offsets. An
-// error of unknown outcome is settled by looking for the commit id. In
-// upsert mode the half of a key change whose other half is not buffered
-// yet waits, with what follows it in its partition (commitCut).
-func (w *tableWriter) commit(ctx context.Context) error {
-	if !w.upsertMode() {
-		return w.commitWith(ctx, w.next, w.attempt)
-	}
-	cut, err := w.commitCut()
-	if err != nil {
-		return err
-	}
-	if !slices.Equal(cut, w.next) {
-		return w.commitHolding(ctx, cut)
-	}
-	return w.commitWith(ctx, w.next, w.attempt)
-}
-
-// commitWith runs attempt until it lands, within the commit budget: after
-// a failure the table is reloaded and the commit id looked for, so an
-// attempt whose outcome was unknown is never repeated blindly.
-func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func(context.Context, iceberg.Properties) error) error {
-	started := time.Now()
-	if err := w.ensureTable(ctx); err != nil {
-		return err
-	}
-	id := newCommitID()
-	props := iceberg.Properties{
-		PropPipeline:       w.s.cfg.Pipeline,
-		PropOffsets:        encodeOffsets(next),
-		PropSourcePosition: hex.EncodeToString(w.lastPos),
-		PropCommitID:       id,
-	}
-	deadline := time.Now().Add(commitBudget)
-	backoff := 100 * time.Millisecond
-	for n := 1; ; n++ {
-		err := attempt(ctx, props)
-		if err == nil {
-			break
-		}
-		settled, serr := w.settle(ctx, id)
-		if serr != nil {
-			return fmt.Errorf("iceberg: commit to %s failed (%v) and its outcome could not be read back: %w", identString(w.cfg.Ident), err, serr)
-		}
-		if settled {
-			w.logger.Warn("commit reported an error but landed", "commit_id", id, "err", err)
-			if err := w.landed(ctx); err != nil {
-				return err
-			}
-			break
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts)", identString(w.cfg.Ident), err, n)
-		}
-		w.logger.Warn("commit failed; retrying", "attempt", n, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-	rows := 0
-	for i := range w.buf {
-		if !w.buf[i].skip {
-			rows++
-		}
-	}
-	clear(w.buf)
-	w.buf, w.bufBytes = w.buf[:0], 0
-	copy(w.committed, next)
-	for p := range next {
-		// A commit that held changes back committed less than was read.
-		w.next[p] = max(w.next[p], next[p])
-	}
-	w.publishCommitted()
-	w.stats.Rows.Add(int64(rows))
-	w.stats.Commits.Add(1)
-	w.stats.LastCommit.Store(time.Now().UnixMilli())
-	w.stats.LastCommitDur.Store(int64(time.Since(started)))
-	if snap := w.tbl.CurrentSnapshot(); snap != nil {
-		w.stats.SnapshotID.Store(snap.SnapshotID)
-	}
-	w.logger.Debug("committed", "rows", rows, "offsets", props[PropOffsets], "took", time.Since(started))
-	offs := make(map[int32]int64, len(next))
-	for p, o := range next {
-		offs[int32(p)] = o
-	}
-	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
-		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
-	}
-	w.maintain(ctx)
-	w.publishMaintenance()
-	return nil
-}
-
-func (w *tableWriter) publishCommitted() {
-	c := append([]int64(nil), w.committed...)
-	w.stats.Committed.Store(&c)
-}
-
-// attempt makes one commit attempt of the buffer in the table's mode.
-func (w *tableWriter) attempt(ctx context.Context, props iceberg.Properties) error {
-	if err := w.evolve(ctx); err != nil {
-		return err
-	}
-	w.writeID, w.fileSeq = newCommitID()[:16], 0
-	if w.upsertMode() {
-		return w.attemptUpsert(ctx, props)
-	}
-	return w.attemptChangelog(ctx, props)
-}
-
-// finish commits tx and adopts the resulting table.
-func (w *tableWriter) finish(ctx context.Context, tx *table.Transaction) error {
-	return w.finishData(ctx, tx, true)
-}
-
-// finishData is finish; rows says the commit changes rows, the commits
-// crash tests aim the catalog-commit failpoints at.
-func (w *tableWriter) finishData(ctx context.Context, tx *table.Transaction, rows bool) error {
-	if rows {
-		w.failpoint("before-catalog-commit")
-	}
-	tbl, err := tx.Commit(ctx)
-	if err != nil {
-		return err
-	}
-	w.tbl = tbl
-	if rows {
-		w.failpoint("after-catalog-commit")
-	}
-	return nil
-}
-
-// landed adopts a commit that reported an error but is in the table.
-func (w *tableWriter) landed(ctx context.Context) error {
-	if w.upsertMode() {
-		return w.adoptUpsert(ctx)
-	}
-	return nil
-}
-
-// settle reloads the table after a failed commit: true if the commit landed
-// anyway. Otherwise the table must still hold the offsets this writer
-// started from, or someone else is writing it.
-func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
-	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
-	if err != nil {
-		return false, err
-	}
-	w.tbl = tbl
-	if hasCommit(tbl, id) {
-		return true, nil
-	}
-	now, _, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
-	if err != nil {
-		return false, err
-	}
-	for p := range now {
-		if now[p] != w.committed[p] {
-			return false, fmt.Errorf("iceberg: table %s moved to offsets %s while this writer held %s: another writer is committing to it",
-				identString(w.cfg.Ident), encodeOffsets(now), encodeOffsets(w.committed))
-		}
-	}
-	if w.upsertMode() {
-		// The attempt did not land: its staged state is void.
-		w.dropPending()
-		return false, w.up.loadFiles(ctx, tbl)
-	}
-	return false, nil
 }
 
 // ensureTable creates the table (and namespace) from the first buffered
@@ -438,11 +269,11 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 		sc, err = upsertSchema(first)
 	}
 	if err != nil {
-		return err
+		return refuse(tableShapeFix, err)
 	}
 	spec, err := buildSpec(sc, w.cfg.PartitionBy)
 	if err != nil {
-		return fmt.Errorf("iceberg: table %s: %w", identString(w.cfg.Ident), err)
+		return refuse(tableShapeFix, fmt.Errorf("iceberg: table %s: %w", identString(w.cfg.Ident), err))
 	}
 	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithPartitionSpec(spec), catalog.WithProperties(iceberg.Properties{
 		table.PropertyFormatVersion:  fmt.Sprint(w.s.cfg.FormatVersion),
@@ -499,7 +330,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 		for _, c := range t.Columns {
 			typ, err := icebergType(c)
 			if err != nil {
-				return err
+				return refuse(tableShapeFix, err)
 			}
 			f, ok := cur.FindFieldByName(c.Name)
 			if !ok {
@@ -521,9 +352,9 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 			case promotable(to, typ):
 				widen[c.Name] = typ
 			default:
-				return fmt.Errorf("iceberg: column %q of %s changed type to %s (%s) but table %s has %s, and Iceberg cannot change a column's type that way; "+
-					"rename or drop the column in the Iceberg table (the sink then adds the new one), or recreate the table, and the table resumes",
-					c.Name, t.QualifiedName(), c.SourceType, typ, identString(w.cfg.Ident), f.Type)
+				return &PauseError{Table: identString(w.cfg.Ident), What: fmt.Sprintf("column %q of %s changed type to %s (%s) but table %s has %s, and Iceberg cannot change a column's type that way",
+					c.Name, t.QualifiedName(), c.SourceType, typ, identString(w.cfg.Ident), f.Type),
+					Fix: "rename or drop the column in the Iceberg table (the sink then adds the new one), or recreate the table, and the table resumes"}
 			}
 		}
 	}

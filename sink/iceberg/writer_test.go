@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -41,7 +42,8 @@ func newWriter(t *testing.T, cat catalog.Catalog, pipeline string, n int) *table
 	if err := lg.CreateTopic(t.Context(), "t", log.TopicConfig{Partitions: int32(n)}); err != nil {
 		t.Fatal(err)
 	}
-	s := &Sink{cfg: Config{Pipeline: pipeline, FormatVersion: 3, Group: "g"}, cat: cat, lg: lg, logger: slog.New(slog.DiscardHandler)}
+	s := &Sink{cfg: Config{Pipeline: pipeline, FormatVersion: 3, Group: "g", CommitBudget: time.Minute, RetryInterval: time.Minute},
+		cat: cat, lg: lg, logger: slog.New(slog.DiscardHandler)}
 	s.cfg.Maintenance.defaults()
 	return &tableWriter{
 		s: s, cfg: TableConfig{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}, stats: &TableStats{},

@@ -1,0 +1,274 @@
+package iceberg
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// commit writes the buffer as one snapshot carrying the next offsets. An
+// error of unknown outcome is settled by looking for the commit id. In
+// upsert mode the half of a key change whose other half is not buffered
+// yet waits, with what follows it in its partition (commitCut).
+func (w *tableWriter) commit(ctx context.Context) error {
+	if !w.upsertMode() {
+		return w.commitWith(ctx, w.next, w.attempt)
+	}
+	cut, err := w.commitCut()
+	if err != nil {
+		return badData(err)
+	}
+	if !slices.Equal(cut, w.next) {
+		return w.commitHolding(ctx, cut)
+	}
+	return w.commitWith(ctx, w.next, w.attempt)
+}
+
+// commitWith lands one commit of the buffer carrying next (see land), then
+// makes it the writer's state: the buffer is emptied, the offsets and
+// stats move on, and the table's maintenance runs.
+func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func(context.Context, iceberg.Properties) error) error {
+	started := time.Now()
+	if err := w.ensureTable(ctx); err != nil {
+		return err
+	}
+	props := iceberg.Properties{
+		PropPipeline:       w.s.cfg.Pipeline,
+		PropOffsets:        encodeOffsets(next),
+		PropSourcePosition: hex.EncodeToString(w.lastPos),
+		PropCommitID:       newCommitID(),
+	}
+	if err := w.land(ctx, props, attempt); err != nil {
+		return err
+	}
+	w.committedNow(ctx, next, started)
+	return nil
+}
+
+// errNotAdopted: a commit landed but the writer's state (the key index,
+// the live files) could not follow it. The table's loop restarts, and its
+// start brings the index up to the table.
+type errNotAdopted struct{ err error }
+
+func (e errNotAdopted) Error() string {
+	return "iceberg: the commit landed but the writer could not record it: " + e.err.Error()
+}
+func (e errNotAdopted) Unwrap() error { return e.err }
+
+// land runs attempt until it lands, within the commit budget. After a
+// failure the table is reloaded and the commit id looked for (settle), so
+// an attempt whose outcome was unknown is never repeated blindly. Then the
+// failure's class (classify) decides: ErrPaused returns at once; a
+// conflict is replayed at once; an unknown outcome that did not land and a
+// temporary failure are retried with backoff.
+func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attempt func(context.Context, iceberg.Properties) error) error {
+	id := props[PropCommitID]
+	b := newBackoff(w.s.cfg.CommitBudget)
+	for n := 1; ; n++ {
+		err := attempt(ctx, props)
+		if err == nil {
+			return nil
+		}
+		var na errNotAdopted
+		class := classify(err)
+		if errors.As(err, &na) || class == ErrPaused {
+			return err
+		}
+		landed, serr := w.settleWithin(ctx, id, b)
+		if serr != nil {
+			return fmt.Errorf("iceberg: commit to %s failed (%v), and then: %w", identString(w.cfg.Ident), err, serr)
+		}
+		if landed {
+			w.logger.Warn("commit reported an error but landed", "commit_id", id, "err", err)
+			if err := w.landed(ctx); err != nil {
+				return errNotAdopted{err}
+			}
+			return nil
+		}
+		if ctx.Err() != nil || b.spent() {
+			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts in %s)", identString(w.cfg.Ident), err, n, b.elapsed().Round(time.Second))
+		}
+		w.logger.Warn("commit failed; retrying", "attempt", n, "class", class, "err", err)
+		if class != ErrConflict {
+			if err := b.wait(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// settleWithin settles commit id (settle), retrying a settle that fails
+// for a temporary reason within b: the attempt may not be replayed before
+// its outcome is known.
+func (w *tableWriter) settleWithin(ctx context.Context, id string, b *backoff) (bool, error) {
+	for {
+		landed, err := w.settle(ctx, id)
+		if err == nil {
+			return landed, nil
+		}
+		if classify(err) == ErrPaused {
+			return false, err
+		}
+		if ctx.Err() != nil || b.spent() {
+			return false, fmt.Errorf("its outcome could not be read back: %w", err)
+		}
+		w.logger.Warn("cannot read the table back to settle a failed commit; retrying", "commit_id", id, "err", err)
+		if err := b.wait(ctx); err != nil {
+			return false, err
+		}
+	}
+}
+
+// committedNow makes a landed commit of the buffer up to next the writer's
+// state.
+func (w *tableWriter) committedNow(ctx context.Context, next []int64, started time.Time) {
+	rows := 0
+	for i := range w.buf {
+		if !w.buf[i].skip {
+			rows++
+		}
+	}
+	clear(w.buf)
+	w.buf, w.bufBytes = w.buf[:0], 0
+	copy(w.committed, next)
+	for p := range next {
+		// A commit that held changes back committed less than was read.
+		w.next[p] = max(w.next[p], next[p])
+	}
+	w.publishCommitted()
+	w.stats.Rows.Add(int64(rows))
+	w.stats.Commits.Add(1)
+	w.stats.LastCommit.Store(time.Now().UnixMilli())
+	w.stats.LastCommitDur.Store(int64(time.Since(started)))
+	w.stats.healthy()
+	if snap := w.tbl.CurrentSnapshot(); snap != nil {
+		w.stats.SnapshotID.Store(snap.SnapshotID)
+	}
+	w.logger.Debug("committed", "rows", rows, "offsets", encodeOffsets(next), "took", time.Since(started))
+	offs := make(map[int32]int64, len(next))
+	for p, o := range next {
+		offs[int32(p)] = o
+	}
+	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
+		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
+	}
+	w.maintain(ctx)
+	w.publishMaintenance()
+}
+
+func (w *tableWriter) publishCommitted() {
+	c := append([]int64(nil), w.committed...)
+	w.stats.Committed.Store(&c)
+}
+
+// attempt makes one commit attempt of the buffer in the table's mode.
+func (w *tableWriter) attempt(ctx context.Context, props iceberg.Properties) error {
+	if err := w.evolve(ctx); err != nil {
+		return err
+	}
+	w.writeID, w.fileSeq = newCommitID()[:16], 0
+	if w.upsertMode() {
+		return w.attemptUpsert(ctx, props)
+	}
+	return w.attemptChangelog(ctx, props)
+}
+
+// finish commits tx and adopts the resulting table.
+func (w *tableWriter) finish(ctx context.Context, tx *table.Transaction) error {
+	return w.finishData(ctx, tx, true)
+}
+
+// finishData is finish; rows says the commit changes rows, the commits
+// crash tests aim the catalog-commit failpoints at.
+func (w *tableWriter) finishData(ctx context.Context, tx *table.Transaction, rows bool) error {
+	if rows {
+		w.failpoint("before-catalog-commit")
+	}
+	tbl, err := tx.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	w.tbl = tbl
+	if rows {
+		w.failpoint("after-catalog-commit")
+	}
+	return nil
+}
+
+// landed adopts a commit that reported an error but is in the table.
+func (w *tableWriter) landed(ctx context.Context) error {
+	if w.upsertMode() {
+		return w.adoptUpsert(ctx)
+	}
+	return nil
+}
+
+// settle reloads the table after a failed commit: true if the commit landed
+// anyway. Otherwise the table must still hold the offsets this writer
+// started from, or someone else is writing it.
+func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
+	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
+	if err != nil {
+		return false, err
+	}
+	w.tbl = tbl
+	if hasCommit(tbl, id) {
+		return true, nil
+	}
+	now, _, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
+	if err != nil {
+		return false, err
+	}
+	for p := range now {
+		if now[p] != w.committed[p] {
+			return false, &PauseError{Table: identString(w.cfg.Ident),
+				What: fmt.Sprintf("the table moved to offsets %s while this writer held %s: another writer is committing to it",
+					encodeOffsets(now), encodeOffsets(w.committed)),
+				Fix: "stop the other writer (another cdcd with this pipeline's name and catalog?); each table has exactly one"}
+		}
+	}
+	if w.upsertMode() {
+		// The attempt did not land: its staged state is void.
+		w.dropPending()
+		return false, w.up.loadFiles(ctx, tbl)
+	}
+	return false, nil
+}
+
+// backoff paces retries within a budget: 100 ms doubling to 5 s.
+type backoff struct {
+	start, deadline time.Time
+	next            time.Duration
+	timer           *time.Timer
+}
+
+func newBackoff(budget time.Duration) *backoff {
+	now := time.Now()
+	return &backoff{start: now, deadline: now.Add(budget), next: 100 * time.Millisecond}
+}
+
+func (b *backoff) spent() bool            { return time.Now().After(b.deadline) }
+func (b *backoff) elapsed() time.Duration { return time.Since(b.start) }
+
+// wait sleeps the next interval, or until ctx ends.
+func (b *backoff) wait(ctx context.Context) error {
+	if b.timer == nil {
+		b.timer = time.NewTimer(b.next)
+	} else {
+		b.timer.Reset(b.next)
+	}
+	defer b.timer.Stop()
+	b.next = min(b.next*2, 5*time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.timer.C:
+		return nil
+	}
+}
