@@ -17,9 +17,11 @@ const (
 	HeaderValueSchema = "cdcd.value-schema"
 	// HeaderReset marks a truncate (op 't') that begins a load or
 	// re-snapshot replacing a table's contents; its value identifies that
-	// snapshot run. It is produced into every partition of the table's
-	// topic. A consumer truncates the table there like at any truncate,
-	// and it is the one point where a consumer that cannot trust what it
-	// read before (a replaced log, lost offsets) may resume.
+	// snapshot run. It is the same change (one source position, greater
+	// than any the table's topic holds before it) produced into every
+	// partition of the table's topic. A consumer truncates the table there
+	// like at any truncate, and it is the one point where a consumer that
+	// cannot trust what it read before (a replaced log, lost offsets) may
+	// resume.
 	HeaderReset = "cdcd.reset"
 )

@@ -38,12 +38,9 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 	if err := w.ensureTable(ctx); err != nil {
 		return err
 	}
-	props := iceberg.Properties{
-		PropPipeline:       w.s.cfg.Pipeline,
-		PropOffsets:        encodeOffsets(next),
-		PropSourcePosition: hex.EncodeToString(w.lastPos),
-		PropCommitID:       newCommitID(),
-	}
+	props := iceberg.Properties(w.offsetProps(next))
+	props[PropSourcePosition] = hex.EncodeToString(w.lastPos)
+	props[PropCommitID] = newCommitID()
 	if err := w.land(ctx, props, attempt); err != nil {
 		return err
 	}
@@ -147,6 +144,11 @@ func (w *tableWriter) committedNow(ctx context.Context, next []int64, started ti
 	w.stats.LastCommit.Store(time.Now().UnixMilli())
 	w.stats.LastCommitDur.Store(int64(time.Since(started)))
 	w.stats.healthy()
+	if w.resumed {
+		// Past the reset markers: nothing before them matters any more.
+		w.s.untrusted.clear(w.cfg.Topic)
+		w.resumed = false
+	}
 	if snap := w.tbl.CurrentSnapshot(); snap != nil {
 		w.stats.SnapshotID.Store(snap.SnapshotID)
 	}
@@ -221,9 +223,14 @@ func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 	if hasCommit(tbl, id) {
 		return true, nil
 	}
-	now, _, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
+	now, snap, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
 	if err != nil {
 		return false, err
+	}
+	if theirs := topicOf(snap); theirs != "" && w.topicID != "" && theirs != w.topicID {
+		return false, &PauseError{Table: identString(w.cfg.Ident),
+			What: fmt.Sprintf("the table's offsets now belong to log topic %s, not this log's %s: another writer with another log is committing to it", theirs, w.topicID),
+			Fix:  "stop the other writer; each table has exactly one"}
 	}
 	for p := range now {
 		if now[p] != w.committed[p] {

@@ -622,10 +622,8 @@ func (w *tableWriter) commitCompaction(ctx context.Context, c *compaction) error
 	}
 	p.batch.delIntent()
 	w.pending = p
-	props := iceberg.Properties{
-		PropPipeline: w.s.cfg.Pipeline, PropOffsets: encodeOffsets(w.committed), PropCommitID: c.id,
-		PropCompactionID: c.id,
-	}
+	props := iceberg.Properties(w.offsetProps(w.committed))
+	props[PropCommitID], props[PropCompactionID] = c.id, c.id
 	w.writeID, w.fileSeq = newCommitID()[:16], 0
 	if err := w.produce(ctx, p, props); err != nil {
 		landed, serr := w.settle(ctx, c.id)

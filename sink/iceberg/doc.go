@@ -14,6 +14,9 @@
 //	cdcd.pipeline         the pipeline's name; a table whose newest offsets
 //	                      carry another is refused (two pipelines, one table)
 //	cdcd.offsets          JSON object {"<partition>": <next offset>, ...}
+//	cdcd.topic-id         the log topic incarnation (log.TopicInfo.ID) the
+//	                      offsets belong to; another log's are never read as
+//	                      this table's (reset.go)
 //	cdcd.source-position  hex of the newest source position committed
 //	cdcd.commit-id        32 hex digits, unique per commit; a commit whose
 //	                      outcome is unknown is settled by looking for it

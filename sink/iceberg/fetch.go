@@ -2,10 +2,12 @@ package iceberg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // fetched is a batch the fetcher hands the committing loop.
@@ -18,6 +20,8 @@ type fetched struct {
 	// barrier (upsert mode): every partition stopped at the same truncate;
 	// next then points past it. The fetcher waits for resume.
 	barrier bool
+	// resumed: some partition skipped to a reset marker (reset.go).
+	resumed bool
 }
 
 // fetcher reads a table's topic partition by partition and decodes it.
@@ -27,6 +31,9 @@ type fetcher struct {
 	blocked  []bool  // stopped at a truncate (upsert)
 	truncAt  []int64 // offset of that truncate
 	truncPos []byte
+	// truncReset: the truncate the partitions stop at is a reset marker.
+	truncReset bool
+	resumed    bool // skipped to a reset marker since the last batch sent
 }
 
 func newFetcher(w *tableWriter, next []int64) *fetcher {
@@ -41,6 +48,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 	var cur fetched
 	send := func() error {
 		cur.next = append([]int64(nil), f.next...)
+		cur.resumed, f.resumed = f.resumed, false
 		select {
 		case out <- cur:
 		case <-ctx.Done():
@@ -113,10 +121,16 @@ func (f *fetcher) allBlocked() bool {
 func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *fetched) (int, error) {
 	w := f.w
 	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait})
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
+	var lost *log.DataLossError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case errors.As(err, &lost):
+		return 0, f.skipLoss(ctx, p, lost)
+	case errors.Is(err, log.ErrOffsetOutOfRange):
+		return 0, f.outOfRange(ctx, p, err)
+	default:
 		return 0, fmt.Errorf("iceberg: fetch %s/%d at %d: %w", w.cfg.Topic, p, f.next[p], err)
 	}
 	for i := range recs {
@@ -132,11 +146,23 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		if c.op() == 't' {
 			if w.upsertMode() {
 				// Stop this partition at the truncate until all have it.
+				reset := rec.Header(schema.HeaderReset) != nil
 				if f.truncPos != nil && string(f.truncPos) != string(c.position()) && f.anyBlocked() {
-					return 0, badData(fmt.Errorf("iceberg: %s/%d: truncate at position %x while other partitions wait at %x",
-						w.cfg.Topic, p, c.position(), f.truncPos))
+					switch {
+					case f.truncReset && !reset:
+						// Some partition skipped to a reset marker (reset.go);
+						// this earlier truncate is moot: the marker truncates
+						// the table after it anyway.
+						f.next[p] = rec.Offset + 1
+						continue
+					case reset && !f.truncReset:
+						f.releaseBlocked()
+					default:
+						return 0, badData(fmt.Errorf("iceberg: %s/%d: truncate at position %x while other partitions wait at %x",
+							w.cfg.Topic, p, c.position(), f.truncPos))
+					}
 				}
-				f.blocked[p], f.truncAt[p], f.truncPos = true, rec.Offset, c.position()
+				f.blocked[p], f.truncAt[p], f.truncPos, f.truncReset = true, rec.Offset, c.position(), reset
 				return i, nil
 			}
 			// Truncates are written to every partition; the changelog records
@@ -152,6 +178,17 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		}
 	}
 	return len(recs), nil
+}
+
+// releaseBlocked lets the partitions stopped at an earlier truncate go
+// past it: a partition that skipped to a reset marker waits there, and the
+// marker truncates the table after that truncate anyway.
+func (f *fetcher) releaseBlocked() {
+	for q, b := range f.blocked {
+		if b {
+			f.blocked[q], f.next[q] = false, f.truncAt[q]+1
+		}
+	}
 }
 
 func (f *fetcher) anyBlocked() bool {

@@ -142,6 +142,8 @@ type Sink struct {
 	logger *slog.Logger
 
 	tune tuning
+	// untrusted holds the log ranges tables wait at for a reset marker.
+	untrusted untrusted
 
 	mu         sync.Mutex
 	stats      []*TableStats

@@ -28,15 +28,19 @@ type tableWriter struct {
 	manifests manifestCache
 
 	tbl        *table.Table // nil until it exists
+	topicID    string       // the log topic's identity (log.TopicInfo.ID)
 	partitions int
 	next       []int64 // next offset to fetch
 	committed  []int64 // offsets the table holds
 	buf        []change
 	bufAt      time.Time
 	lastPos    []byte
-	seen       [][]byte                 // per partition: the position of the newest record read (nil: unknown)
-	bufBytes   int                      // record bytes in buf
-	tables     map[uint32]*schema.Table // schema id -> table version (fetcher's)
+	seen       [][]byte // per partition: the position of the newest record read (nil: unknown)
+	// resumed: some partition starts at a reset marker, not at the table's
+	// offsets (reset.go), until the next commit lands.
+	resumed  bool
+	bufBytes int                      // record bytes in buf
+	tables   map[uint32]*schema.Table // schema id -> table version (fetcher's)
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -92,6 +96,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 		select {
 		case b := <-in:
 			if b.barrier {
+				w.resumed = w.resumed || b.resumed
 				if err := w.commitTruncate(ctx, b.next); err != nil {
 					return err
 				}
@@ -164,6 +169,7 @@ func (w *tableWriter) accept(b fetched) {
 		}
 	}
 	copy(w.next, b.next)
+	w.resumed = w.resumed || b.resumed
 	if string(b.lastPos) > string(w.lastPos) {
 		w.lastPos = append(w.lastPos[:0:0], b.lastPos...)
 	}
@@ -193,12 +199,16 @@ func (w *tableWriter) load(ctx context.Context) error {
 		w.tbl = tbl
 	}
 	w.committed = make([]int64, w.partitions)
+	var snap *table.Snapshot
 	if w.tbl != nil {
-		if w.committed, _, err = committedOffsets(w.tbl, w.s.cfg.Pipeline, w.partitions); err != nil {
+		if w.committed, snap, err = committedOffsets(w.tbl, w.s.cfg.Pipeline, w.partitions); err != nil {
 			return err
 		}
 	}
 	w.next = append([]int64(nil), w.committed...)
+	if err := w.checkTopic(ctx, info, snap); err != nil {
+		return err
+	}
 	w.buf = w.buf[:0]
 	w.publishCommitted()
 	w.lastOrphans = time.Now() // the first sweep waits a full interval
@@ -206,7 +216,11 @@ func (w *tableWriter) load(ctx context.Context) error {
 	// with a backlog) knows it from its first commits and defers it.
 	w.lastCompact = time.Now()
 	if w.upsertMode() {
-		w.loadSeen(ctx)
+		if w.resumed {
+			w.seen = make([][]byte, w.partitions) // the table's offsets are not this log's
+		} else {
+			w.loadSeen(ctx)
+		}
 		return w.loadUpsert(ctx)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,19 +32,41 @@ func testCatalog(t *testing.T) catalog.Catalog {
 	return cat
 }
 
+// testLogs holds each test's log.
+var testLogs sync.Map
+
+// bufferFedLog is the log of tests that fill a writer's buffer directly:
+// its partitions claim to hold every offset the table may have read.
+type bufferFedLog struct{ log.Log }
+
+func (l bufferFedLog) DescribeTopic(ctx context.Context, name string) (log.TopicInfo, error) {
+	info, err := l.Log.DescribeTopic(ctx, name)
+	for i := range info.Partitions {
+		info.Partitions[i].End = 1 << 62
+	}
+	return info, err
+}
+
 // newWriter returns a table writer over cat with n partitions; the tests
 // fill its buffer directly (the log only receives consumer offsets).
+// The writers of one test share a log, as a restarted sink does.
 func newWriter(t *testing.T, cat catalog.Catalog, pipeline string, n int) *tableWriter {
-	lg, err := log.Open(t.TempDir(), log.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lg.Close() })
-	if err := lg.CreateTopic(t.Context(), "t", log.TopicConfig{Partitions: int32(n)}); err != nil {
-		t.Fatal(err)
+	var lg *log.Embedded
+	if v, ok := testLogs.Load(t); ok {
+		lg = v.(*log.Embedded)
+	} else {
+		var err error
+		if lg, err = log.Open(t.TempDir(), log.Options{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		testLogs.Store(t, lg)
+		t.Cleanup(func() { testLogs.Delete(t); lg.Close() })
+		if err := lg.CreateTopic(t.Context(), "t", log.TopicConfig{Partitions: int32(n)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &Sink{cfg: Config{Pipeline: pipeline, FormatVersion: 3, Group: "g", CommitBudget: time.Minute, RetryInterval: time.Minute},
-		cat: cat, lg: lg, logger: slog.New(slog.DiscardHandler)}
+		cat: cat, lg: bufferFedLog{lg}, logger: slog.New(slog.DiscardHandler)}
 	s.cfg.Maintenance.defaults()
 	return &tableWriter{
 		s: s, cfg: TableConfig{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}, stats: &TableStats{},
