@@ -244,7 +244,8 @@ func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, 
 		return
 	}
 	pe := asPause(name, err)
-	reason, fix := pe.What, pe.Fix
+	// The reason names the fix too: it is what /status and the alert show.
+	reason, fix := pe.What+"; to fix: "+pe.Fix, pe.Fix
 	if prev := stats.Paused.Load(); prev != nil && *prev == reason {
 		logger.Debug("table still paused", "reason", reason)
 		return
@@ -253,7 +254,7 @@ func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, 
 	stats.PausedFix.Store(&fix)
 	stats.Paused.Store(&reason)
 	logger.Error("table paused: its changes wait in the log; the other tables go on",
-		"reason", reason, "what_to_do", fix, "err", err, "checked_again_every", s.cfg.RetryInterval)
+		"reason", pe.What, "what_to_do", fix, "err", err, "checked_again_every", s.cfg.RetryInterval)
 }
 
 // healthy clears a pause or failure: the table commits again, or has
