@@ -367,6 +367,9 @@ func (in *intake) count(batch []source.Change) {
 	var curTable string
 	for i := range batch {
 		c := &batch[i]
+		if c.Fault != nil && c.Before == nil && c.After == nil {
+			continue // stops a table; no change of it
+		}
 		if name := c.Table.QualifiedName(); cur == nil || name != curTable {
 			cur, curTable = in.tables[name], name
 		}

@@ -293,7 +293,26 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 		s.relations[m.RelationID] = nil
 		return nil
 	}
+	if id, ok := s.st.Tables[qn]; ok && id.OID != m.RelationID {
+		// A table of this name with another OID: dropped and created
+		// again. Its changes from here on are held until it is repaired.
+		if err := s.maybeFlush(ctx, true); err != nil {
+			return err
+		}
+		if err := s.r.checkPublication(ctx, s.conn, s.st, s.committed, s.emit); err != nil {
+			return err
+		}
+	}
 	ct, err := describeTable(ctx, s.conn, m.RelationID)
+	if errors.Is(err, errNoTable) {
+		// Dropped since: its changes still in the WAL cannot be described,
+		// and are passed over; the check stops the table.
+		s.relations[m.RelationID] = nil
+		if err := s.maybeFlush(ctx, true); err != nil {
+			return err
+		}
+		return s.r.checkPublication(ctx, s.conn, s.st, s.committed, s.emit)
+	}
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,11 @@ type Config struct {
 	// reconnect after a lost connection or a server restart; defaults
 	// 200ms and 30s.
 	ReconnectMin, ReconnectMax time.Duration
+	// PublicationCheckInterval is how often, while streaming, the reader
+	// checks that the publication still publishes every captured table and
+	// operation, and that no table was dropped or re-created
+	// (pubcheck.go); default 10s.
+	PublicationCheckInterval time.Duration
 	// WaitReportInterval is how often the reader says what a slow step
 	// waits for (the slot's creation waits for running transactions to
 	// end), in the log and in Stats.Waiting; default 10s.
@@ -100,6 +105,9 @@ func (c *Config) defaults() {
 	}
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 30 * time.Second
+	}
+	if c.PublicationCheckInterval <= 0 {
+		c.PublicationCheckInterval = 10 * time.Second
 	}
 	if c.WaitReportInterval <= 0 {
 		c.WaitReportInterval = 10 * time.Second
@@ -242,13 +250,18 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 			"what_to_do", "nothing unless a table pauses; then convert the text to UTF-8 in the source")
 	}
 
-	tables, err := r.describeTables(ctx, conn)
-	if err != nil {
-		return err
-	}
 	var st sourceState
 	if _, err := loadJSON(ctx, r.state, r.stateKey(), &st); err != nil {
 		return err
+	}
+	tables, missing, err := r.describeTables(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 && !st.SlotCreated {
+		// Nothing captured yet: a name that does not exist is a mistake in
+		// the config. Once captured, a table dropped pauses (pubcheck.go).
+		return errors.Join(missing...)
 	}
 	var sysID string
 	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
@@ -263,10 +276,17 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	if err := r.preflight(ctx, conn, tables, &st); err != nil {
 		return err
 	}
-	if created, err := ensurePublication(ctx, conn, r.cfg.Publication, tables); err != nil {
+	if !st.SlotCreated {
+		// Nothing can have been missed yet: a wrong publication stops the
+		// start, with its fix. Later, it stops the tables concerned.
+		if created, err := ensurePublication(ctx, conn, r.cfg.Publication, tables); err != nil {
+			return err
+		} else if created {
+			r.logger.Info("created publication", "publication", r.cfg.Publication, "tables", len(tables))
+		}
+	}
+	if err := r.checkPublication(ctx, conn, &st, st.Confirmed, e); err != nil {
 		return err
-	} else if created {
-		r.logger.Info("created publication", "publication", r.cfg.Publication, "tables", len(tables))
 	}
 	for _, t := range tables {
 		if _, err := catalogRelation(ctx, types, t); err != nil {
@@ -287,12 +307,17 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	return r.stream(ctx, conn, types, repl, start, &st, e)
 }
 
-func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) ([]*catalogTable, error) {
-	var tables []*catalogTable
+// describeTables describes the captured tables; missing holds a
+// *TableError for each that does not exist.
+func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) (tables []*catalogTable, missing []error, err error) {
 	var errs []error
 	for _, name := range r.cfg.Tables {
 		s, t := splitTable(name)
 		oid, err := lookupTableOID(ctx, conn, s, t)
+		if errors.Is(err, errNoTable) {
+			missing = append(missing, err)
+			continue
+		}
 		if err == nil {
 			var ct *catalogTable
 			if ct, err = describeTable(ctx, conn, oid); err == nil {
@@ -303,7 +328,7 @@ func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) ([]*catalog
 			errs = append(errs, err)
 		}
 	}
-	return tables, errors.Join(errs...)
+	return tables, missing, errors.Join(errs...)
 }
 
 // prepareSlot makes sure the slot exists and can be trusted, runs or

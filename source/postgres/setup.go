@@ -293,6 +293,9 @@ type sourceState struct {
 	Confirmed uint64 `json:"confirmed,omitempty"`
 	// Load is the progress of an unfinished initial load.
 	Load *loadProgress `json:"load,omitempty"`
+	// Tables are the captured tables' identities as last checked
+	// (pubcheck.go), by "schema.table".
+	Tables map[string]tableIdentity `json:"tables,omitempty"`
 }
 
 func loadJSON(ctx context.Context, st State, key string, v any) (bool, error) {

@@ -42,6 +42,7 @@ type streamer struct {
 	nextStatus     time.Time
 	lastData       time.Time // when the last change or commit arrived
 	nextHeartbeat  time.Time
+	nextPubCheck   time.Time
 }
 
 // stream replicates from start until ctx ends or an error.
@@ -93,11 +94,15 @@ func (s *streamer) loop(ctx context.Context) error {
 	now := time.Now()
 	s.nextStatus = now.Add(s.r.cfg.StatusInterval)
 	s.lastData, s.nextHeartbeat = now, now.Add(s.r.cfg.HeartbeatInterval)
+	s.nextPubCheck = now.Add(s.r.cfg.PublicationCheckInterval)
 	for {
 		if err := s.maybeFlush(ctx, false); err != nil {
 			return err
 		}
 		if err := s.maybeHeartbeat(ctx); err != nil {
+			return err
+		}
+		if err := s.maybeCheckPublication(ctx); err != nil {
 			return err
 		}
 		deadline := s.nextStatus
@@ -108,6 +113,9 @@ func (s *streamer) loop(ctx context.Context) error {
 		}
 		if s.r.cfg.HeartbeatInterval > 0 && s.nextHeartbeat.Before(deadline) {
 			deadline = s.nextHeartbeat
+		}
+		if s.nextPubCheck.Before(deadline) {
+			deadline = s.nextPubCheck
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := s.repl.ReceiveMessage(rctx)
@@ -230,6 +238,26 @@ func (s *streamer) maybeHeartbeat(ctx context.Context) error {
 		return nil
 	}
 	s.r.stats.Heartbeats.Add(1)
+	return nil
+}
+
+// maybeCheckPublication checks the publication and the tables'
+// identities (pubcheck.go) every PublicationCheckInterval, between
+// transactions; the changes received before go out first.
+func (s *streamer) maybeCheckPublication(ctx context.Context) error {
+	if s.inTx || s.inStream || time.Now().Before(s.nextPubCheck) {
+		return nil
+	}
+	s.nextPubCheck = time.Now().Add(s.r.cfg.PublicationCheckInterval)
+	if err := s.maybeFlush(ctx, true); err != nil {
+		return err
+	}
+	if err := s.r.checkPublication(ctx, s.conn, s.st, s.committed, s.emit); err != nil {
+		if retryable(err) {
+			return &connError{err}
+		}
+		return err
+	}
 	return nil
 }
 

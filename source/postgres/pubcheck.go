@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// Once a pipeline has captured, changes can vanish without an error: a
+// table dropped from the publication, the publication told to publish
+// inserts only, publish_via_partition_root turned off for a partitioned
+// table, a table dropped, or dropped and created again under its name (a
+// new OID: a new table). The reader checks the publication and the tables'
+// identities at every start, every PublicationCheckInterval while it
+// streams, and on every Relation message whose OID is not the table's
+// known one; each problem stops the table concerned (a source.Fault
+// without a row: the emitter pauses it) with what to run on the
+// publication and the re-snapshot that repairs the changes missed. Before
+// the slot exists nothing can have been missed, and a wrong publication
+// is a *PublicationError as before.
+
+// tableIdentity is what makes a captured table the same one: its OID and
+// its row in pg_publication_rel (0 when published by FOR ALL TABLES or
+// FOR TABLES IN SCHEMA). Kept in the reader's state per "schema.table".
+type tableIdentity struct {
+	OID    uint32 `json:"oid"`
+	PubRel uint32 `json:"pubrel,omitempty"`
+}
+
+// pubState is the publication as the catalog shows it.
+type pubState struct {
+	exists                        bool
+	ins, upd, del, trunc, viaRoot bool
+	members                       map[uint32]uint32 // published relation OID -> pg_publication_rel OID (0: by ALL TABLES or schema)
+}
+
+// readPublication reads the publication's options and members.
+func readPublication(ctx context.Context, q querier, name string) (pubState, error) {
+	p := pubState{members: map[uint32]uint32{}}
+	err := q.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1`,
+		name).Scan(&p.ins, &p.upd, &p.del, &p.trunc, &p.viaRoot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("postgres: look up publication %s: %w", name, err)
+	}
+	p.exists = true
+	rows, err := q.Query(ctx, `SELECT c.oid, coalesce(pr.oid, 0)
+		FROM pg_publication_tables pt
+		JOIN pg_publication p ON p.pubname = pt.pubname
+		JOIN pg_namespace n ON n.nspname = pt.schemaname
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+		LEFT JOIN pg_publication_rel pr ON pr.prpubid = p.oid AND pr.prrelid = c.oid
+		WHERE pt.pubname = $1`, name)
+	if err != nil {
+		return p, fmt.Errorf("postgres: tables of publication %s: %w", name, err)
+	}
+	for rows.Next() {
+		var rel, pubrel uint32
+		if err := rows.Scan(&rel, &pubrel); err != nil {
+			rows.Close()
+			return p, err
+		}
+		p.members[rel] = pubrel
+	}
+	if err := rows.Err(); err != nil {
+		return p, fmt.Errorf("postgres: tables of publication %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// missingOps names the operations p does not publish.
+func (p pubState) missingOps() []string {
+	var out []string
+	for _, op := range []struct {
+		on   bool
+		name string
+	}{{p.ins, "insert"}, {p.upd, "update"}, {p.del, "delete"}, {p.trunc, "truncate"}} {
+		if !op.on {
+			out = append(out, op.name)
+		}
+	}
+	return out
+}
+
+// tableCheck is one captured table as a check sees it: its catalog
+// description (nil when it no longer exists).
+type tableCheck struct {
+	name string // "schema.table" as configured
+	t    *catalogTable
+}
+
+// checkTables compares the tables with the publication and their stored
+// identities. It returns a fault per table that stopped receiving all of
+// its changes, and the identities to store once those faults are durable.
+func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string]tableIdentity) (map[string]*source.Fault, map[string]tableIdentity) {
+	faults := map[string]*source.Fault{}
+	ids := map[string]tableIdentity{}
+	pubName := pgx.Identifier{r.cfg.Publication}.Sanitize()
+	resnap := func(table string) string {
+		return "then re-snapshot it, since changes were missed: cdcd snapshot -c FILE --replace " + table
+	}
+	for _, tc := range tables {
+		name, t := tc.name, tc.t
+		prev, seen := known[name]
+		if t == nil {
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s was dropped: it no longer exists, so its changes end and the mirror keeps its last rows", name),
+				Fix:    "create the table again and re-snapshot it (cdcd snapshot -c FILE --replace " + name + "), or remove it from source.postgres.tables and restart"}
+			if seen {
+				ids[name] = prev
+			}
+			continue
+		}
+		id := tableIdentity{OID: t.oid, PubRel: pub.members[t.oid]}
+		ident := t.ident()
+		ops := pub.missingOps()
+		_, member := pub.members[t.oid]
+		switch {
+		case seen && prev.OID != t.oid:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s was dropped and created again (OID %d, now %d): a new table; the mirror still holds the old one's rows and lacks the new one's",
+					name, prev.OID, t.oid),
+				Fix: resnapshotFix(name, "")}
+		case !pub.exists:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("publication %s no longer exists, so no change of %s is sent", r.cfg.Publication, name),
+				Fix:    fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true); %s", pubName, ident, resnap(name))}
+			id.PubRel = prev.PubRel
+		case !member:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s is no longer in publication %s (dropped from it by ALTER PUBLICATION), so its changes are not sent and are missed", name, r.cfg.Publication),
+				Fix:    fmt.Sprintf("run ALTER PUBLICATION %s ADD TABLE %s; %s", pubName, ident, resnap(name))}
+			id.PubRel = prev.PubRel // a later re-add shows as a new row
+		case seen && prev.PubRel != 0 && id.PubRel != 0 && prev.PubRel != id.PubRel:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s was removed from publication %s and added again: the changes made in between were not sent", name, r.cfg.Publication),
+				Fix:    resnapshotFix(name, "")}
+		case len(ops) > 0:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("publication %s does not publish %s, so those changes of %s are missed", r.cfg.Publication, strings.Join(ops, ", "), name),
+				Fix:    fmt.Sprintf("run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'); %s", pubName, resnap(name))}
+		case t.partitioned && !pub.viaRoot:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("publication %s publishes the partitions of %s under their own names (publish_via_partition_root is off), which cdcd does not capture, so its changes are missed",
+					r.cfg.Publication, name),
+				Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish_via_partition_root = true); %s", pubName, resnap(name))}
+		}
+		ids[name] = id
+	}
+	return faults, ids
+}
+
+// resnapshotFix is the fix of a table whose mirror missed changes.
+func resnapshotFix(table, first string) string {
+	return first + "re-snapshot the table: cdcd snapshot -c FILE --replace " + table +
+		" (or, accepting that the mirror misses those changes, cdcd table skip -c FILE " + table + ")"
+}
+
+// tableFaultChange is the change that stops a table for f: no row, at
+// lsn (after every change of the transaction that committed there).
+func tableFaultChange(name string, lsn uint64, f *source.Fault) source.Change {
+	ns, tbl := splitTable(name)
+	return source.Change{Table: &schema.Table{Namespace: ns, Name: tbl}, Pos: source.PGPosition(lsn, math.MaxUint32), LSN: lsn, Fault: f}
+}
+
+// checkPublication runs the check over conn and stops every table that
+// fails it, through e, at lsn; the identities are stored once the faults
+// are durable.
+func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourceState, lsn uint64, e source.Emitter) error {
+	pub, err := readPublication(ctx, conn, r.cfg.Publication)
+	if err != nil {
+		return err
+	}
+	var checks []tableCheck
+	for _, name := range r.cfg.Tables {
+		s, t := splitTable(name)
+		qn := s + "." + t
+		tc := tableCheck{name: qn}
+		oid, err := lookupTableOID(ctx, conn, s, t)
+		switch {
+		case err == nil:
+			if tc.t, err = describeTable(ctx, conn, oid); err != nil {
+				return err
+			}
+		case !errors.Is(err, errNoTable):
+			return err
+		}
+		checks = append(checks, tc)
+	}
+	faults, ids := r.checkTables(pub, checks, st.Tables)
+	if len(faults) > 0 {
+		var batch []source.Change
+		for _, tc := range checks {
+			if f := faults[tc.name]; f != nil {
+				batch = append(batch, tableFaultChange(tc.name, lsn, f))
+				r.logger.Error("a captured table stopped receiving all of its changes; it pauses", "table", tc.name,
+					"reason", f.Reason, "what_to_do", f.Fix)
+			}
+		}
+		if err := e.Emit(ctx, batch); err != nil {
+			return err
+		}
+	}
+	changed := len(ids) != len(st.Tables)
+	for name, id := range ids {
+		changed = changed || st.Tables[name] != id
+	}
+	if !changed {
+		return nil
+	}
+	st.Tables = ids
+	return saveJSON(ctx, r.state, r.stateKey(), st)
+}
