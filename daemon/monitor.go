@@ -237,7 +237,11 @@ func (m *monitor) sinkPause(topic string) tablePause {
 	if w.sinkReason == "" {
 		return tablePause{}
 	}
-	return tablePause{Paused: true, Since: w.sinkSince, Kind: "sink", Reason: w.sinkReason, Fix: sinkFix}
+	fix := sinkFix
+	if f := ts.PausedFix.Load(); f != nil {
+		fix = *f
+	}
+	return tablePause{Paused: true, Since: w.sinkSince, Kind: "sink", Reason: w.sinkReason, Fix: fix}
 }
 
 // group is the sink's consumer group, whose offsets give the lag.
