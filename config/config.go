@@ -43,6 +43,7 @@ type Config struct {
 // Source configures exactly one database reader.
 type Source struct {
 	Postgres *Postgres `yaml:"postgres"`
+	MySQL    *MySQL    `yaml:"mysql"` // see mysql.go
 }
 
 // Postgres configures the PostgreSQL reader.

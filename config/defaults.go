@@ -53,6 +53,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 			pg.Tables[i] = normalizeTable(t)
 		}
 	}
+	c.mysqlDefaults(explicit)
 	orDefault(&c.Log.Backend, defaultBackend, explicit("log.backend"))
 	orDefault(&c.Log.Partitions, defaultPartitions, explicit("log.partitions"))
 	orDefault(&c.Log.Retention, defaultRetention, explicit("log.retention"))

@@ -7,13 +7,15 @@ package config
 // entry here and its case in TestNotYet; nothing else needs to change.
 
 // plannedKeys are keys of planned features, with what to tell the user.
-var plannedKeys = map[string]string{
-	"source.mysql": "not available yet: the MySQL/MariaDB source is planned; use source.postgres",
-}
+var plannedKeys = map[string]string{}
 
 // notYet rejects values of planned features.
 func (v *validator) notYet() {
 	c := v.c
+	if m := c.Source.MySQL; m != nil && m.Snapshot == "initial" {
+		v.fail("source.mysql.snapshot", ErrNotAvailable, "not available yet: the lock-free initial load for MySQL is planned; "+
+			"set snapshot: never to capture changes from now on")
+	}
 	if c.Log.Backend == "kafka" {
 		v.fail("log.backend", ErrNotAvailable, "not available yet: the Kafka backend is planned; use backend: embedded")
 	}

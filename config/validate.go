@@ -80,8 +80,15 @@ func (v *validator) pipelineOK() bool {
 
 func (v *validator) source() {
 	pg := v.c.Source.Postgres
+	if my := v.c.Source.MySQL; my != nil {
+		if pg != nil {
+			v.fail("source", ErrInvalid, "exactly one source: remove source.postgres or source.mysql")
+		}
+		v.mysqlSource(my)
+		return
+	}
 	if pg == nil {
-		v.fail("source", ErrInvalid, "exactly one source is required: add source.postgres with a dsn and tables")
+		v.fail("source", ErrInvalid, "exactly one source is required: add source.postgres (or source.mysql) with a dsn and tables")
 		return
 	}
 	v.dsn(pg.DSN)

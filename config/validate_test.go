@@ -121,8 +121,6 @@ func TestValidateAccepts(t *testing.T) {
 func TestNotYet(t *testing.T) {
 	expect(t, edit(t, "  backend: embedded", "  backend: kafka"),
 		want{"log.backend", 11, 3, ErrNotAvailable, "not available yet: the Kafka backend is planned"})
-	expect(t, edit(t, "log:", "  mysql: {dsn: 'mysql://x'}\nlog:"),
-		want{"source.mysql", 10, 3, ErrNotAvailable, "the MySQL/MariaDB source is planned"})
 }
 
 // TestUpsertIsTheDefault: a config without mode, or without a sink at

@@ -40,7 +40,7 @@ type Daemon struct {
 	reg     *schema.Registry
 	state   *stateStore
 	cat     catalog.Catalog
-	reader  *postgres.Reader
+	reader  sourceReader
 	emitter *emitter
 	sink    *iceberg.Sink
 	topics  []string
@@ -66,8 +66,8 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			d.Close()
 		}
 	}()
-	pg := cfg.Source.Postgres
-	if pg == nil {
+	pg, my := cfg.Source.Postgres, cfg.Source.MySQL
+	if pg == nil && my == nil {
 		return nil, errors.New("daemon: no source configured")
 	}
 	if d.lg, err = log.Open(filepath.Join(cfg.DataDir, "log"), log.Options{}, logger.With("component", "log")); err != nil {
@@ -92,7 +92,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 
 	data := log.TopicConfig{Partitions: int32(cfg.Log.Partitions), Retention: cfg.Log.Retention, Cleanup: log.CleanupDelete}
 	var tables []iceberg.TableConfig
-	for _, name := range pg.Tables {
+	for _, name := range cfg.Source.TableNames() {
 		ns, tbl := splitTable(name)
 		topic := d.topicOf(ns, tbl)
 		if err := ensureTopic(ctx, d.lg, topic, data); err != nil {
@@ -107,8 +107,14 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		tables = append(tables, tc)
 		d.idents[topic] = table.Identifier{ins, itbl}
 	}
+	db, connector := "", "postgresql"
+	if pg != nil {
+		db = databaseOf(pg.DSN)
+	} else {
+		db, connector = mysqlDatabase(my.DSN), "mysql"
+	}
 	d.emitter = &emitter{
-		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: databaseOf(pg.DSN), connector: "postgresql",
+		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: db, connector: connector,
 		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
 		masker: newMasker(cfg), free: make(chan *batchRecords, 2),
@@ -119,16 +125,20 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	if err := d.emitter.loadPaused(ctx, d.topics); err != nil {
 		return nil, err
 	}
-	d.intake = newIntake(d.emitter, pg.Tables)
-	heartbeat := pg.HeartbeatInterval
-	if heartbeat == 0 {
-		heartbeat = -1 // off
+	d.intake = newIntake(d.emitter, cfg.Source.TableNames())
+	if my != nil {
+		d.reader = newMySQLSource(my, d.state, logger)
+	} else {
+		heartbeat := pg.HeartbeatInterval
+		if heartbeat == 0 {
+			heartbeat = -1 // off
+		}
+		d.reader = postgres.New(postgres.Config{
+			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
+			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
+			SpillDir: filepath.Join(cfg.DataDir, "spill"),
+		}, d.state, logger)
 	}
-	d.reader = postgres.New(postgres.Config{
-		DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
-		Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
-		SpillDir: filepath.Join(cfg.DataDir, "spill"),
-	}, d.state, logger)
 	d.sink = iceberg.New(iceberg.Config{
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,
 		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval,
@@ -191,7 +201,7 @@ func VerifyIndexes(ctx context.Context, cfg *config.Config, only []string) ([]*i
 	}
 	var out []*iceberg.IndexCheck
 	matched := map[string]bool{}
-	for _, name := range cfg.Source.Postgres.Tables {
+	for _, name := range cfg.Source.TableNames() {
 		ns, tbl := ice.TableIdent(name)
 		if len(only) > 0 && !slices.Contains(only, name) && !slices.Contains(only, ns+"."+tbl) {
 			continue

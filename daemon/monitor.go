@@ -53,8 +53,11 @@ type tableWatch struct {
 
 func newMonitor(d *Daemon) *monitor {
 	m := &monitor{d: d, tables: map[string]*tableWatch{}, poked: make(chan struct{}, 1)}
-	pg := d.cfg.Source.Postgres
-	m.slot = newSlotPoller(pg.DSN, pg.Slot, pg.Tables, d.logger.With("component", "monitor"))
+	if pg := d.cfg.Source.Postgres; pg != nil {
+		m.slot = newSlotPoller(pg.DSN, pg.Slot, pg.Tables, d.logger.With("component", "monitor"))
+	} else {
+		m.slot = newSlotPoller("", "", nil, d.logger.With("component", "monitor")) // no slot: polls nothing
+	}
 	var notify func(Alert, bool, time.Time)
 	if w := d.cfg.Alerts.Webhook; w != nil {
 		m.hook = newWebhook(*w, d.cfg.Pipeline, d.cfg.Admin.Listen, d.cfg.Alerts.RealertInterval, d.logger)
@@ -100,7 +103,7 @@ func (m *monitor) check(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	in := ruleInputs{slot: m.slot.status(), loading: loading, slotName: cfg.Source.Postgres.Slot, commitInt: cfg.Sink.Iceberg.CommitInterval}
+	in := ruleInputs{slot: m.slot.status(), loading: loading, slotName: slotName(cfg), commitInt: cfg.Sink.Iceberg.CommitInterval}
 	stats := m.d.sink.Stats()
 	m.mu.Lock()
 	if in.slot.Up && in.slot.Exists {

@@ -118,6 +118,9 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = $1`
 
 // poll reads the slot once; loading also refreshes the table estimates.
 func (p *slotPoller) poll(ctx context.Context, loading bool) {
+	if p.dsn == "" {
+		return // a source without a slot (MySQL)
+	}
 	err := p.query(ctx, loading)
 	if err == nil {
 		return

@@ -124,7 +124,7 @@ func (d *Daemon) Status() Status {
 		Pipeline: d.cfg.Pipeline, Version: Version, State: state, Ready: ready(state),
 		Uptime: time.Since(d.started).Round(time.Second).String(),
 		Source: SourceStatus{
-			Slot: d.cfg.Source.Postgres.Slot, Streaming: ss.Streaming.Load(), Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
+			Slot: slotName(d.cfg), Streaming: ss.Streaming.Load(), Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
 			FlushedLSN: formatLSN(ss.Flushed.Load()), Flushed: ss.Flushed.Load(), ReceivedLSN: formatLSN(ss.Received.Load()),
 		},
 		Slot:   d.monitor.slot.status(),
@@ -185,7 +185,7 @@ func (d *Daemon) Status() Status {
 // sourceTables maps each topic to its "schema.table".
 func (d *Daemon) sourceTables() map[string]string {
 	out := make(map[string]string, len(d.topics))
-	for _, name := range d.cfg.Source.Postgres.Tables {
+	for _, name := range d.cfg.Source.TableNames() {
 		ns, tbl := splitTable(name)
 		out[d.topicOf(ns, tbl)] = name
 	}

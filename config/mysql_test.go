@@ -1,0 +1,48 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestMySQLSource(t *testing.T) {
+	c, err := Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://cdc:pw@db:3306/shop', tables: [shop.orders], snapshot: never}\n"),
+		"cdcd.yaml", testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], server_id: 4242, snapshot: never}\n"),
+		"cdcd.yaml", testEnv); err != nil || c2.Source.MySQL.ServerID != 4242 {
+		t.Errorf("server_id: %v", err)
+	}
+	m := c.Source.MySQL
+	if m.ServerID != defaultServerID("shop") || m.ServerID < 1_000_000 || m.Snapshot != "never" {
+		t.Errorf("defaults: %+v", m)
+	}
+	if got := c.Source.TableNames(); len(got) != 1 || got[0] != "shop.orders" {
+		t.Errorf("TableNames = %v", got)
+	}
+	if ns, tbl := c.Sink.Iceberg.TableIdent("shop.orders"); ns != "cdc" || tbl != "shop_orders" {
+		t.Errorf("lands as %s.%s, want cdc.shop_orders", ns, tbl)
+	}
+	if strings.Contains(c.String(), "pw") {
+		t.Error("the password is printed")
+	}
+	for doc, want := range map[string]string{
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b]}\n":                                                            "source.mysql.snapshot",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'postgres://x', tables: [a.b], snapshot: never}\n":                                        "must be a URL starting with mysql://",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [ab], snapshot: never}\n":                                            "write database.table",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], flavor: x, snapshot: never}\n":                                "must be mysql or mariadb",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], snapshot: never}\n  postgres: {dsn: 'host=h', tables: [t]}\n": "exactly one source",
+	} {
+		_, err := Parse([]byte(doc), "cdcd.yaml", testEnv)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", doc, err, want)
+		}
+	}
+	_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b]}\n"), "cdcd.yaml", testEnv)
+	if !errors.Is(err, ErrNotAvailable) {
+		t.Errorf("snapshot: initial for MySQL: %v, want ErrNotAvailable", err)
+	}
+}
