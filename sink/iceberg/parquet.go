@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/iceberg-go"
@@ -95,6 +96,11 @@ func parquetField(t iceberg.Type, required bool, id int) (parquet.Node, error) {
 		if err != nil {
 			return nil, err
 		}
+		if id == posDeletePathID {
+			// Exact bounds (paths are short): a compaction drops a
+			// position-delete file once no live data file is between them.
+			leaf = parquet.String()
+		}
 		node = parquet.Compressed(leaf, &snappy.Codec{})
 	}
 	if !required {
@@ -102,6 +108,12 @@ func parquetField(t iceberg.Type, required bool, id int) (parquet.Node, error) {
 	}
 	return parquet.FieldID(node, id), nil
 }
+
+// posDeletePathID is the field id of a position-delete file's file_path.
+var posDeletePathID = func() int {
+	f, _ := iceberg.PositionalDeleteSchema.FindFieldByName("file_path")
+	return f.ID
+}()
 
 // leafPath is the path of a field's leaf column: the name, then "list",
 // "element" for each level of list.
@@ -132,9 +144,9 @@ func parquetNode(t iceberg.Type) (parquet.Node, error) {
 	case iceberg.DecimalType:
 		return parquet.Decimal(t.Scale(), t.Precision(), decimalPhysical(t.Precision())), nil
 	case iceberg.StringType:
-		return parquet.String(), nil
+		return boundedNode(parquet.String(), true), nil
 	case iceberg.BinaryType:
-		return parquet.Leaf(parquet.ByteArrayType), nil
+		return boundedNode(parquet.Leaf(parquet.ByteArrayType), false), nil
 	case iceberg.UUIDType:
 		return parquet.UUID(), nil
 	case iceberg.DateType:
@@ -317,7 +329,13 @@ func primitiveValue(typ iceberg.Type, v any) (parquet.Value, error) {
 	case iceberg.StringType:
 		switch s := v.(type) {
 		case string:
-			return parquet.ByteArrayValue([]byte(s)), nil
+			// The writer copies the bytes into its page buffer and never
+			// writes to them: no copy of the string is needed.
+			b := unsafe.Slice(unsafe.StringData(s), len(s))
+			if err := checkBoundable(b); err != nil {
+				return parquet.Value{}, err
+			}
+			return parquet.ByteArrayValue(b), nil
 		case schema.IntervalValue:
 			// Intervals are ISO 8601 text (icebergType).
 			return parquet.ByteArrayValue([]byte(s.String())), nil
@@ -327,6 +345,9 @@ func primitiveValue(typ iceberg.Type, v any) (parquet.Value, error) {
 		b, ok := v.([]byte)
 		if !ok {
 			return bad()
+		}
+		if err := checkBoundable(b); err != nil {
+			return parquet.Value{}, err
 		}
 		return parquet.ByteArrayValue(b), nil
 	case iceberg.UUIDType:
@@ -404,9 +425,20 @@ type dataFileWriter struct {
 // chunks in memory, so smaller groups cost less memory.
 const rowGroupRows = 128 << 10
 
+// writerOptions configure every data file: pages of about 256 KiB (a page
+// holds at least one value, so one larger value makes a page of its own);
+// row groups of rowGroupRows; the column index keeps the bounds the pages
+// give (parquet-go would cut them to 16 bytes, and its cut maximum of an
+// all-0xFF prefix is below the value: see parquet_bounds.go).
+var writerOptions = []parquet.WriterOption{
+	parquet.PageBufferSize(256 << 10),
+	parquet.MaxRowsPerRowGroup(rowGroupRows),
+	parquet.ColumnIndexSizeLimit(func([]string) int { return maxUpperBound }),
+}
+
 func newDataFileWriter(fs *fileSchema) *dataFileWriter {
 	d := &dataFileWriter{fs: fs}
-	d.w = parquet.NewWriter(&d.buf, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(rowGroupRows))
+	d.w = parquet.NewWriter(&d.buf, append([]parquet.WriterOption{fs.pq}, writerOptions...)...)
 	return d
 }
 
@@ -417,8 +449,8 @@ func streamDataFile(fs *fileSchema, wfs icebergio.WriteFileIO, path string) (*da
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: create %s: %w", path, err)
 	}
-	d := &dataFileWriter{fs: fs, out: out, tail: &tailWriter{w: out}, path: path}
-	d.w = parquet.NewWriter(d.tail, fs.pq, parquet.PageBufferSize(256<<10), parquet.MaxRowsPerRowGroup(rowGroupRows))
+	d := &dataFileWriter{fs: fs, out: out, tail: &tailWriter{w: out, keep: tailKeep}, path: path}
+	d.w = parquet.NewWriter(d.tail, append([]parquet.WriterOption{fs.pq}, writerOptions...)...)
 	return d, nil
 }
 
@@ -432,21 +464,28 @@ func (d *dataFileWriter) abort(wfs icebergio.WriteFileIO) {
 }
 
 // tailWriter counts what passes to w and keeps the last bytes, where a
-// Parquet file's footer is.
+// Parquet file's footer is (one longer than that is read back: readFooter).
 type tailWriter struct {
 	w    io.Writer
 	n    int64
-	last []byte
+	keep int    // tailKeep
+	last []byte // the last keep to 2*keep bytes, ending at n
 }
 
-const tailKeep = 4 << 20
+const tailKeep = 1 << 20
 
 func (t *tailWriter) Write(p []byte) (int, error) {
 	n, err := t.w.Write(p)
 	t.n += int64(n)
-	t.last = append(t.last, p[:n]...)
-	if len(t.last) > 2*tailKeep {
-		t.last = append(t.last[:0], t.last[len(t.last)-tailKeep:]...)
+	p = p[:n]
+	switch {
+	case len(p) >= t.keep: // a large page: keep its end only
+		t.last = append(t.last[:0], p[len(p)-t.keep:]...)
+	case len(t.last)+len(p) > 2*t.keep:
+		t.last = append(t.last[:0], t.last[len(t.last)+len(p)-t.keep:]...)
+		t.last = append(t.last, p...)
+	default:
+		t.last = append(t.last, p...)
 	}
 	return n, err
 }
@@ -482,8 +521,9 @@ func (d *dataFileWriter) finish(wfs icebergio.WriteFileIO, path string, tbl *tab
 	return d.finishAs(wfs, path, tbl, iceberg.EntryContentData, nil, partition)
 }
 
-// finishAs is finish for any content kind (data or position deletes).
-func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *table.Table, content iceberg.ManifestEntryContent, ref *string, partition ...map[int]any) (iceberg.DataFile, error) {
+// finishAs is finish for any content kind (data or position deletes). A
+// streamed file that cannot be finished is removed.
+func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *table.Table, content iceberg.ManifestEntryContent, ref *string, partition ...map[int]any) (_ iceberg.DataFile, err error) {
 	var part map[int]any
 	if len(partition) > 0 {
 		part = partition[0]
@@ -492,34 +532,43 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 		d.abort(wfs)
 		return nil, fmt.Errorf("iceberg: close parquet: %w", err)
 	}
-	var data []byte
+	stored := false // path holds the file: remove it on failure
+	defer func() {
+		if err != nil && stored {
+			_ = wfs.Remove(path)
+		}
+	}()
+	var footer []byte
 	var size int64
 	if d.out != nil {
 		if path != d.path {
 			d.abort(wfs)
 			return nil, fmt.Errorf("iceberg: data file streamed to %s finished as %s", d.path, path)
 		}
-		err := d.out.Close()
-		d.out = nil
+		err = d.out.Close()
+		d.out, stored = nil, true
 		if err != nil {
-			_ = wfs.Remove(path)
 			return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
 		}
-		data, size = d.tail.last, d.tail.n
+		size = d.tail.n
+		footer, err = parquetFooter(d.tail.last, size)
+		if errors.Is(err, errFooterBeyondTail) {
+			footer, err = readFooter(wfs, path, size)
+		}
 	} else {
-		data = d.buf.Bytes()
-		size = int64(len(data))
+		size = int64(d.buf.Len())
+		footer, err = parquetFooter(d.buf.Bytes(), size)
 	}
-	footer, err := parquetFooter(data)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("iceberg: %s: %w", path, err)
 	}
 	md, err := metadata.NewFileMetaData(footer, nil)
 	if err != nil {
-		return nil, fmt.Errorf("iceberg: parse parquet footer: %w", err)
+		return nil, fmt.Errorf("iceberg: parse parquet footer of %s: %w", path, err)
 	}
 	if d.tail == nil {
-		if err := wfs.WriteFile(path, data); err != nil {
+		stored = true
+		if err := wfs.WriteFile(path, d.buf.Bytes()); err != nil {
 			return nil, fmt.Errorf("iceberg: store %s: %w", path, err)
 		}
 	}
@@ -545,15 +594,44 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	return table.DataFileFromMetadata(args)
 }
 
-// parquetFooter returns the Thrift footer of a complete Parquet file, given
-// the file or its tail.
-func parquetFooter(data []byte) ([]byte, error) {
-	if len(data) < 12 || string(data[len(data)-4:]) != "PAR1" {
-		return nil, errors.New("iceberg: not a complete parquet file")
+// errFooterBeyondTail: the footer starts before the bytes at hand.
+var errFooterBeyondTail = errors.New("parquet footer starts before the bytes kept")
+
+// parquetFooter returns the Thrift footer of a complete Parquet file of
+// size bytes, given the file or its tail.
+func parquetFooter(tail []byte, size int64) ([]byte, error) {
+	if len(tail) < 8 || size < 12 || string(tail[len(tail)-4:]) != "PAR1" {
+		return nil, errors.New("not a complete parquet file")
 	}
-	n := int(binary.LittleEndian.Uint32(data[len(data)-8:]))
-	if n <= 0 || n > len(data)-12 {
-		return nil, fmt.Errorf("iceberg: bad parquet footer length %d", n)
+	n := int64(binary.LittleEndian.Uint32(tail[len(tail)-8:]))
+	if n <= 0 || n > size-12 {
+		return nil, fmt.Errorf("bad parquet footer length %d in a file of %d bytes", n, size)
 	}
-	return data[len(data)-8-n : len(data)-8], nil
+	if n > int64(len(tail))-8 {
+		return nil, errFooterBeyondTail
+	}
+	return tail[int64(len(tail))-8-n : len(tail)-8], nil
+}
+
+// readFooter reads the footer of the Parquet file at path, of size bytes.
+func readFooter(fs icebergio.IO, path string, size int64) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var end [8]byte
+	if _, err := f.ReadAt(end[:], size-8); err != nil {
+		return nil, fmt.Errorf("read parquet footer length: %w", err)
+	}
+	footer, err := parquetFooter(end[:], size)
+	if !errors.Is(err, errFooterBeyondTail) {
+		return footer, err
+	}
+	n := int64(binary.LittleEndian.Uint32(end[:4]))
+	footer = make([]byte, n)
+	if _, err := f.ReadAt(footer, size-8-n); err != nil {
+		return nil, fmt.Errorf("read parquet footer: %w", err)
+	}
+	return footer, nil
 }
