@@ -84,6 +84,10 @@ admin:
 		waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
 		workload()
 		waitFor(t, "the mirror equal to the source", func() bool { return mirrorEqual(t, dir, db, name) == "" }, done)
+		waitFor(t, "a checkpoint in /status", func() bool {
+			b := d.Status().Source.Binlog
+			return b != nil && b.GTID != "" && b.File != "" && b.Pos > 0 && b.Ordinal > 0
+		}, done)
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/source"
@@ -25,14 +27,73 @@ type sourceReader interface {
 type mysqlSource struct {
 	r     *mysql.Reader
 	stats postgres.Stats
+	lag   atomic.Pointer[mysql.Lag] // the last poll of the server's binlog
 }
+
+// lagPoll is how often the server's binlog end and retention are read.
+const lagPoll = 10 * time.Second
 
 func newMySQLSource(m *config.MySQL, state mysql.State, logger *slog.Logger) *mysqlSource {
 	return &mysqlSource{r: mysql.New(mysql.Config{DSN: m.DSN, ServerID: uint32(m.ServerID), Flavor: m.Flavor, Tables: m.Tables},
 		state, logger)}
 }
 
-func (s *mysqlSource) Run(ctx context.Context, e source.Emitter) error { return s.r.Run(ctx, e) }
+// Run runs the reader, polling the server's binlog end beside it.
+func (s *mysqlSource) Run(ctx context.Context, e source.Emitter) error {
+	pollCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go s.pollLag(pollCtx)
+	return s.r.Run(ctx, e)
+}
+
+func (s *mysqlSource) pollLag(ctx context.Context) {
+	t := time.NewTicker(lagPoll)
+	defer t.Stop()
+	for {
+		if s.r.Stats().Streaming.Load() {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if l, err := s.r.Lag(qctx); err == nil {
+				s.lag.Store(&l)
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// BinlogStatus is the MySQL reader's place in the binlog (cdcd status).
+type BinlogStatus struct {
+	GTID    string `json:"gtid"` // the checkpoint: every transaction durable in the log
+	Ordinal uint64 `json:"ordinal"`
+	File    string `json:"file"`
+	Pos     uint32 `json:"pos"`
+	// From the last poll of the server (every 10s): its binlog end, the
+	// bytes between, the age of the newest change emitted, and how long the
+	// server keeps binlogs (0: forever).
+	ServerFile       string  `json:"server_file,omitempty"`
+	ServerPos        uint32  `json:"server_pos,omitempty"`
+	LagBytes         int64   `json:"lag_bytes"`
+	LagSeconds       float64 `json:"lag_seconds"`
+	RetentionSeconds float64 `json:"retention_seconds"`
+}
+
+func (d *Daemon) binlogStatus() *BinlogStatus {
+	s, ok := d.reader.(*mysqlSource)
+	if !ok {
+		return nil
+	}
+	ms := s.r.Stats()
+	b := &BinlogStatus{GTID: ms.GTID(), Ordinal: ms.Ordinal.Load(), File: ms.BinlogFile(), Pos: ms.BinlogPos.Load()}
+	if l := s.lag.Load(); l != nil {
+		b.ServerFile, b.ServerPos, b.LagBytes = l.ServerFile, l.ServerPos, l.Bytes
+		b.LagSeconds, b.RetentionSeconds = l.Behind.Seconds(), l.Retention.Seconds()
+	}
+	return b
+}
 
 func (s *mysqlSource) Stats() *postgres.Stats {
 	ms := s.r.Stats()

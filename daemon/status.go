@@ -45,6 +45,8 @@ type SourceStatus struct {
 	// Waiting says what the source waits for while a step takes long
 	// (creating the slot waits for running transactions to end).
 	Waiting string `json:"waiting,omitempty"`
+	// Binlog is the MySQL / MariaDB reader's position; nil for PostgreSQL.
+	Binlog *BinlogStatus `json:"binlog,omitempty"`
 }
 
 // TableStatus describes one table.
@@ -133,6 +135,7 @@ func (d *Daemon) Status() Status {
 	if w := ss.Waiting.Load(); w != nil {
 		st.Source.Waiting = *w
 	}
+	st.Source.Binlog = d.binlogStatus()
 	if !st.Source.Streaming && load.RowsPerSecond > 0 {
 		st.Source.LoadRowsPerSecond = math.Round(load.RowsPerSecond)
 		st.Source.LoadETASeconds = load.ETA.Round(time.Second).Seconds()

@@ -101,7 +101,13 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 	fmt.Fprintf(w, "cdcd %s  pipeline %s  %s (%s)  up %s\n\n", st.Version, st.Pipeline, st.State, ready, st.Uptime)
 
 	s := st.Slot
-	switch {
+	switch b := st.Source.Binlog; {
+	case b != nil:
+		fmt.Fprintf(w, "binlog %s:%d  gtid %s  lag %s (%s)", b.File, b.Pos, b.GTID, bytesText(b.LagBytes), secondsText(b.LagSeconds))
+		if b.RetentionSeconds > 0 {
+			fmt.Fprintf(w, "  binlogs kept %s", secondsText(b.RetentionSeconds))
+		}
+		fmt.Fprintln(w)
 	case !s.Up && s.Error == "":
 		fmt.Fprintf(w, "slot %s: not polled yet\n", s.Name)
 	case !s.Up:
