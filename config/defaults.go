@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"net/url"
 	"path"
 	"path/filepath"
@@ -102,10 +103,10 @@ func orDefault[T comparable](p *T, def T, explicit bool) {
 
 // normalizeTable turns a bare table name into public.name.
 func normalizeTable(t string) string {
-	if t == "" || strings.Contains(t, ".") {
+	if t == "" {
 		return t
 	}
-	return defaultSchema + "." + t
+	return pgident.Normalize(t) // public.name, quoted where SQL needs it
 }
 
 // uriDir writes a directory for a sqlite:// URI: slashes, and a leading

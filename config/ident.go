@@ -3,6 +3,8 @@ package config
 import (
 	"regexp"
 	"strings"
+
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 )
 
 // TableIdent returns the Iceberg namespace and table that capture the
@@ -16,14 +18,19 @@ import (
 // REQUIRES: defaults applied (Namespace set).
 func (ic *Iceberg) TableIdent(sourceTable string) (namespace, table string) {
 	schema, name := splitTable(sourceTable)
+	name = pgident.IcebergPart(name) // a quoted name's spaces and punctuation become _
 	if schema == defaultSchema {
 		return ic.Namespace, name
 	}
-	return ic.Namespace, schema + "_" + name
+	return ic.Namespace, pgident.IcebergPart(schema) + "_" + name
 }
 
-// splitTable splits "schema.table"; a bare name is in the public schema.
+// splitTable splits "schema.table" (parts may be quoted, see
+// internal/pgident); a bare name is in the public schema.
 func splitTable(t string) (schema, table string) {
+	if s, name, err := pgident.Split(t); err == nil {
+		return s, name
+	}
 	if s, name, ok := strings.Cut(t, "."); ok {
 		return s, name
 	}
@@ -40,24 +47,15 @@ var (
 	slotName = regexp.MustCompile(`^[a-z0-9_]+$`)
 	// publicationName: an unquoted identifier, so it needs no quoting in SQL.
 	publicationName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
-	// tablePart: a schema or table name as written unquoted in SQL.
-	tablePart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
 	// namespacePart: one level of an Iceberg namespace.
 	namespacePart = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
 
-// validTable reports whether t is "schema.table" or "table" with valid parts.
+// validTable reports whether t is "schema.table" or "table" with valid
+// parts, each unquoted or "quoted".
 func validTable(t string) bool {
-	parts := strings.Split(t, ".")
-	if len(parts) > 2 {
-		return false
-	}
-	for _, p := range parts {
-		if !tablePart.MatchString(p) || len(p) > maxIdentLen {
-			return false
-		}
-	}
-	return true
+	_, _, err := pgident.Split(t)
+	return err == nil
 }
 
 // validNamespace reports whether ns is one or more dot-separated levels.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"net"
 	"net/url"
 	"regexp"
@@ -149,10 +150,12 @@ func (v *validator) tables(tables []string) {
 	ic := v.c.Sink.Iceberg
 	seen := make(map[string]int, len(tables))
 	targets := make(map[string]int, len(tables))
+	topics := make(map[string]int, len(tables))
 	for i, t := range tables {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if !validTable(t) {
-			v.fail(p, ErrInvalid, "%s is not a table name: write schema.table (or table, for public.table) with letters, digits, _ and $", shortQuote(t))
+			v.fail(p, ErrInvalid, "%s is not a table name: write schema.table (or table, for public.table) with letters, digits, _ and $, "+
+				`and quote a part with other characters: public."Order Items"`, shortQuote(t))
 			continue
 		}
 		name := normalizeTable(t)
@@ -161,6 +164,14 @@ func (v *validator) tables(tables []string) {
 			continue
 		}
 		seen[name] = i
+		sch, tbl := splitTable(name)
+		topic := pgident.TopicPart(sch) + "." + pgident.TopicPart(tbl)
+		if j, clash := topics[topic]; clash {
+			v.fail(p, ErrInvalid, "%s and %s (tables[%d]%s) both map to the topic <pipeline>.%s (a topic name takes only letters, digits, _ and -); capture only one of them",
+				name, normalizeTable(tables[j]), j, v.where(fmt.Sprintf("%s[%d]", path, j)), topic)
+			continue
+		}
+		topics[topic] = i
 		if ic == nil || !validNamespace(ic.Namespace) {
 			continue
 		}

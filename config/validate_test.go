@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +238,37 @@ func TestHeartbeatInterval(t *testing.T) {
 		}
 		if got := c.Source.Postgres.HeartbeatInterval; got != tc.want {
 			t.Errorf("%q: heartbeat %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
+
+// TestQuotedTableNames: quoted parts hold spaces and other letters; the
+// canonical form quotes what SQL needs; names whose topics or Iceberg
+// tables would be one are refused.
+func TestQuotedTableNames(t *testing.T) {
+	base := "pipeline: shop\nsource: {postgres: {dsn: 'host=h', tables: %s}}\nsink: {iceberg: {mode: append}}\n"
+	c, err := Parse([]byte(fmt.Sprintf(base, `['public."Order Items"', '"Größe"', 'Sales."Q1 Plan"', orders]`)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`public."Order Items"`, `public."Größe"`, `"Sales"."Q1 Plan"`, "public.orders"}
+	if strings.Join(c.Source.Postgres.Tables, "|") != strings.Join(want, "|") {
+		t.Errorf("tables %q, want %q", c.Source.Postgres.Tables, want)
+	}
+	ic := c.Sink.Iceberg
+	for in, want := range map[string]string{`public."Order Items"`: "Order_Items", `public."Größe"`: "Größe", `"Sales"."Q1 Plan"`: "Sales_Q1_Plan"} {
+		if _, tbl := ic.TableIdent(in); tbl != want {
+			t.Errorf("TableIdent(%s) = %s, want %s", in, tbl, want)
+		}
+	}
+	for _, bad := range []struct{ tables, want string }{
+		{`['public.Order Items']`, `quote a part with other characters`},
+		{`['"Order Items"', 'Order_Items']`, "both map to the topic"},
+		{`['"Größe"', '"Grüße"']`, "both map to the topic"},
+	} {
+		_, err := Parse([]byte(fmt.Sprintf(base, bad.tables)), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("tables %s: %v, want an error saying %q", bad.tables, err, bad.want)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/config"
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
@@ -125,7 +126,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	if err := d.emitter.loadPaused(ctx, d.topics); err != nil {
 		return nil, err
 	}
-	d.intake = newIntake(d.emitter, cfg.Source.TableNames())
+	d.intake = newIntake(d.emitter, rawNames(cfg.Source.TableNames()))
 	if my != nil {
 		d.reader = newMySQLSource(my, d.state, logger)
 	} else {
@@ -228,16 +229,33 @@ func VerifyIndexes(ctx context.Context, cfg *config.Config, only []string) ([]*i
 	return out, nil
 }
 
-// topicOf names a table's topic: <pipeline>.<schema>.<table>.
+// topicOf names a table's topic: <pipeline>.<schema>.<table>, each part
+// with the characters a topic name does not take as _ (pgident.TopicPart).
 func (d *Daemon) topicOf(namespace, table string) string {
-	return d.cfg.Pipeline + "." + namespace + "." + table
+	return d.cfg.Pipeline + "." + pgident.TopicPart(namespace) + "." + pgident.TopicPart(table)
 }
 
+// splitTable splits a configured table name into its schema and table,
+// unquoted (see internal/pgident).
 func splitTable(s string) (string, string) {
+	if ns, tbl, err := pgident.Split(s); err == nil {
+		return ns, tbl
+	}
 	if i := strings.IndexByte(s, '.'); i >= 0 {
 		return s[:i], s[i+1:]
 	}
 	return "public", s
+}
+
+// rawNames are the configured tables as schema.QualifiedName gives them
+// (unquoted "schema.table"), the way the source names its changes.
+func rawNames(tables []string) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		ns, tbl := splitTable(t)
+		out[i] = ns + "." + tbl
+	}
+	return out
 }
 
 func databaseOf(dsn string) string {

@@ -16,7 +16,8 @@ func newMasker(cfg *config.Config) *mask.Masker {
 	}
 	rules := make(map[string]mask.Rules, len(m.Tables))
 	for _, t := range m.Tables {
-		rules[t.Table] = mask.Rules{Exclude: t.Exclude, Hash: t.Hash, Redact: t.Redact}
+		ns, tbl := splitTable(t.Table)
+		rules[ns+"."+tbl] = mask.Rules{Exclude: t.Exclude, Hash: t.Hash, Redact: t.Redact} // as the source names the table
 	}
 	return mask.New([]byte(m.Salt), rules)
 }

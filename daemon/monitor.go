@@ -54,7 +54,7 @@ type tableWatch struct {
 func newMonitor(d *Daemon) *monitor {
 	m := &monitor{d: d, tables: map[string]*tableWatch{}, poked: make(chan struct{}, 1)}
 	if pg := d.cfg.Source.Postgres; pg != nil {
-		m.slot = newSlotPoller(pg.DSN, pg.Slot, pg.Tables, d.logger.With("component", "monitor"))
+		m.slot = newSlotPoller(pg.DSN, pg.Slot, rawNames(pg.Tables), d.logger.With("component", "monitor"))
 	} else {
 		m.slot = newSlotPoller("", "", nil, d.logger.With("component", "monitor")) // no slot: polls nothing
 	}

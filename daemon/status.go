@@ -185,12 +185,13 @@ func (d *Daemon) Status() Status {
 	return st
 }
 
-// sourceTables maps each topic to its "schema.table".
+// sourceTables maps each topic to its "schema.table" (unquoted, as the
+// source names it).
 func (d *Daemon) sourceTables() map[string]string {
 	out := make(map[string]string, len(d.topics))
 	for _, name := range d.cfg.Source.TableNames() {
 		ns, tbl := splitTable(name)
-		out[d.topicOf(ns, tbl)] = name
+		out[d.topicOf(ns, tbl)] = ns + "." + tbl
 	}
 	return out
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/log"
 )
 
@@ -63,7 +65,8 @@ func (d *Daemon) tableRoutes(mux *http.ServeMux) {
 func (d *Daemon) topicNamed(name string) (string, bool) {
 	for topic, src := range d.sourceTables() {
 		id := d.idents[topic]
-		if name == topic || name == src || name == identText(id) || "public."+name == src {
+		ns, tbl, _ := strings.Cut(src, ".")
+		if name == topic || name == src || name == identText(id) || pgident.Normalize(name) == pgident.Canonical(ns, tbl) {
 			return topic, true
 		}
 	}

@@ -244,3 +244,37 @@ func TestTableDroppedAndRecreatedE2E(t *testing.T) {
 	p.waitReason("cdc.a", "dropped and created again")
 	p.requireAlert(daemon.AlertTablePaused, "cdc.a", "cdcd snapshot -c FILE --replace public.a")
 }
+
+// TestQuotedTableNames (issue 24 item 9): tables whose names need quotes —
+// a space, letters outside ASCII, upper case — are captured: the config
+// names them quoted, every statement quotes them, and their topics and
+// Iceberg tables follow the documented mapping; the mirrors are equal.
+func TestQuotedTableNames(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE "Order Items" (id int PRIMARY KEY, "Unit Price" numeric(10,2), "Größe" text);
+			CREATE TABLE "Größe" ("Schlüssel" text PRIMARY KEY, v int);
+			CREATE TABLE "MixedCase" (id int PRIMARY KEY);
+			INSERT INTO "Order Items" SELECT g, g * 1.5, 'm' FROM generate_series(1, 50) g;
+			INSERT INTO "Größe" VALUES ('ä', 1), ('ö', 2);
+			INSERT INTO "MixedCase" VALUES (1);`,
+		Tables: []string{`public."Order Items"`, `"Größe"`, `public."MixedCase"`},
+	})
+	p.start()
+	p.waitCaughtUp()
+	p.exec(`UPDATE "Order Items" SET "Unit Price" = 9.99 WHERE id < 5`)
+	p.exec(`DELETE FROM "Order Items" WHERE id > 45`)
+	p.exec(`INSERT INTO "Größe" VALUES ('ü', 3)`)
+	p.exec(`INSERT INTO "MixedCase" VALUES (2)`)
+	st := p.waitCaughtUp()
+	p.requireMirror()
+	want := map[string]string{"cdc.Order_Items": "fault.public.Order_Items", "cdc.Größe": "fault.public.Gr__e", "cdc.MixedCase": "fault.public.MixedCase"}
+	for _, tb := range st.Tables {
+		if want[tb.Table] != tb.Topic {
+			t.Errorf("table %s (source %s) has topic %s; want the mapping %v", tb.Table, tb.Source, tb.Topic, want)
+		}
+	}
+	if len(st.Tables) != 3 {
+		t.Errorf("%d tables in /status, want 3", len(st.Tables))
+	}
+}

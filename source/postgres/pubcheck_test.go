@@ -121,7 +121,7 @@ func TestTableDroppedAndRecreated(t *testing.T) {
 	if !strings.Contains(f.Fix, "remove it from source.postgres.tables") {
 		t.Errorf("fix %q", f.Fix)
 	}
-	for deadline := time.Now().Add(30 * time.Second); countInserts(c, "public.db") < 1; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(90 * time.Second); countInserts(c, "public.db") < 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("db stopped streaming after da was dropped")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -61,6 +62,9 @@ func (t *catalogTable) relationMessage() *pglogrepl.RelationMessage {
 
 // splitTable splits "schema.table"; a bare name is in public.
 func splitTable(s string) (schema, table string) {
+	if ns, tbl, err := pgident.Split(s); err == nil {
+		return ns, tbl // parts may be "quoted" (internal/pgident)
+	}
 	if i := strings.IndexByte(s, '.'); i >= 0 {
 		return s[:i], s[i+1:]
 	}
