@@ -59,7 +59,9 @@ func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
 			d.last[qn] = last
 		}
 		parts := []int32{}
-		if c.Op == source.OpTruncate {
+		if c.Fault != nil {
+			parts = append(parts, 0) // as the daemon holds it: no key encoding
+		} else if c.Op == source.OpTruncate {
 			for p := range d.parts {
 				parts = append(parts, p)
 			}

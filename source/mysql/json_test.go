@@ -65,9 +65,9 @@ func TestMySQLTableMapJSON(t *testing.T) {
 	if got := v.table.String(); got != "shop.docs(id int32 key, j json null, n decimal(20,0) null)" {
 		t.Errorf("shape %s", got)
 	}
-	row, err := v.decodeRow([]any{int32(1), `{"b":1,"a":[2.0]}`, uint64(1 << 63)})
-	if err != nil {
-		t.Fatal(err)
+	row, f, err := v.decodeRow([]any{int32(1), `{"b":1,"a":[2.0]}`, uint64(1 << 63)})
+	if err != nil || f != nil {
+		t.Fatal(err, f)
 	}
 	if row[1] != `{"a": [2.0], "b": 1}` || row[2] != "9223372036854775808" {
 		t.Errorf("row %#v", row)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,5 +243,36 @@ func TestLag(t *testing.T) {
 	}
 	if n := lagBytes([]binlogFile{{"b.1", 100}, {"b.2", 50}, {"b.3", 10}}, "b.2", 20); n != 40 {
 		t.Errorf("lagBytes = %d, want 40", n)
+	}
+}
+
+// TestValueFault: a zero date in a DATE primary key cannot be carried; its
+// change carries a Fault naming table, column and value (for the emitter
+// to stop that table alone) and the reader goes on.
+func TestValueFault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE t (d DATE PRIMARY KEY, v INT)")
+	d := newDedupe(1)
+	e.reader(t, newMemState(), d, "t")
+	ctx := context.Background()
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"SET SESSION sql_mode = ''", "INSERT INTO t VALUES ('0000-00-00', 1)", "INSERT INTO t VALUES ('2024-01-01', 2)"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	got := d.waitFor(t, "2 changes", func(cs []source.Change) bool { return len(cs) >= 2 })
+	f := got[0].Fault
+	if f == nil || f.Column != "d" || f.Value != "0000-00-00" || !strings.Contains(f.Reason, e.name+".t") ||
+		!strings.Contains(f.Fix, "cdcd snapshot -c FILE --replace "+e.name+".t") || got[0].After[0] != nil || got[0].After[1] != int64(1) {
+		t.Errorf("the faulty change: %+v, fault %+v", got[0], f)
+	}
+	if got[1].Fault != nil || got[1].After[1] != int64(2) {
+		t.Errorf("the next change: %+v", got[1])
 	}
 }

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,39 +123,40 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 		}
 	}
 	switch typ {
-	case replication.EnumRowsEventTypeInsert:
-		for _, raw := range e.Rows {
-			row, err := v.decodeRow(raw)
-			if err != nil {
-				return err
-			}
-			s.change(v, source.OpCreate, nil, row)
+	case replication.EnumRowsEventTypeInsert, replication.EnumRowsEventTypeDelete:
+		op := source.OpCreate
+		if typ == replication.EnumRowsEventTypeDelete {
+			op = source.OpDelete
 		}
-	case replication.EnumRowsEventTypeDelete:
 		for _, raw := range e.Rows {
-			row, err := v.decodeRow(raw)
+			row, f, err := v.decodeRow(raw)
 			if err != nil {
 				return err
 			}
-			s.change(v, source.OpDelete, row, nil)
+			if op == source.OpCreate {
+				s.change(v, op, nil, row, f)
+			} else {
+				s.change(v, op, row, nil, f)
+			}
 		}
 	case replication.EnumRowsEventTypeUpdate:
 		for i := 0; i+1 < len(e.Rows); i += 2 {
-			before, err := v.decodeRow(e.Rows[i])
+			before, f1, err := v.decodeRow(e.Rows[i])
 			if err != nil {
 				return err
 			}
-			after, err := v.decodeRow(e.Rows[i+1])
+			after, f2, err := v.decodeRow(e.Rows[i+1])
 			if err != nil {
 				return err
 			}
+			f := cmp.Or(f2, f1)
 			if keysDiffer(v.table, before, after) {
 				// A key change: a delete of the old key, an insert of the new.
-				s.change(v, source.OpDelete, before, nil)
-				s.change(v, source.OpCreate, nil, after)
+				s.change(v, source.OpDelete, before, nil, f1)
+				s.change(v, source.OpCreate, nil, after, f2)
 				continue
 			}
-			s.change(v, source.OpUpdate, before, after)
+			s.change(v, source.OpUpdate, before, after, f)
 		}
 	default:
 		return &TableError{Table: v.qn, Err: fmt.Errorf("row event %s is not supported (partial JSON updates?): "+
@@ -163,32 +165,53 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 	return nil
 }
 
-func (s *streamer) change(v *tableVersion, op source.Op, before, after []any) {
+func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
-		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts})
+		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f})
 	s.tx.idx++
 }
 
-// decodeRow converts a row image into table-model values.
-func (v *tableVersion) decodeRow(raw []any) ([]any, error) {
+// decodeRow converts a row image into table-model values. A value cdcd
+// cannot carry (a zero date in a key column, text that is not UTF-8)
+// does not stop the reader: it is nil in the row and the returned fault
+// names it, so the Emitter stops that table alone.
+func (v *tableVersion) decodeRow(raw []any) ([]any, *source.Fault, error) {
 	if len(raw) != len(v.cols) {
-		return nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
+		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
 	}
 	row := make([]any, len(raw))
+	var fault *source.Fault
 	for i := range raw {
 		val, err := fromBinlog(&v.cols[i], raw[i])
+		if err == nil && val == nil && raw[i] != nil && !v.table.Columns[i].Nullable {
+			err = errors.New("a value that cdcd maps to NULL (a zero date) in a column that cannot be NULL (a primary-key column)")
+		}
 		if err != nil {
-			return nil, &ValueError{Table: v.qn, Column: v.cols[i].Name, Type: v.cols[i].SourceType, Err: err}
+			if fault == nil {
+				fault = v.fault(i, raw[i], err)
+			}
+			val = nil
 		}
 		row[i] = val
 	}
-	for _, k := range v.table.Key {
-		if row[k] == nil {
-			return nil, &ValueError{Table: v.qn, Column: v.cols[k].Name, Type: v.cols[k].SourceType,
-				Err: errors.New("a primary-key value that cdcd maps to NULL (a zero date): update the row to a real date")}
-		}
+	return row, fault, nil
+}
+
+// fault describes a value of column i that cannot be carried.
+func (v *tableVersion) fault(i int, raw any, err error) *source.Fault {
+	c := &v.cols[i]
+	value := source.Printable(fmt.Sprint(raw))
+	if b, ok := raw.([]byte); ok {
+		value = source.Printable(string(b))
 	}
-	return row, nil
+	hint := ""
+	if c.Base == "date" || c.Base == "datetime" || c.Base == "timestamp" {
+		hint = "give the row a real date"
+	}
+	return &source.Fault{
+		Reason: fmt.Sprintf("table %s: column %q (%s) holds %s, which cdcd cannot carry exactly: %v", v.qn, c.Name, c.SourceType, value, err),
+		Column: c.Name, Value: value, Fix: source.ValueFix(v.qn, hint),
+	}
 }
 
 func keysDiffer(t *schema.Table, before, after []any) bool {
