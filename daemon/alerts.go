@@ -146,6 +146,7 @@ type ruleInputs struct {
 	slotName  string
 	commitInt time.Duration
 	log       logInputs
+	binlog    *BinlogStatus // the MySQL reader's; nil for PostgreSQL
 }
 
 type tableInputs struct {
@@ -243,6 +244,7 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords),
 			"read the daemon's log for the table's commit errors (catalog or storage unreachable, permissions, conflicts)", t.stalledFor.Seconds())
 	}
+	out = append(out, evaluateBinlog(in.binlog)...)
 	return append(out, evaluateLog(in.log)...)
 }
 

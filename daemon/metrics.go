@@ -72,7 +72,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSrcStream, descTblIn, descTblSnap, descTblSnapEst, descTblOut, descTblCommits, descTblLast, descTblPaused, descTblPausedS,
 		descTblStall, descPartEnd, descPartBytes, descPartLost, descLagRecords, descLagSeconds, descSlotUp, descSlotExists, descSlotActive,
 		descSlotLag, descSlotLagSec, descSlotRetain, descSlotConf, descSlotSafe, descSlotMaxKeep, descSlotStatus, descAlert,
-		descHookSent, descHookFailed} {
+		descHookSent, descHookFailed, descBinlogLag, descBinlogLagSec, descBinlogRetention} {
 		ch <- d
 	}
 }
@@ -108,6 +108,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, descSrcStream, b2f(ss.Streaming.Load()))
 	c.collectTables(ch)
 	c.collectSlot(ch)
+	c.collectBinlog(ch)
 	for _, a := range d.monitor.alerts.firing() {
 		gauge(ch, descAlert, 1, a.Name, a.Severity, a.Subject)
 	}

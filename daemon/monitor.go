@@ -103,7 +103,8 @@ func (m *monitor) check(ctx context.Context) {
 		return
 	}
 	now := time.Now()
-	in := ruleInputs{slot: m.slot.status(), loading: loading, slotName: slotName(cfg), commitInt: cfg.Sink.Iceberg.CommitInterval}
+	in := ruleInputs{slot: m.slot.status(), loading: loading, slotName: slotName(cfg), commitInt: cfg.Sink.Iceberg.CommitInterval,
+		binlog: m.d.binlogStatus()}
 	stats := m.d.sink.Stats()
 	m.mu.Lock()
 	if in.slot.Up && in.slot.Exists {
