@@ -1,11 +1,19 @@
 package faultsuite
 
 import (
+	"context"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/pgserver"
+	"github.com/cdcd-dev/cdcd/internal/pgtest"
 )
 
 // The source side of issue 24: one table's problem stops that table
@@ -277,4 +285,132 @@ func TestQuotedTableNames(t *testing.T) {
 	if len(st.Tables) != 3 {
 		t.Errorf("%d tables in /status, want 3", len(st.Tables))
 	}
+}
+
+// TestLongTransactionAtStart (issue 24 item 7): a pipeline starting while
+// a transaction is open waits to create its slot; the log, /status and
+// cdcd status say which backend it waits for, with its query, again every
+// ~10 s; once the transaction ends the pipeline starts and mirrors.
+func TestLongTransactionAtStart(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL:    `CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE busy (id int); INSERT INTO a VALUES (1);`,
+		Tables: []string{"public.a"},
+	})
+	long := p.connect()
+	var pid int
+	if err := long.QueryRow(p.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := long.Begin(p.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(p.ctx, `INSERT INTO busy VALUES (42)`); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	st := p.waitFor("the wait reported", time.Minute, func(st daemon.Status) bool {
+		return strings.Contains(st.Source.Waiting, fmt.Sprintf("pid %d", pid))
+	})
+	if st.State != daemon.StateStarting || !strings.Contains(st.Source.Waiting, "INSERT INTO busy") {
+		t.Errorf("state %s, waiting %q", st.State, st.Source.Waiting)
+	}
+	out, _, _ := p.cdcd("status", "-c", p.CfgPath)
+	if !strings.Contains(out, "waiting: creating the replication slot waits") {
+		t.Errorf("cdcd status does not say what it waits for:\n%s", out)
+	}
+	p.child.WaitUntil(t, "the wait reported twice", time.Minute, func() bool {
+		return strings.Count(p.logTail(1<<20), "creating the replication slot waits for transactions") >= 2
+	})
+	if err := tx.Commit(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.exec(`INSERT INTO a VALUES (2)`)
+	p.waitCaughtUp()
+	p.requireMirror()
+}
+
+// TestPreconditionErrors (issue 24 item 10): a server with wal_level =
+// replica and a role without REPLICATION each stop cdcd run before it
+// creates anything, with the statement that fixes it; a slot another
+// process streams from is refused naming that process, never with advice
+// to drop it.
+func TestPreconditionErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("wal_level", func(t *testing.T) {
+		t.Parallel()
+		p := newPipeline(t, pipelineOptions{Tables: []string{"public.a"}})
+		srv := pgtest.NewServer(t, pgserver.Options{Settings: map[string]string{"wal_level": "replica"}})
+		p.DSN = pgtest.NewDBOn(t, srv)
+		p.Conn = p.connect()
+		p.exec(`CREATE TABLE a (id int PRIMARY KEY)`)
+		p.writeConfig()
+		p.requireRefused("wal_level = replica", "ALTER SYSTEM SET wal_level = logical", "restart PostgreSQL")
+	})
+	t.Run("no replication", func(t *testing.T) {
+		t.Parallel()
+		p := newPipeline(t, pipelineOptions{DDL: `CREATE TABLE a (id int PRIMARY KEY)`, Tables: []string{"public.a"}})
+		role := pgtest.UniqueName(t, "role")
+		p.exec(`CREATE ROLE ` + role + ` LOGIN; GRANT SELECT ON a TO ` + role)
+		t.Cleanup(func() {
+			_, _ = p.Conn.Exec(context.Background(), `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
+		})
+		u, err := url.Parse(p.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		p.DSN = u.String()
+		p.writeConfig()
+		p.requireRefused("lacks the REPLICATION attribute", `ALTER ROLE "`+role+`" WITH REPLICATION;`)
+	})
+	t.Run("slot in use", func(t *testing.T) {
+		t.Parallel()
+		p := newPipeline(t, pipelineOptions{DDL: `CREATE TABLE a (id int PRIMARY KEY); CREATE PUBLICATION other_pub FOR TABLE a`,
+			Tables: []string{"public.a"}})
+		p.exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, p.Names.Slot)
+		other, err := pgconn.Connect(p.ctx, p.DSN+"&replication=database&application_name=other_daemon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close(context.Background())
+		if err := pglogrepl.StartReplication(p.ctx, other, p.Names.Slot, 0, pglogrepl.StartReplicationOptions{
+			PluginArgs: []string{"proto_version '1'", "publication_names 'other_pub'"}}); err != nil {
+			t.Fatal(err)
+		}
+		log := p.requireRefused("slot_foreign", "in use right now by pid", `application_name "other_daemon"`, "do not drop it")
+		if strings.Contains(log, "pg_drop_replication_slot") {
+			t.Errorf("advises dropping a slot in use:\n%s", log)
+		}
+	})
+}
+
+// requireRefused starts the daemon, requires it to exit with 1 and its
+// log to say every one of words, and no publication to be left behind
+// unless the test made one; it returns the log.
+func (p *pipeline) requireRefused(words ...string) string {
+	p.t.Helper()
+	var pubsBefore int
+	if err := p.Conn.QueryRow(p.ctx, `SELECT count(*) FROM pg_publication`).Scan(&pubsBefore); err != nil {
+		p.t.Fatal(err)
+	}
+	p.start()
+	if code := p.exited(2 * time.Minute); code != 1 {
+		p.t.Fatalf("cdcd run exited with %d, want 1", code)
+	}
+	log := strings.ReplaceAll(p.logTail(1<<20), `\"`, `"`) // as written, not as the log quotes it
+	for _, w := range words {
+		if !strings.Contains(log, w) {
+			p.t.Errorf("the log does not say %q:\n%s", w, log)
+		}
+	}
+	var pubs int
+	if err := p.Conn.QueryRow(p.ctx, `SELECT count(*) FROM pg_publication`).Scan(&pubs); err != nil {
+		p.t.Fatal(err)
+	}
+	if pubs != pubsBefore {
+		p.t.Errorf("a refused start left a publication behind")
+	}
+	return log
 }

@@ -59,7 +59,7 @@ func (r *Reader) preflight(ctx context.Context, conn *pgx.Conn, tables []*catalo
 		return err
 	}
 	if !st.SlotCreated {
-		return r.preflightSlot(ctx, conn)
+		return r.preflightSlot(ctx, conn, st)
 	}
 	return nil
 }
@@ -124,9 +124,19 @@ func (r *Reader) preflightPublication(ctx context.Context, conn *pgx.Conn, table
 	return nil
 }
 
-// preflightSlot checks that a slot can be created: a free slot and a free
-// walsender.
-func (r *Reader) preflightSlot(ctx context.Context, conn *pgx.Conn) error {
+// preflightSlot checks, for a pipeline that has no slot yet, that a slot
+// of another's is not in the way (when a load needs its own) and that one
+// can be created: a free slot and a free walsender.
+func (r *Reader) preflightSlot(ctx context.Context, conn *pgx.Conn, st *sourceState) error {
+	if r.cfg.Snapshot && st.Creating != r.cfg.Slot {
+		slot, err := lookupSlot(ctx, conn, r.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		if slot.exists {
+			return r.foreignSlot(ctx, conn)
+		}
+	}
 	var exists bool
 	var used, maxSlots, maxSenders int
 	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1),
