@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/mirror"
 	"github.com/cdcd-dev/cdcd/internal/pgserver"
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 )
@@ -413,4 +414,41 @@ func (p *pipeline) requireRefused(words ...string) string {
 		p.t.Errorf("a refused start left a publication behind")
 	}
 	return log
+}
+
+// TestInfinityMapped (issue 24 item 4, docs/types.md): ±infinity in
+// timestamp, timestamptz and date columns is mapped, not refused: the
+// table flows and its mirror equals the source.
+func TestInfinityMapped(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE inf (id int PRIMARY KEY, ts timestamp, tz timestamptz, d date);
+			INSERT INTO inf VALUES (1, 'infinity', '-infinity', 'infinity'), (2, '-infinity', 'infinity', '-infinity'), (3, now(), now(), now());`,
+		Tables: []string{"public.inf"},
+	})
+	p.start()
+	p.waitCaughtUp()
+	p.exec(`INSERT INTO inf VALUES (4, 'infinity', 'infinity', 'infinity')`)
+	p.exec(`UPDATE inf SET tz = 'infinity' WHERE id = 3`)
+	p.waitCaughtUp()
+	// The mirror's SQL rendering cannot take infinity (extract(epoch) of it
+	// overflows numeric(30,0)), so the values are checked here: the
+	// extreme 64-bit microseconds and 32-bit days, as docs/types.md says.
+	cat := p.openCatalog()
+	defer closeCatalog(cat)
+	rows, _, dups, n, err := mirror.IcebergRows(p.ctx, p.icebergTable(cat, "public.inf"), []string{"id"})
+	if err != nil || n != 4 || len(dups) != 0 {
+		t.Fatalf("%d rows, duplicates %v: %v", n, dups, err)
+	}
+	const maxTS, minTS, maxD, minD = "9223372036854775807", "-9223372036854775808", "2147483647", "-2147483648"
+	want := map[string][3]string{"1": {maxTS, minTS, maxD}, "2": {minTS, maxTS, minD}, "4": {maxTS, maxTS, maxD}}
+	for id, w := range want {
+		r := rows[id]
+		if r["ts"] != w[0] || r["tz"] != w[1] || r["d"] != w[2] {
+			t.Errorf("row %s: ts %s tz %s d %s, want %v", id, r["ts"], r["tz"], r["d"], w)
+		}
+	}
+	if rows["3"]["tz"] != maxTS {
+		t.Errorf("row 3 after the update: tz %s", rows["3"]["tz"])
+	}
 }
