@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
@@ -178,7 +179,7 @@ func (d *Daemon) Status() Status {
 	}
 	for _, p := range d.emitter.Paused() {
 		if id, ok := d.idents[p.Topic]; ok {
-			p.Table = identText(id)
+			p.Table = strings.Join(id, ".")
 		}
 		st.Paused = append(st.Paused, p)
 	}

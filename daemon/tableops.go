@@ -66,22 +66,11 @@ func (d *Daemon) topicNamed(name string) (string, bool) {
 	for topic, src := range d.sourceTables() {
 		id := d.idents[topic]
 		ns, tbl, _ := strings.Cut(src, ".")
-		if name == topic || name == src || name == identText(id) || pgident.Normalize(name) == pgident.Canonical(ns, tbl) {
+		if name == topic || name == src || name == strings.Join(id, ".") || pgident.Normalize(name) == pgident.Canonical(ns, tbl) {
 			return topic, true
 		}
 	}
 	return "", false
-}
-
-func identText(id []string) string {
-	s := ""
-	for i, p := range id {
-		if i > 0 {
-			s += "."
-		}
-		s += p
-	}
-	return s
 }
 
 // skip resolves topic's value or table pause: the fault record that stops
