@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
@@ -219,4 +220,27 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 	}
 	st.Tables = ids
 	return saveJSON(ctx, r.state, r.stateKey(), st)
+}
+
+// streamError turns an ErrorResponse on the replication stream into an
+// error. A publication missing while a change is decoded stops the reader
+// with the fix: PostgreSQL reads the publication as of each change, so the
+// changes written while it was gone cannot be decoded, even once it is
+// created again.
+func (r *Reader) streamError(msg *pgproto3.ErrorResponse) error {
+	err := errorFromBackend(msg)
+	if msg.Code != "42704" || !strings.Contains(msg.Message, "publication") {
+		return err
+	}
+	names := make([]string, len(r.cfg.Tables))
+	for i, t := range r.cfg.Tables {
+		s, tb := splitTable(t)
+		names[i] = pgx.Identifier{s, tb}.Sanitize()
+	}
+	return &PublicationError{Publication: r.cfg.Publication, Detail: fmt.Sprintf("was dropped, and PostgreSQL cannot decode the changes "+
+		"written while it was missing (%s). Create it again (CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true);) "+
+		"and restart: if no change was written while it was missing, capture goes on and every table pauses for a re-snapshot "+
+		"(cdcd snapshot -c FILE --replace TABLE). If this error comes again, the slot cannot get past that point: start the "+
+		"pipeline over with a new slot (drop slot %s, remove the pipeline's data_dir) and a fresh snapshot", msg.Message,
+		pgx.Identifier{r.cfg.Publication}.Sanitize(), strings.Join(names, ", "), r.cfg.Slot)}
 }

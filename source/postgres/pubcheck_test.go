@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,33 @@ func TestRecreatedTableFoundByRelation(t *testing.T) {
 	got := c.wait(t, 3)
 	if got[1].Fault == nil || got[2].Fault != nil || got[2].After[0] != int64(2) {
 		t.Fatalf("want the fault before the new table's insert:%s", describe(got))
+	}
+}
+
+// TestPublicationDroppedWhileStreaming: a publication dropped while
+// changes are written stops the reader with a *PublicationError that says
+// how to create it again and what to do if the slot cannot get past.
+func TestPublicationDroppedWhileStreaming(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE pd (id int PRIMARY KEY)`)
+	r := New(e.config(t, []string{"pd"}, false), e.state, discard)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, newCollector()) }()
+	for !r.Stats().Streaming.Load() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.exec(t, `DROP PUBLICATION `+e.names.Publication)
+	e.exec(t, `INSERT INTO pd VALUES (1)`)
+	err := <-done
+	var pe *PublicationError
+	if !errorsAs(err, &pe) {
+		t.Fatalf("error %v, want a *PublicationError", err)
+	}
+	for _, want := range []string{`CREATE PUBLICATION "` + e.names.Publication + `" FOR TABLE "public"."pd"`, "cdcd snapshot -c FILE --replace", "start the pipeline over"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

@@ -135,7 +135,7 @@ func (s *streamer) loop(ctx context.Context) error {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
-			return errorFromBackend(msg)
+			return s.r.streamError(msg)
 		default:
 			return &connError{fmt.Errorf("postgres: unexpected message %T on the replication stream", msg)}
 		}
