@@ -258,20 +258,7 @@ func sinkBenchCompact(t *testing.T, dir string, lg *log.Embedded, cat catalog.Ca
 	defer w.close()
 	start := now()
 	before := len(w.up.data)
-	for round := 0; ; round++ {
-		c, err := w.planCompaction(ctx, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c == nil || round > 20 {
-			break
-		}
-		if err := w.rewrite(ctx, w.tbl, w.up.keys, c); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.commitCompaction(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+	for round := 0; round <= 20 && compactOnce(t, w, nil); round++ {
 	}
 	end := now()
 	var bytes int64

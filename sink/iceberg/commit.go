@@ -160,7 +160,7 @@ func (w *tableWriter) committedNow(ctx context.Context, next []int64, started ti
 	if err := w.s.lg.CommitOffsets(ctx, w.s.cfg.Group, w.cfg.Topic, offs); err != nil {
 		w.logger.Warn("could not record consumer offsets (lag metrics only)", "err", err)
 	}
-	w.maintain(ctx)
+	w.compactor().AfterCommit(ctx)
 	w.publishMaintenance()
 }
 

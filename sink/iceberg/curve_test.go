@@ -53,8 +53,7 @@ func TestCommitCurve(t *testing.T) {
 	w := upsertWriter(t, cat, 3, 1)
 	w.s.tune = tune
 	w.s.cfg.TargetFileSize = 128 << 20
-	w.s.cfg.Maintenance = MaintenanceConfig{RetainSnapshots: 50, SnapshotMaxAge: 0, ExpireEvery: 20}
-	w.s.cfg.Maintenance.defaults()
+	w.s.cfg.Maintenance = MaintenanceConfig{RetainSnapshots: 50, SnapshotMaxAge: 0, ExpireEvery: 20}.WithDefaults()
 	if os.Getenv("CDCD_COMMIT_CURVE_NO_MAINTENANCE") != "" {
 		w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 1 << 30, RetainSnapshots: 1 << 30, ExpireEvery: 1 << 30}
 	}
@@ -63,7 +62,6 @@ func TestCommitCurve(t *testing.T) {
 	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_MIN_GROUP")); v > 0 {
 		w.s.cfg.Compaction.MinGroup = v
 	}
-	w.s.cfg.Compaction.defaults()
 	var compactions int
 	rng := rand.New(rand.NewPCG(1, 1))
 	var next int64
@@ -114,7 +112,7 @@ func TestCommitCurve(t *testing.T) {
 				compactions++
 			default:
 			}
-			w.maybeCompact(t.Context())
+			w.compactor().Poll(t.Context(), false)
 		}
 		if (i+1)%100 == 0 || i+1 == n {
 			meta := w.tbl.MetadataLocation()

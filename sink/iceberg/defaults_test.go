@@ -15,10 +15,8 @@ func TestDefaultsAgreeWithConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	ice := c.Sink.Iceberg
-	var cc CompactionConfig
-	cc.defaults()
-	var mc MaintenanceConfig
-	mc.defaults()
+	cc := CompactionConfig{}.WithDefaults()
+	mc := MaintenanceConfig{}.WithDefaults()
 	s := New(Config{}, nil, nil, nil, slog.New(slog.DiscardHandler))
 	for _, d := range []struct {
 		name       string

@@ -224,7 +224,7 @@ func TestUpsertIntervalsAndLists(t *testing.T) {
 			cat := testCatalog(t)
 			w := upsertWriter(t, cat, version, 1)
 			w.s.cfg.Compaction = CompactionConfig{MinGroup: 2}
-			w.s.cfg.Compaction.defaults()
+			w.s.cfg.Compaction = w.s.cfg.Compaction.WithDefaults()
 			want := map[int64][]any{}
 			var off int64
 			mk := func(op byte, after []any) change {

@@ -15,6 +15,8 @@ import (
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/compactor"
 )
 
 // The upsert commit's snapshot producer. iceberg-go's RowDelta reads every
@@ -472,7 +474,7 @@ func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table,
 	if err != nil {
 		return nil, err
 	}
-	f := &manifestFill{mw: mw, cache: &w.manifests}
+	f := &manifestFill{mw: mw, rec: w.compactor().Manifests().Record()}
 	if err := fill(f); err != nil {
 		return nil, err
 	}
@@ -485,30 +487,29 @@ func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table,
 	}
 	// The expiry's clean-up will need these entries: no need to read
 	// them back then.
-	w.manifests.put(path, f.refs)
+	f.rec.Done(path)
 	return mf, nil
 }
 
 // manifestFill passes entries to a manifest writer and records them for
-// the manifest cache.
+// the compactor's manifest cache.
 type manifestFill struct {
-	mw    *iceberg.ManifestWriter
-	cache *manifestCache
-	refs  []manifestRef
+	mw  *iceberg.ManifestWriter
+	rec *compactor.ManifestRecord
 }
 
 func (f *manifestFill) add(e iceberg.ManifestEntry) error {
-	f.refs = append(f.refs, f.cache.record(e))
+	f.rec.Add(e)
 	return f.mw.Add(e)
 }
 
 func (f *manifestFill) existing(e iceberg.ManifestEntry) error {
-	f.refs = append(f.refs, f.cache.record(e))
+	f.rec.Add(e)
 	return f.mw.Existing(e)
 }
 
 func (f *manifestFill) delete(e iceberg.ManifestEntry) error {
-	f.refs = append(f.refs, f.cache.record(e))
+	f.rec.Add(e)
 	return f.mw.Delete(e)
 }
 

@@ -173,8 +173,8 @@ func (cfg *Config) defaults() {
 	if cfg.TargetFileSize <= 0 {
 		cfg.TargetFileSize = 128 << 20
 	}
-	cfg.Maintenance.defaults()
-	cfg.Compaction.defaults()
+	cfg.Maintenance = cfg.Maintenance.WithDefaults()
+	cfg.Compaction = cfg.Compaction.WithDefaults()
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 30 * time.Second
 	}

@@ -1,6 +1,7 @@
 package iceberg
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -19,7 +20,7 @@ func TestVerifyIndex(t *testing.T) {
 			cat := testCatalog(t)
 			w := upsertWriter(t, cat, version, 1)
 			w.s.cfg.Compaction = CompactionConfig{MinGroup: 3}
-			w.s.cfg.Compaction.defaults()
+			w.s.cfg.Compaction = w.s.cfg.Compaction.WithDefaults()
 			rng := rand.New(rand.NewPCG(uint64(version), 5))
 			want := model{}
 			var off int64
@@ -96,16 +97,36 @@ func TestVerifyIndex(t *testing.T) {
 // it, with no sink commit in between.
 func compactAll(t *testing.T, w *tableWriter) {
 	t.Helper()
-	c, err := w.planCompaction(t.Context(), true)
-	if err != nil || c == nil {
-		t.Fatalf("plan: %v %v", c, err)
+	if !compactOnce(t, w, nil) {
+		t.Fatal("nothing to compact")
 	}
-	if err := w.rewrite(t.Context(), w.tbl, w.up.keys, c); err != nil {
+}
+
+// compactOnce runs one forced compaction of w's table through its
+// compactor: the plan and the rewrite, then between (sink commits while
+// the rewrite ran), then its commit. It reports whether there was anything
+// to compact.
+func compactOnce(t testing.TB, w *tableWriter, between func()) bool {
+	t.Helper()
+	ctx := context.Background()
+	c := w.compactor()
+	c.Force()
+	c.Poll(ctx, false)
+	done := c.Done()
+	if done == nil {
+		return false
+	}
+	<-done
+	if between != nil {
+		between()
+	}
+	if err := w.finishCompaction(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.commitCompaction(t.Context(), c); err != nil {
-		t.Fatal(err)
+	if st := c.Stats(); st.LastErr != "" {
+		t.Fatalf("compaction: %s", st.LastErr)
 	}
+	return true
 }
 
 // TestRebuildIndexInBatches: an index behind the table is rebuilt in

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/cdcd-dev/cdcd/compactor"
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
@@ -24,8 +25,6 @@ type tableWriter struct {
 	cfg    TableConfig
 	stats  *TableStats
 	logger *slog.Logger
-	// manifests caches manifest entries for the expiry's clean-up.
-	manifests manifestCache
 
 	tbl        *table.Table // nil until it exists
 	topicID    string       // the log topic's identity (log.TopicInfo.ID)
@@ -47,20 +46,12 @@ type tableWriter struct {
 	writeID string  // names the files of the current commit attempt
 	fileSeq int
 
-	commitsSinceExpire int
-
-	comp       *compaction // the rewrite in flight
-	compactNow <-chan struct{}
-	// forceCompact: the next compaction takes every small file (cdcd compact).
-	forceCompact bool
-	lastCompact  time.Time
+	// comp maintains the table between its commits (made by compactor()).
+	comp       *compactor.Compactor
+	compactNow <-chan struct{} // cdcd compact asks
 	// catchingUp: the last commit was forced by the buffer limits (a
-	// backlog), not by the commit interval; compaction waits meanwhile,
-	// since deferredSince.
-	catchingUp    bool
-	deferredSince time.Time
-	lastOrphans   time.Time
-	compStats     CompactionStats
+	// backlog), not by the commit interval: compaction waits.
+	catchingUp bool
 }
 
 func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
@@ -123,7 +114,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 				return err
 			}
 		case <-w.compactNow:
-			w.lastCompact, w.forceCompact = time.Time{}, true
+			w.compactor().Force()
 		case <-ctx.Done():
 		}
 		if full := len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes; len(w.buf) > 0 &&
@@ -133,10 +124,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 				return err
 			}
 		}
-		w.maybeCompact(ctx)
+		w.compactor().Poll(ctx, w.catchingUp)
 	}
 	if w.comp != nil {
-		<-w.comp.done // its files are orphans; the next run's intent check or orphan sweep removes them
+		w.comp.Wait()
 	}
 	// Stopping: commit what was consumed, within a bounded time.
 	if len(w.buf) > 0 {
@@ -211,10 +202,11 @@ func (w *tableWriter) load(ctx context.Context) error {
 	}
 	w.buf = w.buf[:0]
 	w.publishCommitted()
-	w.lastOrphans = time.Now() // the first sweep waits a full interval
-	// So does the first compaction: a table that starts behind (a restart
-	// with a backlog) knows it from its first commits and defers it.
-	w.lastCompact = time.Now()
+	// The first compaction and orphan sweep wait a full interval from
+	// here: a table that starts behind (a restart with a backlog) knows it
+	// from its first commits and defers compaction.
+	w.comp = nil
+	w.compactor()
 	if w.upsertMode() {
 		if w.resumed {
 			w.seen = make([][]byte, w.partitions) // the table's offsets are not this log's

@@ -67,7 +67,7 @@ func newWriter(t *testing.T, cat catalog.Catalog, pipeline string, n int) *table
 	}
 	s := &Sink{cfg: Config{Pipeline: pipeline, FormatVersion: 3, Group: "g", CommitBudget: time.Minute, RetryInterval: time.Minute},
 		cat: cat, lg: bufferFedLog{lg}, logger: slog.New(slog.DiscardHandler)}
-	s.cfg.Maintenance.defaults()
+	s.cfg.Maintenance = s.cfg.Maintenance.WithDefaults()
 	return &tableWriter{
 		s: s, cfg: TableConfig{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}, stats: &TableStats{},
 		logger: s.logger, partitions: n, next: make([]int64, n), committed: make([]int64, n),

@@ -1,4 +1,4 @@
-package iceberg
+package compactor
 
 import (
 	"fmt"
@@ -17,12 +17,10 @@ func testDataFile(t *testing.T, path string, rows, size int64) iceberg.DataFile 
 	return b.Build()
 }
 
-func TestPickCompaction(t *testing.T) {
+func TestPick(t *testing.T) {
 	const mb = 1 << 20
-	cc := CompactionConfig{}
-	cc.defaults()
+	cc := CompactionConfig{}.WithDefaults()
 	cc.MaxBytes = 100 * mb
-	target := int64(128 * mb)
 	paths := func(files []iceberg.DataFile) []string {
 		var out []string
 		for _, f := range files {
@@ -33,12 +31,12 @@ func TestPickCompaction(t *testing.T) {
 
 	// A large small file that sorts first by path, and six fresh little
 	// ones: the cycle merges the little ones, not the large one again.
-	cands := []compactCandidate{{df: testDataFile(t, "a-large", 1000, 90*mb)}}
+	cands := []File{{DataFile: testDataFile(t, "a-large", 1000, 90*mb)}}
 	for i := range 6 {
-		cands = append(cands, compactCandidate{df: testDataFile(t, fmt.Sprintf("b-%d", i), 10, int64(i+1)*mb)})
+		cands = append(cands, File{DataFile: testDataFile(t, fmt.Sprintf("b-%d", i), 10, int64(i+1)*mb)})
 	}
-	cands = append(cands, compactCandidate{df: testDataFile(t, "c-full", 1000, 120*mb)}) // not small
-	got := paths(pickCompaction(cands, cc, target, false))
+	cands = append(cands, File{DataFile: testDataFile(t, "c-full", 1000, 120*mb)}) // not small
+	got := paths(pick(cands, cc, false))
 	want := []string{"b-0", "b-1", "b-2", "b-3", "b-4", "b-5"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("picked %v, want %v", got, want)
@@ -46,39 +44,39 @@ func TestPickCompaction(t *testing.T) {
 
 	// Tiers: a file grown by merging waits until files of its own size
 	// (within twice the mean of its bucket) number MinGroup.
-	tier := func(sizes ...int64) []compactCandidate {
-		var out []compactCandidate
+	tier := func(sizes ...int64) []File {
+		var out []File
 		for i, sz := range sizes {
-			out = append(out, compactCandidate{df: testDataFile(t, fmt.Sprintf("t-%02d", i), 10, sz*mb)})
+			out = append(out, File{DataFile: testDataFile(t, fmt.Sprintf("t-%02d", i), 10, sz*mb)})
 		}
 		return out
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 30), cc, target, false)); len(got) != 0 {
+	if got := paths(pick(tier(1, 1, 1, 1, 30), cc, false)); len(got) != 0 {
 		t.Errorf("picked %v: four new files and one 30 MB file must wait", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+	if got := paths(pick(tier(1, 1, 1, 1, 1, 30), cc, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
 		t.Errorf("picked %v, want the five 1 MB files", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 3, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+	if got := paths(pick(tier(1, 1, 1, 1, 1, 3, 30), cc, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
 		t.Errorf("picked %v, want the 1 MB files without the 3 MB one", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 2, 30), cc, target, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
+	if got := paths(pick(tier(1, 1, 1, 1, 2, 30), cc, false)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04]" {
 		t.Errorf("picked %v, want the 1 MB files with the 2 MB one", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 5, 5, 5, 6, 9, 30), cc, target, false)); fmt.Sprint(got) != "[t-02 t-03 t-04 t-05 t-06]" {
+	if got := paths(pick(tier(1, 1, 5, 5, 5, 6, 9, 30), cc, false)); fmt.Sprint(got) != "[t-02 t-03 t-04 t-05 t-06]" {
 		t.Errorf("picked %v, want the 5-9 MB tier (the 1 MB one has two files)", got)
 	}
-	if got := paths(pickCompaction(tier(1, 1, 1, 1, 1, 1, 5, 5, 5, 5, 6, 30), cc, target, false)); fmt.Sprint(got) != "[t-06 t-07 t-08 t-09 t-10]" {
+	if got := paths(pick(tier(1, 1, 1, 1, 1, 1, 5, 5, 5, 5, 6, 30), cc, false)); fmt.Sprint(got) != "[t-06 t-07 t-08 t-09 t-10]" {
 		t.Errorf("picked %v, want the 5-6 MB tier before the fresh files (which qualify every cycle)", got)
 	}
-	if got := paths(pickCompaction(tier(1, 3, 7, 15, 31, 63), cc, target, false)); len(got) != 0 {
+	if got := paths(pick(tier(1, 3, 7, 15, 31, 63), cc, false)); len(got) != 0 {
 		t.Errorf("picked %v from files each more than twice the ones before", got)
 	}
 	// Forced (cdcd compact): every small file, whatever its tier.
-	if got := paths(pickCompaction(tier(1, 3, 7, 15, 31, 40, 120), cc, target, true)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04 t-05]" {
+	if got := paths(pick(tier(1, 3, 7, 15, 31, 40, 120), cc, true)); fmt.Sprint(got) != "[t-00 t-01 t-02 t-03 t-04 t-05]" {
 		t.Errorf("forced, picked %v, want every small file (97 MB, under the byte cap)", got)
 	}
-	if got := paths(pickCompaction(tier(1, 120), cc, target, true)); len(got) != 0 {
+	if got := paths(pick(tier(1, 120), cc, true)); len(got) != 0 {
 		t.Errorf("forced, picked %v: a single small file without deletes is left alone", got)
 	}
 
@@ -87,35 +85,35 @@ func TestPickCompaction(t *testing.T) {
 	// cut at the cap.
 	rowsCC := cc
 	rowsCC.MaxRows = 1000
-	byRows := []compactCandidate{{df: testDataFile(t, "r-big", 600, mb)}}
+	byRows := []File{{DataFile: testDataFile(t, "r-big", 600, mb)}}
 	for i := range 6 {
-		byRows = append(byRows, compactCandidate{df: testDataFile(t, fmt.Sprintf("r-%d", i), 300, mb)})
+		byRows = append(byRows, File{DataFile: testDataFile(t, fmt.Sprintf("r-%d", i), 300, mb)})
 	}
-	if got := paths(pickCompaction(byRows, rowsCC, target, false)); fmt.Sprint(got) != "[r-0 r-1 r-2]" {
+	if got := paths(pick(byRows, rowsCC, false)); fmt.Sprint(got) != "[r-0 r-1 r-2]" {
 		t.Errorf("picked %v, want three 300-row files (900 rows, under the 1,000-row cap) and not the 600-row one", got)
 	}
-	if isSmall(byRows[0].df, rowsCC, target) || !isSmall(byRows[1].df, rowsCC, target) {
+	if isSmall(byRows[0].DataFile, rowsCC) || !isSmall(byRows[1].DataFile, rowsCC) {
 		t.Errorf("a 600-row file counts as small under a 1,000-row cap, or a 300-row one does not")
 	}
 	// Likewise by bytes: a file over half the byte cap is not small even
 	// under SmallFileRatio of the target.
-	if isSmall(testDataFile(t, "b", 10, 60*mb), cc, target) {
+	if isSmall(testDataFile(t, "b", 10, 60*mb), cc) {
 		t.Errorf("a 60 MB file counts as small under a 100 MB cap")
 	}
 
 	// Fewer small files than MinGroup: nothing, unless a delete-heavy file
 	// is due, which goes first and takes the small ones along.
-	few := []compactCandidate{{df: testDataFile(t, "s1", 10, mb)}, {df: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}
-	if got := pickCompaction(few, cc, target, false); len(got) != 0 {
+	few := []File{{DataFile: testDataFile(t, "s1", 10, mb)}, {DataFile: testDataFile(t, "s2", 10, 2*mb)}, cands[7]}
+	if got := pick(few, cc, false); len(got) != 0 {
 		t.Errorf("picked %v from %d small files (min group %d)", paths(got), 2, cc.MinGroup)
 	}
-	few[2].deleted = 400 // 40% of c-full
-	got = paths(pickCompaction(few, cc, target, false))
+	few[2].Deleted = 400 // 40% of c-full
+	got = paths(pick(few, cc, false))
 	if fmt.Sprint(got) != "[c-full]" {
 		t.Errorf("picked %v, want the delete-heavy file alone (the small ones would pass the byte cap)", got)
 	}
 	cc.MaxBytes = 200 * mb
-	got = paths(pickCompaction(few, cc, target, false))
+	got = paths(pick(few, cc, false))
 	if fmt.Sprint(got) != "[c-full s1 s2]" {
 		t.Errorf("picked %v, want [c-full s1 s2]", got)
 	}

@@ -1,4 +1,4 @@
-package iceberg
+package compactor
 
 import (
 	"strings"
@@ -8,16 +8,16 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// The files an expiry leaves unreferenced are removed by the sink, not by
-// iceberg-go's ExpireSnapshots: its clean-up after the commit reads every
-// manifest of every kept snapshot, each time. The sink rewrites a table's
-// delete manifest at every commit that touches a deletion vector, so every
-// kept snapshot has a delete manifest of its own, one entry per data file
-// with a vector: with 3,000 of them and 60 snapshots kept, an expiry every
-// 20 commits decoded up to 180,000 entries, 17 CPU-s per 1,000 commits (a
-// quarter of a 3,000-commit run's CPU). The same rule here, with each
-// manifest's entries recorded as the sink writes it, or read once, and kept
-// (manifests never change) while a kept snapshot names the manifest.
+// The files an expiry leaves unreferenced are removed by the compactor,
+// not by iceberg-go's ExpireSnapshots, whose clean-up after the commit
+// reads every manifest of every kept snapshot, each time. The sink
+// rewrites a table's delete manifest at every commit that touches a
+// deletion vector, so every kept snapshot has a delete manifest of its
+// own, one entry per data file with a vector: read again at every expiry,
+// they would be a large share of a long stream's CPU (BENCHMARKS.md). The
+// same rule here, with each manifest's entries recorded as the writer
+// writes it (Manifests.Record), or read once, and kept (manifests never
+// change) while a kept snapshot names the manifest.
 
 // manifestRef is what the clean-up needs of one manifest entry.
 type manifestRef struct {
@@ -25,12 +25,12 @@ type manifestRef struct {
 	deleted bool   // a DELETED entry, which keeps nothing alive
 }
 
-// manifestCache holds the entries of the manifests the kept snapshots
-// name, by manifest path: those this writer wrote, recorded as it wrote
-// them, and those it had to read. File paths are interned (a vector's
-// Puffin file is named by many manifests). At most maxCachedRefs entries
-// are held; past that a manifest is read each time it is needed.
-type manifestCache struct {
+// Manifests holds the entries of the manifests the kept snapshots name, by
+// manifest path: those the writer wrote, recorded as it wrote them, and
+// those the expiry had to read. File paths are interned (a vector's Puffin
+// file is named by many manifests). At most maxCachedRefs entries are
+// held; past that a manifest is read each time it is needed.
+type Manifests struct {
 	refs   map[string][]manifestRef
 	intern map[string]string
 	n      int // entries held
@@ -41,7 +41,7 @@ type manifestCache struct {
 const maxCachedRefs = 1 << 19
 
 // entries returns the entries of mf, read once.
-func (c *manifestCache) entries(fs icebergio.IO, mf iceberg.ManifestFile) ([]manifestRef, error) {
+func (c *Manifests) entries(fs icebergio.IO, mf iceberg.ManifestFile) ([]manifestRef, error) {
 	if refs, ok := c.refs[mf.FilePath()]; ok {
 		return refs, nil
 	}
@@ -57,7 +57,7 @@ func (c *manifestCache) entries(fs icebergio.IO, mf iceberg.ManifestFile) ([]man
 }
 
 // path returns p interned.
-func (c *manifestCache) path(p string) string {
+func (c *Manifests) path(p string) string {
 	if c.intern == nil {
 		c.intern = map[string]string{}
 	}
@@ -70,7 +70,7 @@ func (c *manifestCache) path(p string) string {
 }
 
 // put records the entries of the manifest at path, within the bound.
-func (c *manifestCache) put(path string, refs []manifestRef) {
+func (c *Manifests) put(path string, refs []manifestRef) {
 	if c.n+len(refs) > maxCachedRefs {
 		return
 	}
@@ -84,14 +84,27 @@ func (c *manifestCache) put(path string, refs []manifestRef) {
 	c.n += len(refs)
 }
 
-// record returns a manifest writer's entry as the cache keeps it.
-func (c *manifestCache) record(e iceberg.ManifestEntry) manifestRef {
-	return manifestRef{path: c.path(e.DataFile().FilePath()), deleted: e.Status() == iceberg.EntryStatusDELETED}
+// Record starts recording a manifest the writer writes: Add each entry as
+// it is written, then Done with the manifest's path.
+func (c *Manifests) Record() *ManifestRecord { return &ManifestRecord{c: c} }
+
+// ManifestRecord is one manifest's entries being recorded.
+type ManifestRecord struct {
+	c    *Manifests
+	refs []manifestRef
 }
+
+// Add records entry e.
+func (r *ManifestRecord) Add(e iceberg.ManifestEntry) {
+	r.refs = append(r.refs, manifestRef{path: r.c.path(e.DataFile().FilePath()), deleted: e.Status() == iceberg.EntryStatusDELETED})
+}
+
+// Done keeps the entries recorded as the manifest at path's.
+func (r *ManifestRecord) Done(path string) { r.c.put(path, r.refs) }
 
 // retain drops every manifest not in live, and the interned paths only
 // they named.
-func (c *manifestCache) retain(live map[string]bool) {
+func (c *Manifests) retain(live map[string]bool) {
 	for p, refs := range c.refs {
 		if !live[p] {
 			delete(c.refs, p)
@@ -114,7 +127,7 @@ func (c *manifestCache) retain(live map[string]bool) {
 // manifests that no kept snapshot names, and the files those manifests name
 // that no kept manifest names in a live entry — iceberg-go's rule
 // (removeSnapshotsUpdate.PostCommit).
-func (c *manifestCache) expiredFiles(fs icebergio.IO, pre, post table.Metadata) ([]string, error) {
+func (c *Manifests) expiredFiles(fs icebergio.IO, pre, post table.Metadata) ([]string, error) {
 	kept := map[int64]bool{}
 	for _, s := range post.Snapshots() {
 		kept[s.SnapshotID] = true
