@@ -17,10 +17,7 @@ import (
 // upsert mode the half of a key change whose other half is not buffered
 // yet waits, with what follows it in its partition (commitCut).
 func (w *tableWriter) commit(ctx context.Context) error {
-	if !w.upsertMode() {
-		return w.commitWith(ctx, w.next, w.attempt)
-	}
-	cut, err := w.commitCut()
+	cut, err := w.mode().cut()
 	if err != nil {
 		return badData(err)
 	}
@@ -74,11 +71,16 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 		}
 		var na errNotAdopted
 		class := classify(err)
-		if errors.As(err, &na) || class == ErrPaused {
+		if errors.As(err, &na) {
+			return err
+		}
+		if class == ErrPaused {
+			w.discardAttempt(ctx, err)
 			return err
 		}
 		landed, serr := w.settleWithin(ctx, id, b)
 		if serr != nil {
+			w.keepAttempt()
 			return fmt.Errorf("iceberg: commit to %s failed (%v), and then: %w", identString(w.cfg.Ident), err, serr)
 		}
 		if landed {
@@ -88,6 +90,7 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 			}
 			return nil
 		}
+		w.discardAttempt(ctx, err)
 		if ctx.Err() != nil || b.spent() {
 			return fmt.Errorf("iceberg: commit to %s: %w (after %d attempts in %s)", identString(w.cfg.Ident), err, n, b.elapsed().Round(time.Second))
 		}
@@ -144,6 +147,7 @@ func (w *tableWriter) committedNow(ctx context.Context, next []int64, started ti
 	w.stats.LastCommit.Store(time.Now().UnixMilli())
 	w.stats.LastCommitDur.Store(int64(time.Since(started)))
 	w.stats.healthy()
+	w.removeUnsettled(ctx)
 	if w.resumed {
 		// Past the reset markers: nothing before them matters any more.
 		w.s.untrusted.clear(w.cfg.Topic)
@@ -174,11 +178,8 @@ func (w *tableWriter) attempt(ctx context.Context, props iceberg.Properties) err
 	if err := w.evolve(ctx); err != nil {
 		return err
 	}
-	w.writeID, w.fileSeq = newCommitID()[:16], 0
-	if w.upsertMode() {
-		return w.attemptUpsert(ctx, props)
-	}
-	return w.attemptChangelog(ctx, props)
+	w.files = newAttemptFiles()
+	return w.mode().attempt(ctx, props)
 }
 
 // finish commits tx and adopts the resulting table.
@@ -204,12 +205,7 @@ func (w *tableWriter) finishData(ctx context.Context, tx *table.Transaction, row
 }
 
 // landed adopts a commit that reported an error but is in the table.
-func (w *tableWriter) landed(ctx context.Context) error {
-	if w.upsertMode() {
-		return w.adoptUpsert(ctx)
-	}
-	return nil
-}
+func (w *tableWriter) landed(ctx context.Context) error { return w.mode().landed(ctx) }
 
 // settle reloads the table after a failed commit: true if the commit landed
 // anyway. Otherwise the table must still hold the offsets this writer
@@ -240,12 +236,8 @@ func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 				Fix: "stop the other writer (another cdcd with this pipeline's name and catalog?); each table has exactly one"}
 		}
 	}
-	if w.upsertMode() {
-		// The attempt did not land: its staged state is void.
-		w.dropPending()
-		return false, w.up.loadFiles(ctx, tbl)
-	}
-	return false, nil
+	// The attempt did not land: its staged state is void.
+	return false, w.mode().void(ctx, tbl)
 }
 
 // backoff paces retries within a budget: 100 ms doubling to 5 s.

@@ -89,8 +89,8 @@ func (h tableHandle) DeleteFiles() int {
 }
 
 func (h tableHandle) Manifests() (data, deletes int) {
-	if u := h.w.up; u != nil && u.ms != nil {
-		return len(u.ms.data), len(u.ms.deletes)
+	if sp := h.w.prod; sp != nil && sp.ms != nil {
+		return len(sp.ms.data), len(sp.ms.deletes)
 	}
 	return 0, 0
 }
@@ -109,10 +109,11 @@ func (h tableHandle) Pending() []string {
 		return nil
 	}
 	in, ok, _ := w.up.idx.intent()
-	if !ok {
-		return nil
+	out := append([]string(nil), w.unsettled...)
+	if ok {
+		out = append(out, in.New...)
 	}
-	return in.New
+	return out
 }
 
 // CommitMaintenance commits tx, which changes no rows, and adopts the
@@ -187,7 +188,7 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 	w.pending = p
 	props := iceberg.Properties(w.offsetProps(w.committed))
 	props[PropCommitID], props[PropCompactionID] = r.ID, r.ID
-	w.writeID, w.fileSeq = newCommitID()[:16], 0
+	w.files = newAttemptFiles()
 	if err := w.produce(ctx, p, props); err != nil {
 		landed, serr := w.settle(ctx, r.ID)
 		switch {
@@ -195,11 +196,13 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 			// Its outcome is unknown: the intent stays, and the loop's
 			// restart settles it by the commit id (resolveIntent).
 			w.dropPending()
+			w.keepAttempt()
 			return fmt.Errorf("iceberg: compaction commit of %s failed (%v), and its outcome could not be read back: %w: %w",
 				identString(w.cfg.Ident), err, compactor.ErrWriterState, serr)
 		case !landed:
 			w.dropPending()
 			w.forgetIntent(fs, intent)
+			w.discardAttempt(ctx, err)
 			return fmt.Errorf("iceberg: compaction commit of %s: %w", identString(w.cfg.Ident), err)
 		}
 	}

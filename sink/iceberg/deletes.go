@@ -75,7 +75,7 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 		}
 		p.bitmaps[path] = bm
 	}
-	dvs, err := u.flushDVs(wfs, w.newFileLocation(tbl, "puffin"), tbl.Metadata(), files, p.bitmaps, held)
+	dvs, err := u.flushDVs(wfs, w.files.data(tbl, "", "puffin"), tbl.Metadata(), files, p.bitmaps, held)
 	if err != nil {
 		return fmt.Errorf("iceberg: write deletion vectors: %w", err)
 	}
@@ -246,10 +246,11 @@ func (u *upsert) writePositionDeletes(w *tableWriter, wfs icebergio.WriteFileIO,
 			}
 		}
 		values := u.data[files[0]].Partition()
-		path := w.newFileLocation(tbl, "parquet")
+		partPath := ""
 		if part.partitioned() {
-			path = w.newPartitionedLocation(tbl, part.path(values), "parquet")
+			partPath = part.path(values)
 		}
+		path := w.files.data(tbl, partPath, "parquet")
 		df, err := d.finishAs(wfs, path, tbl, iceberg.EntryContentPosDeletes, referenced(files), values)
 		if err != nil {
 			return err

@@ -2,6 +2,43 @@
 // committing each table's consumed log offsets in the same snapshot as its
 // data, so the table itself says how far it has read (exactly once).
 //
+// # One table, one loop
+//
+// Sink.Run runs a tableWriter per table (writer.go). Its load reads the
+// table's offsets and checks that they belong to this log's topic
+// (reset.go); a fetcher goroutine reads and decodes the topic (fetch.go);
+// the loop buffers the changes and commits them every CommitInterval, or
+// sooner when the buffer is full. What differs between a mirror (upsert)
+// and a changelog (append) is a tableMode (mode.go); maintenance and
+// compaction are the compactor package's, run by the loop between commits
+// through the compactor.Table the sink offers (compaction.go, rewriter.go).
+//
+// One commit's path (commit.go):
+//
+//	commit         mode.cut: how far the buffer may go (upsert: both halves
+//	               of a key change together, keychange.go)
+//	commitWith     create the table if needed; the summary properties
+//	               (offsets, topic id, source position, a new commit id)
+//	land           attempt until it lands, within CommitBudget:
+//	  attempt      evolve the schema; name the attempt's files (files.go);
+//	               mode.attempt — upsert: stage (fold per key, look the keys
+//	               up in the index, fill unchanged values, write the rows
+//	               and the deletion vectors: upsert.go, deletes.go), commit
+//	               the snapshot (producer.go), adopt it (index, live files);
+//	               changelog: append through iceberg-go (changelog.go)
+//	  on failure   classify (errors.go): ErrPaused returns at once; otherwise
+//	               settle — reload, look for the commit id — landed: adopt;
+//	               not landed: drop the attempt's files (or keep them while
+//	               the catalog may still apply it), then replay (conflict) or
+//	               back off (temporary)
+//	committedNow   empty the buffer, move the offsets and stats, remove the
+//	               files of earlier attempts that did not land, let the
+//	               compactor maintain the table
+//
+// A failure that ends the loop pauses the table (ErrPaused: the reason and
+// the fix in its stats) or restarts it after RetryInterval; either way it
+// resumes from the offsets its table holds.
+//
 // # Formats (frozen)
 //
 // What the sink writes into tables, and keeps beside them, is read back by

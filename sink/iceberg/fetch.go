@@ -144,7 +144,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			return 0, err
 		}
 		if c.op() == 't' {
-			if w.upsertMode() {
+			if w.mode().barriers() {
 				// Stop this partition at the truncate until all have it.
 				reset := rec.Header(schema.HeaderReset) != nil
 				if f.truncPos != nil && string(f.truncPos) != string(c.position()) && f.anyBlocked() {

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
@@ -39,6 +41,288 @@ import (
 //
 // What it validates itself: every replaced vector is live in the parent
 // (the state is the parent's), and no data file ends up with two vectors.
+//
+// Its API is one call: commit(ctx, tbl, plan, props, files) returns the
+// new table; between calls it keeps the current snapshot's manifests.
+
+// snapshotProducer commits upsert plans as snapshots (see above).
+type snapshotProducer struct {
+	cat catalog.Catalog
+	// manifests is where it records the manifests it writes, for the
+	// compactor's expiry.
+	manifests func() *compactor.Manifests
+	// mergeDeletes: past this many delete manifests left as they are, a
+	// commit merges them all into its new one.
+	mergeDeletes int
+	failpoint    func(name string)
+	logger       *slog.Logger
+	// ms is the current snapshot's manifests (nil: read at the next commit).
+	ms *manifestState
+}
+
+// producer returns the table's snapshot producer.
+func (w *tableWriter) producer() *snapshotProducer {
+	if w.prod == nil {
+		w.prod = &snapshotProducer{cat: w.s.cat, manifests: func() *compactor.Manifests { return w.compactor().Manifests() },
+			mergeDeletes: w.s.cfg.Maintenance.MaxDataManifests, failpoint: w.failpoint, logger: w.logger}
+	}
+	return w.prod
+}
+
+// produce commits plan p with props as the table's next snapshot.
+func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Properties) error {
+	tbl, err := w.producer().commit(ctx, w.tbl, p, props, w.files)
+	if err != nil {
+		return err
+	}
+	w.tbl = tbl
+	return nil
+}
+
+// draft is one snapshot being produced.
+type draft struct {
+	tbl    *table.Table
+	fs     icebergio.IO
+	wfs    icebergio.WriteFileIO
+	files  *attemptFiles
+	ms     *manifestState // the parent's manifests
+	p      *plan
+	snapID int64
+	// manifests are the new snapshot's, as they are decided.
+	manifests []iceberg.ManifestFile
+	// removed are the replaced vectors (deleteKey); dirty the parent's
+	// delete manifests that held one; mergeAll: every delete manifest is
+	// rewritten into the new one.
+	removed, dirty map[string]bool
+	mergeAll       bool
+}
+
+// commit commits plan p as a new snapshot of tbl, whose current snapshot
+// is the parent, with props, naming its files through files. It returns
+// the new table.
+func (sp *snapshotProducer) commit(ctx context.Context, tbl *table.Table, p *plan, props iceberg.Properties, files *attemptFiles) (*table.Table, error) {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return nil, errors.New("iceberg: the warehouse is not writable")
+	}
+	d := &draft{tbl: tbl, fs: fs, wfs: wfs, files: files, p: p, snapID: newSnapshotID(tbl.Metadata())}
+	if d.ms, err = sp.parentManifests(fs, tbl); err != nil {
+		return nil, err
+	}
+	if err := sp.dataManifests(d); err != nil {
+		return nil, err
+	}
+	if err := sp.checkDeletes(d); err != nil {
+		return nil, err
+	}
+	if err := sp.deleteManifests(d); err != nil {
+		return nil, err
+	}
+	next, err := sp.commitSnapshot(ctx, d, props)
+	if err != nil {
+		return nil, err
+	}
+	sp.advance(d, next)
+	return next, nil
+}
+
+// parentManifests returns the manifests of tbl's current snapshot: kept
+// from the last commit, or read.
+func (sp *snapshotProducer) parentManifests(fs icebergio.IO, tbl *table.Table) (*manifestState, error) {
+	parent := tbl.CurrentSnapshot()
+	ms := sp.ms
+	if ms == nil || (parent != nil && ms.snapshotID != parent.SnapshotID) || (parent == nil && ms.snapshotID != 0) {
+		var err error
+		if ms, err = loadManifests(fs, tbl); err != nil {
+			return nil, err
+		}
+		sp.ms = ms
+	}
+	return ms, nil
+}
+
+// dataManifests: the new data files go into one new manifest; the
+// parent's are reused unread, except those holding a removed file.
+func (sp *snapshotProducer) dataManifests(d *draft) error {
+	if len(d.p.added) > 0 {
+		mf, err := sp.writeManifest(d, iceberg.ManifestContentData, func(mw *manifestFill) error {
+			for _, df := range d.p.added {
+				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &d.snapID, nil, nil, df)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		d.manifests = append(d.manifests, mf)
+	}
+	if len(d.p.removedData) == 0 {
+		d.manifests = append(d.manifests, d.ms.data...)
+		return nil
+	}
+	kept, err := sp.rewriteDataManifests(d)
+	if err != nil {
+		return err
+	}
+	d.manifests = append(d.manifests, kept...)
+	return nil
+}
+
+// checkDeletes validates the plan's deletes against the parent: every
+// replaced vector is live, no data file gets two live vectors, and a
+// removed data file takes its vector with it. It marks the delete
+// manifests the commit rewrites.
+func (sp *snapshotProducer) checkDeletes(d *draft) error {
+	ms := d.ms
+	d.removed, d.dirty = map[string]bool{}, map[string]bool{}
+	for _, old := range d.p.removedDVs {
+		k := deleteKey(old)
+		ld, ok := ms.live[k]
+		if !ok {
+			return fmt.Errorf("iceberg: replaced deletion vector for %s is not live in snapshot %d", k, ms.snapshotID)
+		}
+		d.removed[k] = true
+		d.dirty[ld.manifest] = true
+	}
+	added := map[string]bool{}
+	for _, df := range d.p.deletes {
+		k := deleteKey(df)
+		if added[k] {
+			return fmt.Errorf("iceberg: two new deletion vectors for %s", k)
+		}
+		added[k] = true
+		if _, live := ms.live[k]; live && !d.removed[k] && table.IsDeletionVector(df) {
+			return fmt.Errorf("iceberg: new deletion vector for %s would leave two live vectors", k)
+		}
+	}
+	for _, df := range d.p.removedData {
+		k := "dv:" + df.FilePath()
+		if ld, ok := ms.live[k]; ok && !d.removed[k] {
+			return fmt.Errorf("iceberg: removing %s but not its deletion vector %s", df.FilePath(), ld.df.FilePath())
+		}
+	}
+	// Many small delete manifests are merged while rewriting anyway.
+	d.mergeAll = len(ms.deletes)-len(d.dirty) > sp.mergeDeletes
+	return nil
+}
+
+// deleteManifests: the new delete files, plus the surviving entries of
+// every rewritten delete manifest, go into one new manifest; the others
+// are reused unread.
+func (sp *snapshotProducer) deleteManifests(d *draft) error {
+	ms := d.ms
+	rewritten := func(ld *liveDelete) bool { return d.dirty[ld.manifest] || d.mergeAll }
+	survivors := 0
+	for k, ld := range ms.live {
+		if !d.removed[k] && rewritten(ld) {
+			survivors++
+		}
+	}
+	if len(d.p.deletes) > 0 || survivors > 0 {
+		mf, err := sp.writeManifest(d, iceberg.ManifestContentDeletes, func(mw *manifestFill) error {
+			for _, df := range d.p.deletes {
+				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &d.snapID, nil, nil, df)); err != nil {
+					return err
+				}
+			}
+			for k, ld := range ms.live {
+				if d.removed[k] || !rewritten(ld) {
+					continue
+				}
+				sid, s, f := ld.snapshotID, ld.seq, ld.fileSeq
+				if err := mw.existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &s, &f, ld.df)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		d.manifests = append(d.manifests, mf)
+	}
+	for path, mf := range ms.deletes {
+		if !d.dirty[path] && !d.mergeAll {
+			d.manifests = append(d.manifests, mf)
+		}
+	}
+	return nil
+}
+
+// catalogCommitError is an error of the catalog's commit itself: unless
+// the catalog refused it (a conflict), the commit may have landed.
+type catalogCommitError struct{ err error }
+
+func (e catalogCommitError) Error() string { return e.err.Error() }
+func (e catalogCommitError) Unwrap() error { return e.err }
+
+// commitSnapshot writes the manifest list and the snapshot and commits
+// them, requiring that the branch still points at the parent (so any other
+// writer's commit in between fails this one); the newest snapshot carrying
+// offsets is tagged.
+func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props iceberg.Properties) (*table.Table, error) {
+	tbl, meta := d.tbl, d.tbl.Metadata()
+	lp, err := tbl.LocationProvider()
+	if err != nil {
+		return nil, err
+	}
+	listPath := d.files.metadata(lp, fmt.Sprintf("snap-%d-1-%s.avro", d.snapID, d.files.id))
+	var parentID *int64
+	if parent := tbl.CurrentSnapshot(); parent != nil {
+		id := parent.SnapshotID
+		parentID = &id
+	}
+	seq, version := meta.LastSequenceNumber()+1, meta.Version()
+	firstRowID := int64(0)
+	if version >= 3 {
+		firstRowID = meta.NextRowID()
+	}
+	addedRows, err := writeManifestList(d.wfs, listPath, version, d.snapID, seq, firstRowID, parentID, d.manifests)
+	if err != nil {
+		return nil, err
+	}
+	summary := summarize(d.ms, d.p, d.removed, props)
+	snapshot := table.Snapshot{
+		SnapshotID: d.snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
+		TimestampMs:  max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
+		ManifestList: listPath, Summary: &summary,
+	}
+	schemaID := tbl.Schema().ID
+	snapshot.SchemaID = &schemaID
+	if version >= 3 {
+		snapshot.FirstRowID, snapshot.AddedRows = &firstRowID, &addedRows
+	}
+	reqs := []table.Requirement{table.AssertRefSnapshotID(table.MainBranch, parentID)}
+	updates := []table.Update{
+		table.NewAddSnapshotUpdate(&snapshot),
+		table.NewSetSnapshotRefUpdate(table.MainBranch, d.snapID, table.BranchRef, -1, -1, -1),
+	}
+	if _, ok := props[PropOffsets]; ok {
+		// The newest snapshot carrying offsets is tagged, so no expiry
+		// removes it whatever comes after it.
+		updates = append(updates, table.NewSetSnapshotRefUpdate(OffsetsTag, d.snapID, table.TagRef, -1, -1, -1))
+	}
+	sp.failpoint("before-catalog-commit")
+	newMeta, loc, err := sp.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)
+	if err != nil {
+		return nil, catalogCommitError{err}
+	}
+	// The new table opens files through the IO this commit used, not
+	// through tbl.FS: a method value of the old table would keep that table
+	// (its metadata and manifest cache) alive and add one call to every
+	// later file open, a chain growing with every commit
+	// (TestTableFSDoesNotChain).
+	next := table.New(tbl.Identifier(), newMeta, loc, fixedFS(d.fs), sp.cat)
+	sp.failpoint("after-catalog-commit")
+	sp.dropOldMetadata(d.fs, meta, newMeta)
+	return next, nil
+}
 
 // liveDelete is one live delete file of the current snapshot.
 type liveDelete struct {
@@ -127,180 +411,6 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// produce commits plan p as a new snapshot of w.tbl. On success w.tbl is
-// the new table and w.up.ms the new snapshot's manifest state.
-func (w *tableWriter) produce(ctx context.Context, p *plan, props iceberg.Properties) error {
-	tbl := w.tbl
-	meta := tbl.Metadata()
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return err
-	}
-	wfs, ok := fs.(icebergio.WriteFileIO)
-	if !ok {
-		return errors.New("iceberg: the warehouse is not writable")
-	}
-	parent := tbl.CurrentSnapshot()
-	ms := w.up.ms
-	if ms == nil || (parent != nil && ms.snapshotID != parent.SnapshotID) || (parent == nil && ms.snapshotID != 0) {
-		if ms, err = loadManifests(fs, tbl); err != nil {
-			return err
-		}
-		w.up.ms = ms
-	}
-	snapID := newSnapshotID(meta)
-	seq := meta.LastSequenceNumber() + 1
-	version := meta.Version()
-	var manifests []iceberg.ManifestFile
-
-	// Data: one new manifest; the parent's are reused unread.
-	if len(p.added) > 0 {
-		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *manifestFill) error {
-			for _, df := range p.added {
-				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		manifests = append(manifests, mf)
-	}
-	if len(p.removedData) > 0 {
-		kept, err := w.rewriteDataManifests(fs, wfs, tbl, snapID, ms, p.removedData)
-		if err != nil {
-			return err
-		}
-		manifests = append(manifests, kept...)
-	} else {
-		manifests = append(manifests, ms.data...)
-	}
-
-	// Deletes: the replaced vectors' manifests are rewritten without them.
-	removed := map[string]bool{}
-	dirty := map[string]bool{}
-	for _, old := range p.removedDVs {
-		k := deleteKey(old)
-		ld, ok := ms.live[k]
-		if !ok {
-			return fmt.Errorf("iceberg: replaced deletion vector for %s is not live in snapshot %d", k, ms.snapshotID)
-		}
-		removed[k] = true
-		dirty[ld.manifest] = true
-	}
-	added := map[string]bool{}
-	for _, d := range p.deletes {
-		k := deleteKey(d)
-		if added[k] {
-			return fmt.Errorf("iceberg: two new deletion vectors for %s", k)
-		}
-		added[k] = true
-		if _, live := ms.live[k]; live && !removed[k] && table.IsDeletionVector(d) {
-			return fmt.Errorf("iceberg: new deletion vector for %s would leave two live vectors", k)
-		}
-	}
-	// A removed data file takes its vector with it.
-	for _, df := range p.removedData {
-		k := "dv:" + df.FilePath()
-		if ld, ok := ms.live[k]; ok && !removed[k] {
-			return fmt.Errorf("iceberg: removing %s but not its deletion vector %s", df.FilePath(), ld.df.FilePath())
-		}
-	}
-	// Many small delete manifests are merged while rewriting anyway.
-	mergeAll := len(ms.deletes)-len(dirty) > w.s.cfg.Maintenance.MaxDataManifests
-	survivors := 0
-	for k, ld := range ms.live {
-		if !removed[k] && (dirty[ld.manifest] || mergeAll) {
-			survivors++
-		}
-	}
-	if len(p.deletes) > 0 || survivors > 0 {
-		mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentDeletes, func(mw *manifestFill) error {
-			for _, d := range p.deletes {
-				if err := mw.add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, d)); err != nil {
-					return err
-				}
-			}
-			for k, ld := range ms.live {
-				if removed[k] || !(dirty[ld.manifest] || mergeAll) {
-					continue
-				}
-				sid, s, f := ld.snapshotID, ld.seq, ld.fileSeq
-				if err := mw.existing(iceberg.NewManifestEntry(iceberg.EntryStatusEXISTING, &sid, &s, &f, ld.df)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		manifests = append(manifests, mf)
-	}
-	for path, mf := range ms.deletes {
-		if !dirty[path] && !mergeAll {
-			manifests = append(manifests, mf)
-		}
-	}
-
-	// The manifest list, the snapshot, the commit.
-	lp, err := tbl.LocationProvider()
-	if err != nil {
-		return err
-	}
-	listPath := lp.NewMetadataLocation(fmt.Sprintf("snap-%d-1-%s.avro", snapID, w.writeID))
-	var parentID *int64
-	if parent != nil {
-		id := parent.SnapshotID
-		parentID = &id
-	}
-	firstRowID := int64(0)
-	if version >= 3 {
-		firstRowID = meta.NextRowID()
-	}
-	addedRows, err := writeManifestList(wfs, listPath, version, snapID, seq, firstRowID, parentID, manifests)
-	if err != nil {
-		return err
-	}
-	summary := w.summary(ms, p, removed, props)
-	snapshot := table.Snapshot{
-		SnapshotID: snapID, ParentSnapshotID: parentID, SequenceNumber: seq,
-		TimestampMs:  max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
-		ManifestList: listPath, Summary: &summary,
-	}
-	schemaID := tbl.Schema().ID
-	snapshot.SchemaID = &schemaID
-	if version >= 3 {
-		snapshot.FirstRowID, snapshot.AddedRows = &firstRowID, &addedRows
-	}
-	reqs := []table.Requirement{table.AssertRefSnapshotID(table.MainBranch, parentID)}
-	updates := []table.Update{
-		table.NewAddSnapshotUpdate(&snapshot),
-		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
-	}
-	if _, ok := props[PropOffsets]; ok {
-		// The newest snapshot carrying offsets is tagged, so no expiry
-		// removes it whatever comes after it.
-		updates = append(updates, table.NewSetSnapshotRefUpdate(OffsetsTag, snapID, table.TagRef, -1, -1, -1))
-	}
-	w.failpoint("before-catalog-commit")
-	newMeta, loc, err := w.s.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)
-	if err != nil {
-		return err
-	}
-	// The new table opens files through the IO this commit used, not
-	// through tbl.FS: a method value of the old table would keep that table
-	// (its metadata and manifest cache) alive and add one call to every
-	// later file open, a chain growing with every commit
-	// (TestTableFSDoesNotChain).
-	w.tbl = table.New(tbl.Identifier(), newMeta, loc, fixedFS(fs), w.s.cat)
-	w.failpoint("after-catalog-commit")
-	w.dropOldMetadata(fs, tbl.Metadata(), newMeta)
-	return w.advanceManifests(fs, ms, p, removed, dirty, mergeAll)
-}
-
 // fixedFS is a table's file-system loader that returns fs.
 func fixedFS(fs icebergio.IO) table.FSysF {
 	return func(context.Context) (icebergio.IO, error) { return fs, nil }
@@ -314,7 +424,7 @@ func fixedFS(fs icebergio.IO) table.FSysF {
 // the catalog, and without this every commit would leave its metadata.json
 // until the orphan sweep, a day later. A failed removal is left to that
 // sweep.
-func (w *tableWriter) dropOldMetadata(fs icebergio.IO, before, after table.Metadata) {
+func (sp *snapshotProducer) dropOldMetadata(fs icebergio.IO, before, after table.Metadata) {
 	if !after.Properties().GetBool(table.MetadataDeleteAfterCommitEnabledKey, table.MetadataDeleteAfterCommitEnabledDefault) {
 		return
 	}
@@ -327,20 +437,21 @@ func (w *tableWriter) dropOldMetadata(fs icebergio.IO, before, after table.Metad
 			continue
 		}
 		if err := fs.Remove(e.MetadataFile); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-			w.logger.Debug("could not remove an old metadata file; the orphan sweep will", "file", e.MetadataFile, "err", err)
+			sp.logger.Debug("could not remove an old metadata file; the orphan sweep will", "file", e.MetadataFile, "err", err)
 		}
 	}
 }
 
-// advanceManifests makes the manifest state the new snapshot's: its list
-// is read back for the descriptors the list writer completed (sequence
-// numbers, first row ids).
-func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *plan, removed, dirty map[string]bool, mergeAll bool) error {
-	snap := w.tbl.CurrentSnapshot()
-	mfs, err := snap.Manifests(fs)
+// advance makes the manifest state the new snapshot's: its list is read
+// back for the descriptors the list writer completed (sequence numbers,
+// first row ids).
+func (sp *snapshotProducer) advance(d *draft, tbl *table.Table) {
+	ms, p := d.ms, d.p
+	snap := tbl.CurrentSnapshot()
+	mfs, err := snap.Manifests(d.fs)
 	if err != nil {
-		w.up.ms = nil // reloaded before the next commit
-		return nil
+		sp.ms = nil // read before the next commit
+		return
 	}
 	next := &manifestState{snapshotID: snap.SnapshotID, deletes: map[string]iceberg.ManifestFile{}, live: map[string]*liveDelete{}}
 	var newDelete string
@@ -355,17 +466,17 @@ func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *pl
 		}
 	}
 	for k, ld := range ms.live {
-		if removed[k] {
+		if d.removed[k] {
 			continue
 		}
 		c := *ld
-		if dirty[ld.manifest] || mergeAll {
+		if d.dirty[ld.manifest] || d.mergeAll {
 			c.manifest = newDelete
 		}
 		next.live[k] = &c
 	}
-	for _, d := range p.deletes {
-		next.live[deleteKey(d)] = &liveDelete{df: d, snapshotID: snap.SnapshotID, seq: snap.SequenceNumber, fileSeq: snap.SequenceNumber, manifest: newDelete}
+	for _, df := range p.deletes {
+		next.live[deleteKey(df)] = &liveDelete{df: df, snapshotID: snap.SnapshotID, seq: snap.SequenceNumber, fileSeq: snap.SequenceNumber, manifest: newDelete}
 	}
 	next.records, next.dataFiles, next.dataBytes = ms.records, ms.dataFiles, ms.dataBytes
 	for _, df := range p.added {
@@ -383,15 +494,15 @@ func (w *tableWriter) advanceManifests(fs icebergio.IO, ms *manifestState, p *pl
 		next.positionDeletes += ld.df.Count()
 		next.deleteBytes += ld.df.FileSizeBytes()
 	}
-	w.up.ms = next
-	return nil
+	sp.ms = next
 }
 
 // rewriteDataManifests returns the data manifests of the new snapshot when
 // it removes files: every manifest holding one is rewritten into one new
 // manifest — survivors EXISTING with their sequence numbers and row ids,
 // removed files DELETED — and the others are kept unread.
-func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, ms *manifestState, removed []iceberg.DataFile) ([]iceberg.ManifestFile, error) {
+func (sp *snapshotProducer) rewriteDataManifests(d *draft) ([]iceberg.ManifestFile, error) {
+	fs, ms, removed, snapID := d.fs, d.ms, d.p.removedData, d.snapID
 	gone := make(map[string]bool, len(removed))
 	for _, df := range removed {
 		gone[df.FilePath()] = true
@@ -423,7 +534,7 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 	if found != len(removed) {
 		return nil, fmt.Errorf("iceberg: %d of the %d files to remove are not live in snapshot %d", len(removed)-found, len(removed), ms.snapshotID)
 	}
-	mf, err := w.writeManifest(wfs, tbl, snapID, iceberg.ManifestContentData, func(mw *manifestFill) error {
+	mf, err := sp.writeManifest(d, iceberg.ManifestContentData, func(mw *manifestFill) error {
 		for _, e := range entries {
 			sid, seq := e.SnapshotID(), e.SequenceNum()
 			fseq := seq
@@ -449,14 +560,14 @@ func (w *tableWriter) rewriteDataManifests(fs icebergio.IO, wfs icebergio.WriteF
 }
 
 // writeManifest writes one manifest with fill's entries.
-func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table, snapID int64, content iceberg.ManifestContent, fill func(*manifestFill) error) (_ iceberg.ManifestFile, err error) {
+func (sp *snapshotProducer) writeManifest(d *draft, content iceberg.ManifestContent, fill func(*manifestFill) error) (_ iceberg.ManifestFile, err error) {
+	tbl := d.tbl
 	lp, err := tbl.LocationProvider()
 	if err != nil {
 		return nil, err
 	}
-	w.fileSeq++
-	path := lp.NewMetadataLocation(fmt.Sprintf("%s-m%d.avro", w.writeID, w.fileSeq))
-	out, err := wfs.Create(path)
+	path := d.files.manifest(lp)
+	out, err := d.wfs.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: create manifest %s: %w", path, err)
 	}
@@ -470,11 +581,11 @@ func (w *tableWriter) writeManifest(wfs icebergio.WriteFileIO, tbl *table.Table,
 	if content == iceberg.ManifestContentDeletes {
 		opts = append(opts, iceberg.WithManifestWriterContent(content))
 	}
-	mw, err := iceberg.NewManifestWriter(tbl.Metadata().Version(), cw, tbl.Spec(), tbl.Schema(), snapID, opts...)
+	mw, err := iceberg.NewManifestWriter(tbl.Metadata().Version(), cw, tbl.Spec(), tbl.Schema(), d.snapID, opts...)
 	if err != nil {
 		return nil, err
 	}
-	f := &manifestFill{mw: mw, rec: w.compactor().Manifests().Record()}
+	f := &manifestFill{mw: mw, rec: sp.manifests().Record()}
 	if err := fill(f); err != nil {
 		return nil, err
 	}
@@ -550,9 +661,9 @@ func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snap
 	return added, nil
 }
 
-// summary is the snapshot summary: cdcd's properties, the added and
+// summarize is the snapshot summary: cdcd's properties, the added and
 // removed files, and the table's totals.
-func (w *tableWriter) summary(ms *manifestState, p *plan, removed map[string]bool, props iceberg.Properties) table.Summary {
+func summarize(ms *manifestState, p *plan, removed map[string]bool, props iceberg.Properties) table.Summary {
 	out := iceberg.Properties{}
 	for k, v := range props {
 		out[k] = v

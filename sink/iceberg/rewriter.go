@@ -17,7 +17,7 @@ import (
 // key: it has none.
 func (h tableHandle) Rewriter(ctx context.Context) (compactor.Rewriter, error) {
 	w := h.w
-	if !w.upsertMode() || w.up == nil || w.tbl == nil {
+	if w.up == nil || w.tbl == nil {
 		return nil, nil
 	}
 	tbl := w.tbl

@@ -35,8 +35,6 @@ type upsert struct {
 	dvCache map[string]cachedDV
 	// dvBuf is reused to encode one deletion vector after another.
 	dvBuf []byte
-	// ms is the current snapshot's manifests for the snapshot producer.
-	ms *manifestState
 	// keys are the identifier (primary-key) fields of the table.
 	keys []iceberg.NestedField
 }
@@ -542,10 +540,11 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			order = append(order, key)
 		}
 		if o.d == nil {
-			o.path = w.newFileLocation(tbl, "parquet")
+			partPath := ""
 			if part.partitioned() {
-				o.path = w.newPartitionedLocation(tbl, part.path(values), "parquet")
+				partPath = part.path(values)
 			}
+			o.path = w.files.data(tbl, partPath, "parquet")
 			if o.d, err = streamDataFile(fsch, wfs, o.path); err != nil {
 				return err
 			}

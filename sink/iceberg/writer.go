@@ -43,8 +43,12 @@ type tableWriter struct {
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
-	writeID string  // names the files of the current commit attempt
-	fileSeq int
+	// files names (and remembers) the files of the current commit attempt;
+	// unsettled are those of attempts that did not land but might have,
+	// removed once a later commit lands.
+	files     *attemptFiles
+	unsettled []string
+	prod      *snapshotProducer // made by producer()
 
 	// comp maintains the table between its commits (made by compactor()).
 	comp       *compactor.Compactor
@@ -53,8 +57,6 @@ type tableWriter struct {
 	// backlog), not by the commit interval: compaction waits.
 	catchingUp bool
 }
-
-func (w *tableWriter) upsertMode() bool { return w.s.cfg.Mode == ModeUpsert }
 
 func (w *tableWriter) run(ctx context.Context) error {
 	if err := w.load(ctx); err != nil {
@@ -207,15 +209,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	// from its first commits and defers compaction.
 	w.comp = nil
 	w.compactor()
-	if w.upsertMode() {
-		if w.resumed {
-			w.seen = make([][]byte, w.partitions) // the table's offsets are not this log's
-		} else {
-			w.loadSeen(ctx)
-		}
-		return w.loadUpsert(ctx)
-	}
-	return nil
+	return w.mode().loaded(ctx)
 }
 
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
@@ -268,12 +262,7 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if err := w.s.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return fmt.Errorf("iceberg: create namespace %v: %w", ns, err)
 	}
-	mode := "append"
-	sc, err := changelogSchema(first)
-	if w.upsertMode() {
-		mode = "upsert"
-		sc, err = upsertSchema(first)
-	}
+	sc, err := w.mode().schema(first)
 	if err != nil {
 		return refuse(tableShapeFix, err)
 	}
@@ -283,7 +272,7 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	}
 	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithPartitionSpec(spec), catalog.WithProperties(iceberg.Properties{
 		table.PropertyFormatVersion:  fmt.Sprint(w.s.cfg.FormatVersion),
-		"cdcd.mode":                  mode,
+		"cdcd.mode":                  w.mode().name(),
 		"cdcd.source-table":          first.QualifiedName(),
 		table.ReadSplitTargetSizeKey: fmt.Sprint(readSplitTargetSize),
 		// Old metadata.json files go once they leave the metadata log
@@ -296,12 +285,9 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("iceberg: create table %s: %w", identString(w.cfg.Ident), err)
 	}
-	w.logger.Info("created table", "location", tbl.Location(), "format_version", w.s.cfg.FormatVersion, "mode", mode)
+	w.logger.Info("created table", "location", tbl.Location(), "format_version", w.s.cfg.FormatVersion, "mode", w.mode().name())
 	w.tbl = tbl
-	if w.upsertMode() {
-		return w.initUpsert(ctx)
-	}
-	return nil
+	return w.mode().created(ctx)
 }
 
 // readSplitTargetSize is the read.split.target-size of the tables cdcd
@@ -400,28 +386,6 @@ func promotable(from, to iceberg.Type) bool {
 		return ok && t.Scale() == f.Scale() && t.Precision() >= f.Precision()
 	}
 	return false
-}
-
-// newFileLocation names a new file of the current commit attempt.
-func (w *tableWriter) newFileLocation(tbl *table.Table, ext string) string {
-	w.fileSeq++
-	lp, err := tbl.LocationProvider()
-	name := fmt.Sprintf("%s-%05d.%s", w.writeID, w.fileSeq, ext)
-	if err != nil {
-		return tbl.Location() + "/data/" + name
-	}
-	return lp.NewDataLocation(name)
-}
-
-// newPartitionedLocation names a new file under a partition directory.
-func (w *tableWriter) newPartitionedLocation(tbl *table.Table, partPath, ext string) string {
-	w.fileSeq++
-	name := fmt.Sprintf("%s/%s-%05d.%s", partPath, w.writeID, w.fileSeq, ext)
-	lp, err := tbl.LocationProvider()
-	if err != nil {
-		return tbl.Location() + "/data/" + name
-	}
-	return lp.NewDataLocation(name)
 }
 
 // failpoint kills the process at a named point when crash tests arm it:
