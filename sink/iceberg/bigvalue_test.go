@@ -470,7 +470,7 @@ func testBigValues(t *testing.T, mode string, n int) {
 		w.s.cfg.Mode = ModeAppend
 	}
 	w.s.cfg.Compaction, w.s.cfg.TargetFileSize = CompactionConfig{MinGroup: 2}, 128<<20
-	w.s.cfg.Compaction.defaults()
+	w.s.cfg.Compaction = w.s.cfg.Compaction.WithDefaults()
 	text := bigText(n, uint64(n))
 	bin := append([]byte{0xFF, 0xFF, 0}, bigText(n, uint64(n)+1)...)
 	want := map[int64][]any{
