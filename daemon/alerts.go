@@ -158,6 +158,7 @@ type tableInputs struct {
 	pausedReason string
 	pausedFix    string
 	stalledFor   time.Duration // changes waiting without a successful commit
+	commitError  string        // the sink's last error while its commits fail
 }
 
 // level returns the severity v reaches against warn/crit ("" for none);
@@ -240,8 +241,16 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 			add(AlertTablePaused, sev, t.name,
 				fmt.Sprintf("table %s has been paused for %s: %s", t.name, t.pausedFor.Round(time.Second), reason), fix, t.pausedFor.Seconds())
 		}
-		add(AlertCommitsFailing, level(t.stalledFor, cfg.CommitStall.Warning, cfg.CommitStall.Critical), t.name,
-			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords),
+		sev, summary := level(t.stalledFor, cfg.CommitStall.Warning, cfg.CommitStall.Critical),
+			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords)
+		if t.commitError != "" {
+			// The sink says its commits fail: at once, not after a stall.
+			if sev == "" {
+				sev = SeverityWarning
+			}
+			summary += ": " + t.commitError
+		}
+		add(AlertCommitsFailing, sev, t.name, summary,
 			"read the daemon's log for the table's commit errors (catalog or storage unreachable, permissions, conflicts)", t.stalledFor.Seconds())
 	}
 	out = append(out, evaluateBinlog(in.binlog)...)

@@ -60,6 +60,8 @@ func TestRules(t *testing.T) {
 		// A pause fires at once, before any threshold.
 		{"just paused", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", paused: true}}}, "CdcdTablePaused/warning/cdc.t"},
 		{"stalled", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", stalledFor: 6 * time.Minute, lagRecords: 9}}}, "CdcdCommitsFailing/warning/cdc.t"},
+		// Commits the sink reports failing alert at once.
+		{"commits failing", ruleInputs{slot: healthy, tables: []tableInputs{{name: "cdc.t", stalledFor: time.Second, lagRecords: 9, commitError: "catalog down"}}}, "CdcdCommitsFailing/warning/cdc.t"},
 	}
 	for _, c := range cases {
 		c.in.slotName = "s"

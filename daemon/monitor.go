@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
-	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
 // monitor polls the replication slot, follows each table's consumer lag,
@@ -44,11 +43,6 @@ type tableWatch struct {
 	waitingSince time.Time // changes waiting since, without a commit; zero if none
 	pausedSince  time.Time
 	stalledFor   time.Duration
-	// The sink's last pause (see sinkPause): why, since when, and the
-	// table's commits then.
-	sinkReason  string
-	sinkSince   time.Time
-	sinkCommits int64
 }
 
 func newMonitor(d *Daemon) *monitor {
@@ -155,6 +149,9 @@ func (m *monitor) check(ctx context.Context) {
 		}
 		ti := tableInputs{name: ts.Table, lagSeconds: w.lagSeconds, lagRecords: w.lagRecords, paused: p.Paused,
 			pausedReason: p.Reason, pausedFix: p.Fix, stalledFor: w.stalledFor}
+		if f := ts.Failing.Load(); f != nil {
+			ti.commitError = *f
+		}
 		if p.Paused {
 			ti.pausedFor = now.Sub(w.pausedSince)
 		}
@@ -203,49 +200,24 @@ func (d *Daemon) pausedState(topic string) (bool, time.Time, string) {
 	return p.Paused, p.Since, p.Reason
 }
 
-// sinkPause is the sink's pause of topic's table. The sink clears its
-// pause while it retries the table; the table counts as paused until the
-// retry commits or the table has nothing left to commit, so the alert does
-// not flap between retries of a table that keeps failing.
+// sinkPause is the sink's pause of topic's table (the sink keeps it
+// until the table commits again or has nothing left to commit).
 func (m *monitor) sinkPause(topic string) tablePause {
-	var ts *iceberg.TableStats
 	for _, t := range m.d.sink.Stats() {
-		if t.Topic == topic {
-			ts = t
+		if t.Topic != topic {
+			continue
 		}
-	}
-	if ts == nil {
-		return tablePause{}
-	}
-	why, commits := ts.Paused.Load(), ts.Commits.Load()
-	lag := int64(0)
-	if why == nil {
-		lag = m.d.lag(ts)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w := m.tables[topic]
-	if w == nil {
-		w = &tableWatch{}
-		m.tables[topic] = w
-	}
-	switch {
-	case why != nil:
-		if w.sinkReason == "" {
-			w.sinkSince = time.UnixMilli(ts.PausedAt.Load())
+		why := t.Paused.Load()
+		if why == nil {
+			return tablePause{}
 		}
-		w.sinkReason, w.sinkCommits = *why, commits
-	case w.sinkReason != "" && (commits != w.sinkCommits || lag == 0):
-		w.sinkReason = "" // the retry committed, or nothing waits
+		fix := sinkFix
+		if f := t.PausedFix.Load(); f != nil && *f != "" {
+			fix = *f
+		}
+		return tablePause{Paused: true, Since: time.UnixMilli(t.PausedAt.Load()), Kind: "sink", Reason: *why, Fix: fix}
 	}
-	if w.sinkReason == "" {
-		return tablePause{}
-	}
-	fix := sinkFix
-	if f := ts.PausedFix.Load(); f != nil {
-		fix = *f
-	}
-	return tablePause{Paused: true, Since: w.sinkSince, Kind: "sink", Reason: w.sinkReason, Fix: fix}
+	return tablePause{}
 }
 
 // group is the sink's consumer group, whose offsets give the lag.

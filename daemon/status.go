@@ -85,6 +85,9 @@ type TableStatus struct {
 	// or hang.
 	CommitStallSeconds float64 `json:"commit_stall_seconds"`
 	CommitsStalled     bool    `json:"commits_stalled,omitempty"`
+	// CommitError is the sink's last error while the table's commits fail
+	// (they are retried).
+	CommitError string `json:"commit_error,omitempty"`
 }
 
 // SnapshotStatus is one table's initial-load progress.
@@ -148,6 +151,9 @@ func (d *Daemon) Status() Status {
 		ts := TableStatus{Table: t.Table, Source: src, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(),
 			SnapshotID: t.SnapshotID.Load(), Lag: d.lag(t), LagSeconds: w.lagSeconds, CommitStallSeconds: w.stalledFor.Seconds()}
 		ts.CommitsStalled = w.stalledFor >= max(4*d.cfg.Sink.Iceberg.CommitInterval, time.Minute)
+		if f := t.Failing.Load(); f != nil {
+			ts.CommitError = *f
+		}
 		if c := d.intake.tables[src]; c != nil {
 			ts.EventsIn = c.Events.Load()
 			ts.Snapshot.Rows = c.SnapshotRows.Load()

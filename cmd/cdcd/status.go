@@ -191,7 +191,12 @@ func renderTrouble(w io.Writer, st daemon.Status, now time.Time) bool {
 		fmt.Fprintln(w)
 	}
 	for _, t := range st.Tables {
-		if t.CommitsStalled && !t.Paused {
+		switch {
+		case t.Paused:
+		case t.CommitError != "":
+			trouble = true
+			fmt.Fprintf(w, "COMMITS FAILING  %s: %s (retried; %s changes wait)\n", t.Table, t.CommitError, thousands(max(t.Lag, 0)))
+		case t.CommitsStalled:
 			trouble = true
 			fmt.Fprintf(w, "COMMITS NOT LANDING  %s: %s changes have waited %s without a successful commit; read the daemon's log for its commit errors\n",
 				t.Table, thousands(max(t.Lag, 0)), secondsText(t.CommitStallSeconds))

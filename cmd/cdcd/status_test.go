@@ -133,4 +133,11 @@ func TestRenderStatusNeverNoAlertsWhilePaused(t *testing.T) {
 	if !strings.Contains(out, "COMMITS NOT LANDING  cdc.orders: 12 changes have waited 2m30s") || strings.Contains(out, "no alerts") {
 		t.Errorf("stalled commits:\n%s", out)
 	}
+	st.Tables[1].CommitError = "iceberg: commit to cdc.orders: catalog unreachable"
+	b.Reset()
+	renderStatus(&b, st, now)
+	out = b.String()
+	if !strings.Contains(out, "COMMITS FAILING  cdc.orders: iceberg: commit to cdc.orders: catalog unreachable") || strings.Contains(out, "no alerts") {
+		t.Errorf("failing commits:\n%s", out)
+	}
 }
