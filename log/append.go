@@ -27,11 +27,8 @@ type appendReq struct {
 func (p *partition) enqueue(req *appendReq) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case p.closed:
+	if p.closed {
 		return ErrClosed
-	case p.werr != nil:
-		return p.werr
 	}
 	req.base = p.next
 	off := p.next
@@ -95,6 +92,7 @@ func (p *partition) run() {
 			p.flushMu.Unlock()
 		case <-p.stop:
 			p.flushMu.Lock()
+			p.wf.stopping = true
 			p.flushPending()
 			p.syncInterval()
 			p.flushMu.Unlock()
@@ -103,22 +101,46 @@ func (p *partition) run() {
 	}
 }
 
-// flushPending writes every pending request as one group commit.
+// flushPending writes every pending request as one group commit. After a
+// failed write it keeps them, in order and with their offsets, for the
+// retry (see retryLater); only a closing partition answers them with the
+// error.
 func (p *partition) flushPending() {
+	fl := &p.fl
 	p.mu.Lock()
 	reqs := p.pending
-	if len(reqs) == 0 {
+	if len(reqs) == 0 && len(p.wf.retry) == 0 {
 		p.mu.Unlock()
 		return
 	}
-	p.pending = p.fl.spare[:0] // double buffering: never the array of reqs
+	p.pending = fl.spare[:0] // double buffering: never the array of reqs
+	fl.spare = nil
 	p.mu.Unlock()
-	err := p.writeGroup(reqs)
+	if len(p.wf.retry) > 0 {
+		reqs = append(p.wf.retry, reqs...)
+		p.wf.retry = nil
+	}
+	if !p.wf.stopping && p.opts.now().Before(p.wf.retryAt) {
+		p.wf.retry = reqs // the retry timer flushes them
+		return
+	}
+	err := p.rollBack()
+	if err == nil {
+		err = p.writeGroup(reqs)
+	}
+	if err != nil && !p.wf.stopping {
+		p.wf.retry = reqs
+		p.retryLater()
+		return
+	}
+	if err == nil {
+		p.recovered()
+	}
 	for i, r := range reqs {
 		r.done <- err
 		reqs[i] = nil
 	}
-	p.fl.spare = reqs[:0]
+	fl.spare = reqs[:0]
 }
 
 // closedSeg is a segment the current group commit closed by rolling.
@@ -138,19 +160,32 @@ type groupWrite struct {
 // writeGroup writes the batches of reqs in order, rolling segments as
 // needed, syncs (under SyncBatch) and publishes the new end to readers.
 func (p *partition) writeGroup(reqs []*appendReq) error {
-	if err := p.stickyErr(); err != nil {
+	g := groupWrite{start: p.fl.size}
+	err := p.writeGroupTo(&g, reqs)
+	if err != nil {
+		// Segments this group rolled to were never published: close them
+		// (rollBack removes their files).
+		for _, c := range g.rolled[min(1, len(g.rolled)):] {
+			_ = c.seg.f.Close()
+		}
 		return err
 	}
+	p.publish(g.rolled, g.records, g.batches, g.written)
+	return nil
+}
+
+// writeGroupTo writes and (under SyncBatch) syncs the batches of reqs.
+func (p *partition) writeGroupTo(g *groupWrite, reqs []*appendReq) error {
 	fl := &p.fl
-	g := groupWrite{start: fl.size}
 	fl.buf = fl.buf[:0]
 	syncing := p.opts.Sync == SyncBatch
 	for i, r := range reqs {
 		for j, b := range r.batches {
+			b[offFlags] = 0
 			if syncing && i == len(reqs)-1 && j == len(r.batches)-1 {
 				b[offFlags] = flagSyncPoint // fsynced before anything after it is written
 			}
-			if err := p.stage(&g, b); err != nil {
+			if err := p.stage(g, b); err != nil {
 				return err
 			}
 		}
@@ -158,15 +193,14 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 	if err := p.writeBuf(g.start); err != nil {
 		return p.fail("write", err)
 	}
-	if syncing {
-		if err := fl.seg.f.Sync(); err != nil {
-			return p.fail("sync", err)
-		}
-		p.recordSynced()
-	} else {
+	if !syncing {
 		fl.dirty = true
+		return nil
 	}
-	p.publish(g.rolled, g.records, g.batches, g.written)
+	if err := fl.seg.f.Sync(); err != nil {
+		return p.fail("sync", err)
+	}
+	p.recordSynced()
 	return nil
 }
 
@@ -296,15 +330,24 @@ func (p *partition) publish(rolled []closedSeg, records, batches, bytes uint64) 
 	p.wakeLocked()
 }
 
-// syncInterval fsyncs the active segment if it has unsynced writes.
+// syncInterval fsyncs the active segment if it has unsynced writes; a
+// failure is retried at the next tick.
 func (p *partition) syncInterval() {
-	if !p.fl.dirty || p.stickyErr() != nil {
+	if p.wf.rollBack {
+		if p.rollBack() == nil { // it syncs what readers see
+			p.recovered()
+			p.fl.dirty = false
+		}
+		return
+	}
+	if !p.fl.dirty {
 		return
 	}
 	if err := p.fl.seg.f.Sync(); err != nil {
 		_ = p.fail("sync", err)
 		return
 	}
+	p.recovered()
 	p.fl.dirty = false
 	p.recordSynced()
 	p.mu.Lock()
@@ -320,22 +363,6 @@ func (p *partition) recordSynced() {
 	if err := p.mark.record(syncPos{base: fl.seg.base, size: fl.size, next: fl.next}); err != nil {
 		p.logger.Warn("log: cannot update the sync marker; recovery will trust less of the segment", "err", err)
 	}
-}
-
-func (p *partition) stickyErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.werr
-}
-
-// fail records a write error; the partition accepts no more appends.
-func (p *partition) fail(op string, err error) error {
-	werr := &WriteError{Topic: p.topic, Partition: p.id, Op: op, Err: err}
-	p.logger.Error("log: partition write failed; appends refused until reopen", "op", op, "err", err)
-	p.mu.Lock()
-	p.werr = werr
-	p.mu.Unlock()
-	return werr
 }
 
 // start launches the flusher. REQUIRES: a writable log.

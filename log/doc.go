@@ -24,6 +24,17 @@
 // write and one fsync (group commit). Readers see a batch only after the
 // fsync that covers it; long-polling fetchers are woken then.
 //
+// When a write or fsync fails (a full disk, an I/O error), nothing of that
+// group is acknowledged or shown to readers. The partition reports itself
+// failing (PartitionStats.WriteError), rolls back to what readers see —
+// the active segment reopened and cut to its published, synced size;
+// segments the failed group rolled to removed — and writes the same
+// requests again at the same offsets, backing off from 50 ms to 2 s, until
+// a write and its fsync succeed. Appends wait meanwhile (a caller's
+// context bounds its wait); Close answers them with the *WriteError. The
+// sync-point flag is set afresh on every attempt, so a batch that ended a
+// failed group does not claim a sync it did not get.
+//
 // # The file system
 //
 // The embedded log reaches the disk only through Options.FS (default

@@ -38,18 +38,20 @@ func (e *CorruptionError) Error() string {
 // Unwrap makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
 
-// WriteError reports that a partition could not write or sync its segment.
-// The partition refuses all later appends (an fsync failure leaves the page
-// cache in an unknown state); reopen the log to recover from disk.
+// WriteError reports that a partition could not write or sync its segment
+// (a full disk, an I/O error). The partition rolls back to what it had
+// synced and retries the appends waiting on it, with backoff, until a write
+// and sync succeed; PartitionStats shows it failing meanwhile. Produce
+// returns it only when the log closes before the retry succeeds.
 type WriteError struct {
 	Topic     string
 	Partition int32
-	Op        string // "write", "sync", "roll"
+	Op        string // "write", "sync", "roll", "roll back"
 	Err       error
 }
 
 func (e *WriteError) Error() string {
-	return fmt.Sprintf("log: %s/%d: %s failed: %v (partition is read-only until the log is reopened)", e.Topic, e.Partition, e.Op, e.Err)
+	return fmt.Sprintf("log: %s/%d: %s failed: %v (appends wait and are retried; free space on the disk or fix it)", e.Topic, e.Partition, e.Op, e.Err)
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }

@@ -27,7 +27,9 @@ type partition struct {
 	end        int64      // offset after the last durable record (visible)
 	pending    []*appendReq
 	closed     bool
-	werr       error         // sticky write error: no appends after it
+	failing    *WriteError   // the last write error, until a write succeeds
+	failSince  time.Time     // when writes began to fail
+	failures   uint64        // failed writes since Open
 	lost       []LostRange   // sorted, disjoint; copy-on-write
 	notify     chan struct{} // closed and replaced when end advances
 	lastAppend time.Time
@@ -37,7 +39,8 @@ type partition struct {
 	// or a producer flushing inline. It guards fl.
 	flushMu sync.Mutex
 	fl      flusherState
-	mark    *syncMark // nil when read-only
+	wf      writeFailure // guarded by flushMu
+	mark    *syncMark    // nil when read-only
 
 	// Owned by Cleanup (under Embedded.cleanMu).
 	compactedTo    int64 // end of the closed segments at the last compaction

@@ -26,6 +26,13 @@ type PartitionStats struct {
 	AppendedRecords, AppendedBatches, AppendedBytes, Syncs uint64
 	// Lost are the offset ranges the partition lost to damage, sorted.
 	Lost []LostRange
+	// WriteError is the last failed write or sync while writes fail (a
+	// *WriteError; nil once one succeeds); appends wait meanwhile.
+	// WriteFailingSince is when the failing began; WriteFailures counts
+	// failed attempts since Open.
+	WriteError        error
+	WriteFailingSince time.Time
+	WriteFailures     uint64
 }
 
 // Stats is a snapshot of every partition of the log, for the wiring
@@ -61,7 +68,10 @@ func (p *partition) snapshot() PartitionStats {
 	ps := PartitionStats{
 		Topic: p.topic, Partition: p.id, Start: start, End: end, Segments: len(p.segs),
 		LastAppend: p.lastAppend, AppendedRecords: p.stats.records, AppendedBatches: p.stats.batches,
-		AppendedBytes: p.stats.bytes, Syncs: p.stats.syncs, Lost: p.lost,
+		AppendedBytes: p.stats.bytes, Syncs: p.stats.syncs, Lost: p.lost, WriteFailures: p.failures,
+	}
+	if p.failing != nil {
+		ps.WriteError, ps.WriteFailingSince = p.failing, p.failSince
 	}
 	for _, s := range p.segs {
 		ps.Bytes += s.size
