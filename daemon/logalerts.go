@@ -1,20 +1,38 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
-// AlertLogDataLost fires while a table has not passed offsets its topic
-// lost to damage found in the log (see log.LostRange).
-const AlertLogDataLost = "CdcdLogDataLost"
+// The log's alerts.
+const (
+	// AlertLogDataLost fires while a table has not passed offsets its
+	// topic lost to damage found in the log (see log.LostRange).
+	AlertLogDataLost = "CdcdLogDataLost"
+	// AlertLogWriteFailing fires while writes to the log fail (a full
+	// disk, an I/O error); appends wait and are retried meanwhile.
+	AlertLogWriteFailing = "CdcdLogWriteFailing"
+)
 
 // logInputs is what the log's rules look at, gathered by the monitor.
 type logInputs struct {
-	losses []tableLoss
+	losses  []tableLoss
+	failing logFailing
+}
+
+// logFailing summarises the partitions whose writes fail.
+type logFailing struct {
+	dir        string // the log's directory
+	partitions int    // failing now
+	since      time.Time
+	failedFor  time.Duration
+	err        error // the oldest failing partition's error
 }
 
 // tableLoss is a lost range of a table's topic the table has not passed.
@@ -32,7 +50,15 @@ func (m *monitor) logInputs(tables []*iceberg.TableStats) logInputs {
 	for _, ts := range tables {
 		byTopic[ts.Topic] = ts
 	}
+	in.failing.dir = m.d.lg.Dir()
 	for _, ps := range m.d.lg.Stats().Partitions {
+		if ps.WriteError != nil {
+			f := &in.failing
+			f.partitions++
+			if f.since.IsZero() || ps.WriteFailingSince.Before(f.since) {
+				f.since, f.err = ps.WriteFailingSince, ps.WriteError
+			}
+		}
 		ts := byTopic[ps.Topic]
 		if ts == nil {
 			continue
@@ -41,6 +67,9 @@ func (m *monitor) logInputs(tables []*iceberg.TableStats) logInputs {
 			in.losses = append(in.losses, tableLoss{topic: ps.Topic, table: ts.Table, partition: ps.Partition, lost: r,
 				source: strings.TrimPrefix(ps.Topic, m.d.cfg.Pipeline+".")})
 		}
+	}
+	if !in.failing.since.IsZero() {
+		in.failing.failedFor = time.Since(in.failing.since)
 	}
 	return in
 }
@@ -61,6 +90,21 @@ func unreadLost(ps log.PartitionStats, ts *iceberg.TableStats) []log.LostRange {
 	return out
 }
 
+// logFailingFor is how long the log's oldest failing partition has failed
+// to write (0 while every write succeeds).
+func (d *Daemon) logFailingFor() time.Duration {
+	var since time.Time
+	for _, ps := range d.lg.Stats().Partitions {
+		if ps.WriteError != nil && (since.IsZero() || ps.WriteFailingSince.Before(since)) {
+			since = ps.WriteFailingSince
+		}
+	}
+	if since.IsZero() {
+		return 0
+	}
+	return time.Since(since)
+}
+
 // lostUnread counts the offsets of a partition lost to damage that its
 // table has not passed (cdcd_log_lost_offsets).
 func (d *Daemon) lostUnread(ps log.PartitionStats) int64 {
@@ -79,6 +123,14 @@ func (d *Daemon) lostUnread(ps log.PartitionStats) int64 {
 // evaluateLog returns the alerts the log's state calls for.
 func evaluateLog(in logInputs) []Alert {
 	var out []Alert
+	if f := in.failing; f.partitions > 0 {
+		out = append(out, Alert{Name: AlertLogWriteFailing, Severity: SeverityCritical, Subject: f.dir,
+			Summary: fmt.Sprintf("writes to the log in %s have failed for %s (%d partitions): %v",
+				f.dir, f.failedFor.Round(time.Second), f.partitions, errors.Unwrap(f.err)),
+			Action: "free space on the disk holding data_dir (or fix the disk): changes wait in the pipeline and " +
+				"PostgreSQL keeps their WAL meanwhile; appends are retried and the pipeline resumes by itself",
+			Value: f.failedFor.Seconds()})
+	}
 	for _, l := range in.losses {
 		out = append(out, Alert{Name: AlertLogDataLost, Severity: SeverityCritical,
 			Subject: fmt.Sprintf("%s/%d", l.topic, l.partition),

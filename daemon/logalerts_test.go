@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
@@ -44,5 +46,30 @@ func TestLogDataLostAlert(t *testing.T) {
 	}
 	if !strings.Contains(a.Action, "cdcd snapshot -c FILE --replace public.orders") {
 		t.Errorf("action %q does not name the re-snapshot", a.Action)
+	}
+}
+
+// TestLogWriteFailingAlert: failing partitions raise one critical alert
+// naming the log's directory, the OS error and what to do; none without.
+func TestLogWriteFailingAlert(t *testing.T) {
+	if got := evaluateLog(logInputs{failing: logFailing{dir: "/data/log"}}); len(got) != 0 {
+		t.Fatalf("alerts with no failing partition: %+v", got)
+	}
+	werr := &log.WriteError{Topic: "t", Partition: 1, Op: "write", Err: errors.New("write /data/log/topics/t/1/00000000000000000000.log: no space left on device")}
+	got := evaluateLog(logInputs{failing: logFailing{dir: "/data/log", partitions: 3, failedFor: 90 * time.Second, err: werr}})
+	if len(got) != 1 {
+		t.Fatalf("alerts = %+v", got)
+	}
+	a := got[0]
+	if a.Name != AlertLogWriteFailing || a.Severity != SeverityCritical || a.Subject != "/data/log" {
+		t.Fatalf("alert = %+v", a)
+	}
+	for _, want := range []string{"/data/log", "1m30s", "3 partitions", "no space left on device", "00000000000000000000.log"} {
+		if !strings.Contains(a.Summary, want) {
+			t.Errorf("summary %q does not say %q", a.Summary, want)
+		}
+	}
+	if !strings.Contains(a.Action, "free space") || !strings.Contains(a.Action, "resumes by itself") {
+		t.Errorf("action %q", a.Action)
 	}
 }

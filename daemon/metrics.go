@@ -47,6 +47,7 @@ var (
 	descTblStall    = desc("cdcd_table_commit_stall_seconds", "How long changes have waited for the table without a successful commit; 0 when none wait.", "table")
 	descPartEnd     = desc("cdcd_log_end_offset", "Next offset of each partition of the table's topic.", "table", "topic", "partition")
 	descPartBytes   = desc("cdcd_log_bytes", "Bytes of each partition's segments on disk.", "table", "topic", "partition")
+	descLogFailing  = desc("cdcd_log_write_failing_seconds", "How long writes to the log have failed (a full disk, an I/O error); 0 while they succeed.")
 	descPartLost    = desc("cdcd_log_lost_offsets", "Offsets of the partition the log lost to damage that the table has not passed (re-snapshot the table).", "table", "topic", "partition")
 	descLagRecords  = desc("cdcd_consumer_lag_records", "Records of the partition the table has not committed.", "table", "topic", "partition")
 	descLagSeconds  = desc("cdcd_consumer_lag_seconds", "Age of the oldest record of the partition the table has not committed; 0 when caught up.", "table", "topic", "partition")
@@ -70,7 +71,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBuildInfo, descReady, descState, descSrcEvents, descSrcSnap, descSrcFlushed, descSrcRecv,
 		descSrcStream, descTblIn, descTblSnap, descTblSnapEst, descTblOut, descTblCommits, descTblLast, descTblPaused, descTblPausedS,
-		descTblStall, descPartEnd, descPartBytes, descPartLost, descLagRecords, descLagSeconds, descSlotUp, descSlotExists, descSlotActive,
+		descTblStall, descPartEnd, descPartBytes, descPartLost, descLogFailing, descLagRecords, descLagSeconds, descSlotUp, descSlotExists, descSlotActive,
 		descSlotLag, descSlotLagSec, descSlotRetain, descSlotConf, descSlotSafe, descSlotMaxKeep, descSlotStatus, descAlert,
 		descHookSent, descHookFailed, descBinlogLag, descBinlogLagSec, descBinlogRetention} {
 		ch <- d
@@ -97,6 +98,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	state := d.lifecycleState()
 	gauge(ch, descBuildInfo, 1, Version, d.cfg.Pipeline)
 	gauge(ch, descReady, b2f(ready(state)))
+	gauge(ch, descLogFailing, d.logFailingFor().Seconds())
 	for _, s := range []string{StateStarting, StateLoading, StateStreaming, StateStopping, StateStopped} {
 		gauge(ch, descState, b2f(s == state), s)
 	}
