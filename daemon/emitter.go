@@ -62,6 +62,12 @@ type emitter struct {
 	codecs map[*schema.Table]*tableCodec
 	last   map[string][]source.Position // topic -> partition -> newest stored
 	paused map[string]*pauseState       // topic -> pause
+	// pausedView is a copy of paused for readers that must not wait for
+	// mu (the monitor, /status): Submit and Sync hold mu while an append
+	// waits for the log, which may be long (a full disk). Refreshed as mu
+	// is released (unlock) and when a table pauses.
+	pausedView   atomic.Pointer[map[string]pauseState]
+	pokeOnUnlock bool // a table paused: call onPause once mu is released
 
 	masker *mask.Masker // nil: no table is masked (see masking.go)
 	// onPause, when set, is called once a table pauses (the monitor checks
@@ -155,7 +161,7 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 // Sync returns once every submitted batch is durable.
 func (e *emitter) Sync(ctx context.Context) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	return e.pipe.Wait(ctx)
 }
 
@@ -170,7 +176,7 @@ func (e *emitter) Sync(ctx context.Context) error {
 // (pause.go): from it on, the table's changes go to its holding topic.
 func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	eb := e.encodeBuf()
 	eb.now = time.Now().UnixMilli() // the envelopes' ts_ms: when the batch was encoded
 	newest := map[string][]source.Position{}

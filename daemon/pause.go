@@ -178,9 +178,7 @@ func (e *emitter) pause(ctx context.Context, ps *pauseState) error {
 func (e *emitter) announcePause(ps *pauseState) {
 	e.logger.Error("table paused: its changes are held, the other tables flow", "table", ps.Table, "kind", ps.kind(),
 		"position", ps.Position, "reason", ps.Reason, "what_to_do", ps.Fix)
-	if e.onPause != nil {
-		e.onPause()
-	}
+	e.pokeOnUnlock = e.onPause != nil // once the pause is published
 }
 
 // tableFault stops a table for a fault of the whole table (no row): a new
@@ -245,6 +243,7 @@ func (e *emitter) loadPaused(ctx context.Context, configured []string) error {
 			return err
 		}
 		e.paused[ps.Topic] = &ps
+		e.publishPaused()
 		e.logger.Warn("table is paused since an earlier run", "table", ps.Table, "kind", ps.kind(), "reason", ps.Reason, "what_to_do", ps.Fix)
 	}
 	return nil
@@ -315,7 +314,7 @@ func (e *emitter) resumeLoop(ctx context.Context, every time.Duration) error {
 // the registry may accept a refused schema now; a skip was asked for.
 func (e *emitter) tryResume(ctx context.Context) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	for topic := range e.paused {
 		if _, err := e.resumeLocked(ctx, topic); err != nil {
 			return err
@@ -498,10 +497,8 @@ func (e *emitter) stopAtFault(ctx context.Context, ps *pauseState, fh []byte) er
 
 // Paused lists the tables the emitter holds.
 func (e *emitter) Paused() []PausedTable {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var out []PausedTable
-	for _, ps := range e.paused {
+	for _, ps := range e.pausedCopy() {
 		held := int64(0)
 		if info, err := e.lg.DescribeTopic(context.Background(), heldTopic(ps.Topic)); err == nil && len(info.Partitions) > 0 {
 			held = info.Partitions[0].End - ps.Replayed
@@ -514,11 +511,41 @@ func (e *emitter) Paused() []PausedTable {
 
 // pauseOf returns a copy of topic's pause, or nil.
 func (e *emitter) pauseOf(topic string) *pauseState {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ps := e.paused[topic]; ps != nil {
-		c := *ps
-		return &c
+	if ps, ok := e.pausedCopy()[topic]; ok {
+		return &ps
 	}
 	return nil
+}
+
+// pausedCopy returns the pauses as last published; it does not wait for
+// e.mu.
+func (e *emitter) pausedCopy() map[string]pauseState {
+	if v := e.pausedView.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
+
+// publishPaused publishes a copy of the pauses. REQUIRES: e.mu.
+func (e *emitter) publishPaused() {
+	if v := e.pausedView.Load(); len(e.paused) == 0 && (v == nil || len(*v) == 0) {
+		return // nothing paused, nothing shown: the common case, without a copy
+	}
+	m := make(map[string]pauseState, len(e.paused))
+	for t, ps := range e.paused {
+		m[t] = *ps
+	}
+	e.pausedView.Store(&m)
+}
+
+// unlock publishes the pauses, releases e.mu, and wakes the monitor if a
+// table paused meanwhile.
+func (e *emitter) unlock() {
+	e.publishPaused()
+	poke := e.pokeOnUnlock
+	e.pokeOnUnlock = false
+	e.mu.Unlock()
+	if poke {
+		e.onPause()
+	}
 }

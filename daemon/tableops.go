@@ -79,7 +79,7 @@ func (d *Daemon) topicNamed(name string) (string, bool) {
 // drained or another one stops the table.
 func (e *emitter) skip(ctx context.Context, topic string) (SkipResult, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	ps := e.paused[topic]
 	if ps == nil {
 		return SkipResult{}, fmt.Errorf("%w: %s", ErrNotPaused, topic)
