@@ -242,19 +242,36 @@ func (c *logCLI) describe(ctx context.Context, args []string) error {
 				return err
 			}
 			cfg := info.Config
-			fmt.Fprintf(c.stdout, "Topic: %s\tPartitions: %d\tCleanup: %s\tRetention: %v\tRetentionBytes: %d\tDeleteRetention: %v\n",
-				n, cfg.Partitions, cfg.Cleanup, cfg.Retention, cfg.RetentionBytes, cfg.DeleteRetention)
+			fmt.Fprintf(c.stdout, "Topic: %s\tPartitions: %d\tCleanup: %s\tRetention: %v\tRetentionBytes: %d\tDeleteRetention: %v\tID: %s\n",
+				n, cfg.Partitions, cfg.Cleanup, cfg.Retention, cfg.RetentionBytes, cfg.DeleteRetention, info.ID)
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "\tPARTITION\tSTART\tEND\tRECORDS\tBYTES")
+			fmt.Fprintln(tw, "\tPARTITION\tSTART\tEND\tRECORDS\tBYTES\tLOST")
 			for _, p := range info.Partitions {
-				fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t%d\n", p.Partition, p.Start, p.End, p.End-p.Start, p.Bytes)
+				fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Partition, p.Start, p.End, p.End-p.Start, p.Bytes, lostRanges(p.Lost))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			for _, p := range info.Partitions {
+				for _, r := range p.Lost {
+					fmt.Fprintf(c.stdout, "  partition %d lost offsets [%d, %d): %s\n", p.Partition, r.From, r.To, r.Reason)
+				}
+			}
 		}
 		return nil
 	})
+}
+
+// lostRanges writes a partition's lost offset ranges, "-" for none.
+func lostRanges(lost []log.LostRange) string {
+	if len(lost) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(lost))
+	for i, r := range lost {
+		parts[i] = fmt.Sprintf("[%d,%d)", r.From, r.To)
+	}
+	return strings.Join(parts, " ")
 }
 
 func (c *logCLI) produce(ctx context.Context, args []string) error {
@@ -404,11 +421,19 @@ func (c *logCLI) consume(ctx context.Context, args []string) error {
 }
 
 // consumePartition prints records of one partition from offset to its end
-// (at most limit when bounded) and returns how many it printed.
+// (at most limit when bounded) and returns how many it printed. Offsets
+// the log lost are reported on stderr and stepped over.
 func (c *logCLI) consumePartition(ctx context.Context, l *log.Embedded, w *bufio.Writer, topic string, p log.PartitionInfo, from int64, limit int, bounded bool) (int, error) {
 	n := 0
 	for off := from; off < p.End && (!bounded || n < limit); {
 		recs, err := l.Fetch(ctx, topic, p.Partition, off, log.FetchOptions{})
+		var dl *log.DataLossError
+		if errors.As(err, &dl) {
+			_ = w.Flush()
+			fmt.Fprintf(c.stderr, "partition %d: offsets [%d, %d) were lost: %s\n", dl.Partition, dl.From, dl.To, dl.Reason)
+			off = dl.To
+			continue
+		}
 		if err != nil {
 			return n, err
 		}

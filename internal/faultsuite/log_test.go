@@ -172,6 +172,15 @@ func TestDamagedSegment(t *testing.T) {
 	if len(q) != 1 || len(notes) != 1 {
 		t.Fatalf("quarantine holds %v and %v; want one copy and one note", q, notes)
 	}
+	// The log shows the loss; every other record stays readable.
+	out, errOut, code := p.cdcd("log", "describe", "-c", p.CfgPath, "--topic", topic)
+	if code != 0 || !strings.Contains(out, "lost offsets [") || !strings.Contains(out, "quarantine") {
+		t.Errorf("cdcd log describe (exit %d) does not show the lost offsets:\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = p.cdcd("log", "consume", "-c", p.CfgPath, "--topic", topic, "--from-beginning")
+	if code != 0 || !strings.Contains(errOut, "were lost") || strings.Count(out, "\n") < 50 {
+		t.Errorf("cdcd log consume (exit %d) over the lost offsets: %d lines; stderr: %s", code, strings.Count(out, "\n"), errOut)
+	}
 	// The table must not pass the lost offsets silently: it stays behind
 	// them (the sink pauses it) until the re-snapshot.
 	time.Sleep(5 * time.Second)
