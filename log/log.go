@@ -158,6 +158,34 @@ type AsyncProducer interface {
 	StartProduce(ctx context.Context, topic string, recs []Record) (wait func(context.Context) error, err error)
 }
 
+// LastReader is an optional ability of a Log (found by type assertion)
+// whose offsets below a partition's End are not all records a reader gets
+// (Kafka: transaction markers, records of aborted transactions). Use
+// ReadLast, which falls back to LastReadable and Fetch.
+type LastReader interface {
+	// LastRecord returns the newest record of partition p (as described by
+	// DescribeTopic) that a reader gets, and false if there is none.
+	LastRecord(ctx context.Context, topic string, p PartitionInfo) (Record, bool, error)
+}
+
+// ReadLast returns the newest readable record of partition p of topic, and
+// false if it holds none: where a producer that resumes finds how far it
+// got.
+func ReadLast(ctx context.Context, l Log, topic string, p PartitionInfo) (Record, bool, error) {
+	if lr, ok := l.(LastReader); ok {
+		return lr.LastRecord(ctx, topic, p)
+	}
+	off, ok := LastReadable(p) // past a lost tail
+	if !ok {
+		return Record{}, false, nil
+	}
+	recs, err := l.Fetch(ctx, topic, p.Partition, off, FetchOptions{MaxBytes: 1})
+	if err != nil || len(recs) == 0 {
+		return Record{}, false, err
+	}
+	return recs[len(recs)-1], true, nil
+}
+
 // Log is the contract every backend implements.
 type Log interface {
 	// CreateTopic creates a topic; ErrTopicExists if it exists.
