@@ -97,16 +97,12 @@ func (e *emitter) loadLast(ctx context.Context, topic string) error {
 	}
 	last := make([]source.Position, len(info.Partitions))
 	for _, p := range info.Partitions {
-		off, ok := log.LastReadable(p) // past a lost tail
-		if !ok {
-			continue
-		}
-		recs, err := e.lg.Fetch(ctx, topic, p.Partition, off, log.FetchOptions{MaxBytes: 1})
+		rec, ok, err := log.ReadLast(ctx, e.lg, topic, p) // past a lost tail, aborted transactions
 		if err != nil {
 			return fmt.Errorf("daemon: read last record of %s/%d: %w", topic, p.Partition, err)
 		}
-		if len(recs) > 0 {
-			last[p.Partition] = source.Position(recs[len(recs)-1].Header(HeaderPosition))
+		if ok {
+			last[p.Partition] = source.Position(rec.Header(HeaderPosition))
 		}
 	}
 	e.last[topic] = last
