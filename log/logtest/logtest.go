@@ -139,19 +139,8 @@ func testTopics(t *testing.T, l log.Log) {
 	if containsAll(names, a) {
 		t.Fatalf("ListTopics after delete still has %s: %v", a, names)
 	}
-	// A re-created topic starts empty. (Kafka deletes asynchronously, so
-	// creation may report the topic as existing for a moment.)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := l.CreateTopic(ctx, a, log.TopicConfig{Partitions: 1})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, log.ErrTopicExists) || time.Now().After(deadline) {
-			t.Fatalf("re-create %s: %v", a, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// A re-created topic starts empty.
+	recreate(t, l, a)
 	produce(t, l, a, log.Record{Key: []byte("k"), Value: []byte("v"), Partition: 0})
 	info, _ = l.DescribeTopic(ctx, a)
 	if info.Partitions[0].End != 1 {
@@ -183,23 +172,31 @@ func testTopicID(t *testing.T, l log.Log) {
 	if err := l.DeleteTopic(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := l.CreateTopic(ctx, a, log.TopicConfig{Partitions: 1})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, log.ErrTopicExists) || time.Now().After(deadline) {
-			t.Fatalf("re-create %s: %v", a, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	recreate(t, l, a)
 	ia2, err := l.DescribeTopic(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ia2.ID == "" || ia2.ID == ia.ID {
 		t.Fatalf("re-created topic's ID = %q, want a new one (was %q)", ia2.ID, ia.ID)
+	}
+}
+
+// recreate creates a deleted topic again (one partition). Kafka deletes
+// asynchronously, so creation may report the topic as existing for a
+// moment.
+func recreate(t *testing.T, l log.Log, name string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := l.CreateTopic(ctxFor(t), name, log.TopicConfig{Partitions: 1})
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, log.ErrTopicExists) || time.Now().After(deadline) {
+			t.Fatalf("re-create %s: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
