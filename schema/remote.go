@@ -32,11 +32,13 @@ type RemoteConfig struct {
 // concurrent use.
 type Remote struct {
 	cl      *sr.Client
+	cfg     RemoteConfig
 	timeout time.Duration
 
-	mu    sync.Mutex
-	byID  map[uint32]string
-	idFor map[[2]string]uint32 // subject, schema -> id
+	mu       sync.Mutex
+	byID     map[uint32]string
+	idFor    map[[2]string]uint32 // subject, schema -> id
+	rejected map[string]rejection // subject -> the last refusal, until a registration succeeds
 }
 
 // NewRemote returns a client of the registry at cfg.URL. It does not
@@ -60,7 +62,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema: remote registry %s: %w", cfg.URL, err)
 	}
-	return &Remote{cl: cl, timeout: cfg.Timeout, byID: map[uint32]string{}, idFor: map[[2]string]uint32{}}, nil
+	return &Remote{cl: cl, cfg: cfg, timeout: cfg.Timeout, byID: map[uint32]string{}, idFor: map[[2]string]uint32{},
+		rejected: map[string]rejection{}}, nil
 }
 
 // Register registers schema under subject and returns its id. A refusal
@@ -78,13 +81,21 @@ func (r *Remote) Register(ctx context.Context, subject, schema string) (uint32, 
 	}
 	n, err := r.cl.RegisterSchema(ctx, subject, sr.Schema{Schema: schema, Type: sr.TypeAvro}, -1, -1)
 	if err != nil {
-		return 0, r.registerError(ctx, subject, schema, err)
+		err = r.registerError(ctx, subject, schema, err)
+		var ierr *IncompatibleError
+		if errors.As(err, &ierr) {
+			r.mu.Lock()
+			r.rejected[subject] = rejection{schema: schema, err: ierr}
+			r.mu.Unlock()
+		}
+		return 0, err
 	}
 	if n <= 0 || int64(n) > int64(^uint32(0)) {
 		return 0, fmt.Errorf("schema: remote registry returned id %d for %s", n, subject)
 	}
 	id = uint32(n)
 	r.mu.Lock()
+	delete(r.rejected, subject)
 	r.idFor[k] = id
 	r.byID[id] = schema
 	r.mu.Unlock()
