@@ -49,7 +49,7 @@ type tableCodec struct {
 // replayed into the table's topic and the table resumes.
 type emitter struct {
 	lg         log.Log
-	reg        *schema.Registry
+	reg        schema.Client
 	state      *stateStore
 	pipeline   string
 	db         string
