@@ -302,3 +302,71 @@ func loseCommitAnswer(t *testing.T, c *kfake.Cluster, brokers []string, txnID st
 		return out, nil, true
 	})
 }
+
+// TestThroughBrokerFaults: while leaders move and the brokers answer
+// produce requests with timeouts (after applying them) and fetches with
+// NOT_LEADER and timeouts, a transactional producer and a reader go on:
+// the reader sees every record once, in order.
+func TestThroughBrokerFaults(t *testing.T) {
+	brokers, c := testBrokers(t)
+	if c == nil {
+		t.Skip("faults need kfake")
+	}
+	l := openLog(t, Options{Brokers: brokers, TransactionalID: "pipe-f"})
+	reader := openLog(t, Options{Brokers: brokers})
+	topic := newTopic(t, l, "orders", 2)
+	ctx := ctxT(t)
+	faults := []*kfake.FaultHandle{
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut, Count: 4}),
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 4}),
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.RequestTimedOut, Count: 4}),
+	}
+	const batches, per = 40, 25
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < batches; i++ {
+			if i%10 == 5 {
+				for p := int32(0); p < 2; p++ {
+					node := (c.LeaderFor(topic, p) + 1) % 3
+					if err := c.MoveTopicPartition(topic, p, node); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+			if err := l.Produce(ctx, topic, posRecords(1, i*per, per)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	var got []log.Record
+	for off := int64(0); len(got) < batches*per; {
+		recs, err := reader.Fetch(ctx, topic, 1, off, log.FetchOptions{MaxWait: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("Fetch at %d: %v", off, err)
+		}
+		if len(recs) > 0 {
+			got = append(got, recs...)
+			off = recs[len(recs)-1].Offset + 1
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done <- nil
+		default:
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, got, batches*per)
+	for i, f := range faults {
+		if f.Hits() == 0 {
+			t.Errorf("fault %d never hit", i)
+		}
+	}
+}
