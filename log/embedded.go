@@ -60,8 +60,9 @@ type topic struct {
 
 // Open opens (creating if needed) the embedded log in dir. It takes the
 // directory's lock (a second writer gets a *LockError naming the holder),
-// verifies the tail of every partition, truncating torn or corrupt batches
-// (see Recovery), loads consumer-group offsets and starts one flusher per
+// verifies the tail of every partition — a torn tail is truncated, damage
+// in synced data quarantined and its offsets recorded as lost (see
+// Recovery in the package doc) — loads consumer-group offsets and starts one flusher per
 // partition and the background cleaner. With opts.ReadOnly it takes no lock
 // and changes nothing on disk. logger may be nil (logs are discarded).
 func Open(dir string, opts Options, logger *slog.Logger) (*Embedded, error) {
@@ -207,7 +208,8 @@ func (t *topic) close() {
 	}
 }
 
-// Recovery reports what Open dropped from torn or corrupt segment tails.
+// Recovery reports what Open dropped: torn tails, and offsets lost to
+// damage (found at this Open; PartitionInfo.Lost has all of them).
 func (l *Embedded) Recovery() RecoveryReport { return l.recovery }
 
 // Dir is the data directory.
