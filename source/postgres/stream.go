@@ -114,7 +114,9 @@ func (s *streamer) loop(ctx context.Context) error {
 		if s.r.cfg.HeartbeatInterval > 0 && s.nextHeartbeat.Before(deadline) {
 			deadline = s.nextHeartbeat
 		}
-		if s.nextPubCheck.Before(deadline) {
+		if !s.inTx && !s.inStream && s.nextPubCheck.Before(deadline) {
+			// Not while a transaction arrives: the check waits for its end
+			// (a deadline already past would stop every receive).
 			deadline = s.nextPubCheck
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
