@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/cdcd-dev/cdcd/source"
 )
 
 // TestLargeTransactionWhilePublicationCheckDue: a transaction still
@@ -39,5 +43,72 @@ func TestLargeTransactionWhilePublicationCheckDue(t *testing.T) {
 		if v, _ := ch.After[1].(string); len(v) != len(large) {
 			t.Errorf("change %d: value of %d bytes, want %d", i+1, len(v), len(large))
 		}
+	}
+}
+
+// sizeRecorder collects changes and the row bytes of each batch.
+type sizeRecorder struct {
+	*collector
+	mu      sync.Mutex
+	batches [][]int // per batch, each change's Bytes
+}
+
+func (r *sizeRecorder) Emit(ctx context.Context, batch []source.Change) error {
+	sizes := make([]int, len(batch))
+	for i := range batch {
+		sizes[i] = batch[i].Bytes()
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, sizes)
+	r.mu.Unlock()
+	return r.collector.Emit(ctx, batch)
+}
+
+// TestBatchesBoundedByBytes: the initial load and the stream cut a batch
+// once its rows reach source.BatchBytes, so a table of large values is
+// handed on a few rows at a time, not thousands.
+func TestBatchesBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE big (id int PRIMARY KEY, v text)`)
+	value := func(i int) string { return strings.Repeat(string(rune('a'+i)), 6<<20) }
+	for i := 1; i <= 5; i++ {
+		e.exec(t, `INSERT INTO big VALUES ($1, $2)`, i, value(i))
+	}
+	r := &sizeRecorder{collector: newCollector()}
+	// A batch that waits 5 s: the stream's rows would all be in one.
+	stop, _ := e.startReader(t, []string{"big"}, true, r, func(cfg *Config) { cfg.BatchDelay = 5 * time.Second })
+	defer stop()
+	r.wait(t, 5)
+	tx, err := e.conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 6; i <= 10; i++ {
+		if _, err := tx.Exec(t.Context(), `INSERT INTO big VALUES ($1, $2)`, i, value(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := r.wait(t, 10)
+	for i, c := range got {
+		if v, _ := c.After[1].(string); v != value(i+1) {
+			t.Fatalf("change %d: %d bytes", i, len(v))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, b := range r.batches {
+		sum := 0
+		for _, n := range b[:len(b)-1] {
+			sum += n
+		}
+		if sum >= source.BatchBytes {
+			t.Errorf("batch %d of %d changes holds %d bytes before its last: not cut at %d", i, len(b), sum, source.BatchBytes)
+		}
+	}
+	if len(r.batches) < 4 {
+		t.Errorf("%d batches for 10 rows of 6 MB", len(r.batches))
 	}
 }

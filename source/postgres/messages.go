@@ -267,6 +267,9 @@ func (s *streamer) added(before int) {
 	if before == 0 && len(s.batch) > 0 {
 		s.batchAt = time.Now()
 	}
+	for i := before; i < len(s.batch); i++ {
+		s.batchSize += s.batch[i].Bytes()
+	}
 }
 
 var errUnknownRelation = errors.New("postgres: change for a relation before its Relation message")

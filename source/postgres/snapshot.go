@@ -322,6 +322,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	var (
 		buf    *loadBuf
 		batch  []source.Change
+		size   int    // the batch's field bytes
 		values []any  // the batch's rows, n values each
 		arena  []byte // the batch's positions
 		scalar slab   // the rows' numbers and texts
@@ -331,7 +332,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	// ends with a send, and a buffer taken then went unused to the
 	// collector — one 4 MB allocation a chunk, most of the load's.
 	send := func() error {
-		buf.changes = batch
+		buf.changes, size = batch, 0
 		select {
 		case out <- buf:
 		case <-ctx.Done():
@@ -371,7 +372,10 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
 			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started, Fault: fault,
 		})
-		if len(batch) >= r.loadBatch() {
+		for _, f := range fields {
+			size += len(f)
+		}
+		if len(batch) >= r.loadBatch() || size >= source.BatchBytes {
 			return send()
 		}
 		return nil

@@ -33,6 +33,7 @@ type streamer struct {
 	streamXid uint32
 	batch     []source.Change
 	batchAt   time.Time // when the oldest change in batch arrived
+	batchSize int       // the batch's row bytes (source.Change.Bytes)
 	// committed is the newest LSN up to which every transaction's changes
 	// are in batch or emitted: a commit LSN, or a heartbeat's LSN.
 	committed uint64
@@ -151,7 +152,7 @@ func (s *streamer) loop(ctx context.Context) error {
 // status updates (wal_sender_timeout).
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	now := time.Now()
-	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
+	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
 		if err := s.flushBatch(ctx); err != nil {
 			return err
 		}
@@ -173,7 +174,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	last := s.batch[len(s.batch)-1]
 	s.r.stats.LastCommitted.Store(last.CommitTime.UnixMilli())
 	clear(s.batch)
-	s.batch = s.batch[:0]
+	s.batch, s.batchSize = s.batch[:0], 0
 	s.advance(committed)
 	return nil
 }

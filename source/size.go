@@ -1,0 +1,51 @@
+package source
+
+import "github.com/cdcd-dev/cdcd/schema"
+
+// BatchBytes bounds the row data of one batch a reader hands its Emitter
+// (besides its count of changes): a batch of large values is cut early, so
+// a reader, the Emitter's encoding and the log's append each hold a few
+// such batches at a time, not thousands of large rows.
+const BatchBytes = 16 << 20
+
+// Bytes is no less than the bytes c's rows take in the log's Avro
+// envelope: what bounds batches and, in the Emitter, a change's size.
+func (c *Change) Bytes() int { return RowBytes(c.Before) + RowBytes(c.After) }
+
+// RowBytes is no less than the bytes row's values take in Avro.
+func RowBytes(row []any) int {
+	n := 0
+	for _, v := range row {
+		n += ValueBytes(v)
+	}
+	return n
+}
+
+// ValueBytes is no less than the bytes v takes in Avro with its union
+// branch: a length or a long takes at most 10 bytes, a decimal's bytes
+// fewer than its text, a uuid is 36 characters.
+func ValueBytes(v any) int {
+	switch v := v.(type) {
+	case string:
+		return 11 + len(v)
+	case []byte:
+		return 11 + len(v)
+	case []any:
+		n := 21 // the block count and the end
+		for _, e := range v {
+			n += ValueBytes(e)
+		}
+		return n
+	case nil, bool:
+		return 2
+	case int64, int32:
+		return 11
+	case float32, float64:
+		return 9
+	case [16]byte:
+		return 48
+	case schema.IntervalValue:
+		return 31
+	}
+	return 64
+}
