@@ -264,9 +264,11 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 
 // encode turns c into its records: the topic's, or, when held, one
 // record of the holding topic. A change that stops its table (a fault the
-// source marked, a row its encoding refuses) pauses the table and becomes
-// a fault record of the holding topic; paused reports that.
+// source marked, a row its encoding refuses, a row too large for the log:
+// bigvalue.go) pauses the table and becomes a fault record of the holding
+// topic; paused reports that.
 func (e *emitter) encode(ctx context.Context, eb *batchRecords, tc *tableCodec, c *source.Change, held bool) (_ []log.Record, paused bool, err error) {
+	c = oversized(c)
 	var f *source.Fault
 	if !held {
 		f = c.Fault
@@ -364,6 +366,9 @@ func (e *emitter) recycle(b *batchRecords) {
 	clear(b.order)
 	clear(b.headers)
 	b.arena, b.headers, b.order = b.arena[:0], b.headers[:0], b.order[:0]
+	if cap(b.arena) > maxKeptArena { // one large value: not kept for the batches after it
+		b.arena = nil
+	}
 	if e.free == nil {
 		return
 	}
