@@ -2,6 +2,7 @@ package iceberg
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -89,7 +90,7 @@ func TestBounds(t *testing.T) {
 	}
 	// A value with no short upper bound is refused, all others are not.
 	long := bytes.Repeat([]byte{0xFF}, maxUpperBound+10)
-	if err := checkBoundable(long); err == nil || !strings.Contains(err.Error(), "re-snapshot") {
+	if err := checkBoundable(long); !errors.Is(err, errUnboundable) {
 		t.Errorf("checkBoundable of %d×0xFF: %v", len(long), err)
 	}
 	long[maxUpperBound-1] = 0xFE
@@ -533,5 +534,25 @@ func testBigValues(t *testing.T, mode string, n int) {
 	}
 	if len(chk.Problems) > 0 {
 		t.Fatalf("index: %v", chk.Problems)
+	}
+}
+
+// TestUnboundableValuePauses: a binary value with no short upper bound
+// (64 KiB of 0xFF and more) pauses the table, naming the column and the
+// fix, instead of being retried.
+func TestUnboundableValuePauses(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	defer w.close()
+	ff := bytes.Repeat([]byte{0xFF}, maxUpperBound+1)
+	w.buf = []change{{table: bigKV, env: &schema.Envelope{After: []any{int64(1), "x", ff, nil}, Op: 'c'}}}
+	w.next[0] = 1
+	err := w.commit(t.Context())
+	var pe *PauseError
+	if !errors.As(err, &pe) || classify(err) != ErrPaused {
+		t.Fatalf("commit: %v (class %v)", err, classify(err))
+	}
+	if !strings.Contains(pe.What, `column "b"`) || !strings.Contains(pe.Fix, "cdcd snapshot -c FILE --replace") {
+		t.Errorf("pause: %s / %s", pe.What, pe.Fix)
 	}
 }

@@ -197,7 +197,7 @@ func (c *pqColumn) value(v any) (parquet.Value, error) {
 	}
 	pv, err := primitiveValue(c.typ, v)
 	if err != nil {
-		return parquet.Value{}, fmt.Errorf("column %q: %w", c.name, err)
+		return parquet.Value{}, c.valueError(err)
 	}
 	return pv.Level(0, def, c.leaf), nil
 }
@@ -210,9 +210,19 @@ func (c *pqColumn) appendTo(row parquet.Row, v any) (parquet.Row, error) {
 	}
 	row, err := c.appendNested(row, c.typ, c.required, v, 0, 0, 0)
 	if err != nil {
-		return row, fmt.Errorf("column %q: %w", c.name, err)
+		return row, c.valueError(err)
 	}
 	return row, nil
+}
+
+// valueError names the column in err; a value refused for good (one with
+// no short upper bound) pauses the table.
+func (c *pqColumn) valueError(err error) error {
+	err = fmt.Errorf("column %q: %w", c.name, err)
+	if errors.Is(err, errUnboundable) {
+		return refuse(unboundableFix, err)
+	}
+	return err
 }
 
 // appendNested appends the leaf values of v, a value of type t (the

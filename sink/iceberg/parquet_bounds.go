@@ -1,6 +1,7 @@
 package iceberg
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -173,6 +174,9 @@ func firstIncrementable(v []byte) (int, bool) {
 	return 0, false
 }
 
+// errUnboundable: checkBoundable refused a value.
+var errUnboundable = errors.New("iceberg: value without a short upper bound")
+
 // checkBoundable refuses a value whose upper bound would be longer than
 // maxUpperBound bytes (the value itself): its first maxUpperBound bytes
 // are all 0xFF, which valid UTF-8 text never has.
@@ -183,7 +187,11 @@ func checkBoundable(v []byte) error {
 	if _, ok := firstIncrementable(v); ok {
 		return nil
 	}
-	return fmt.Errorf("a value of %d bytes whose first %d bytes are all 0xFF has no Parquet upper bound shorter than itself, which readers refuse; "+
-		"cdcd does not write such values: change the value in the source (or exclude the column with masking) and re-snapshot the table",
-		len(v), maxUpperBound)
+	return fmt.Errorf("%w: a value of %d bytes whose first %d bytes are all 0xFF has no Parquet upper bound shorter than itself, "+
+		"and readers refuse statistics that large", errUnboundable, len(v), maxUpperBound)
 }
+
+// unboundableFix is the fix of a table paused by a value checkBoundable
+// refuses.
+const unboundableFix = "change the value in the source (or exclude or hash the column with masking), then rebuild the mirror with a re-snapshot: " +
+	"cdcd snapshot -c FILE --replace TABLE"
