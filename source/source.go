@@ -102,6 +102,11 @@ type Change struct {
 	// value nil); a fault of a whole table carries no row (Op 0, Before
 	// and After nil) and only stops the table.
 	Fault *Fault
+	// Reset, on a truncate, makes it a reset marker: the start of a snapshot
+	// run (Reset is the run's id) that replaces the table's contents. The
+	// daemon writes it as the record header cdcd.reset into every partition;
+	// a sink that stopped trusting a table may resume at it.
+	Reset string
 }
 
 // Fault says what stops a table and how to resolve it.

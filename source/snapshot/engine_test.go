@@ -1,0 +1,382 @@
+package snapshot
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+var shape = &schema.Table{Namespace: "public", Name: "t", Key: []int{0}, Columns: []schema.Column{
+	{Name: "id", Kind: schema.Int64}, {Name: "v", Kind: schema.String, Nullable: true}}}
+
+// memState is State in memory.
+type memState struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memState) Load(_ context.Context, k string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k], nil
+}
+
+func (s *memState) Save(_ context.Context, k string, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[k] = v
+	return nil
+}
+
+// event is what the fake stream delivers, in order: a watermark or a change.
+type event struct {
+	watermark string
+	change    *source.Change
+}
+
+// fakeDB is a table of int64 keys whose stream is a channel of events.
+type fakeDB struct {
+	mu     sync.Mutex
+	rows   map[int64]string
+	stream chan event
+	reads  []ChunkQuery
+	// duringRead, when set, runs inside a read (after its low watermark,
+	// before its high one): changes it streams fall in the window.
+	duringRead func(n int)
+	// inconsistent makes the first n reads fail the consistency check.
+	inconsistent int
+}
+
+func newFakeDB(n int) *fakeDB {
+	db := &fakeDB{rows: map[int64]string{}, stream: make(chan event, 1024)}
+	for i := int64(1); i <= int64(n); i++ {
+		db.rows[i] = "v" + strconv.FormatInt(i, 10)
+	}
+	return db
+}
+
+func (db *fakeDB) Describe(context.Context, string) (*Table, error) {
+	return &Table{Shape: shape,
+		Compare: func(a, b []any) int { return cmp.Compare(a[0].(int64), b[0].(int64)) },
+		KeyText: func(v []any) (Key, bool) { return Key{strconv.FormatInt(v[0].(int64), 10)}, true },
+		ParseKey: func(k Key) ([]any, bool) {
+			n, err := strconv.ParseInt(k[0], 10, 64)
+			return []any{n}, err == nil
+		}}, nil
+}
+
+func (db *fakeDB) Plan(context.Context, string, *Table, string) (Key, int64, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	keys := db.keysLocked()
+	if len(keys) == 0 {
+		return nil, 0, nil
+	}
+	return Key{strconv.FormatInt(keys[len(keys)-1], 10)}, int64(len(keys)), nil
+}
+
+func (db *fakeDB) keysLocked() []int64 {
+	var keys []int64
+	for k := range db.rows {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (db *fakeDB) ReadChunk(_ context.Context, _ string, _ *Table, q ChunkQuery) (*Chunk, error) {
+	db.mu.Lock()
+	n := len(db.reads)
+	db.reads = append(db.reads, q)
+	hook := db.duringRead
+	db.mu.Unlock()
+	if hook != nil {
+		hook(n)
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	parse := func(k Key) int64 { v, _ := strconv.ParseInt(k[0], 10, 64); return v }
+	res := &Chunk{}
+	if n < db.inconsistent {
+		res.Consistent = func(source.Position) bool { return false }
+	}
+	for _, k := range db.keysLocked() {
+		switch {
+		case q.Keys != nil:
+			if !slices.ContainsFunc(q.Keys, func(x Key) bool { return parse(x) == k }) {
+				continue
+			}
+		case q.After != nil && k <= parse(q.After), k > parse(q.Upper), len(res.Rows) >= q.Limit:
+			continue
+		}
+		res.Rows = append(res.Rows, source.Change{Table: shape, Op: source.OpRead, After: []any{k, db.rows[k]}, Snapshot: true})
+		if q.Keys == nil {
+			res.Last = Key{strconv.FormatInt(k, 10)}
+		}
+	}
+	return res, nil
+}
+
+func (db *fakeDB) WriteWatermark(_ context.Context, id string) error {
+	db.stream <- event{watermark: id}
+	return nil
+}
+
+// streamer runs the fake stream: positions count up; what the engine
+// emits and keeps is recorded.
+type streamer struct {
+	mu      sync.Mutex
+	e       *Engine
+	pos     uint64
+	emitted []source.Change // chunk rows and reset markers
+	kept    []source.Change // streamed changes Observe kept
+}
+
+func pos(n uint64) source.Position { return binary.BigEndian.AppendUint64(nil, n) }
+
+func (s *streamer) run(ctx context.Context, db *fakeDB) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-db.stream:
+			s.mu.Lock()
+			s.pos++
+			if ev.change != nil {
+				c := *ev.change
+				c.Pos = pos(s.pos)
+				s.kept = append(s.kept, s.e.Observe([]source.Change{c}, 0)...)
+			} else {
+				s.emitted = append(s.emitted, s.e.Watermark(ev.watermark, pos(s.pos))...)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *streamer) rows() []source.Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.emitted)
+}
+
+// start runs an engine on db until the test ends (or stop).
+func start(t *testing.T, st State, db *fakeDB, chunk int) (*Engine, *streamer, context.CancelFunc) {
+	t.Helper()
+	e := New(Config{StateKey: "inc", ChunkRows: chunk}, st, slog.New(slog.DiscardHandler))
+	if err := e.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Prepare(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &streamer{e: e}
+	go s.run(ctx, db)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx, db) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e, s, func() { cancel(); <-done }
+}
+
+// waitDone waits until no run is left after checkpointing everything the
+// stream has met.
+func waitDone(t *testing.T, e *Engine, s *streamer) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		p := pos(s.pos)
+		s.mu.Unlock()
+		if err := e.Checkpoint(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		if !e.active.Load() {
+			return
+		}
+	}
+	t.Fatalf("runs not done: %+v", e.Progress())
+}
+
+func keysOf(rows []source.Change) []int64 {
+	var out []int64
+	for _, r := range rows {
+		if r.Op == source.OpRead {
+			out = append(out, r.After[0].(int64))
+		}
+	}
+	return out
+}
+
+// TestWindowDropsChangedKeys: a key changed between a chunk's watermarks
+// is not emitted from the chunk (the stream's change is newer); every
+// other key is emitted once, positioned after the high watermark's
+// position, in key order.
+func TestWindowDropsChangedKeys(t *testing.T) {
+	db := newFakeDB(10)
+	db.duringRead = func(n int) {
+		if n == 1 { // the second chunk (keys 5-8): key 6 changes meanwhile
+			db.stream <- event{change: &source.Change{Table: shape, Op: source.OpUpdate, After: []any{int64(6), "new"}}}
+		}
+	}
+	e, s, _ := start(t, &memState{}, db, 4)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	rows := s.rows()
+	if got, want := keysOf(rows), []int64{1, 2, 3, 4, 5, 7, 8, 9, 10}; !slices.Equal(got, want) {
+		t.Fatalf("emitted keys %v, want %v", got, want)
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Pos.Compare(rows[i-1].Pos) <= 0 {
+			t.Fatalf("positions do not increase at %d", i)
+		}
+	}
+	if len(s.kept) != 1 {
+		t.Fatalf("the streamed change was not kept: %v", s.kept)
+	}
+}
+
+// TestInconsistentChunkReadAgain: a read that missed a change the stream
+// delivered before its low watermark is read again, and emitted once.
+func TestInconsistentChunkReadAgain(t *testing.T) {
+	db := newFakeDB(6)
+	db.inconsistent = 1
+	e, s, _ := start(t, &memState{}, db, 10)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	if got := keysOf(s.rows()); !slices.Equal(got, []int64{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("emitted %v", got)
+	}
+	if len(db.reads) != 2 || db.reads[1].After != nil {
+		t.Fatalf("reads %+v, want the first chunk twice", db.reads)
+	}
+}
+
+// TestResumeFromDurable: after a restart the run goes on after the last
+// chunk made durable (not the last one emitted), with the same upper bound.
+func TestResumeFromDurable(t *testing.T) {
+	st := &memState{}
+	db := newFakeDB(10)
+	hold := make(chan struct{})
+	db.duringRead = func(n int) {
+		if n == 2 {
+			<-hold // the third chunk never finishes in the first session
+		}
+	}
+	e, s, stop := start(t, st, db, 3)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	for len(keysOf(s.rows())) < 6 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Only the first chunk's watermark is durable.
+	first := s.rows()[2].Pos[:8]
+	if err := e.Checkpoint(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	db.rows[11] = "v11" // beyond the upper bound: the stream carries it
+	db.mu.Unlock()
+	close(hold)
+	stop()
+
+	db2 := newFakeDB(0)
+	db2.rows = db.rows
+	e2, s2, _ := start(t, st, db2, 3)
+	waitDone(t, e2, s2)
+	if got := keysOf(s2.rows()); !slices.Equal(got, []int64{4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("the second session emitted %v, want 4..10", got)
+	}
+	if q := db2.reads[0]; q.After[0] != "3" || q.Upper[0] != "10" {
+		t.Fatalf("the second session began with %+v", q)
+	}
+}
+
+// TestResetMarker: a replacing run emits one reset marker before its rows;
+// after a restart before it was durable, the first reset watermark of that
+// id the stream meets (here: the old one, re-sent) emits it again there.
+func TestResetMarker(t *testing.T) {
+	st := &memState{}
+	db := newFakeDB(3)
+	e, s, stop := start(t, st, db, 10)
+	if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	for len(s.rows()) < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	rows := s.rows()
+	if rows[0].Op != source.OpTruncate || rows[0].Reset == "" || rows[0].Table != shape {
+		t.Fatalf("first emitted %+v, want a reset marker", rows[0])
+	}
+	stop() // nothing checkpointed
+
+	e2 := New(Config{StateKey: "inc", ChunkRows: 10}, st, slog.New(slog.DiscardHandler))
+	if err := e2.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Prepare(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	again := e2.Watermark("R:"+rows[0].Reset, rows[0].Pos)
+	if len(again) != 1 || again[0].Pos.Compare(rows[0].Pos) != 0 {
+		t.Fatalf("re-sent reset watermark emitted %+v", again)
+	}
+	if twice := e2.Watermark("R:"+rows[0].Reset, pos(999)); twice != nil {
+		t.Fatalf("a second reset watermark emitted %+v", twice)
+	}
+	if old := e2.Watermark("H:"+fmt.Sprint(rows[1].Pos), pos(1000)); old != nil {
+		t.Fatal("a watermark of the old session emitted rows")
+	}
+}
+
+// TestUnchangedNeedsRow: during a replacing run, an update carrying an
+// unchanged value is kept when its key was read already, dropped when a
+// later chunk reads it, and dropped and read again when its chunk's window
+// is open (the chunk drops the key too).
+func TestUnchangedNeedsRow(t *testing.T) {
+	db := newFakeDB(9)
+	upd := func(k int64) *source.Change {
+		return &source.Change{Table: shape, Op: source.OpUpdate, Before: []any{k, nil}, After: []any{k, schema.Unchanged}}
+	}
+	db.duringRead = func(n int) {
+		switch n {
+		case 1: // reading 4-6: 2 was read, 8 comes later, 5 is being read
+			db.stream <- event{change: upd(2)}
+			db.stream <- event{change: upd(8)}
+			db.stream <- event{change: upd(5)}
+		}
+	}
+	e, s, _ := start(t, &memState{}, db, 3)
+	if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	if len(s.kept) != 1 || s.kept[0].After[0] != int64(2) {
+		t.Fatalf("kept %v, want only the update of key 2", s.kept)
+	}
+	got := keysOf(s.rows())
+	if want := []int64{1, 2, 3, 4, 6, 5, 7, 8, 9}; !slices.Equal(got, want) {
+		t.Fatalf("emitted %v, want %v (5 read again, 8 once by its chunk)", got, want)
+	}
+	if q := db.reads[2]; len(q.Keys) != 1 || q.Keys[0][0] != "5" {
+		t.Fatalf("third read %+v, want key 5", q)
+	}
+}

@@ -1,0 +1,217 @@
+package snapshot
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// run is one table's snapshot: its saved record (durable progress only)
+// and what this session knows beyond it.
+type run struct {
+	rec     *record
+	tbl     *Table // described this session; nil before
+	stopped bool
+
+	// Read progress of this session, ahead of rec until a checkpoint.
+	readLast  Key
+	readVals  []any // readLast's values for tbl.Compare; nil: unknown
+	upperVals []any // rec.Upper's values; nil: unknown
+	readRows  int64
+	rangeDone bool
+	emitted   []emitted // chunks emitted, not durable yet
+	reread    map[string]*rereadKey
+	finished  bool // nothing left to read; removed once durable
+
+	resetWritten bool            // this session wrote the reset watermark
+	resetSeen    bool            // the stream met it: the marker is emitted
+	resetPos     source.Position // where
+	resetCh      chan struct{}   // closed when resetSeen
+
+	windows []*chunk // chunks whose low watermark the stream met
+
+	// For the rate: when this session started reading, with rows done then.
+	began     time.Time
+	beganRows int64
+	retries   int
+}
+
+// emitted is a chunk whose rows were handed to the stream at pos.
+type emitted struct {
+	pos   source.Position
+	last  Key // the range's new last key; nil for a point chunk
+	rows  int64
+	point bool
+}
+
+// rereadKey is a key to read again.
+type rereadKey struct {
+	key        Key
+	vals       []any
+	resolvedAt source.Position // its read was emitted there; nil: not yet
+	inFlight   bool            // a point chunk reads it now
+	readded    bool            // a change was dropped while inFlight
+	// maybe: added only because a window was open; the window's chunk
+	// forgets it if the key is after the chunk (a later chunk reads it).
+	maybe bool
+}
+
+func newRun(rec *record) *run {
+	r := &run{rec: rec, readLast: rec.Last, readRows: rec.Rows, reread: map[string]*rereadKey{}, resetCh: make(chan struct{})}
+	r.rangeDone = rec.Planned && (rec.Upper == nil || (rec.Last != nil && keysEqual(rec.Last, rec.Upper)))
+	return r
+}
+
+// rows is how many rows the run has read and emitted.
+func (r *run) rows() int64 { return r.readRows }
+
+// describe sets the table description and what depends on it.
+func (r *run) describe(t *Table) {
+	r.tbl = t
+	if t.ParseKey != nil && t.Compare != nil {
+		if r.rec.Last != nil {
+			r.readVals, _ = t.ParseKey(r.rec.Last)
+		}
+		if r.rec.Upper != nil {
+			r.upperVals, _ = t.ParseKey(r.rec.Upper)
+		}
+	}
+	for _, k := range r.rec.Reread {
+		r.addReread(k, nil, false)
+	}
+}
+
+// addReread puts a key in the re-read set (vals may be nil: parsed from
+// the key when the source can).
+func (r *run) addReread(k Key, vals []any, maybe bool) {
+	if vals == nil && r.tbl != nil && r.tbl.ParseKey != nil {
+		vals, _ = r.tbl.ParseKey(k)
+	}
+	id := r.keyID(k, vals)
+	if e, ok := r.reread[id]; ok {
+		e.resolvedAt, e.maybe = nil, e.maybe && maybe
+		if e.inFlight {
+			e.readded = true
+		}
+		return
+	}
+	r.reread[id] = &rereadKey{key: k, vals: vals, maybe: maybe}
+}
+
+// settleMaybe decides the keys added while a range chunk's window was
+// open: those after the chunk's last key are left to later chunks.
+func (r *run) settleMaybe(last []any) {
+	for id, k := range r.reread {
+		if !k.maybe || k.inFlight {
+			continue
+		}
+		k.maybe = false
+		if last != nil && k.vals != nil && r.tbl.Compare != nil && r.tbl.Compare(k.vals, last) > 0 && !r.rangeDone {
+			delete(r.reread, id)
+		}
+	}
+}
+
+// keyID is the map key of a key: its encoding when values are known (the
+// same as a streamed change's), else its text.
+func (r *run) keyID(k Key, vals []any) string {
+	if vals != nil && r.tbl != nil && r.tbl.Shape != nil {
+		if id, ok := encodeKeyVals(r.tbl.Shape, vals); ok {
+			return id
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString("\x00text")
+	for _, s := range k {
+		b.WriteByte(0)
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// durableReread lists the keys a restart must read again: all not
+// durably resolved.
+func (r *run) durableReread() []Key {
+	var out []Key
+	for _, e := range r.reread {
+		out = append(out, e.key)
+	}
+	return out
+}
+
+// unresolved reports whether a re-read key waits.
+func (r *run) unresolved() bool {
+	for _, e := range r.reread {
+		if e.resolvedAt == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pending reports whether the sink may lack the row of a key (values of
+// the table's current shape): not read yet by this run's range, or
+// waiting in the re-read set. Unknown order: always.
+func (r *run) pending(id string, vals []any) bool {
+	if e, ok := r.reread[id]; ok && e.resolvedAt == nil {
+		return true
+	}
+	if r.tbl == nil || r.tbl.Compare == nil || (r.rec.Upper != nil && r.upperVals == nil) ||
+		(r.readLast != nil && r.readVals == nil) {
+		return true
+	}
+	if r.rangeDone || r.rec.Upper == nil {
+		return false
+	}
+	if r.readVals != nil && r.tbl.Compare(vals, r.readVals) <= 0 {
+		return false
+	}
+	return r.tbl.Compare(vals, r.upperVals) <= 0
+}
+
+// encodeKeyVals encodes key values (in key order) as the key of a change
+// of t: the identity the windows and the re-read set compare.
+func encodeKeyVals(t *schema.Table, vals []any) (string, bool) {
+	if len(vals) != len(t.Key) {
+		return "", false
+	}
+	row := make([]any, len(t.Columns))
+	for i, ci := range t.Key {
+		row[ci] = vals[i]
+	}
+	b, err := schema.AppendKey(nil, t, row)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// changeKey returns the encoded key of a change and its values.
+func changeKey(c *source.Change) (string, []any, bool) {
+	row := c.After
+	if row == nil {
+		row = c.Before
+	}
+	if row == nil {
+		return "", nil, false
+	}
+	b, err := schema.AppendKey(nil, c.Table, row)
+	if err != nil {
+		return "", nil, false
+	}
+	return string(b), c.Key(), true
+}
+
+func keysEqual(a, b Key) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

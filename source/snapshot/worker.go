@@ -1,0 +1,281 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Prepare describes every queued table (so Observe knows their keys before
+// the stream starts). A table that is gone ends its run.
+func (e *Engine) Prepare(ctx context.Context, db Database) error {
+	e.mu.Lock()
+	runs := append([]*run(nil), e.runs...)
+	e.mu.Unlock()
+	for _, r := range runs {
+		if err := e.describe(ctx, db, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describe looks a run's table up; a table that is gone ends the run.
+func (e *Engine) describe(ctx context.Context, db Database, r *run) error {
+	t, err := db.Describe(ctx, r.rec.Table)
+	if errors.Is(err, ErrTableGone) {
+		return e.fail(ctx, r, err)
+	}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	r.describe(t)
+	e.mu.Unlock()
+	return nil
+}
+
+// fail ends a run that cannot go on, saying why.
+func (e *Engine) fail(ctx context.Context, r *run, err error) error {
+	e.logger.Error("snapshot ended: the table cannot be read", "table", r.rec.Table, "err", err,
+		"what_to_do", "check the table and the request (cdcd snapshot "+r.rec.Table+"), then ask again")
+	return e.update(ctx, func() {
+		for i, x := range e.runs {
+			if x == r {
+				e.runs = append(e.runs[:i], e.runs[i+1:]...)
+				break
+			}
+		}
+		r.stopped = true
+		p := r.progress(false)
+		p.State, p.Error, p.Finished = "failed", err.Error(), time.Now().UTC()
+		e.finished = append(e.finished, p)
+		e.reindexLocked()
+	})
+}
+
+// Run reads chunks for the queued runs, one at a time, until ctx ends or
+// db fails. It runs beside the source's stream, which must deliver the
+// watermarks (Watermark) for chunks to complete.
+func (e *Engine) Run(ctx context.Context, db Database) error {
+	tick := time.NewTicker(e.cfg.ProgressEvery)
+	defer tick.Stop()
+	for {
+		r := e.next()
+		if r == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.wake:
+				continue
+			}
+		}
+		select {
+		case <-tick.C:
+			e.logProgress()
+		default:
+		}
+		if err := e.step(ctx, db, r); err != nil {
+			if errors.Is(err, ErrTableGone) {
+				if err := e.fail(ctx, r, err); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+	}
+}
+
+// next returns the first run with work left, nil when none (or paused).
+func (e *Engine) next() *run {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.paused {
+		return nil
+	}
+	for _, r := range e.runs {
+		if !r.finished {
+			return r
+		}
+	}
+	return nil
+}
+
+// step does the next thing a run needs: describe, plan, reset, one chunk.
+func (e *Engine) step(ctx context.Context, db Database, r *run) error {
+	if r.tbl == nil {
+		return e.describe(ctx, db, r)
+	}
+	if !r.rec.Planned {
+		return e.plan(ctx, db, r)
+	}
+	if r.rec.Replace && !r.rec.ResetDone && !r.resetSeen {
+		return e.reset(ctx, db, r)
+	}
+	q, point := e.nextQuery(r)
+	if q == nil {
+		e.mu.Lock()
+		done := len(r.windows) == 0 && !r.unresolved() && r.rangeDone
+		r.finished = r.finished || done
+		e.mu.Unlock()
+		if !done { // never expected: look again shortly rather than spin
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return nil
+	}
+	if r.began.IsZero() {
+		r.began, r.beganRows = time.Now(), r.readRows
+	}
+	began := time.Now()
+	res, err := e.chunk(ctx, db, r, *q, point)
+	if err != nil {
+		return err
+	}
+	if res == outcomeRetry {
+		r.retries++
+	}
+	e.throttle(ctx, r, began)
+	return nil
+}
+
+// plan fixes the run's upper bound (and reset id) and saves them before
+// anything of the run is emitted.
+func (e *Engine) plan(ctx context.Context, db Database, r *run) error {
+	upper, est, err := db.Plan(ctx, r.rec.Table, r.tbl, r.rec.Where)
+	if err != nil {
+		return err
+	}
+	err = e.update(ctx, func() {
+		r.rec.Planned, r.rec.Upper, r.rec.Estimate = true, upper, est
+		if r.rec.Replace && r.rec.ResetID == "" {
+			r.rec.ResetID = newID()
+		}
+		if upper == nil {
+			r.rangeDone = true
+		} else if r.tbl.ParseKey != nil {
+			r.upperVals, _ = r.tbl.ParseKey(upper)
+		}
+	})
+	if err == nil {
+		e.logger.Info("snapshot started", "table", r.rec.Table, "estimated_rows", est, "replace", r.rec.Replace, "where", r.rec.Where)
+	}
+	return err
+}
+
+// reset writes the run's reset watermark (again after a restart: the
+// first one the stream meets places the marker) and waits until the
+// stream meets one.
+func (e *Engine) reset(ctx context.Context, db Database, r *run) error {
+	if !r.resetWritten {
+		if err := db.WriteWatermark(ctx, kindReset+":"+r.rec.ResetID); err != nil {
+			return fmt.Errorf("snapshot: reset watermark of %s: %w", r.rec.Table, err)
+		}
+		r.resetWritten = true
+	}
+	select { // a stopped run is noticed within a second
+	case <-r.resetCh:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+// nextQuery picks the run's next chunk: re-read keys first, then the range.
+func (e *Engine) nextQuery(r *run) (*ChunkQuery, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var keys []Key
+	var ids []string
+	for id, k := range r.reread {
+		if k.resolvedAt != nil || k.inFlight {
+			continue
+		}
+		k.inFlight = true
+		keys, ids = append(keys, k.key), append(ids, id)
+		if len(keys) >= e.cfg.ChunkRows {
+			break
+		}
+	}
+	if len(keys) > 0 {
+		return &ChunkQuery{Keys: keys}, ids
+	}
+	if r.rangeDone {
+		return nil, nil
+	}
+	return &ChunkQuery{Where: r.rec.Where, After: r.readLast, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}, nil
+}
+
+// chunk runs one chunk: low watermark, read, high watermark, and waits
+// until the stream has met the high watermark.
+func (e *Engine) chunk(ctx context.Context, db Database, r *run, q ChunkQuery, point []string) (outcome, error) {
+	e.mu.Lock()
+	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, point: point, done: make(chan outcome, 1)}
+	e.chunks[c.id] = c
+	e.mu.Unlock()
+	release := func() {
+		e.mu.Lock()
+		delete(e.chunks, c.id)
+		for i, w := range r.windows {
+			if w == c {
+				r.windows = append(r.windows[:i], r.windows[i+1:]...)
+				break
+			}
+		}
+		for _, id := range point {
+			if k := r.reread[id]; k != nil {
+				k.inFlight, k.readded = false, false
+			}
+		}
+		e.mu.Unlock()
+	}
+	if err := db.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
+		release()
+		return 0, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
+	}
+	res, err := db.ReadChunk(ctx, r.rec.Table, r.tbl, q)
+	if err != nil {
+		release()
+		return 0, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+	}
+	keys := make([]string, len(res.Rows))
+	for i := range res.Rows {
+		if id, _, ok := changeKey(&res.Rows[i]); ok {
+			keys[i] = id
+		}
+	}
+	e.mu.Lock()
+	c.res, c.keys = res, keys
+	e.mu.Unlock()
+	if err := db.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
+		release()
+		return 0, fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
+	}
+	select {
+	case o := <-c.done:
+		return o, nil
+	case <-ctx.Done():
+		release()
+		return 0, ctx.Err()
+	}
+}
+
+// throttle sleeps so the run reads at most MaxRowsPerSecond.
+func (e *Engine) throttle(ctx context.Context, r *run, began time.Time) {
+	if e.cfg.MaxRowsPerSecond <= 0 {
+		return
+	}
+	want := time.Duration(float64(e.cfg.ChunkRows) / float64(e.cfg.MaxRowsPerSecond) * float64(time.Second))
+	if d := want - time.Since(began); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
