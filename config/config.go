@@ -58,13 +58,16 @@ type Postgres struct {
 	// Tables lists "schema.table" names to capture; a bare name means
 	// public.name. At least one.
 	Tables []string `yaml:"tables"`
-	// Snapshot is "initial" (load existing rows first; default) or "never".
+	// Snapshot is "initial" (load existing rows first; default),
+	// "incremental" (read them by chunks while streaming) or "never".
 	Snapshot string `yaml:"snapshot"`
 	// HeartbeatInterval: when no change has arrived for this long, cdcd
 	// writes a logical decoding message so the slot keeps advancing while
 	// the captured tables are idle. Default 10s; an explicit 0 turns
 	// heartbeats off; otherwise at least 100ms.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// Incremental configures incremental snapshots (snapshot.go).
+	Incremental Incremental `yaml:"incremental"`
 }
 
 // Log configures the log backend.

@@ -50,6 +50,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		}
 		orDefault(&pg.Snapshot, defaultSnapshot, explicit("source.postgres.snapshot"))
 		orDefault(&pg.HeartbeatInterval, defaultHeartbeat, explicit("source.postgres.heartbeat_interval"))
+		pg.Incremental.applyDefaults(explicit)
 		for i, t := range pg.Tables {
 			pg.Tables[i] = normalizeTable(t)
 		}

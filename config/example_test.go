@@ -63,6 +63,9 @@ sink: {iceberg: {mode: append}}
 	//       - sales.invoices
 	//     snapshot: initial
 	//     heartbeat_interval: 10s
+	//     incremental:
+	//       chunk_rows: 8192
+	//       max_rows_per_second: 0
 	// log:
 	//   backend: embedded
 	//   partitions: 8

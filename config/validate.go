@@ -96,9 +96,7 @@ func (v *validator) source() {
 	v.pgName("source.postgres.slot", pg.Slot, slotName, "replication slot", "lowercase letters, digits and _")
 	v.pgName("source.postgres.publication", pg.Publication, publicationName, "publication", "lowercase letters, digits and _, not starting with a digit")
 	v.tables(pg.Tables)
-	if s := pg.Snapshot; s != "initial" && s != "never" {
-		v.fail("source.postgres.snapshot", ErrInvalid, "must be initial or never, got %s", shortQuote(s))
-	}
+	v.incremental(pg)
 	if h := pg.HeartbeatInterval; h < 0 || h > 0 && h < 100*time.Millisecond {
 		v.fail("source.postgres.heartbeat_interval", ErrInvalid, "must be 0 (off) or at least 100ms, got %s", h)
 	}

@@ -46,7 +46,7 @@ func TestValidate(t *testing.T) {
 		{"iceberg collision", "    tables: [public.orders, public.customers]", "    tables: [public.a_b, a.b]",
 			want{"source.postgres.tables[1]", 8, 26, ErrInvalid, "a.b and public.a_b (tables[0] at line 8) both map to the Iceberg table cdc.a_b"}},
 		{"snapshot", "    snapshot: initial", "    snapshot: sometimes",
-			want{"source.postgres.snapshot", 9, 5, ErrInvalid, `must be initial or never, got "sometimes"`}},
+			want{"source.postgres.snapshot", 9, 5, ErrInvalid, `must be initial, incremental or never, got "sometimes"`}},
 		{"backend", "  backend: embedded", "  backend: redis",
 			want{"log.backend", 11, 3, ErrInvalid, `must be embedded or kafka, got "redis"`}},
 		{"partitions low", "  partitions: 8", "  partitions: -1",

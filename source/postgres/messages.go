@@ -93,6 +93,7 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 		return err
 	}
 	s.inTx = false
+	s.inc.committed(m.Xid, uint64(m.CommitLSN))
 	s.commit(uint64(m.CommitLSN))
 	s.r.stats.StreamedTxns.Add(1)
 	s.r.logger.Info("replayed a transaction streamed before its commit", "xid", m.Xid, "commit_lsn", m.CommitLSN.String(),
@@ -112,6 +113,7 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		s.lastData = time.Now()
 	case *pglogrepl.CommitMessage:
 		s.inTx = false
+		s.inc.committed(s.tx.xid, uint64(m.CommitLSN))
 		s.commit(uint64(m.CommitLSN))
 	case *pglogrepl.RelationMessageV2:
 		if skip(m.Xid) && s.relations[m.RelationID] != nil {
@@ -141,6 +143,9 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		}
 		return s.truncate(&m.TruncateMessage)
 	case *pglogrepl.LogicalDecodingMessageV2:
+		if s.inc.message(m) {
+			return nil
+		}
 		if !s.inTx && !m.Transactional {
 			// Non-transactional, outside any transaction: every
 			// transaction that committed before it has arrived.
@@ -264,6 +269,7 @@ func (s *streamer) add(c source.Change, err error) error {
 }
 
 func (s *streamer) added(before int) {
+	s.batch = s.inc.observe(s.batch, before)
 	if before == 0 && len(s.batch) > 0 {
 		s.batchAt = time.Now()
 	}
@@ -345,5 +351,5 @@ func (s *streamer) captured(qualified string) bool {
 			return true
 		}
 	}
-	return false
+	return s.r.cfg.Incremental.SignalTable != "" && qualify(s.r.cfg.Incremental.SignalTable) == qualified
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // Config configures a Reader. Zero values take the documented defaults.
@@ -76,6 +77,8 @@ type Config struct {
 	// waits for (the slot's creation waits for running transactions to
 	// end), in the log and in Stats.Waiting; default 10s.
 	WaitReportInterval time.Duration
+	// Incremental configures incremental snapshots (incremental_stream.go).
+	Incremental IncrementalConfig
 }
 
 func (c *Config) defaults() {
@@ -178,6 +181,7 @@ type Reader struct {
 	// the renderer of faulty values.
 	sqlASCII bool
 	render   *valueRenderer
+	inc    *snapshot.Engine // incremental snapshots
 }
 
 var _ source.Source = (*Reader)(nil)
@@ -185,7 +189,9 @@ var _ source.Source = (*Reader)(nil)
 // New returns a Reader; nothing connects until Run.
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
-	return &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}}
+	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}}
+	r.inc = newEngine(cfg, state, r.logger)
+	return r
 }
 
 // Stats returns the live counters.
@@ -276,6 +282,10 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	if err := r.preflight(ctx, conn, tables, &st); err != nil {
 		return err
 	}
+	had, err := r.prepareCapture(ctx, conn, tables, &st)
+	if err != nil {
+		return err
+	}
 	if !st.SlotCreated {
 		// Nothing can have been missed yet: a wrong publication stops the
 		// start, with its fix. Later, it stops the tables concerned.
@@ -302,6 +312,9 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 
 	start, err := r.prepareSlot(ctx, conn, repl, types, tables, &st, e)
 	if err != nil {
+		return err
+	}
+	if err := r.queueAdded(ctx, conn, had); err != nil {
 		return err
 	}
 	return r.stream(ctx, conn, types, repl, start, &st, e)

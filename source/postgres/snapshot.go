@@ -233,6 +233,11 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		}
 		saved := time.Now()
 		for seq := lp.Done; seq < total; seq++ {
+			if tp, i := plan.chunk(seq); i == 0 {
+				if err := r.loadReset(gctx, rels[tp.Table], lp.ConsistentPoint, seq, lp.Started, emit); err != nil {
+					return err
+				}
+			}
 			rows, err := r.emitChunk(gctx, outs[seq], emit, free)
 			if err != nil {
 				return err

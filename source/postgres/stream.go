@@ -25,6 +25,7 @@ type streamer struct {
 	emit  source.Emitter
 	st    *sourceState
 	spill *spillSet
+	inc   *incStream // incremental snapshots
 
 	relations map[uint32]*relation // nil entry: a relation that is not captured
 	tx        txState
@@ -72,6 +73,10 @@ func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver
 	r.stats.Flushed.Store(start)
 	r.stats.Streaming.Store(true)
 	defer r.stats.Streaming.Store(false)
+	if s.inc, err = r.startIncremental(ctx, s); err != nil {
+		return err
+	}
+	defer s.inc.close()
 	err = s.loop(ctx)
 	if ctx.Err() != nil && s.saved > 0 {
 		// Stopping: report what is durable so a restart re-sends less.
@@ -97,6 +102,9 @@ func (s *streamer) loop(ctx context.Context) error {
 	s.lastData, s.nextHeartbeat = now, now.Add(s.r.cfg.HeartbeatInterval)
 	s.nextPubCheck = now.Add(s.r.cfg.PublicationCheckInterval)
 	for {
+		if err := s.inc.err(); err != nil {
+			return err
+		}
 		if err := s.maybeFlush(ctx, false); err != nil {
 			return err
 		}
@@ -202,6 +210,9 @@ func (s *streamer) commit(lsn uint64) {
 // slot's confirmed position never passes what the pipeline recorded (see
 // SlotAhead) nor what the log holds.
 func (s *streamer) status(ctx context.Context) error {
+	if err := s.inc.checkpoint(ctx, s.flushed); err != nil {
+		return err
+	}
 	if s.flushed > s.saved {
 		s.st.Confirmed = s.flushed
 		if err := saveJSON(ctx, s.r.state, s.r.stateKey(), s.st); err != nil {

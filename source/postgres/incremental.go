@@ -1,0 +1,406 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// Incremental snapshots (package source/snapshot) on PostgreSQL.
+//
+// Watermarks are logical decoding messages, transactional
+// (pg_logical_emit_message(true, 'cdcd.watermark', '<slot> <id>')): each is
+// a transaction of its own whose commit is flushed at once, so the stream
+// delivers it without waiting for the WAL writer (a non-transactional
+// message in PostgreSQL 15 waits for the next flush, up to
+// wal_writer_delay), and its position is its commit's, which orders it
+// with every other transaction. Messages of other slots are ignored.
+//
+// A chunk is read in one REPEATABLE READ transaction: the table's shape
+// (so a chunk read after DDL has the new columns), the snapshot's
+// in-progress transactions (pg_current_snapshot), then a COPY (binary) of
+// up to ChunkRows rows after the last key, in the key's order, with the
+// key's text appended. The snapshot's in-progress list is what the chunk's
+// consistency check compares with the transactions the stream delivered
+// before the low watermark (see xidRing).
+
+const watermarkPrefix = "cdcd.watermark"
+
+// pgDatabase is the engine's view of the source database (snapshot.Database).
+type pgDatabase struct {
+	r     *Reader
+	conn  *pgx.Conn
+	types *typeResolver
+	ring  *xidRing // the stream's, read only on the stream's goroutine
+}
+
+var _ snapshot.Database = (*pgDatabase)(nil)
+
+// describeByName looks a configured table up.
+func describeByName(ctx context.Context, q querier, name string) (*catalogTable, error) {
+	s, t := splitTable(name)
+	oid, err := lookupTableOID(ctx, q, s, t)
+	if err != nil {
+		if errors.Is(err, errNoTable) {
+			return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+		}
+		return nil, err
+	}
+	ct, err := describeTable(ctx, q, oid)
+	if errors.Is(err, errNoTable) {
+		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+	}
+	return ct, err
+}
+
+// Describe implements snapshot.Database.
+func (d *pgDatabase) Describe(ctx context.Context, name string) (*snapshot.Table, error) {
+	ct, err := describeByName(ctx, d.conn, name)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := catalogRelation(ctx, d.types, ct)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+	}
+	ordered, err := keyOrdered(ctx, d.conn, ct, rel.table)
+	if err != nil {
+		return nil, err
+	}
+	return keyFuncs(rel.table, ordered), nil
+}
+
+// Plan implements snapshot.Database: the greatest key (read backwards
+// through the key's index) and the table's estimated rows.
+func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (snapshot.Key, int64, error) {
+	ct, err := describeByName(ctx, d.conn, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	keys, desc := keyColumns(ct), make([]string, len(ct.key))
+	sel := make([]string, len(ct.key))
+	for i, k := range keys {
+		sel[i], desc[i] = k+"::text", k+" DESC"
+	}
+	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.ident() + " AS " + tableAlias
+	if where != "" {
+		sql += " WHERE (" + where + ")"
+	}
+	sql += " ORDER BY " + strings.Join(desc, ", ") + " LIMIT 1"
+	upper := make(snapshot.Key, len(keys))
+	ptrs := make([]any, len(keys))
+	for i := range upper {
+		ptrs[i] = &upper[i]
+	}
+	switch err := d.conn.QueryRow(ctx, sql).Scan(ptrs...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		upper = nil
+	case err != nil:
+		return nil, 0, queryError(name, where, err)
+	}
+	var est float64
+	if err := d.conn.QueryRow(ctx, `SELECT COALESCE(sum(GREATEST(reltuples, 0)), 0) FROM pg_class WHERE oid = $1::oid
+		OR oid IN (SELECT relid FROM pg_partition_tree($1::oid) WHERE isleaf)`, ct.oid).Scan(&est); err != nil {
+		return nil, 0, fmt.Errorf("postgres: estimate rows of %s: %w", name, err)
+	}
+	return upper, int64(est), nil
+}
+
+// queryError says which table and condition a failed query had; a
+// condition the server refuses ends the run.
+func queryError(table, where string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42601" || pe.Code == "42703" || pe.Code == "42883" || pe.Code[:2] == "22") {
+		if where != "" {
+			return fmt.Errorf("%w: the condition %q on %s: %w", snapshot.ErrTableGone, where, table, err)
+		}
+		return fmt.Errorf("%w: %s: %w", snapshot.ErrTableGone, table, err)
+	}
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return fmt.Errorf("%w: %s: %w", snapshot.ErrTableGone, table, err)
+	}
+	return fmt.Errorf("postgres: snapshot of %s: %w", table, err)
+}
+
+// keyColumns returns the key columns qualified by tableAlias.
+func keyColumns(ct *catalogTable) []string {
+	out := make([]string, len(ct.key))
+	for i, k := range ct.key {
+		out[i] = tableAlias + "." + pgx.Identifier{k}.Sanitize()
+	}
+	return out
+}
+
+// ReadChunk implements snapshot.Database.
+func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: chunk transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var snap string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		return nil, fmt.Errorf("postgres: chunk snapshot: %w", err)
+	}
+	xip, err := parseSnapshotXip(snap)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := describeByName(ctx, tx, name)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := catalogRelation(ctx, d.types, ct)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+	}
+	sql, err := chunkSQL(ct, rel, q)
+	if err != nil {
+		return nil, err
+	}
+	res := &snapshot.Chunk{}
+	now, n, nk := time.Now(), len(rel.types), len(ct.key)
+	var scalar slab
+	var lastKey [][]byte
+	p := &copyParser{row: func(fields [][]byte) error {
+		if len(fields) != n+nk {
+			return fmt.Errorf("postgres: chunk of %s returned %d columns, want %d", name, len(fields), n+nk)
+		}
+		row := make([]any, n)
+		if err := decodeFieldsInto(rel, fields[:n], row, &scalar); err != nil {
+			return err
+		}
+		res.Rows = append(res.Rows, source.Change{Table: rel.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
+		lastKey = fields[n:]
+		return nil
+	}}
+	if _, err := tx.Conn().PgConn().CopyTo(ctx, p, sql); err != nil {
+		return nil, queryError(name, q.Where, err)
+	}
+	if err := p.finish(); err != nil {
+		return nil, err
+	}
+	if lastKey != nil {
+		res.Last = make(snapshot.Key, nk)
+		for i, f := range lastKey {
+			res.Last[i] = string(f)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: end chunk transaction: %w", err)
+	}
+	ring := d.ring
+	res.Consistent = func(low source.Position) bool {
+		lowLSN, _, err := source.ParsePGPosition(low)
+		return err == nil && !ring.committedBefore(xip, lowLSN)
+	}
+	return res, nil
+}
+
+// chunkSQL writes a chunk's COPY: the columns (those without a binary form
+// as text), the key's text, the key range or the keys, the key's order.
+func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery) (string, error) {
+	cols := make([]string, 0, len(ct.columns)+len(ct.key))
+	for ci, c := range ct.columns {
+		id := tableAlias + "." + pgx.Identifier{c.name}.Sanitize()
+		if rel.types[ci].text {
+			id += "::text"
+		}
+		cols = append(cols, id)
+	}
+	keys := keyColumns(ct)
+	casts := make([]string, len(ct.key))
+	for i, k := range ct.key {
+		cols = append(cols, "("+keys[i]+")::text")
+		casts[i] = ct.column(k).typeName
+	}
+	lit := func(k snapshot.Key) (string, error) {
+		if len(k) != len(casts) {
+			return "", fmt.Errorf("postgres: a key of %s has %d values, want %d", ct.qualified(), len(k), len(casts))
+		}
+		parts := make([]string, len(k))
+		for i, v := range k {
+			parts[i] = quoteLiteral(v) + "::" + casts[i]
+		}
+		return "(" + strings.Join(parts, ", ") + ")", nil
+	}
+	keyRow := "(" + strings.Join(keys, ", ") + ")"
+	var where []string
+	if q.Keys != nil {
+		lits := make([]string, len(q.Keys))
+		for i, k := range q.Keys {
+			l, err := lit(k)
+			if err != nil {
+				return "", err
+			}
+			lits[i] = l
+		}
+		where = append(where, keyRow+" IN ("+strings.Join(lits, ", ")+")")
+	} else {
+		if q.After != nil {
+			l, err := lit(q.After)
+			if err != nil {
+				return "", err
+			}
+			where = append(where, keyRow+" > "+l)
+		}
+		l, err := lit(q.Upper)
+		if err != nil {
+			return "", err
+		}
+		where = append(where, keyRow+" <= "+l)
+		if q.Where != "" {
+			where = append(where, "("+q.Where+")")
+		}
+	}
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + ct.ident() + " AS " + tableAlias +
+		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + strings.Join(keys, ", ")
+	if q.Keys == nil {
+		sql += " LIMIT " + strconv.Itoa(q.Limit)
+	}
+	return "COPY (" + sql + ") TO STDOUT (FORMAT binary)", nil
+}
+
+// parseSnapshotXip reads the in-progress transaction ids of a
+// pg_current_snapshot() text, "xmin:xmax:xip,xip,...", as 32-bit xids
+// (the stream's).
+func parseSnapshotXip(s string) (map[uint32]bool, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("postgres: snapshot %q is not xmin:xmax:xip", s)
+	}
+	xip := map[uint32]bool{}
+	if parts[2] == "" {
+		return xip, nil
+	}
+	for _, x := range strings.Split(parts[2], ",") {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: snapshot %q: %w", s, err)
+		}
+		xip[uint32(v)] = true
+	}
+	return xip, nil
+}
+
+// WriteWatermark implements snapshot.Database.
+func (d *pgDatabase) WriteWatermark(ctx context.Context, id string) error {
+	_, err := d.conn.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::text)", watermarkPrefix, d.r.cfg.Slot+" "+id)
+	if err != nil {
+		return fmt.Errorf("postgres: write watermark: %w", err)
+	}
+	return nil
+}
+
+// xidRing remembers the commit LSNs of the newest transactions the stream
+// delivered (ringSize of them), so a chunk can tell whether a transaction
+// its read did not see committed before its low watermark. That happens
+// when a transaction's commit record is flushed (and decoded) before the
+// transaction leaves the proc array, where new snapshots stop seeing it as
+// in progress: a short window, longer under synchronous replication. A
+// transaction that waits there while more than ringSize others commit is
+// beyond the check.
+type xidRing struct {
+	xids []uint32
+	lsns map[uint32]uint64
+	next int
+}
+
+const ringSize = 1 << 16
+
+func newXidRing() *xidRing {
+	return &xidRing{xids: make([]uint32, 0, ringSize), lsns: make(map[uint32]uint64, ringSize)}
+}
+
+// add records a transaction's commit.
+func (x *xidRing) add(xid uint32, lsn uint64) {
+	if len(x.xids) < ringSize {
+		x.xids = append(x.xids, xid)
+	} else {
+		if old := x.xids[x.next]; x.lsns[old] <= lsn {
+			delete(x.lsns, old)
+		}
+		x.xids[x.next] = xid
+		x.next = (x.next + 1) % ringSize
+	}
+	x.lsns[xid] = lsn
+}
+
+// committedBefore reports whether any of xids committed before lsn.
+func (x *xidRing) committedBefore(xids map[uint32]bool, lsn uint64) bool {
+	for xid := range xids {
+		if c, ok := x.lsns[xid]; ok && c < lsn {
+			return true
+		}
+	}
+	return false
+}
+
+// keyFuncs builds the key order, text and parser of a table's key for the
+// engine: for integer, uuid, bytea, bool, date and time keys, and text keys
+// whose collation orders by bytes (ordered).
+func keyFuncs(t *schema.Table, ordered bool) *snapshot.Table {
+	out := &snapshot.Table{Shape: t}
+	kinds := make([]schema.Kind, len(t.Key))
+	for i, ci := range t.Key {
+		kinds[i] = t.Columns[ci].Kind
+	}
+	textOK, orderOK := true, ordered
+	for i, k := range kinds {
+		switch k {
+		case schema.Int16, schema.Int32, schema.Int64, schema.UUID, schema.Bytes, schema.Bool:
+		case schema.String:
+			if st := t.Columns[t.Key[i]].SourceType; strings.HasPrefix(st, "character") || strings.HasPrefix(st, "bpchar") {
+				orderOK = false // blank-padded: compared without trailing spaces
+			}
+		case schema.Decimal:
+			orderOK = false
+		default:
+			textOK, orderOK = false, false
+		}
+	}
+	if textOK {
+		out.KeyText = func(vals []any) (snapshot.Key, bool) { return keyText(kinds, vals) }
+	}
+	if orderOK && textOK {
+		out.Compare = func(a, b []any) int { return compareKeys(kinds, a, b) }
+		out.ParseKey = func(k snapshot.Key) ([]any, bool) { return parseKey(kinds, k) }
+	}
+	return out
+}
+
+// keyOrdered reports whether the table's text key columns collate by
+// bytes (C or POSIX, or the database's default when that is one), so Go's
+// order of their values is the database's.
+func keyOrdered(ctx context.Context, q querier, ct *catalogTable, t *schema.Table) (bool, error) {
+	for i, ci := range t.Key {
+		if t.Columns[ci].Kind != schema.String {
+			continue
+		}
+		var coll string
+		err := q.QueryRow(ctx, `SELECT CASE WHEN c.collname = 'default' THEN d.datcollate ELSE c.collname END
+			FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+			JOIN pg_database d ON d.datname = current_database()
+			WHERE a.attrelid = $1 AND a.attname = $2`, ct.oid, ct.key[i]).Scan(&coll)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("postgres: collation of %s.%s: %w", ct.qualified(), ct.key[i], err)
+		}
+		if coll != "C" && coll != "POSIX" && coll != "C.UTF-8" && coll != "C.utf8" && coll != "ucs_basic" {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,180 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// IncrementalConfig configures incremental snapshots (package
+// source/snapshot). Zero values take the documented defaults.
+type IncrementalConfig struct {
+	// Load makes the initial load incremental: no exported snapshot is
+	// held; every table is read by chunks while the slot streams.
+	Load bool
+	// LoadResets makes the (COPY) initial load begin each table with a
+	// reset marker, so a sink resumes a table it no longer trusts there.
+	LoadResets bool
+	// ChunkRows is the most rows a chunk reads; default 8192.
+	ChunkRows int
+	// MaxRowsPerSecond throttles a snapshot; 0 does not.
+	MaxRowsPerSecond int
+	// SignalTable ("schema.table") is a Debezium-compatible signal table
+	// (columns id, type, data): rows inserted into it start, stop, pause
+	// and resume snapshots. Empty: none.
+	SignalTable string
+}
+
+// Snapshots returns the incremental snapshot engine: Submit, Stop, Pause,
+// Resume, Progress.
+func (r *Reader) Snapshots() *snapshot.Engine { return r.inc }
+
+func newEngine(cfg Config, state State, logger *slog.Logger) *snapshot.Engine {
+	return snapshot.New(snapshot.Config{StateKey: "postgres/" + cfg.Slot + "/incremental",
+		ChunkRows: cfg.Incremental.ChunkRows, MaxRowsPerSecond: cfg.Incremental.MaxRowsPerSecond}, state, logger)
+}
+
+// incStream is the stream's side of incremental snapshots: watermarks,
+// the windows, the signal table, the commits the consistency check needs.
+// Its methods are called on the stream's goroutine; all are no-ops on nil.
+type incStream struct {
+	s      *streamer
+	eng    *snapshot.Engine
+	ring   *xidRing
+	signal map[*schema.Table]bool // table versions: is it the signal table?
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	failed error // the engine's goroutine ended with it
+}
+
+// startIncremental describes the queued tables and starts the engine's
+// goroutine on a connection of its own; close stops it.
+func (r *Reader) startIncremental(ctx context.Context, s *streamer) (*incStream, error) {
+	conn, err := pgx.Connect(ctx, r.cfg.DSN)
+	if err != nil {
+		return nil, &connError{fmt.Errorf("postgres: snapshot connection: %w", err)}
+	}
+	in := &incStream{s: s, eng: r.inc, ring: newXidRing(), signal: map[*schema.Table]bool{}}
+	db := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: in.ring}
+	if err := r.inc.Prepare(ctx, db); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, in.wrap(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	in.cancel = cancel
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		defer conn.Close(context.WithoutCancel(ctx))
+		err := r.inc.Run(wctx, db)
+		if wctx.Err() == nil && err != nil {
+			in.mu.Lock()
+			in.failed = in.wrap(err)
+			in.mu.Unlock()
+		}
+	}()
+	return in, nil
+}
+
+// wrap makes an engine error retryable (a new session) where it is.
+func (in *incStream) wrap(err error) error {
+	if retryable(err) {
+		return &connError{err}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("postgres: incremental snapshot: %w (grant the pipeline's role EXECUTE on pg_logical_emit_message "+
+			"and SELECT on the table)", err)
+	}
+	return fmt.Errorf("postgres: incremental snapshot: %w", err)
+}
+
+// close stops the engine's goroutine and waits for it.
+func (in *incStream) close() {
+	if in == nil {
+		return
+	}
+	in.cancel()
+	in.wg.Wait()
+}
+
+// err returns the engine goroutine's failure, if any.
+func (in *incStream) err() error {
+	if in == nil {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.failed
+}
+
+// committed records a transaction's commit for the consistency check.
+func (in *incStream) committed(xid uint32, lsn uint64) {
+	if in != nil {
+		in.ring.add(xid, lsn)
+	}
+}
+
+// message handles a logical decoding message; true when it was a
+// watermark of this pipeline.
+func (in *incStream) message(m *pglogrepl.LogicalDecodingMessageV2) bool {
+	if in == nil || m.Prefix != watermarkPrefix {
+		return false
+	}
+	slot, id, ok := strings.Cut(string(m.Content), " ")
+	if !ok || slot != in.s.r.cfg.Slot {
+		return true // another pipeline's
+	}
+	s := in.s
+	if !s.inTx {
+		return true // written transactional; never outside a transaction
+	}
+	lsn := s.tx.commitLSN
+	rows := in.eng.Watermark(id, source.PGPosition(lsn, 0))
+	if len(rows) == 0 {
+		return true
+	}
+	t := s.r.known.intern(rows[0].Table)
+	for i := range rows {
+		rows[i].Table, rows[i].LSN = t, lsn
+	}
+	if len(s.batch) == 0 {
+		s.batchAt = time.Now()
+	}
+	s.batch = append(s.batch, rows...)
+	return true
+}
+
+// observe passes the changes batch[from:] through the engine (windows,
+// unchanged values) after taking out the signal table's.
+func (in *incStream) observe(batch []source.Change, from int) []source.Change {
+	if in == nil {
+		return batch
+	}
+	if in.s.r.cfg.Incremental.SignalTable != "" {
+		batch = in.signals(batch, from)
+	}
+	return in.eng.Observe(batch, from)
+}
+
+// checkpoint saves the snapshots' progress that is durable at lsn.
+func (in *incStream) checkpoint(ctx context.Context, lsn uint64) error {
+	if in == nil {
+		return nil
+	}
+	return in.eng.Checkpoint(ctx, source.PGPosition(lsn, 0))
+}
