@@ -49,6 +49,7 @@ func (d *Daemon) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &collector{d: d})
 	reg.MustRegister(d.sampler.collectors()...)
+	reg.MustRegister(snapshotCollector{d})
 	return reg
 }
 
@@ -65,6 +66,7 @@ func (d *Daemon) adminHandler() http.Handler {
 	})
 	d.maintenanceRoutes(mux)
 	d.tableRoutes(mux)
+	d.snapshotRoutes(mux)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		d.reader = postgres.New(postgres.Config{
 			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
 			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
-			SpillDir: filepath.Join(cfg.DataDir, "spill"),
+			SpillDir: filepath.Join(cfg.DataDir, "spill"), Incremental: incrementalConfig(pg),
 		}, d.state, logger)
 	}
 	d.sink = iceberg.New(iceberg.Config{

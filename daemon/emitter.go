@@ -21,6 +21,7 @@ const (
 	HeaderPosition    = schema.HeaderPosition
 	HeaderTxID        = schema.HeaderTxID
 	HeaderKeyChange   = schema.HeaderKeyChange
+	HeaderReset       = schema.HeaderReset
 	HeaderKeySchema   = schema.HeaderKeySchema
 	HeaderValueSchema = schema.HeaderValueSchema
 )
@@ -211,9 +212,17 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 			table = nil
 			continue
 		}
+		if c.Reset != "" {
+			table = nil // a reset marker may end the table's pause: decide afresh
+		}
 		if c.Table != table {
 			if tc, err = e.codec(ctx, c.Table); err != nil {
 				return err
+			}
+			if c.Reset != "" && e.paused[tc.topic] != nil {
+				if err := e.liftPause(ctx, tc.topic, c.Reset); err != nil {
+					return err
+				}
 			}
 			if tc.refused != nil && e.paused[tc.topic] == nil {
 				if err := e.pause(ctx, schemaPause(tc, c)); err != nil {
@@ -432,6 +441,9 @@ func (e *emitter) headers(c *source.Change) []log.Header {
 	if c.KeyChange {
 		h = append(h, log.Header{Key: HeaderKeyChange, Value: []byte("1")})
 	}
+	if c.Reset != "" {
+		h = append(h, log.Header{Key: HeaderReset, Value: []byte(c.Reset)})
+	}
 	return h
 }
 
@@ -453,6 +465,9 @@ func (e *emitter) records(b *batchRecords, tc *tableCodec, c *source.Change) ([]
 	b.headers = append(b.headers, log.Header{Key: HeaderPosition, Value: c.Pos}, log.Header{Key: HeaderTxID, Value: txid})
 	if c.KeyChange {
 		b.headers = append(b.headers, log.Header{Key: HeaderKeyChange, Value: keyChangeMark})
+	}
+	if c.Reset != "" {
+		b.headers = append(b.headers, log.Header{Key: HeaderReset, Value: []byte(c.Reset)})
 	}
 	headers := b.headers[h0:len(b.headers):len(b.headers)]
 	ts := c.CommitTime

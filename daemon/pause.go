@@ -362,6 +362,22 @@ func (e *emitter) endPause(ctx context.Context, ps *pauseState, msg string) erro
 	return nil
 }
 
+// liftPause ends a table's pause at a reset marker (a re-snapshot that
+// replaces the table): the changes it holds are superseded — the table is
+// emptied at the marker and read again — so they are dropped, not
+// replayed. REQUIRES: e.mu held. A table whose schema the registry still
+// refuses pauses again at the marker (Submit).
+func (e *emitter) liftPause(ctx context.Context, topic, reset string) error {
+	ps := e.paused[topic]
+	held := int64(0)
+	if info, err := e.lg.DescribeTopic(ctx, heldTopic(topic)); err == nil && len(info.Partitions) > 0 {
+		held = info.Partitions[0].End - ps.Replayed
+	}
+	e.logger.Warn("a re-snapshot replaces the paused table: the changes it held are superseded and dropped",
+		"table", ps.Table, "held", held, "kind", ps.kind(), "paused_since", ps.Since, "reason", ps.Reason, "reset", reset)
+	return e.endPause(ctx, ps, "table resumed at its re-snapshot's reset marker")
+}
+
 // replay moves held records to the table's topic as long as each can go:
 // a schema the registry refuses, or a fault record not to be skipped,
 // stops it there (the pause then says why); done once the holding topic
@@ -458,6 +474,9 @@ func (e *emitter) replayed(r log.Record, kid, vid uint32, last, newest []source.
 	hs := []log.Header{{Key: HeaderPosition, Value: pos}, {Key: HeaderTxID, Value: r.Header(HeaderTxID)}}
 	if kc := r.Header(HeaderKeyChange); kc != nil {
 		hs = append(hs, log.Header{Key: HeaderKeyChange, Value: kc})
+	}
+	if rs := r.Header(HeaderReset); rs != nil {
+		hs = append(hs, log.Header{Key: HeaderReset, Value: rs})
 	}
 	var out []log.Record
 	if r.Key == nil { // a truncate: every partition

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // Status is the JSON of /status, which `cdcd status` renders.
@@ -27,6 +28,9 @@ type Status struct {
 	// schema, a faulty value, a table the source lost track of) or paused
 	// by the sink: why, what is held, and how to resolve it.
 	Paused []PausedTable `json:"paused,omitempty"`
+	// Snapshots are the incremental snapshots queued, running and finished
+	// since start (daemon/snapshot.go).
+	Snapshots []snapshot.Progress `json:"snapshots,omitempty"`
 }
 
 // SourceStatus describes the reader.
@@ -168,6 +172,7 @@ func (d *Daemon) Status() Status {
 		default:
 			ts.Snapshot.Percent = -1
 		}
+		d.applyIncremental(src, &ts)
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}
@@ -188,6 +193,9 @@ func (d *Daemon) Status() Status {
 			p.Table = strings.Join(id, ".")
 		}
 		st.Paused = append(st.Paused, p)
+	}
+	if eng := d.snapshots(); eng != nil {
+		st.Snapshots = eng.Progress()
 	}
 	return st
 }

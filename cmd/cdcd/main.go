@@ -43,6 +43,8 @@ Usage:
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
   cdcd compact [-c FILE] TABLE          merge every small file of a table now (the daemon compacts in tiers on its own)
+  cdcd snapshot [-c FILE] [--replace | --where SQL] TABLE...  re-read tables while they stream (--replace: repair the mirror)
+  cdcd snapshot status|stop|pause|resume [-c FILE]  incremental snapshots' progress and control
   cdcd maintenance status [-c FILE]     files, sizes, deleted rows, manifests, last compactions per table
   cdcd maintenance verify -c FILE [TABLE...]  check each key index against its table (daemon stopped)
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return schemaCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "compact":
 		return compactCommand(ctx, args[1:], stdout, stderr)
+	case "snapshot":
+		return snapshotCommand(ctx, args[1:], stdout, stderr)
 	case "maintenance":
 		return maintenanceCommand(ctx, args[1:], stdout, stderr)
 	case "status":
