@@ -155,7 +155,7 @@ func BenchmarkStreamIntoLog(b *testing.B) {
 
 // benchDB is a fresh database prepared with sql, and a connection to it
 // (closed at the benchmark's end).
-func benchDB(b *testing.B, sql string) (string, *pgx.Conn) {
+func benchDB(b testing.TB, sql string) (string, *pgx.Conn) {
 	dsn := pgtest.NewDB(b)
 	conn, err := pgx.Connect(b.Context(), dsn)
 	if err != nil {
@@ -169,7 +169,7 @@ func benchDB(b *testing.B, sql string) (string, *pgx.Conn) {
 }
 
 // dropBenchSlot drops a slot, waiting up to 5 s for its walsender to let go.
-func dropBenchSlot(b *testing.B, conn *pgx.Conn, slot string) {
+func dropBenchSlot(b testing.TB, conn *pgx.Conn, slot string) {
 	var err error
 	for range 50 {
 		if _, err = conn.Exec(b.Context(), "SELECT pg_drop_replication_slot($1)", slot); err == nil {
@@ -253,7 +253,7 @@ func reportAgainstRaw(b *testing.B, what string, rows int, ours loadMeasure, raw
 
 // cpuProfile profiles the process into path until the returned func is
 // called; nothing when path is empty.
-func cpuProfile(b *testing.B, path string) func() {
+func cpuProfile(b testing.TB, path string) func() {
 	if path == "" {
 		return func() {}
 	}

@@ -64,12 +64,12 @@ func (r *Reader) prepareCapture(ctx context.Context, conn *pgx.Conn, tables []*c
 			}
 		}
 	}
-	// Only tables new to the pipeline join the publication here: a
-	// captured table missing from it lost changes, which ensurePublication
-	// reports.
+	// Only tables new to the pipeline join the publication here (all of
+	// them before the slot exists): a captured table missing from it lost
+	// changes, which ensurePublication reports.
 	var missing []*catalogTable
 	for _, t := range tables {
-		if !had[t.qualified()] && !slices.Contains(known, t.qualified()) {
+		if !had[t.qualified()] && (!st.SlotCreated || !slices.Contains(known, t.qualified())) {
 			missing = append(missing, t)
 		}
 	}
