@@ -212,6 +212,6 @@ func (r *Reader) loadReset(ctx context.Context, rel *relation, cp uint64, seq in
 		return nil
 	}
 	c := source.Change{Table: rel.table, Op: source.OpTruncate, Reset: fmt.Sprintf("load-%X-%s", cp, rel.table.QualifiedName()),
-		Pos: source.PGPosition(cp-1, uint32(seq)), LSN: cp, CommitTime: started}
+		Pos: source.PGPosition(cp-1, uint32(seq)), LSN: cp - 1, CommitTime: started} // LSN as its position says
 	return emit(ctx, []source.Change{c})
 }
