@@ -360,8 +360,7 @@ func TestIncrementalReplaceUnderWorkload(t *testing.T) {
 
 // TestTableAddedLater: a table added to the configuration of a running
 // pipeline joins the publication and gets a replacing snapshot (under
-// writes) while the table already captured is left alone; a captured table
-// dropped from the publication by hand is refused, not re-added silently.
+// writes) while the table already captured is left alone.
 func TestTableAddedLater(t *testing.T) {
 	t.Parallel()
 	e := setup(t, `CREATE TABLE first (id int PRIMARY KEY, v text);
@@ -404,17 +403,6 @@ func TestTableAddedLater(t *testing.T) {
 	}
 	t.Logf("%d rows read before, %d in all", readsBefore, m.reads)
 
-	// A captured table dropped from the publication by hand lost changes:
-	// refused, with the fix.
-	e.exec(t, "ALTER PUBLICATION "+e.names.Publication+" DROP TABLE first")
-	r3 := New(e.config(t, []string{"first", "later"}, true), e.state, discard)
-	ctx3, cancel3 := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel3()
-	err := r3.Run(ctx3, m)
-	var pe *PublicationError
-	if !errorsAs(err, &pe) || !strings.Contains(err.Error(), "does not include") {
-		t.Fatalf("error %v, want a *PublicationError naming the missing table", err)
-	}
 }
 
 func waitKey(t *testing.T, m *mirror, table string, id int64) {
