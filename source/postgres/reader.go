@@ -181,7 +181,7 @@ type Reader struct {
 	// the renderer of faulty values.
 	sqlASCII bool
 	render   *valueRenderer
-	inc    *snapshot.Engine // incremental snapshots
+	inc      *snapshot.Engine // incremental snapshots
 }
 
 var _ source.Source = (*Reader)(nil)
