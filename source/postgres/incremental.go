@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,11 +82,22 @@ func (d *pgDatabase) Describe(ctx context.Context, name string) (*snapshot.Table
 }
 
 // Plan implements snapshot.Database: the greatest key (read backwards
-// through the key's index) and the table's estimated rows.
-func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (snapshot.Key, int64, error) {
-	ct, err := describeByName(ctx, d.conn, name)
+// through the key's index) and the table's estimated rows, in one
+// REPEATABLE READ transaction whose in-progress xids the plan's
+// consistency check compares with the stream's commits.
+func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (*snapshot.Plan, error) {
+	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, 0, err
+		return nil, fmt.Errorf("postgres: plan transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	xip, err := snapshotXip(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := describeByName(ctx, tx, name)
+	if err != nil {
+		return nil, err
 	}
 	keys, desc := keyColumns(ct), make([]string, len(ct.key))
 	sel := make([]string, len(ct.key))
@@ -102,18 +114,41 @@ func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	for i := range upper {
 		ptrs[i] = &upper[i]
 	}
-	switch err := d.conn.QueryRow(ctx, sql).Scan(ptrs...); {
+	switch err := tx.QueryRow(ctx, sql).Scan(ptrs...); {
 	case errors.Is(err, pgx.ErrNoRows):
 		upper = nil
 	case err != nil:
-		return nil, 0, queryError(name, where, err)
+		return nil, queryError(name, where, err)
 	}
 	var est float64
-	if err := d.conn.QueryRow(ctx, `SELECT COALESCE(sum(GREATEST(reltuples, 0)), 0) FROM pg_class WHERE oid = $1::oid
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(GREATEST(reltuples, 0)), 0) FROM pg_class WHERE oid = $1::oid
 		OR oid IN (SELECT relid FROM pg_partition_tree($1::oid) WHERE isleaf)`, ct.oid).Scan(&est); err != nil {
-		return nil, 0, fmt.Errorf("postgres: estimate rows of %s: %w", name, err)
+		return nil, fmt.Errorf("postgres: estimate rows of %s: %w", name, err)
 	}
-	return upper, int64(est), nil
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: end plan transaction: %w", err)
+	}
+	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(xip)}, nil
+}
+
+// snapshotXip reads the in-progress xids of tx's snapshot (its first
+// statement takes it).
+func snapshotXip(ctx context.Context, tx pgx.Tx) (map[uint32]bool, error) {
+	var snap string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		return nil, fmt.Errorf("postgres: read the snapshot: %w", err)
+	}
+	return parseSnapshotXip(snap)
+}
+
+// consistent checks a read whose snapshot had xip in progress: false when
+// one of them committed before low (see xidRing).
+func (d *pgDatabase) consistent(xip map[uint32]bool) func(source.Position) bool {
+	ring := d.ring
+	return func(low source.Position) bool {
+		lowLSN, _, err := source.ParsePGPosition(low)
+		return err == nil && !ring.committedBefore(xip, lowLSN)
+	}
 }
 
 // queryError says which table and condition a failed query had; a
@@ -148,11 +183,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		return nil, fmt.Errorf("postgres: chunk transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	var snap string
-	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		return nil, fmt.Errorf("postgres: chunk snapshot: %w", err)
-	}
-	xip, err := parseSnapshotXip(snap)
+	xip, err := snapshotXip(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +230,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: end chunk transaction: %w", err)
 	}
-	ring := d.ring
-	res.Consistent = func(low source.Position) bool {
-		lowLSN, _, err := source.ParsePGPosition(low)
-		return err == nil && !ring.committedBefore(xip, lowLSN)
-	}
+	res.Consistent = d.consistent(xip)
 	return res, nil
 }
 
@@ -309,8 +336,10 @@ func (d *pgDatabase) WriteWatermark(ctx context.Context, id string) error {
 // transaction leaves the proc array, where new snapshots stop seeing it as
 // in progress: a short window, longer under synchronous replication. A
 // transaction that waits there while more than ringSize others commit is
-// beyond the check.
+// beyond the check. The stream adds; a plan's check reads it from the
+// engine's goroutine.
 type xidRing struct {
+	mu   sync.Mutex
 	xids []uint32
 	lsns map[uint32]uint64
 	next int
@@ -324,6 +353,8 @@ func newXidRing() *xidRing {
 
 // add records a transaction's commit.
 func (x *xidRing) add(xid uint32, lsn uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if len(x.xids) < ringSize {
 		x.xids = append(x.xids, xid)
 	} else {
@@ -338,6 +369,8 @@ func (x *xidRing) add(xid uint32, lsn uint64) {
 
 // committedBefore reports whether any of xids committed before lsn.
 func (x *xidRing) committedBefore(xids map[uint32]bool, lsn uint64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for xid := range xids {
 		if c, ok := x.lsns[xid]; ok && c < lsn {
 			return true

@@ -85,7 +85,11 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) (map[str
 	if !exists {
 		return nil, nil
 	}
-	rows, err := conn.Query(ctx, "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1", pub)
+	// Its members as published, and as added (a partitioned table
+	// published without publish_via_partition_root shows as its leaves).
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1
+		UNION SELECT n.nspname || '.' || c.relname FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+		JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1`, pub)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: tables of publication %s: %w", pub, err)
 	}

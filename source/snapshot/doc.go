@@ -31,11 +31,16 @@
 // # Runs, resets and resumption
 //
 // A run snapshots one table (a Request): queued in order, one chunk at a
-// time. A run that replaces the table's contents (Request.Replace: a table
-// added to the pipeline, the incremental initial load, `cdcd snapshot
-// --replace`) first writes a reset watermark; where the stream meets it the
-// engine emits a reset marker (a truncate with source.Change.Reset set),
-// so the sink empties the table and the chunks fill it again.
+// time, up to the greatest key when it started (keys above it arrive by
+// the stream). A run that replaces the table's contents (Request.Replace:
+// a table added to the pipeline, the incremental initial load, `cdcd
+// snapshot --replace`) first writes a reset watermark; where the stream
+// meets it the engine emits a reset marker (a truncate with
+// source.Change.Reset set), so the sink empties the table and the chunks
+// fill it again. Such a run reads its upper bound only after the marker,
+// in a read checked like a chunk's against the marker's position: a key
+// inserted before the marker and above the bound would be truncated and
+// never read.
 //
 // The engine's state — the queue, each run's upper bound, last durable key,
 // rows, reset id — is saved under Config.StateKey by Checkpoint, which the

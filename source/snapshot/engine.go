@@ -61,6 +61,19 @@ type ChunkQuery struct {
 	Keys []Key
 }
 
+// Plan is a run's upper bound.
+type Plan struct {
+	// Upper is the greatest key (nil: no rows); Estimate the rows.
+	Upper    Key
+	Estimate int64
+	// Consistent, when set, says whether every change the stream delivered
+	// before a position was visible to the read (as Chunk.Consistent). A
+	// replacing run plans after its reset marker: a key above the bound
+	// must have been inserted after the marker, or the truncate would
+	// remove a row no chunk reads.
+	Consistent func(source.Position) bool
+}
+
 // Chunk is what a read returned.
 type Chunk struct {
 	// Rows are the rows read, op r with Table and After set, in key order
@@ -81,8 +94,8 @@ type Database interface {
 	// table's run; other errors end Run.
 	Describe(ctx context.Context, table string) (*Table, error)
 	// Plan returns the greatest key of the table's rows matching where
-	// (nil: none) and an estimate of their number.
-	Plan(ctx context.Context, table string, t *Table, where string) (upper Key, estimate int64, err error)
+	// (nil: none) and an estimate of their number, read in one snapshot.
+	Plan(ctx context.Context, table string, t *Table, where string) (*Plan, error)
 	// ReadChunk reads one chunk of the table in one consistent read.
 	ReadChunk(ctx context.Context, table string, t *Table, q ChunkQuery) (*Chunk, error)
 	// WriteWatermark makes a watermark carrying id appear in the change

@@ -78,14 +78,14 @@ func (db *fakeDB) Describe(context.Context, string) (*Table, error) {
 		}}, nil
 }
 
-func (db *fakeDB) Plan(context.Context, string, *Table, string) (Key, int64, error) {
+func (db *fakeDB) Plan(context.Context, string, *Table, string) (*Plan, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	keys := db.keysLocked()
 	if len(keys) == 0 {
-		return nil, 0, nil
+		return &Plan{}, nil
 	}
-	return Key{strconv.FormatInt(keys[len(keys)-1], 10)}, int64(len(keys)), nil
+	return &Plan{Upper: Key{strconv.FormatInt(keys[len(keys)-1], 10)}, Estimate: int64(len(keys))}, nil
 }
 
 func (db *fakeDB) keysLocked() []int64 {

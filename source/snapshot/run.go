@@ -158,6 +158,9 @@ func (r *run) pending(id string, vals []any) bool {
 	if e, ok := r.reread[id]; ok && e.resolvedAt == nil {
 		return true
 	}
+	if !r.rec.Planned { // the bound is read later: it and the chunks will see the key
+		return true
+	}
 	if r.tbl == nil || r.tbl.Compare == nil || (r.rec.Upper != nil && r.upperVals == nil) ||
 		(r.readLast != nil && r.readVals == nil) {
 		return true

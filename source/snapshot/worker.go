@@ -108,11 +108,14 @@ func (e *Engine) step(ctx context.Context, db Database, r *run) error {
 	if r.tbl == nil {
 		return e.describe(ctx, db, r)
 	}
-	if !r.rec.Planned {
-		return e.plan(ctx, db, r)
+	if r.rec.Replace && r.rec.ResetID == "" {
+		return e.update(ctx, func() { r.rec.ResetID = newID() }) // saved before its watermark is written
 	}
 	if r.rec.Replace && !r.rec.ResetDone && !r.resetSeen {
 		return e.reset(ctx, db, r)
+	}
+	if !r.rec.Planned {
+		return e.plan(ctx, db, r)
 	}
 	q, point := e.nextQuery(r)
 	if q == nil {
@@ -144,18 +147,21 @@ func (e *Engine) step(ctx context.Context, db Database, r *run) error {
 	return nil
 }
 
-// plan fixes the run's upper bound (and reset id) and saves them before
-// anything of the run is emitted.
+// plan fixes the run's upper bound and saves it before any chunk of the
+// run is emitted; a replacing run's, after its reset marker (read again
+// when the read missed a change from before the marker).
 func (e *Engine) plan(ctx context.Context, db Database, r *run) error {
-	upper, est, err := db.Plan(ctx, r.rec.Table, r.tbl, r.rec.Where)
+	p, err := db.Plan(ctx, r.rec.Table, r.tbl, r.rec.Where)
 	if err != nil {
 		return err
 	}
+	if r.resetSeen && p.Consistent != nil && !p.Consistent(r.resetPos) {
+		e.logger.Info("upper bound read again: a change the stream delivered before the reset was not visible to its read", "table", r.rec.Table)
+		return nil
+	}
+	upper, est := p.Upper, p.Estimate
 	err = e.update(ctx, func() {
 		r.rec.Planned, r.rec.Upper, r.rec.Estimate = true, upper, est
-		if r.rec.Replace && r.rec.ResetID == "" {
-			r.rec.ResetID = newID()
-		}
 		if upper == nil {
 			r.rangeDone = true
 		} else if r.tbl.ParseKey != nil {
