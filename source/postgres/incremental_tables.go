@@ -207,15 +207,17 @@ func qualify(name string) string {
 }
 
 // loadReset emits the reset marker that begins table tp's rows in an
-// initial load (LoadResets), at (consistent point − 1, seq): after the
-// previous chunk's rows and before this one's, the same position when a
-// resumed load emits it again (partitions that hold it drop it).
+// initial load (LoadResets), at (consistent point − 1, seq) ‖ 0x00: after
+// the previous chunk's rows and before this one's (every encoded key is
+// longer than one byte), a load position like theirs (longer than 12
+// bytes), the same position when a resumed load emits it again
+// (partitions that hold it drop it).
 func (r *Reader) loadReset(ctx context.Context, rel *relation, cp uint64, seq int, started time.Time,
 	emit func(context.Context, []source.Change) error) error {
 	if !r.cfg.Incremental.LoadResets || rel == nil {
 		return nil
 	}
 	c := source.Change{Table: rel.table, Op: source.OpTruncate, Reset: fmt.Sprintf("load-%X-%s", cp, rel.table.QualifiedName()),
-		Pos: source.PGPosition(cp-1, uint32(seq)), LSN: cp - 1, CommitTime: started} // LSN as its position says
+		Pos: append(source.PGPosition(cp-1, uint32(seq)), 0), LSN: cp - 1, CommitTime: started} // LSN as its position says
 	return emit(ctx, []source.Change{c})
 }
