@@ -197,6 +197,7 @@ func TestSnapshotReplaceRepairsMirror(t *testing.T) {
 	}
 
 	p.start()
+	p.waitFor("the daemon ready", time.Minute, func(st daemon.Status) bool { return st.Ready })
 	w := startWriter(t, p.DSN, "acct", 3500, 1)
 	out, errOut, code := p.cdcd("snapshot", "-c", p.CfgPath, "--replace", "public.acct")
 	if code != 0 {
