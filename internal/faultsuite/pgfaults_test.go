@@ -452,3 +452,87 @@ func TestInfinityMapped(t *testing.T) {
 		t.Errorf("row 3 after the update: tz %s", rows["3"]["tz"])
 	}
 }
+
+// resnapshot runs cdcd snapshot --replace for table and waits until every
+// snapshot the daemon knows has finished.
+func (p *pipeline) resnapshot(table string, done int) {
+	p.t.Helper()
+	out, errOut, code := p.cdcd("snapshot", "-c", p.CfgPath, "--replace", table)
+	if code != 0 {
+		p.t.Fatalf("cdcd snapshot --replace %s: exit %d: %s%s", table, code, out, errOut)
+	}
+	p.snapshotsDone(done, 3*time.Minute)
+}
+
+// TestBadRowFixedByResnapshot (issue 24 item 4, fix a): a table paused for
+// a NaN in a numeric(10,2) resumes once the row is fixed at the source and
+// the table re-snapshotted: the reset marker ends the pause, the held
+// changes are superseded, and the mirror equals the source.
+func TestBadRowFixedByResnapshot(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE money (id int PRIMARY KEY, amount numeric(10,2));
+			INSERT INTO money SELECT g, g FROM generate_series(1, 300) g;`,
+		Tables: []string{"public.money"},
+	})
+	p.start()
+	p.waitCaughtUp()
+	p.exec(`UPDATE money SET amount = 'NaN' WHERE id = 7`)
+	p.exec(`UPDATE money SET amount = 1000 WHERE id = 8`) // held behind it
+	p.waitPaused("cdc.money", "NaN")
+	p.exec(`UPDATE money SET amount = 0 WHERE id = 7`) // the fix at the source; held too
+	p.resnapshot("public.money", 1)
+	p.waitCaughtUp()
+	p.requireMirror()
+	if len(p.status().Paused) != 0 {
+		t.Error("still paused after the re-snapshot")
+	}
+}
+
+// TestPublicationRepairedByResnapshot (issue 24 item 3): a table dropped
+// from the publication misses changes; once the publication is right
+// again and the table re-snapshotted, as the pause says, its mirror equals
+// the source.
+func TestPublicationRepairedByResnapshot(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text);
+			INSERT INTO a SELECT g, 'x' FROM generate_series(1, 200) g; INSERT INTO b VALUES (1, 'x');`,
+		Tables: []string{"public.a", "public.b"},
+	})
+	p.start()
+	p.waitCaughtUp()
+	pub := p.Names.Publication
+	p.exec(`ALTER PUBLICATION ` + pub + ` DROP TABLE a`)
+	p.exec(`INSERT INTO a VALUES (1000, 'missed'); UPDATE a SET v = 'missed' WHERE id < 20; DELETE FROM a WHERE id > 190`)
+	p.waitReason("cdc.a", "no longer in publication")
+	p.exec(`ALTER PUBLICATION ` + pub + ` ADD TABLE a`)
+	p.waitReason("cdc.a", "added again")
+	if d := p.diff("public.a"); d.Equal() {
+		t.Fatal("the mirror equals the source although changes were missed: the test missed nothing")
+	}
+	p.exec(`UPDATE a SET v = 'after' WHERE id = 100`)
+	p.resnapshot("public.a", 1)
+	p.exec(`INSERT INTO b VALUES (2, 'y')`)
+	p.waitCaughtUp()
+	p.requireMirror()
+}
+
+// TestRecreatedTableRepairedByResnapshot (issue 24 item 3): a captured
+// table dropped and created again with other rows is a new table; the
+// re-snapshot its pause names makes the mirror equal to the new table.
+func TestRecreatedTableRepairedByResnapshot(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL:    `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a SELECT g, 'old' FROM generate_series(1, 100) g;`,
+		Tables: []string{"public.a"},
+	})
+	p.start()
+	p.waitCaughtUp()
+	p.exec(`DROP TABLE a; CREATE TABLE a (id int PRIMARY KEY, v text); ALTER PUBLICATION ` + p.Names.Publication + ` ADD TABLE a;
+		INSERT INTO a SELECT g, 'new' FROM generate_series(50, 120) g`)
+	p.waitReason("cdc.a", "dropped and created again")
+	p.resnapshot("public.a", 1)
+	p.waitCaughtUp()
+	p.requireMirror()
+}
