@@ -151,6 +151,7 @@ func (in *incStream) message(m *pglogrepl.LogicalDecodingMessageV2) bool {
 	t := s.r.known.intern(rows[0].Table)
 	for i := range rows {
 		rows[i].Table, rows[i].LSN = t, lsn
+		s.batchSize += rows[i].Bytes()
 	}
 	if len(s.batch) == 0 {
 		s.batchAt = time.Now()
