@@ -199,20 +199,32 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if err != nil {
 		return nil, err
 	}
-	res := &snapshot.Chunk{}
 	now, n, nk := time.Now(), len(rel.types), len(ct.key)
+	want := q.Limit
+	if q.Keys != nil {
+		want = len(q.Keys)
+	}
+	// The rows and their values are cut from one allocation each.
+	res := &snapshot.Chunk{Rows: make([]source.Change, 0, want)}
+	values := make([]any, want*n)
 	var scalar slab
-	var lastKey [][]byte
+	lastKey := make([][]byte, nk) // the last row's key text, copied (fields are the parser's)
 	p := &copyParser{row: func(fields [][]byte) error {
 		if len(fields) != n+nk {
 			return fmt.Errorf("postgres: chunk of %s returned %d columns, want %d", name, len(fields), n+nk)
 		}
-		row := make([]any, n)
+		if len(values) < n {
+			values = make([]any, max(want/4, 1)*n) // more rows than asked: keys read again may repeat
+		}
+		row := values[:n:n]
+		values = values[n:]
 		if err := decodeFieldsInto(rel, fields[:n], row, &scalar); err != nil {
 			return err
 		}
 		res.Rows = append(res.Rows, source.Change{Table: rel.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
-		lastKey = fields[n:]
+		for i, f := range fields[n:] {
+			lastKey[i] = append(lastKey[i][:0], f...)
+		}
 		return nil
 	}}
 	if _, err := tx.Conn().PgConn().CopyTo(ctx, p, sql); err != nil {
@@ -221,10 +233,10 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if err := p.finish(); err != nil {
 		return nil, err
 	}
-	if lastKey != nil {
+	if len(res.Rows) > 0 {
 		res.Last = make(snapshot.Key, nk)
-		for i, f := range lastKey {
-			res.Last[i] = string(f)
+		for i, b := range lastKey {
+			res.Last[i] = string(b)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -30,8 +30,7 @@ type chunk struct {
 	query ChunkQuery
 	point []string // ids of the re-read keys it reads
 
-	res  *Chunk   // set before the high watermark is written
-	keys []string // encoded keys of res.Rows
+	res *Chunk // set before the high watermark is written
 
 	low     source.Position
 	lowSeen bool
@@ -121,9 +120,13 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 		lastVals = c.res.Rows[read-1].Key()
 	}
 	rows := c.res.Rows[:0]
-	if !c.truncated {
+	switch {
+	case c.truncated:
+	case len(c.changed) == 0:
+		rows = c.res.Rows
+	default: // the keys are encoded only when the window saw changes
 		for i := range c.res.Rows {
-			if !c.changed[c.keys[i]] {
+			if id, _, ok := changeKey(&c.res.Rows[i]); !ok || !c.changed[id] {
 				rows = append(rows, c.res.Rows[i])
 			}
 		}

@@ -250,14 +250,8 @@ func (e *Engine) chunk(ctx context.Context, db Database, r *run, q ChunkQuery, p
 		release()
 		return 0, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
 	}
-	keys := make([]string, len(res.Rows))
-	for i := range res.Rows {
-		if id, _, ok := changeKey(&res.Rows[i]); ok {
-			keys[i] = id
-		}
-	}
 	e.mu.Lock()
-	c.res, c.keys = res, keys
+	c.res = res
 	e.mu.Unlock()
 	if err := db.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
 		release()
