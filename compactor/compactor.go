@@ -19,6 +19,12 @@ import (
 // before its next commit.
 var ErrWriterState = errors.New("compactor: the writer's state did not follow the rewrite's commit")
 
+// ErrFileMissing: a file of the table is missing from the warehouse
+// (deleted under it): a rewrite cannot read it, and neither can the
+// table's readers. Finish returns it, naming the file, instead of planning
+// the same rewrite again and again: the table needs its writer's attention.
+var ErrFileMissing = errors.New("compactor: a file of the table is missing")
+
 // Compactor maintains one table. Its writer's loop calls it between two of
 // its own commits — AfterCommit, Poll, Finish — so it never races the
 // writer; only the rewrite itself runs in a goroutine of its own.
@@ -152,7 +158,8 @@ func (c *Compactor) plan(ctx context.Context, force bool) (*compaction, error) {
 
 // Finish commits a finished rewrite (or drops a failed one), then
 // maintains the table's metadata. Failures are logged and the next Poll
-// plans again; only an error wrapping ErrWriterState is returned.
+// plans again; only an error wrapping ErrWriterState or ErrFileMissing is
+// returned.
 func (c *Compactor) Finish(ctx context.Context) error {
 	run := c.run
 	c.run = nil
@@ -162,14 +169,20 @@ func (c *Compactor) Finish(ctx context.Context) error {
 	defer func() { c.stats = st }()
 	if run.err != nil {
 		st.LastErr = run.err.Error()
+		c.drop(ctx, run, run.err)
+		if errors.Is(run.err, iofs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrFileMissing, run.err)
+		}
 		if ctx.Err() == nil {
 			c.logger.Warn("compaction: rewrite failed; will plan again", "err", run.err)
 		}
-		c.drop(ctx, run, run.err)
 		return nil
 	}
 	if err := c.commit(ctx, run); err != nil {
 		st.LastErr = err.Error()
+		if errors.Is(err, iofs.ErrNotExist) {
+			return fmt.Errorf("%w: %w", ErrFileMissing, err)
+		}
 		if errors.Is(err, ErrWriterState) {
 			return err
 		}

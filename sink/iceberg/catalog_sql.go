@@ -27,6 +27,9 @@ const pgConnectTimeout = 10 * time.Second
 type sqlCatalog struct {
 	*sqlcat.Catalog
 	db *sql.DB
+	// file is the SQLite file (nil for PostgreSQL), checked before every
+	// commit.
+	file *catalogFile
 }
 
 func (c *sqlCatalog) Close() error {
@@ -62,7 +65,14 @@ func openSQL(ctx context.Context, cfg CatalogConfig) (*sqlCatalog, error) {
 		db.Close()
 		return nil, openErr(ErrCatalog, err, "create the catalog's tables at %s: %v", safeURI(cfg.URI), err)
 	}
-	return &sqlCatalog{Catalog: cat, db: db}, nil
+	out := &sqlCatalog{Catalog: cat, db: db}
+	if dialect == sqlcat.SQLite {
+		if out.file, err = openCatalogFile(strings.TrimPrefix(cfg.URI, "sqlite://")); err != nil {
+			out.Close()
+			return nil, openErr(ErrCatalog, err, "the sqlite catalog file: %v", err)
+		}
+	}
+	return out, nil
 }
 
 // openSQLite opens the embedded catalog file, creating its directory.

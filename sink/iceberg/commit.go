@@ -65,15 +65,16 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 	id := props[PropCommitID]
 	b := newBackoff(w.s.cfg.CommitBudget)
 	for n := 1; ; n++ {
-		err := attempt(ctx, props)
+		err := checkCatalog(w.s.cat)
 		if err == nil {
-			return nil
+			err = attempt(ctx, props)
 		}
 		var na errNotAdopted
-		class := classify(err)
-		if errors.As(err, &na) {
+		if err == nil || errors.As(err, &na) {
+			w.files = nil // landed: the table's files now
 			return err
 		}
+		class := classify(err)
 		if class == ErrPaused {
 			w.discardAttempt(ctx, err)
 			return err
@@ -85,6 +86,7 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 		}
 		if landed {
 			w.logger.Warn("commit reported an error but landed", "commit_id", id, "err", err)
+			w.files = nil
 			if err := w.landed(ctx); err != nil {
 				return errNotAdopted{err}
 			}

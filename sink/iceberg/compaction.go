@@ -121,6 +121,9 @@ func (h tableHandle) Pending() []string {
 // tag along. After a failure the table is reloaded.
 func (h tableHandle) CommitMaintenance(ctx context.Context, tx *table.Transaction) error {
 	w := h.w
+	if err := checkCatalog(w.s.cat); err != nil {
+		return err
+	}
 	before := w.tbl.CurrentSnapshot()
 	tbl, err := tx.Commit(ctx)
 	if err != nil {
@@ -151,8 +154,10 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 	if err != nil {
 		return err
 	}
+	w.files = newAttemptFiles()
 	abandon := func(err error) error {
 		removeFiles(fs, r.New)
+		w.discardAttempt(ctx, err)
 		return err
 	}
 	wfs, _ := fs.(icebergio.WriteFileIO)
@@ -188,7 +193,6 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 	w.pending = p
 	props := iceberg.Properties(w.offsetProps(w.committed))
 	props[PropCommitID], props[PropCompactionID] = r.ID, r.ID
-	w.files = newAttemptFiles()
 	if err := w.produce(ctx, p, props); err != nil {
 		landed, serr := w.settle(ctx, r.ID)
 		switch {
@@ -207,6 +211,7 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 		}
 	}
 	w.failpoint("after-compaction-commit")
+	w.files = nil // the table's files now
 	if err := w.adoptUpsert(ctx); err != nil {
 		return fmt.Errorf("iceberg: compaction of %s committed, but the key index did not follow: %w: %w", identString(w.cfg.Ident), compactor.ErrWriterState, err)
 	}

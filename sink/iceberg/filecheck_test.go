@@ -47,6 +47,7 @@ func TestFileProblemsSeesTwoVectors(t *testing.T) {
 	}
 	// Stage the next update, then drop the removal of the vector it merges.
 	w.buf = []change{mk('u', 3, 2)}
+	w.files = newAttemptFiles()
 	p, err := w.up.stage(t.Context(), w, w.tbl, w.buf)
 	if err != nil {
 		t.Fatal(err)

@@ -142,8 +142,10 @@ type Sink struct {
 	logger *slog.Logger
 
 	tune tuning
-	// untrusted holds the log ranges tables wait at for a reset marker.
+	// untrusted holds the log ranges tables wait at for a reset marker;
+	// damaged the files their tables lost.
 	untrusted untrusted
+	damaged   damaged
 
 	mu         sync.Mutex
 	stats      []*TableStats
@@ -242,6 +244,9 @@ func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, 
 		logger.Error("table's commits are failing; it is retried from the offsets its table holds, nothing is lost",
 			"err", err, "retry_in", s.cfg.RetryInterval)
 		return
+	}
+	if path := missingFile(err); path != "" {
+		s.damaged.set(stats.Topic, path)
 	}
 	pe := asPause(name, err)
 	// The reason names the fix too: it is what /status and the alert show.

@@ -59,10 +59,10 @@ type tableWriter struct {
 }
 
 func (w *tableWriter) run(ctx context.Context) error {
+	defer w.close() // also after a load that failed with the index open
 	if err := w.load(ctx); err != nil {
 		return err
 	}
-	defer w.close()
 	w.logger.Info("sink table ready", "mode", w.s.cfg.Mode, "offsets", encodeOffsets(w.next))
 	// The fetcher reads and decodes while this loop commits: the two
 	// overlap, and the channel bounds what waits in between.
@@ -209,7 +209,10 @@ func (w *tableWriter) load(ctx context.Context) error {
 	// from its first commits and defers compaction.
 	w.comp = nil
 	w.compactor()
-	return w.mode().loaded(ctx)
+	if err := w.mode().loaded(ctx); err != nil {
+		return err
+	}
+	return w.checkDamage(ctx, info)
 }
 
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
