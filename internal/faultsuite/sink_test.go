@@ -54,8 +54,13 @@ func TestReplacedLogNeverReadAsTheTables(t *testing.T) {
 	if len(st.Tables) != 1 || !st.Tables[0].Paused {
 		// Rebuilt from the new log's reset markers.
 		p.requireMirror()
+		if !p.logContains("resuming at the reset markers") {
+			t.Error("caught up without resuming at the new log's reset markers")
+		}
+		t.Log("the table was rebuilt from the new log's reset markers")
 		return
 	}
+	t.Log("the table paused")
 	ts := p.waitPaused("cdc.a", "belong to log topic", "the log was replaced", "cdcd snapshot -c FILE --replace cdc.a")
 	if !strings.Contains(ts.PausedFix, "--replace cdc.a") {
 		t.Errorf("the fix /status shows does not name the re-snapshot: %q", ts.PausedFix)
