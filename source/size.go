@@ -10,7 +10,13 @@ const BatchBytes = 16 << 20
 
 // Bytes is no less than the bytes c's rows take in the log's Avro
 // envelope: what bounds batches and, in the Emitter, a change's size.
-func (c *Change) Bytes() int { return RowBytes(c.Before) + RowBytes(c.After) }
+func (c *Change) Bytes() int {
+	n := RowBytes(c.Before) + RowBytes(c.After)
+	if c.Message != nil {
+		n += len(c.Message.Content)
+	}
+	return n
+}
 
 // RowBytes is no less than the bytes row's values take in Avro.
 func RowBytes(row []any) int {

@@ -82,6 +82,11 @@ type Change struct {
 	CommitTime time.Time
 	// Snapshot marks rows read by a snapshot rather than streamed.
 	Snapshot bool
+	// Message, when set, makes the change a logical decoding message
+	// (PostgreSQL's transactional pg_logical_emit_message) with a prefix
+	// the reader was asked to deliver, at its place in its transaction;
+	// Table is then nil and Op 0. The outbox relay takes these.
+	Message *Message
 	// KeyChange marks the delete half of an update that changed the
 	// primary key (a delete of the old key, then an insert of the new key
 	// at the next position of the transaction) when that insert carries the
@@ -107,6 +112,12 @@ type Change struct {
 	// daemon writes it as the record header cdcd.reset into every partition;
 	// a sink that stopped trusting a table may resume at it.
 	Reset string
+}
+
+// Message is a logical decoding message delivered as a change.
+type Message struct {
+	Prefix  string
+	Content []byte
 }
 
 // Fault says what stops a table and how to resolve it.

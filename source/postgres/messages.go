@@ -146,6 +146,9 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		if s.inc.message(m) {
 			return nil
 		}
+		if m.Transactional && s.inTx {
+			return s.transactionalMessage(m, skip(m.Xid))
+		}
 		if !s.inTx && !m.Transactional {
 			// Non-transactional, outside any transaction: every
 			// transaction that committed before it has arrived.

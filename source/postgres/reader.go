@@ -73,6 +73,12 @@ type Config struct {
 	// operation, and that no table was dropped or re-created
 	// (pubcheck.go); default 10s.
 	PublicationCheckInterval time.Duration
+	// Messages lists prefixes of transactional logical decoding messages
+	// (pg_logical_emit_message(true, prefix, content)) to deliver as
+	// changes (source.Change.Message), in their place in their
+	// transaction; the outbox relay asks for its prefix. Messages with
+	// other prefixes are passed over.
+	Messages []string
 	// WaitReportInterval is how often the reader says what a slow step
 	// waits for (the slot's creation waits for running transactions to
 	// end), in the log and in Stats.Waiting; default 10s.

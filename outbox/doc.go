@@ -1,0 +1,49 @@
+// Package outbox is the transactional outbox: the helper a service calls
+// inside its own transaction (Write, NewEvent, Writer.DDL), and the relay
+// cdcd runs to deliver those events, in order per aggregate, to the log
+// (exactly once) and to webhooks (at least once, with a stable id).
+//
+// # Two ways in
+//
+//   - An outbox table with Debezium's outbox columns (id, aggregatetype,
+//     aggregateid, type, payload; names configurable). Its inserts are the
+//     events; a row inserted and deleted again in the same transaction
+//     (Writer.Delete) is relayed by its insert and leaves the table empty.
+//     On PostgreSQL and on MySQL / MariaDB (through the binlog).
+//   - Transactional logical decoding messages (PostgreSQL's
+//     pg_logical_emit_message(true, prefix, content)) whose content is a
+//     JSON object with the same fields: no table, no bloat.
+//
+// # Routing (Debezium's outbox event router)
+//
+// The topic comes from a template on the aggregate type
+// ("outbox.${aggregatetype}"), the record key is the aggregate id, the
+// event id and type are the headers "id" and "type", chosen further
+// columns become headers, and the value is the payload as stored or
+// expanded (Payload). A consumer of Debezium's router reads the topics
+// unchanged.
+//
+// # The relay
+//
+// Relay is a source.Emitter in front of the table mirror's: the source
+// hands it every batch, it takes the outbox's events out and hands them to
+// every Target at once, and passes the other changes on. Emit returns only
+// when the mirror and every target have their part, so the source's
+// position (the slot's confirmed LSN, the binlog checkpoint) moves only
+// when every target has every event up to it. Batches go one at a time,
+// so one aggregate's events reach a target in source order.
+//
+//   - LogTarget appends to the log's topics, deduplicated by the source
+//     position each record carries: exactly once, also across kill -9.
+//   - Webhook POSTs each event (one request at a time per aggregate, many
+//     aggregates at once) with Idempotency-Key and webhook-id set to the
+//     event id and a Standard Webhooks HMAC signature (Verify checks it),
+//     retries with exponential backoff and jitter honouring Retry-After,
+//     and after GiveUpAfter appends the event to its dead-letter topic. It
+//     saves the position of each delivered batch, so a restart sends again
+//     only what the last batch in flight held.
+//
+// While a webhook retries, the source waits: its other tables wait too,
+// and the slot keeps WAL. The relay's lag (Stats.Lag) and each target's
+// failures (TargetStats) are the daemon's metrics and alerts.
+package outbox
