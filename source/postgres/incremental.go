@@ -42,7 +42,17 @@ type pgDatabase struct {
 	r     *Reader
 	conn  *pgx.Conn
 	types *typeResolver
-	ring  *xidRing // the stream's, read only on the stream's goroutine
+	ring  *xidRing // the stream's
+	// orders compare keys in the database for tables whose key order Go
+	// does not know; closed with the session.
+	orders []*dbOrder
+}
+
+// close releases what the database's tables hold.
+func (d *pgDatabase) close() {
+	for _, o := range d.orders {
+		o.close()
+	}
 }
 
 var _ snapshot.Database = (*pgDatabase)(nil)
@@ -74,11 +84,19 @@ func (d *pgDatabase) Describe(ctx context.Context, name string) (*snapshot.Table
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
 	}
-	ordered, err := keyOrdered(ctx, d.conn, ct, rel.table)
+	coll, err := keyCollations(ctx, d.conn, ct, rel.table)
 	if err != nil {
 		return nil, err
 	}
-	return keyFuncs(rel.table, ordered), nil
+	t := keyFuncs(rel.table, coll.byBytes)
+	if t.KeyText != nil && t.Compare == nil {
+		// Only the database knows the order (a collation, numeric):
+		// ask it, on a connection of the comparison's own.
+		o := newDBOrder(d.r.cfg.DSN, ct, rel.table, coll.collate)
+		d.orders = append(d.orders, o)
+		t.Compare = o.compare
+	}
+	return t, nil
 }
 
 // Plan implements snapshot.Database: the greatest key (read backwards
@@ -416,36 +434,44 @@ func keyFuncs(t *schema.Table, ordered bool) *snapshot.Table {
 	}
 	if textOK {
 		out.KeyText = func(vals []any) (snapshot.Key, bool) { return keyText(kinds, vals) }
+		out.ParseKey = func(k snapshot.Key) ([]any, bool) { return parseKey(kinds, k) }
 	}
 	if orderOK && textOK {
-		out.Compare = func(a, b []any) int { return compareKeys(kinds, a, b) }
-		out.ParseKey = func(k snapshot.Key) ([]any, bool) { return parseKey(kinds, k) }
+		out.Compare = func(a, b []any) (int, error) { return compareKeys(kinds, a, b), nil }
 	}
 	return out
 }
 
-// keyOrdered reports whether the table's text key columns collate by
-// bytes (C or POSIX, or the database's default when that is one), so Go's
-// order of their values is the database's.
-func keyOrdered(ctx context.Context, q querier, ct *catalogTable, t *schema.Table) (bool, error) {
+// keyOrder is how a table's key columns collate.
+type keyOrder struct {
+	byBytes bool     // every text key column orders by bytes (C, POSIX, ...): Go's order is the database's
+	collate []string // per key column: " COLLATE schema.name" for text columns, "" for others
+}
+
+// keyCollations reads the collations of a table's text key columns.
+func keyCollations(ctx context.Context, q querier, ct *catalogTable, t *schema.Table) (keyOrder, error) {
+	o := keyOrder{byBytes: true, collate: make([]string, len(t.Key))}
 	for i, ci := range t.Key {
 		if t.Columns[ci].Kind != schema.String {
 			continue
 		}
-		var coll string
-		err := q.QueryRow(ctx, `SELECT CASE WHEN c.collname = 'default' THEN d.datcollate ELSE c.collname END
-			FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+		var name, qualified string
+		err := q.QueryRow(ctx, `SELECT CASE WHEN c.collname = 'default' THEN d.datcollate ELSE c.collname END,
+			quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+			FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation JOIN pg_namespace n ON n.oid = c.collnamespace
 			JOIN pg_database d ON d.datname = current_database()
-			WHERE a.attrelid = $1 AND a.attname = $2`, ct.oid, ct.key[i]).Scan(&coll)
+			WHERE a.attrelid = $1 AND a.attname = $2`, ct.oid, ct.key[i]).Scan(&name, &qualified)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
+			o.byBytes = false
+			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("postgres: collation of %s.%s: %w", ct.qualified(), ct.key[i], err)
+			return o, fmt.Errorf("postgres: collation of %s.%s: %w", ct.qualified(), ct.key[i], err)
 		}
-		if coll != "C" && coll != "POSIX" && coll != "C.UTF-8" && coll != "C.utf8" && coll != "ucs_basic" {
-			return false, nil
+		o.collate[i] = " COLLATE " + qualified
+		if name != "C" && name != "POSIX" && name != "C.UTF-8" && name != "C.utf8" && name != "ucs_basic" {
+			o.byBytes = false
 		}
 	}
-	return true, nil
+	return o, nil
 }

@@ -3,10 +3,15 @@ package postgres
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
@@ -124,4 +129,79 @@ func compareValue(a, b any) int {
 		}
 	}
 	return 0
+}
+
+// dbOrder orders keys by asking the database, for keys whose order only it
+// knows (text under a linguistic collation, numeric): one query a
+// comparison, on a connection of its own (opened at the first one). It is
+// used only while a replacing snapshot runs, for updates that carry an
+// unchanged value.
+type dbOrder struct {
+	dsn   string
+	sql   string // $1..$n the first key's text, $n+1..$2n the second's
+	kinds []schema.Kind
+
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+func newDBOrder(dsn string, ct *catalogTable, t *schema.Table, collate []string) *dbOrder {
+	n := len(ct.key)
+	side := func(base int) string {
+		parts := make([]string, n)
+		for i, k := range ct.key {
+			parts[i] = fmt.Sprintf("$%d::%s%s", base+i+1, ct.column(k).typeName, collate[i])
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	}
+	a, b := side(0), side(n)
+	kinds := make([]schema.Kind, len(t.Key))
+	for i, ci := range t.Key {
+		kinds[i] = t.Columns[ci].Kind
+	}
+	return &dbOrder{dsn: dsn, kinds: kinds,
+		sql: "SELECT CASE WHEN " + a + " < " + b + " THEN -1 WHEN " + a + " = " + b + " THEN 0 ELSE 1 END"}
+}
+
+// compare orders key values a and b as the database orders the key.
+func (o *dbOrder) compare(a, b []any) (int, error) {
+	ta, ok1 := keyText(o.kinds, a)
+	tb, ok2 := keyText(o.kinds, b)
+	if !ok1 || !ok2 {
+		return 0, fmt.Errorf("postgres: a key value without text")
+	}
+	args := make([]any, 0, 2*len(ta))
+	for _, s := range ta {
+		args = append(args, s)
+	}
+	for _, s := range tb {
+		args = append(args, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.conn == nil {
+		conn, err := pgx.Connect(ctx, o.dsn)
+		if err != nil {
+			return 0, err
+		}
+		o.conn = conn
+	}
+	var c int
+	if err := o.conn.QueryRow(ctx, o.sql, args...).Scan(&c); err != nil {
+		o.conn.Close(context.Background())
+		o.conn = nil
+		return 0, err
+	}
+	return c, nil
+}
+
+func (o *dbOrder) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.conn != nil {
+		o.conn.Close(context.Background())
+		o.conn = nil
+	}
 }

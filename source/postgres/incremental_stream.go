@@ -80,6 +80,7 @@ func (r *Reader) startIncremental(ctx context.Context, s *streamer) (*incStream,
 	go func() {
 		defer in.wg.Done()
 		defer conn.Close(context.WithoutCancel(ctx))
+		defer db.close()
 		err := r.inc.Run(wctx, db)
 		if wctx.Err() == nil && err != nil {
 			in.mu.Lock()

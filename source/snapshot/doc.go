@@ -65,7 +65,7 @@
 // row with the change in it), or it is in the re-read set — and, when the
 // key has been read already or a window is open, puts the key in the run's
 // re-read set: keys read again by point chunks (with their own watermarks)
-// before the run ends. Without a key order (Table.Compare nil) every such
+// after the range. Without a key order (Table.Compare nil) every such
 // change is dropped and its key re-read; where the source cannot re-read a
 // key (Table.KeyText fails) the change is kept, and the sink stops the table
 // loudly rather than invent the value.

@@ -40,8 +40,10 @@ type Table struct {
 	// Shape is the table's version at the description (a reset marker's).
 	Shape *schema.Table
 	// Compare orders key values (as the source decodes them) the way the
-	// database orders the key in ReadChunk; nil when the source cannot.
-	Compare func(a, b []any) int
+	// database orders the key in ReadChunk; nil when the source cannot. It
+	// may ask the database (an error: the order is unknown this time).
+	// Called from the stream's goroutine.
+	Compare func(a, b []any) (int, error)
 	// KeyText writes key values as a Key; false when a value has no text
 	// the source can turn back into a literal.
 	KeyText func(vals []any) (Key, bool)

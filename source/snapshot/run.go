@@ -108,7 +108,10 @@ func (r *run) settleMaybe(last []any) {
 			continue
 		}
 		k.maybe = false
-		if last != nil && k.vals != nil && r.tbl.Compare != nil && r.tbl.Compare(k.vals, last) > 0 && !r.rangeDone {
+		if last == nil || k.vals == nil || r.tbl.Compare == nil || r.rangeDone {
+			continue
+		}
+		if c, err := r.tbl.Compare(k.vals, last); err == nil && c > 0 {
 			delete(r.reread, id)
 		}
 	}
@@ -168,10 +171,17 @@ func (r *run) pending(id string, vals []any) bool {
 	if r.rangeDone || r.rec.Upper == nil {
 		return false
 	}
-	if r.readVals != nil && r.tbl.Compare(vals, r.readVals) <= 0 {
-		return false
+	if r.readVals != nil {
+		c, err := r.tbl.Compare(vals, r.readVals)
+		if err != nil {
+			return true
+		}
+		if c <= 0 {
+			return false
+		}
 	}
-	return r.tbl.Compare(vals, r.upperVals) <= 0
+	c, err := r.tbl.Compare(vals, r.upperVals)
+	return err != nil || c <= 0
 }
 
 // encodeKeyVals encodes key values (in key order) as the key of a change

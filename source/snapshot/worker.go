@@ -193,10 +193,21 @@ func (e *Engine) reset(ctx context.Context, db Database, r *run) error {
 	return nil
 }
 
-// nextQuery picks the run's next chunk: re-read keys first, then the range.
+// nextQuery picks the run's next chunk: the range first, then the keys
+// to read again (earlier when they are a chunk's worth: they are held in
+// memory, and a key read again early may be changed, and dropped, again).
 func (e *Engine) nextQuery(r *run) (*ChunkQuery, []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	waiting := 0
+	for _, k := range r.reread {
+		if k.resolvedAt == nil && !k.inFlight {
+			waiting++
+		}
+	}
+	if !r.rangeDone && waiting < e.cfg.ChunkRows {
+		return &ChunkQuery{Where: r.rec.Where, After: r.readLast, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}, nil
+	}
 	var keys []Key
 	var ids []string
 	for id, k := range r.reread {
