@@ -28,7 +28,9 @@ type Config struct {
 	Source Source `yaml:"source"`
 	Log    Log    `yaml:"log"`
 	Sink   Sink   `yaml:"sink"`
-	Admin  Admin  `yaml:"admin"`
+	// SchemaRegistry is the external registry of the Kafka backend (kafka.go).
+	SchemaRegistry *SchemaRegistry `yaml:"schema_registry"`
+	Admin          Admin           `yaml:"admin"`
 
 	// Shutdown, Alerts and Masking: see operator.go.
 	Shutdown Shutdown `yaml:"shutdown"`
@@ -79,6 +81,8 @@ type Log struct {
 	// Retention of table topics; default 168h; an explicit 0 keeps records
 	// forever.
 	Retention time.Duration `yaml:"retention"`
+	// Kafka configures backend kafka (see kafka.go).
+	Kafka *Kafka `yaml:"kafka"`
 }
 
 // Sink configures where tables land.

@@ -16,7 +16,4 @@ func (v *validator) notYet() {
 		v.fail("source.mysql.snapshot", ErrNotAvailable, "not available yet: the lock-free initial load for MySQL is planned; "+
 			"set snapshot: never to capture changes from now on")
 	}
-	if c.Log.Backend == "kafka" {
-		v.fail("log.backend", ErrNotAvailable, "not available yet: the Kafka backend is planned; use backend: embedded")
-	}
 }

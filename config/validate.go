@@ -195,6 +195,7 @@ func (v *validator) log() {
 	if l.Retention < 0 {
 		v.fail("log.retention", ErrInvalid, "must not be negative, got %s (0 keeps records forever)", l.Retention)
 	}
+	v.kafka()
 }
 
 func (v *validator) sink() {

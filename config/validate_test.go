@@ -117,13 +117,6 @@ func TestValidateAccepts(t *testing.T) {
 	}
 }
 
-// TestNotYet covers notyet.go: settings the config language has but this
-// build cannot run. Delete a case when its feature lands.
-func TestNotYet(t *testing.T) {
-	expect(t, edit(t, "  backend: embedded", "  backend: kafka"),
-		want{"log.backend", 11, 3, ErrNotAvailable, "not available yet: the Kafka backend is planned"})
-}
-
 // TestUpsertIsTheDefault: a config without mode, or without a sink at
 // all, mirrors the source in upsert mode.
 func TestUpsertIsTheDefault(t *testing.T) {
