@@ -12,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // adminServer serves, on admin.listen:
@@ -74,7 +72,7 @@ func (d *Daemon) adminHandler() http.Handler {
 		_ = enc.Encode(d.Status())
 	})
 	// Everything else is the Confluent-compatible schema registry API.
-	mux.Handle("/", schema.NewHandler(d.reg))
+	mux.Handle("/", d.regAPI)
 	return mux
 }
 

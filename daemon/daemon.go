@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,8 +38,9 @@ type Daemon struct {
 	cfg    *config.Config
 	logger *slog.Logger
 
-	lg      *log.Embedded
-	reg     *schema.Registry
+	lg      logBackend
+	reg     schema.Client
+	regAPI  http.Handler // the registry API on the admin listener
 	state   *stateStore
 	cat     catalog.Catalog
 	reader  sourceReader
@@ -71,7 +73,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	if pg == nil && my == nil {
 		return nil, errors.New("daemon: no source configured")
 	}
-	if d.lg, err = log.Open(filepath.Join(cfg.DataDir, "log"), log.Options{}, logger.With("component", "log")); err != nil {
+	if d.lg, err = openLog(ctx, cfg, logger); err != nil {
 		return nil, err
 	}
 	compact := log.TopicConfig{Partitions: 1, Cleanup: log.CleanupCompact}
@@ -80,7 +82,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			return nil, err
 		}
 	}
-	if d.reg, err = schema.OpenRegistry(ctx, schemaStore{d.lg}); err != nil {
+	if d.reg, d.regAPI, err = openRegistry(ctx, cfg, d.lg); err != nil {
 		return nil, err
 	}
 	if d.state, err = openStateStore(ctx, d.lg); err != nil {

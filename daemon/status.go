@@ -226,7 +226,7 @@ func (d *Daemon) lag(t *iceberg.TableStats) int64 {
 	var lag int64
 	for _, p := range info.Partitions {
 		if int(p.Partition) < len(*committed) {
-			lag += p.End - (*committed)[p.Partition]
+			lag += d.recordsAfter(ctx, t.Topic, p, (*committed)[p.Partition])
 		}
 	}
 	return lag
