@@ -22,10 +22,14 @@ import (
 // pages, compression) on its way into a data file.
 
 // maxRowBytes bounds the row values of one change (before and after, as
-// source.Change.Bytes counts them): what a record holds besides them (the envelope's
-// other fields, the source block, the key and the headers) fits in the
-// rest of a log record.
-const maxRowBytes = log.MaxRecordBytes - 64<<10
+// source.Change.Bytes counts them): what a record holds besides them (the
+// envelope's other fields, the source block, the key and the headers) fits
+// in the rest of a log record. The readers refuse a larger value before
+// they copy it (source.TooLargeError).
+const maxRowBytes = source.MaxChangeBytes
+
+// The limit leaves 64 KiB of a log record for the rest (compile-time).
+const _ = uint(log.MaxRecordBytes - maxRowBytes - 64<<10)
 
 // maxKeptArena bounds the encoding arena the emitter keeps for the next
 // batch: a batch with a large value grows it, and its bytes would stay.

@@ -1,6 +1,25 @@
 package source
 
-import "github.com/cdcd-dev/cdcd/schema"
+import (
+	"fmt"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// MaxChangeBytes is the most row data (Change.Bytes) one change may carry,
+// 63 MiB: a change is one record of the log, at most 64 MiB
+// (log.MaxRecordBytes) with its key, envelope fields and headers. A reader
+// refuses a single value larger than this before copying it (a
+// TooLargeError); the Emitter refuses a larger change (the daemon checks
+// the limit against the log's).
+const MaxChangeBytes = 63 << 20
+
+// TooLargeError is a value larger than MaxChangeBytes.
+type TooLargeError struct{ Bytes int }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("a value of %d bytes is more than a change can be in cdcd's log (%d bytes)", e.Bytes, MaxChangeBytes)
+}
 
 // BatchBytes bounds the row data of one batch a reader hands its Emitter
 // (besides its count of changes): a batch of large values is cut early, so

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -110,5 +111,33 @@ func TestBatchesBoundedByBytes(t *testing.T) {
 	}
 	if len(r.batches) < 4 {
 		t.Errorf("%d batches for 10 rows of 6 MB", len(r.batches))
+	}
+}
+
+// TestValueTooLargeRefused: a value larger than a change can be in the
+// log, in the initial load and in the stream, comes as a fault naming the
+// column and its size, without the value (nil in the row), and the
+// changes after it come as usual.
+func TestValueTooLargeRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE big (id int PRIMARY KEY, v text)`)
+	huge := strings.Repeat("x", source.MaxChangeBytes+1)
+	e.exec(t, `INSERT INTO big VALUES (1, $1)`, huge)
+	c := newCollector()
+	stop, _ := e.startReader(t, []string{"big"}, true, c)
+	defer stop()
+	c.wait(t, 1)
+	e.exec(t, `INSERT INTO big VALUES (2, $1)`, huge)
+	e.exec(t, `INSERT INTO big VALUES (3, 'small')`)
+	got := c.wait(t, 3)
+	for i, ch := range got[:2] {
+		f := ch.Fault
+		if f == nil || f.Column != "v" || f.Value != fmt.Sprintf("(%d bytes, left out)", len(huge)) || ch.After[1] != nil ||
+			!strings.Contains(f.Reason, "more than a change can be in cdcd's log") || !strings.Contains(f.Fix, "masking") {
+			t.Errorf("change %d (%s): after[1] is %d bytes, fault %+v", i, ch.Op, len(fmt.Sprint(ch.After[1])), f)
+		}
+	}
+	if got[2].Fault != nil || got[2].After[1] != "small" {
+		t.Errorf("the change after: %+v", got[2])
 	}
 }

@@ -132,6 +132,9 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 // the type has a slab decoder), checking text is UTF-8 where the database
 // does not.
 func (r *relation) decodeValue(i int, b []byte, s *slab) (any, *ValueError) {
+	if len(b) > source.MaxChangeBytes { // refused before it is copied
+		return nil, r.valueError(i, &source.TooLargeError{Bytes: len(b)}, nil)
+	}
 	var v any
 	var err error
 	if t := r.types[i]; t.slab != nil && s != nil {

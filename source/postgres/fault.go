@@ -88,12 +88,17 @@ func (v *valueRenderer) close() {
 // fault is the source.Fault of a change of rel whose value ve cdcd cannot
 // carry.
 func (r *Reader) fault(ctx context.Context, rel *relation, ve *ValueError) *source.Fault {
+	var tooLarge *source.TooLargeError
 	value := source.Printable(string(ve.Raw))
-	if !rel.types[ve.Index].text && !errors.Is(ve.Err, errInvalidUTF8) {
+	if errors.As(ve.Err, &tooLarge) {
+		value = fmt.Sprintf("(%d bytes, left out)", tooLarge.Bytes)
+	} else if !rel.types[ve.Index].text && !errors.Is(ve.Err, errInvalidUTF8) {
 		value = r.render.text(ctx, rel.oids[ve.Index], ve.Raw)
 	}
 	hint := ""
 	switch {
+	case tooLarge != nil:
+		hint = fmt.Sprintf("make the value smaller, %d MiB at most, or exclude or hash the column with masking", source.MaxChangeBytes>>20)
 	case errors.Is(ve.Err, errTimestampRange):
 		hint = "a time after 294247-01-10 has no microseconds since 1970 in a 64-bit integer: set it to 'infinity' or an earlier time"
 	case errors.Is(ve.Err, errArrayShape):
