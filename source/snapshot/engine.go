@@ -129,6 +129,9 @@ type Config struct {
 	ChunkRows int
 	// MaxRowsPerSecond throttles each run (0: as fast as it goes).
 	MaxRowsPerSecond int
+	// Ahead is how many range chunks are in flight at once (read while
+	// the stream emits the one before); default 2.
+	Ahead int
 	// ProgressEvery is how often a running snapshot logs its progress;
 	// default 10s.
 	ProgressEvery time.Duration
@@ -137,6 +140,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.ChunkRows <= 0 {
 		c.ChunkRows = 8192
+	}
+	if c.Ahead <= 0 {
+		c.Ahead = 2
 	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = 10 * time.Second

@@ -56,8 +56,10 @@ type fakeDB struct {
 	// duringRead, when set, runs inside a read (after its low watermark,
 	// before its high one): changes it streams fall in the window.
 	duringRead func(n int)
-	// inconsistent makes the first n reads fail the consistency check.
+	// inconsistent makes the first n reads fail the consistency check;
+	// badReads those reads (by index).
 	inconsistent int
+	badReads     map[int]bool
 }
 
 func newFakeDB(n int) *fakeDB {
@@ -110,7 +112,7 @@ func (db *fakeDB) ReadChunk(_ context.Context, _ string, _ *Table, q ChunkQuery)
 	defer db.mu.Unlock()
 	parse := func(k Key) int64 { v, _ := strconv.ParseInt(k[0], 10, 64); return v }
 	res := &Chunk{}
-	if n < db.inconsistent {
+	if n < db.inconsistent || db.badReads[n] {
 		res.Consistent = func(source.Position) bool { return false }
 	}
 	for _, k := range db.keysLocked() {
@@ -378,5 +380,33 @@ func TestUnchangedNeedsRow(t *testing.T) {
 	}
 	if q := db.reads[len(db.reads)-1]; len(q.Keys) != 1 || q.Keys[0][0] != "5" {
 		t.Fatalf("last read %+v, want key 5", q)
+	}
+}
+
+// TestReadAheadCancelledWithRetry: with two range chunks in flight, a
+// chunk read again takes the one read after it along (its rows would
+// leave a gap before them): every key is emitted once, in key order.
+func TestReadAheadCancelledWithRetry(t *testing.T) {
+	db := newFakeDB(9)
+	db.badReads = map[int]bool{1: true} // keys 4-6, the first time
+	e, s, _ := start(t, &memState{}, db, 3)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	if got := keysOf(s.rows()); !slices.Equal(got, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("emitted %v", got)
+	}
+	var after []string
+	for _, q := range db.reads {
+		a := "-"
+		if q.After != nil {
+			a = q.After[0]
+		}
+		after = append(after, a)
+	}
+	// 1-3, 4-6 (inconsistent), 7-9 (read ahead, cancelled), 4-6, 7-9.
+	if want := []string{"-", "3", "6", "3", "6"}; !slices.Equal(after, want) {
+		t.Fatalf("reads after %v, want %v", after, want)
 	}
 }

@@ -32,6 +32,16 @@ type run struct {
 
 	windows []*chunk // chunks whose low watermark the stream met
 
+	// The engine goroutine's range cursor: the range chunks in flight, the
+	// key the next one reads after, whether the range is all read.
+	ahead     []*chunk
+	cursor    Key
+	cursorSet bool
+	readEnd   bool
+	// epoch counts the range's restarts after a chunk read again (from 1);
+	// cancelEpoch is the epoch whose later chunks the stream refuses.
+	epoch, cancelEpoch int
+
 	// For the rate: when this session started reading, with rows done then.
 	began     time.Time
 	beganRows int64

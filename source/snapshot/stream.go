@@ -38,6 +38,10 @@ type chunk struct {
 	changed   map[string]bool
 	shapes    []*schema.Table // table versions of the changes in the window
 	truncated bool
+	// epoch is the run's range epoch when the chunk started (range
+	// chunks): a range chunk read again cancels the later ones of its
+	// epoch, whose rows would leave a gap behind them.
+	epoch int
 
 	done chan outcome
 }
@@ -106,6 +110,9 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 		}
 	}
 	if o := e.vetLocked(c); o != outcomeEmitted {
+		if c.point == nil {
+			r.cancelEpoch = c.epoch // also the ones of its epoch not started yet
+		}
 		for _, id := range c.point {
 			if k := r.reread[id]; k != nil {
 				k.inFlight, k.readded = false, false
@@ -169,7 +176,7 @@ func (e *Engine) vetLocked(c *chunk) outcome {
 	switch r := c.run; {
 	case r.stopped:
 		return outcomeStopped
-	case c.res == nil || !c.lowSeen:
+	case c.res == nil || !c.lowSeen || c.point == nil && c.epoch == r.cancelEpoch:
 		return outcomeRetry
 	case c.res.Consistent != nil && !c.res.Consistent(c.low):
 		e.logger.Info("chunk read again: a change the stream delivered before its low watermark was not visible to its read",

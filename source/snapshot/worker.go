@@ -117,33 +117,92 @@ func (e *Engine) step(ctx context.Context, db Database, r *run) error {
 	if !r.rec.Planned {
 		return e.plan(ctx, db, r)
 	}
-	q, point := e.nextQuery(r)
-	if q == nil {
+	if r.began.IsZero() {
+		r.began, r.beganRows = time.Now(), r.readRows
+	}
+	if q, ids := e.pointQuery(r); q != nil {
+		if err := e.drain(ctx, r); err != nil {
+			return err
+		}
+		began := time.Now()
+		if _, err := e.chunk(ctx, db, r, *q, ids); err != nil {
+			return err
+		}
+		e.throttle(ctx, began)
+		return nil
+	}
+	return e.rangeStep(ctx, db, r)
+}
+
+// rangeStep keeps up to Ahead range chunks in flight (each read while the
+// stream emits the one before) and waits for the oldest. A chunk read
+// again makes the ones after it read again too (the stream cancels them):
+// the range goes on from the last chunk emitted.
+func (e *Engine) rangeStep(ctx context.Context, db Database, r *run) error {
+	if !r.cursorSet {
+		e.mu.Lock()
+		r.cursor, r.readEnd, r.cursorSet = r.readLast, r.rangeDone, true
+		r.epoch++
+		e.mu.Unlock()
+	}
+	for len(r.ahead) < e.cfg.Ahead && !r.readEnd {
+		began := time.Now()
+		q := ChunkQuery{Where: r.rec.Where, After: r.cursor, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}
+		c, err := e.start(ctx, db, r, q, nil)
+		if err != nil {
+			return err
+		}
+		r.ahead = append(r.ahead, c)
+		if len(c.res.Rows) < q.Limit || c.res.Last == nil || keysEqual(c.res.Last, r.rec.Upper) {
+			r.readEnd = true
+		} else {
+			r.cursor = c.res.Last
+		}
+		e.throttle(ctx, began)
+	}
+	if len(r.ahead) == 0 {
 		e.mu.Lock()
 		done := len(r.windows) == 0 && !r.unresolved() && r.rangeDone
 		r.finished = r.finished || done
 		e.mu.Unlock()
-		if !done { // never expected: look again shortly rather than spin
+		if !done { // keys wait to be read again: pointQuery takes them next
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
 		return nil
 	}
-	if r.began.IsZero() {
-		r.began, r.beganRows = time.Now(), r.readRows
-	}
-	began := time.Now()
-	res, err := e.chunk(ctx, db, r, *q, point)
+	o, err := e.wait(ctx, r.ahead[0])
 	if err != nil {
 		return err
 	}
-	if res == outcomeRetry {
+	r.ahead = r.ahead[1:]
+	if o == outcomeEmitted {
+		return nil
+	}
+	if o == outcomeRetry {
 		r.retries++
 	}
-	e.throttle(ctx, r, began)
+	if err := e.drain(ctx, r); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	r.cursor, r.readEnd = r.readLast, r.rangeDone
+	r.epoch++
+	e.mu.Unlock()
+	return nil
+}
+
+// drain waits for the range chunks in flight.
+func (e *Engine) drain(ctx context.Context, r *run) error {
+	for len(r.ahead) > 0 {
+		if _, err := e.wait(ctx, r.ahead[0]); err != nil {
+			return err
+		}
+		r.ahead = r.ahead[1:]
+	}
 	return nil
 }
 
@@ -193,10 +252,11 @@ func (e *Engine) reset(ctx context.Context, db Database, r *run) error {
 	return nil
 }
 
-// nextQuery picks the run's next chunk: the range first, then the keys
-// to read again (earlier when they are a chunk's worth: they are held in
-// memory, and a key read again early may be changed, and dropped, again).
-func (e *Engine) nextQuery(r *run) (*ChunkQuery, []string) {
+// pointQuery returns a chunk of the keys to read again when it is their
+// turn: after the range, or earlier once a chunk's worth waits (they are
+// held in memory; and read early, a hot key is changed, and dropped,
+// again).
+func (e *Engine) pointQuery(r *run) (*ChunkQuery, []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	waiting := 0
@@ -205,8 +265,8 @@ func (e *Engine) nextQuery(r *run) (*ChunkQuery, []string) {
 			waiting++
 		}
 	}
-	if !r.rangeDone && waiting < e.cfg.ChunkRows {
-		return &ChunkQuery{Where: r.rec.Where, After: r.readLast, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}, nil
+	if waiting == 0 || !r.rangeDone && waiting < e.cfg.ChunkRows {
+		return nil, nil
 	}
 	var keys []Key
 	var ids []string
@@ -220,65 +280,78 @@ func (e *Engine) nextQuery(r *run) (*ChunkQuery, []string) {
 			break
 		}
 	}
-	if len(keys) > 0 {
-		return &ChunkQuery{Keys: keys}, ids
-	}
-	if r.rangeDone {
-		return nil, nil
-	}
-	return &ChunkQuery{Where: r.rec.Where, After: r.readLast, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}, nil
+	return &ChunkQuery{Keys: keys}, ids
 }
 
-// chunk runs one chunk: low watermark, read, high watermark, and waits
-// until the stream has met the high watermark.
+// chunk runs one chunk and waits until the stream has met its high
+// watermark.
 func (e *Engine) chunk(ctx context.Context, db Database, r *run, q ChunkQuery, point []string) (outcome, error) {
+	c, err := e.start(ctx, db, r, q, point)
+	if err != nil {
+		return 0, err
+	}
+	return e.wait(ctx, c)
+}
+
+// start writes a chunk's low watermark, reads it and writes its high
+// watermark; the stream then decides (wait).
+func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, point []string) (*chunk, error) {
 	e.mu.Lock()
-	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, point: point, done: make(chan outcome, 1)}
+	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, point: point, done: make(chan outcome, 1), epoch: r.epoch}
 	e.chunks[c.id] = c
 	e.mu.Unlock()
-	release := func() {
-		e.mu.Lock()
-		delete(e.chunks, c.id)
-		for i, w := range r.windows {
-			if w == c {
-				r.windows = append(r.windows[:i], r.windows[i+1:]...)
-				break
-			}
-		}
-		for _, id := range point {
-			if k := r.reread[id]; k != nil {
-				k.inFlight, k.readded = false, false
-			}
-		}
-		e.mu.Unlock()
-	}
 	if err := db.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
-		release()
-		return 0, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
+		e.release(c)
+		return nil, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
 	}
 	res, err := db.ReadChunk(ctx, r.rec.Table, r.tbl, q)
 	if err != nil {
-		release()
-		return 0, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+		e.release(c)
+		return nil, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
 	}
 	e.mu.Lock()
 	c.res = res
 	e.mu.Unlock()
 	if err := db.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
-		release()
-		return 0, fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
+		e.release(c)
+		return nil, fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
 	}
+	return c, nil
+}
+
+// wait returns a chunk's outcome once the stream has met its high
+// watermark.
+func (e *Engine) wait(ctx context.Context, c *chunk) (outcome, error) {
 	select {
 	case o := <-c.done:
 		return o, nil
 	case <-ctx.Done():
-		release()
+		e.release(c)
 		return 0, ctx.Err()
 	}
 }
 
-// throttle sleeps so the run reads at most MaxRowsPerSecond.
-func (e *Engine) throttle(ctx context.Context, r *run, began time.Time) {
+// release forgets a chunk that will not complete.
+func (e *Engine) release(c *chunk) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := c.run
+	delete(e.chunks, c.id)
+	for i, w := range r.windows {
+		if w == c {
+			r.windows = append(r.windows[:i], r.windows[i+1:]...)
+			break
+		}
+	}
+	for _, id := range c.point {
+		if k := r.reread[id]; k != nil {
+			k.inFlight, k.readded = false, false
+		}
+	}
+}
+
+// throttle sleeps so a run reads at most MaxRowsPerSecond.
+func (e *Engine) throttle(ctx context.Context, began time.Time) {
 	if e.cfg.MaxRowsPerSecond <= 0 {
 		return
 	}
