@@ -104,19 +104,11 @@ func (d *pgDatabase) Describe(ctx context.Context, name string) (*snapshot.Table
 // REPEATABLE READ transaction whose in-progress xids the plan's
 // consistency check compares with the stream's commits.
 func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (*snapshot.Plan, error) {
-	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, xip, ct, err := d.readTx(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: plan transaction: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	xip, err := snapshotXip(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	ct, err := describeByName(ctx, tx, name)
-	if err != nil {
-		return nil, err
-	}
 	keys, desc := keyColumns(ct), make([]string, len(ct.key))
 	sel := make([]string, len(ct.key))
 	for i, k := range keys {
@@ -149,14 +141,33 @@ func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(xip)}, nil
 }
 
-// snapshotXip reads the in-progress xids of tx's snapshot (its first
-// statement takes it).
-func snapshotXip(ctx context.Context, tx pgx.Tx) (map[uint32]bool, error) {
-	var snap string
-	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		return nil, fmt.Errorf("postgres: read the snapshot: %w", err)
+// readTx begins the REPEATABLE READ transaction of a plan or a chunk and
+// reads its snapshot's in-progress xids (its first statement takes the
+// snapshot) and the table as the snapshot describes it. The caller rolls
+// it back (or commits).
+func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, map[uint32]bool, *catalogTable, error) {
+	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("postgres: snapshot transaction of %s: %w", name, err)
 	}
-	return parseSnapshotXip(snap)
+	var snap string
+	err = tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap)
+	if err != nil {
+		err = fmt.Errorf("postgres: read the snapshot: %w", err)
+	}
+	var xip map[uint32]bool
+	if err == nil {
+		xip, err = parseSnapshotXip(snap)
+	}
+	var ct *catalogTable
+	if err == nil {
+		ct, err = describeByName(ctx, tx, name)
+	}
+	if err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, nil, err
+	}
+	return tx, xip, ct, nil
 }
 
 // consistent checks a read whose snapshot had xip in progress: false when
@@ -196,19 +207,11 @@ func keyColumns(ct *catalogTable) []string {
 
 // ReadChunk implements snapshot.Database.
 func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
-	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, xip, ct, err := d.readTx(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: chunk transaction: %w", err)
+		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	xip, err := snapshotXip(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	ct, err := describeByName(ctx, tx, name)
-	if err != nil {
-		return nil, err
-	}
 	rel, err := catalogRelation(ctx, d.types, ct)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
