@@ -39,15 +39,27 @@ const maxKeptArena = 2 * source.BatchBytes
 // the values of at most this many bytes (the key's always).
 const shownValueBytes = 1 << 10
 
-// oversized returns c when its rows fit in a log record; otherwise a copy
-// carrying a fault that names the table, key and largest columns, without
-// the values over shownValueBytes.
-func oversized(c *source.Change) *source.Change {
+// recordLimit is a log whose records are smaller than the embedded log's
+// (Kafka: the producer's and the brokers' message size limits).
+type recordLimit interface{ MaxRecordBytes() int }
+
+// maxRow is the most row data one change may carry into e's log.
+func (e *emitter) maxRow() int {
+	if l, ok := e.lg.(recordLimit); ok {
+		return min(maxRowBytes, l.MaxRecordBytes()-64<<10)
+	}
+	return maxRowBytes
+}
+
+// oversized returns c when its rows fit in a record of e's log; otherwise
+// a copy carrying a fault that names the table, key and largest columns,
+// without the values over shownValueBytes.
+func (e *emitter) oversized(c *source.Change) *source.Change {
 	if c.Fault != nil {
 		return c
 	}
-	size := c.Bytes()
-	if size <= maxRowBytes {
+	size, limit := c.Bytes(), e.maxRow()
+	if size <= limit {
 		return c
 	}
 	out := *c
@@ -74,14 +86,14 @@ func oversized(c *source.Change) *source.Change {
 		return row
 	}
 	out.Before, out.After = trim(c.Before), trim(c.After)
-	out.Fault = tooLarge(c, size, cols)
+	out.Fault = tooLarge(c, size, limit, cols)
 	return &out
 }
 
-// tooLarge is the fault of change c whose rows take size bytes; cols are
-// the columns of its values left out of the fault record, with their
-// sizes.
-func tooLarge(c *source.Change, size int, cols map[int]int) *source.Fault {
+// tooLarge is the fault of change c whose rows take size bytes, more than
+// limit; cols are the columns of its values left out of the fault record,
+// with their sizes.
+func tooLarge(c *source.Change, size, limit int, cols map[int]int) *source.Fault {
 	order := make([]int, 0, len(cols))
 	for i := range cols {
 		order = append(order, i)
@@ -93,8 +105,8 @@ func tooLarge(c *source.Change, size int, cols map[int]int) *source.Fault {
 	}
 	f := &source.Fault{
 		Reason: fmt.Sprintf("table %s: the change at position %s (key %s) is about %d bytes, more than a change can be in cdcd's log (%d bytes): %s",
-			c.Table.QualifiedName(), hex.EncodeToString(c.Pos), keyText(c), size, maxRowBytes, strings.Join(parts, ", ")),
-		Fix: source.ValueFix(c.Table.QualifiedName(), fmt.Sprintf("make its values smaller, %d MiB a row at most, or exclude or hash the large column with masking", maxRowBytes>>20)),
+			c.Table.QualifiedName(), hex.EncodeToString(c.Pos), keyText(c), size, limit, strings.Join(parts, ", ")),
+		Fix: source.ValueFix(c.Table.QualifiedName(), fmt.Sprintf("make its values smaller, %d bytes a row at most, or exclude or hash the large column with masking", limit)),
 	}
 	if len(order) > 0 {
 		f.Column = c.Table.Columns[order[0]].Name

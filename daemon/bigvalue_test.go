@@ -35,7 +35,7 @@ func TestOversizedChangePausesOneTable(t *testing.T) {
 		return source.Change{Table: tb, Op: op, Before: before, After: after, Pos: source.PGPosition(700, idx), LSN: 700, CommitTime: now}
 	}
 	fits := ch(big, 0, nil, []any{int64(1), strings.Repeat("a", maxRowBytes-200), nil, "n"})
-	if oversized(&fits) != &fits {
+	if e.oversized(&fits) != &fits {
 		t.Fatal("a change that fits a record was changed")
 	}
 	doc := strings.Repeat("d", 40<<20)
@@ -88,5 +88,28 @@ func TestOversizedChangePausesOneTable(t *testing.T) {
 	}
 	if held = records(t, lg, heldTopic("p.public.big")); len(held) != 3 || held[2].Header(HeaderFault) == nil || len(held[2].Value) > 64<<10 {
 		t.Fatalf("a held change too large: %d held records", len(held))
+	}
+}
+
+// smallRecords is a log whose records are at most 2 MiB, as a Kafka
+// cluster's may be.
+type smallRecords struct{ log.Log }
+
+func (smallRecords) MaxRecordBytes() int { return 2 << 20 }
+
+// TestOversizedForTheLogsLimit: a log with smaller records than the
+// embedded log's sets the limit.
+func TestOversizedForTheLogsLimit(t *testing.T) {
+	e, lg := newTestEmitter(t, "big", 1)
+	e.lg = smallRecords{lg}
+	tb := &schema.Table{Namespace: "public", Name: "big", Columns: []schema.Column{
+		{Name: "id", Kind: schema.Int64}, {Name: "doc", Kind: schema.String, Nullable: true}}, Key: []int{0}}
+	c := source.Change{Table: tb, Op: source.OpCreate, After: []any{int64(1), strings.Repeat("d", 3<<20)}, Pos: source.PGPosition(1, 0)}
+	if err := e.Emit(t.Context(), []source.Change{c}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.Paused()
+	if len(p) != 1 || p[0].Column != "doc" || !strings.Contains(p[0].Reason, "(2031616 bytes)") {
+		t.Fatalf("paused: %+v", p)
 	}
 }

@@ -277,7 +277,7 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 // bigvalue.go) pauses the table and becomes a fault record of the holding
 // topic; paused reports that.
 func (e *emitter) encode(ctx context.Context, eb *batchRecords, tc *tableCodec, c *source.Change, held bool) (_ []log.Record, paused bool, err error) {
-	c = oversized(c)
+	c = e.oversized(c)
 	var f *source.Fault
 	if !held {
 		f = c.Fault
