@@ -37,6 +37,8 @@ type Config struct {
 	Alerts   Alerts   `yaml:"alerts"`
 	// Masking is optional: absent, no column is masked.
 	Masking *Masking `yaml:"masking"`
+	// Outbox is optional: absent, no outbox is relayed (see outbox.go).
+	Outbox *Outbox `yaml:"outbox"`
 
 	// origin records where each key came from; nil for a Config built in Go.
 	origin *origin

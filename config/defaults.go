@@ -69,6 +69,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	}
 	orDefault(&c.Admin.Listen, defaultListen, explicit("admin.listen"))
 	c.applyOperatorDefaults(explicit)
+	c.outboxDefaults(explicit)
 }
 
 func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool) {

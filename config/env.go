@@ -9,6 +9,9 @@ import (
 // expandEnv expands ${NAME} in a string value, recording every unset or
 // malformed reference at the value's key.
 func (d *decoder) expandEnv(path string, at position, s string) (string, bool) {
+	if path == "outbox.topic" {
+		s = topicTemplateLiteral(s) // the template's own variables, not the environment's
+	}
 	out, problems := expandEnv(s, d.lookup)
 	for _, p := range problems {
 		d.errorf(at, path, ErrEnv, "%s", p)

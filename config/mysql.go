@@ -68,7 +68,7 @@ func (v *validator) mysqlSource(m *MySQL) {
 	if s := m.Snapshot; s != "initial" && s != "never" {
 		v.fail(p+"snapshot", ErrInvalid, "must be initial or never, got %s", shortQuote(s))
 	}
-	if len(m.Tables) == 0 {
+	if len(m.Tables) == 0 && v.c.Outbox == nil { // an outbox relay may run alone
 		v.fail(p+"tables", ErrInvalid, "at least one table is required, e.g. tables: [shop.orders]")
 	}
 	seen := map[string]int{}

@@ -38,6 +38,7 @@ func (c *Config) validate() Errors {
 	v.sink()
 	v.admin()
 	v.operator()
+	v.outbox()
 	v.notYet()
 	v.errs.sort()
 	return v.errs
@@ -141,7 +142,7 @@ func (v *validator) pgName(path, name string, re *regexp.Regexp, what, allowed s
 // tables checks names, duplicates and collisions of Iceberg targets.
 func (v *validator) tables(tables []string) {
 	const path = "source.postgres.tables"
-	if len(tables) == 0 {
+	if len(tables) == 0 && v.c.Outbox == nil { // an outbox relay may run alone
 		v.fail(path, ErrInvalid, "at least one table is required, e.g. tables: [public.orders]")
 		return
 	}

@@ -147,6 +147,7 @@ type ruleInputs struct {
 	commitInt time.Duration
 	log       logInputs
 	binlog    *BinlogStatus // the MySQL reader's; nil for PostgreSQL
+	outbox    *outboxInputs // the outbox relay's; nil without one
 }
 
 type tableInputs struct {
@@ -254,6 +255,7 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 			"read the daemon's log for the table's commit errors (catalog or storage unreachable, permissions, conflicts)", t.stalledFor.Seconds())
 	}
 	out = append(out, evaluateBinlog(in.binlog)...)
+	out = append(out, evaluateOutbox(in.outbox)...)
 	return append(out, evaluateLog(in.log)...)
 }
 

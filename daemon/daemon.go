@@ -53,6 +53,7 @@ type Daemon struct {
 
 	// Operator parts (lifecycle.go, monitor.go, metrics.go, alerts.go).
 	intake  *intake                     // the source's Emitter: counts, drain context
+	outbox  *outboxRelay                // in front of intake; nil without an outbox block (outbox.go)
 	idents  map[string]table.Identifier // topic -> Iceberg table
 	monitor *monitor                    // slot poller, table lags, alerts
 	sampler *sampler                    // commit histograms
@@ -129,15 +130,20 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		return nil, err
 	}
 	d.intake = newIntake(d.emitter, rawNames(cfg.Source.TableNames()))
+	if d.outbox, err = d.newOutboxRelay(ctx, d.intake); err != nil {
+		return nil, err
+	}
 	if my != nil {
-		d.reader = newMySQLSource(my, d.state, logger)
+		captured := *my
+		captured.Tables = readerTables(cfg, my.Tables) // and the outbox table
+		d.reader = newMySQLSource(&captured, d.state, logger)
 	} else {
 		heartbeat := pg.HeartbeatInterval
 		if heartbeat == 0 {
 			heartbeat = -1 // off
 		}
 		d.reader = postgres.New(postgres.Config{
-			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: pg.Tables,
+			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: readerTables(cfg, pg.Tables), Messages: readerMessages(cfg),
 			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
 			SpillDir: filepath.Join(cfg.DataDir, "spill"), Incremental: incrementalConfig(pg),
 		}, d.state, logger)

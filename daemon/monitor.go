@@ -159,6 +159,7 @@ func (m *monitor) check(ctx context.Context) {
 		in.tables = append(in.tables, ti)
 	}
 	in.log = m.logInputs(stats)
+	in.outbox = m.d.outboxInputs(cctx)
 	m.alerts.update(now, evaluate(cfg.Alerts, in))
 }
 

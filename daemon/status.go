@@ -31,6 +31,8 @@ type Status struct {
 	// Snapshots are the incremental snapshots queued, running and finished
 	// since start (daemon/snapshot.go).
 	Snapshots []snapshot.Progress `json:"snapshots,omitempty"`
+	// Outbox is the outbox relay (daemon/outbox.go); nil without one.
+	Outbox *OutboxStatus `json:"outbox,omitempty"`
 }
 
 // SourceStatus describes the reader.
@@ -144,6 +146,7 @@ func (d *Daemon) Status() Status {
 		st.Source.Waiting = *w
 	}
 	st.Source.Binlog = d.binlogStatus()
+	st.Outbox = d.outboxStatus()
 	if !st.Source.Streaming && load.RowsPerSecond > 0 {
 		st.Source.LoadRowsPerSecond = math.Round(load.RowsPerSecond)
 		st.Source.LoadETASeconds = load.ETA.Round(time.Second).Seconds()

@@ -150,6 +150,7 @@ func renderStatus(w io.Writer, st daemon.Status, now time.Time) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	renderOutbox(w, st.Outbox)
 	trouble := renderTrouble(w, st, now)
 
 	if len(st.Alerts) == 0 {
