@@ -102,20 +102,20 @@ func (c *Compactor) Poll(ctx context.Context, catchingUp bool) {
 	c.lastPlan = time.Now()
 	force := c.force
 	c.force = false
-	rw, err := c.t.Rewriter(ctx)
-	if err != nil {
-		c.logger.Warn("compaction: plan failed", "err", err)
-		return
-	}
-	if rw == nil {
-		return
-	}
 	run, err := c.plan(ctx, force)
 	if err != nil {
 		c.logger.Warn("compaction: plan failed", "err", err)
 		return
 	}
 	if run == nil {
+		return
+	}
+	rw, err := c.t.Rewriter(ctx)
+	if err != nil {
+		c.logger.Warn("compaction: plan failed", "err", err)
+		return
+	}
+	if rw == nil {
 		return
 	}
 	c.run = run
