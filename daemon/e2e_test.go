@@ -24,6 +24,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/failpoint/fptest"
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
@@ -220,7 +221,11 @@ type child struct {
 
 func startChild(t *testing.T, cfgPath, admin string, logFile *os.File, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin := os.Args[0]
+	if fptest.Arms(env) {
+		bin = fptest.TestBinary(t)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+cfgPath), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,15 +26,17 @@ import (
 )
 
 // Build compiles ./cmd/cdcd of the module this file belongs to into dir
-// and returns the binary's path. It takes a minute on a cold cache.
-func Build(dir string) (string, error) {
+// with the given build tags and returns the binary's path. It takes a
+// minute on a cold cache. A test that arms failpoints passes
+// failpoint.BuildTag: without it the binary has none.
+func Build(dir string, tags ...string) (string, error) {
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("cdcdtest: cannot locate the module")
 	}
 	root := filepath.Join(filepath.Dir(self), "..", "..")
 	bin := filepath.Join(dir, "cdcd")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/cdcd")
+	cmd := exec.Command("go", "build", "-tags", strings.Join(tags, ","), "-o", bin, "./cmd/cdcd")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cdcdtest: go build ./cmd/cdcd: %v\n%s", err, out)

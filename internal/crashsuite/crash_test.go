@@ -94,7 +94,7 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(binDir) })
-	bin, err := cdcdtest.Build(binDir)
+	bin, err := cdcdtest.Build(binDir, failpoint.BuildTag)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,26 +145,6 @@ func same(pid int, start uint64) bool {
 	return start == 0 || startTime(pid) == start
 }
 
-// startTime returns a process's start time in clock ticks since boot (field
-// 22 of /proc/PID/stat), or 0 when it cannot be read.
-func startTime(pid int) uint64 {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	// rest[0] is field 3 (state); field 22 is rest[19].
-	if len(rest) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(rest[19], 10, 64)
-	return v
-}
-
 // Alive reports whether a process with this PID exists and is not a zombie
 // (a dead process its parent has not reaped yet; an orphaned server's
 // zombie may linger when PID 1 reaps slowly).
@@ -175,14 +155,7 @@ func Alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return !os.IsNotExist(err)
-	}
-	// "pid (comm) state ...": comm may hold spaces and parentheses.
-	s := string(b)
-	rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(rest) == 0 || rest[0] != "Z"
+	return !deadOrZombie(pid)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago: it

@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// Proc is a child process that leads its own process group and is sent a
-// signal by the kernel when this process dies, so a server can't outlive a
-// test binary that crashed or was killed.
+// Proc is a child process that leads its own process group and, on Linux,
+// is sent a signal by the kernel when this process dies, so a server can't
+// outlive a test binary that crashed or was killed (elsewhere an orphaned
+// server runs on; Sweep removes its directory once it is gone).
 type Proc struct {
 	cmd  *exec.Cmd
 	pid  int
@@ -25,14 +26,10 @@ const killWait = 10 * time.Second
 
 // Start starts cmd as acct, as the leader of a new process group (so a
 // terminal's ^C goes to us, not to it, and Stop can reach its children), with
-// deathSig delivered to it if this process dies first. It overwrites
-// cmd.SysProcAttr.
+// deathSig delivered to it if this process dies first (Linux only). It
+// overwrites cmd.SysProcAttr.
 func Start(cmd *exec.Cmd, acct Account, deathSig syscall.Signal) (*Proc, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  deathSig,
-		Credential: acct.Cred,
-	}
+	cmd.SysProcAttr = sysProcAttr(acct, deathSig)
 	p := &Proc{cmd: cmd, done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {

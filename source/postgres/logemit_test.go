@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint/fptest"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
@@ -315,7 +316,11 @@ func startChild(t *testing.T, cc childConfig, logFile *os.File, env ...string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin := os.Args[0]
+	if fptest.Arms(env) {
+		bin = fptest.TestBinary(t)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), childEnv+"="+string(raw)), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The child dies with the test binary (a timeout, a crash): the kernel

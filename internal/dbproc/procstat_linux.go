@@ -1,0 +1,43 @@
+package dbproc
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// startTime returns a process's start time in clock ticks since boot (field
+// 22 of /proc/PID/stat), or 0 when it cannot be read.
+func startTime(pid int) uint64 {
+	if pid <= 0 {
+		return 0
+	}
+	rest, err := statFields(pid)
+	// rest[0] is field 3 (state); field 22 is rest[19].
+	if err != nil || len(rest) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(rest[19], 10, 64)
+	return v
+}
+
+// deadOrZombie reports whether /proc shows pid gone, or a zombie.
+func deadOrZombie(pid int) bool {
+	rest, err := statFields(pid)
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	return len(rest) > 0 && rest[0] == "Z"
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name,
+// which may hold spaces and parentheses: "pid (comm) state ...".
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
+}

@@ -1,0 +1,9 @@
+//go:build !cdcd_failpoints
+
+package failpoint
+
+// Enabled reports whether failpoints are compiled into this binary.
+const Enabled = false
+
+// Hit does nothing: this binary was built without cdcd_failpoints.
+func Hit(string) {}

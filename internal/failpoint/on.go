@@ -1,0 +1,58 @@
+//go:build cdcd_failpoints
+
+package failpoint
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Enabled reports whether failpoints are compiled into this binary.
+const Enabled = true
+
+var (
+	once  sync.Once
+	armed map[string]int // name -> hit number that kills
+
+	mu   sync.Mutex
+	hits map[string]int
+)
+
+func load() {
+	armed, hits = map[string]int{}, map[string]int{}
+	for _, p := range strings.Split(os.Getenv(Env), ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		name, nth, _ := strings.Cut(p, "@")
+		n, err := strconv.Atoi(nth)
+		if err != nil || n < 1 {
+			n = 1
+		}
+		armed[name] = n
+	}
+}
+
+// Hit marks that execution reached the point name; if it is armed for
+// this hit, the process dies here.
+func Hit(name string) {
+	once.Do(load)
+	n, ok := armed[name]
+	if !ok {
+		return
+	}
+	mu.Lock()
+	hits[name]++
+	h := hits[name]
+	mu.Unlock()
+	if h == n {
+		os.Stderr.WriteString("failpoint: killing the process at " + name + "\n")
+		if self, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = self.Kill() // SIGKILL on Unix
+		}
+		select {} // SIGKILL is not deliverable late; never continue
+	}
+}
