@@ -53,10 +53,12 @@ func parentPath(path string) string {
 
 var simpleKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// joinPath appends key to a key path, quoting keys that are not simple.
+// joinPath appends key to a key path, quoting keys that are not simple and
+// cutting long ones (no key of the config is long; a long one is echoed
+// only to say where it is).
 func joinPath(parent, key string) string {
-	if !simpleKey.MatchString(key) {
-		return fmt.Sprintf("%s[%q]", parent, key)
+	if len(key) > maxKeyEcho || !simpleKey.MatchString(key) {
+		return fmt.Sprintf("%s[%s]", parent, shortQuote(key))
 	}
 	if parent == "" {
 		return key
@@ -411,18 +413,27 @@ func describe(n ast.Node) string {
 	return "a YAML " + n.Type().String()
 }
 
-// shortQuote quotes s for a message, cut to a readable length.
+// shortQuote quotes s for a message, cut to a readable length (with its
+// length in bytes when cut).
 func shortQuote(s string) string {
 	const max = 40
-	if r := []rune(s); len(r) > max {
-		return fmt.Sprintf("%q…", string(r[:max]))
+	runes := 0
+	for i := range s {
+		if runes == max {
+			return fmt.Sprintf("%q… (%d bytes)", s[:i], len(s))
+		}
+		runes++
 	}
 	return fmt.Sprintf("%q", s)
 }
 
-// quoteKey shows a key as typed when simple, quoted otherwise.
+// maxKeyEcho is the longest key a message echoes whole.
+const maxKeyEcho = 64
+
+// quoteKey shows a key as typed when simple and short, quoted (and cut
+// when long) otherwise.
 func quoteKey(key string) string {
-	if simpleKey.MatchString(key) {
+	if len(key) <= maxKeyEcho && simpleKey.MatchString(key) {
 		return key
 	}
 	return shortQuote(key)

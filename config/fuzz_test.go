@@ -30,6 +30,10 @@ func FuzzParse(f *testing.F) {
 		"log:\n\tpartitions: 1", "? [a]\n: b", "--- a\n--- b", "pipeline: ${", "pipeline: $${X}${PGPASSWORD}",
 		"log: {partitions: 0x10, retention: 10}", "sink: {iceberg: {commit_interval: 7d, format_version: 2.0}}",
 		"pipeline: shop\nsource: {postgres: {dsn: 'host=h password=x', tables: [a, b.c, public.b_c]}}\nsink: {iceberg: {mode: append}}",
+		// The file's bytes: a byte order mark, UTF-16, invalid UTF-8, a long key.
+		"\uFEFF" + full, "\uFEFF", "\uFEFF\uFEFFpipeline: shop", "\xff\xfep\x00", "pipeline: sh\xc3op",
+		"a: \xed\xa0\x80", "# \xff\nlog: {partitions: 1}", strings.Repeat("k", 1<<20) + ": 1",
+		"log:\n  " + strings.Repeat("partitionz", 1<<14) + ": 8",
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -66,6 +68,11 @@ func Parse(data []byte, filename string, opts ...Option) (*Config, error) {
 // document parses data and returns the top-level mapping, or nil after
 // recording why there is none.
 func (d *decoder) document(data []byte) ast.Node {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	if at, msg, bad := encodingProblem(data); bad {
+		d.errorf(at, "", ErrSyntax, "%s", msg)
+		return nil
+	}
 	if at, deep := tooDeep(data); deep {
 		d.errorf(at, "", ErrSyntax, "[ and { nest deeper than %d levels; a cdcd config needs a handful", maxFlowDepth)
 		return nil
@@ -114,6 +121,34 @@ func parseYAML(data []byte) (f *ast.File, err error) {
 		}
 	}()
 	return parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+}
+
+// utf8BOM is the byte order mark some editors (Notepad) write at the start
+// of a UTF-8 file; Parse ignores it.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// encodingProblem finds where data stops being UTF-8 (a config file is
+// UTF-8 text) and says what to do.
+func encodingProblem(data []byte) (position, string, bool) {
+	if bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF}) {
+		return position{1, 1}, "the file is UTF-16 (it starts with a UTF-16 byte order mark): save it as UTF-8", true
+	}
+	if utf8.Valid(data) {
+		return position{}, "", false
+	}
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return position{line, col}, fmt.Sprintf("invalid UTF-8 (byte 0x%02X): a config file must be UTF-8 text; re-save it as UTF-8 or remove the byte", data[i]), true
+		}
+		if r == '\n' {
+			line, col = line+1, 0
+		}
+		col++
+		i += size
+	}
+	return position{}, "", false // unreachable: data is not valid UTF-8
 }
 
 // maxFlowDepth bounds the nesting of [ and { before goccy's parser sees the

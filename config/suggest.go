@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // fieldIndex maps the yaml keys of struct type t to field indexes.
@@ -68,9 +69,11 @@ func (d *decoder) unknownKey(parent, kpath, key string, at position, t reflect.T
 // be a typo.
 func nearest(key string, candidates []string) string {
 	best, bestDist := "", -1
+	key = strings.ToLower(key)
+	n := utf8.RuneCountInString(key)
 	for _, c := range candidates {
-		dist := editDistance(strings.ToLower(key), strings.ToLower(c))
-		if dist <= typoBudget(c) && (bestDist < 0 || dist < bestDist) {
+		dist, ok := typoDistance(key, n, strings.ToLower(c))
+		if ok && (bestDist < 0 || dist < bestDist) {
 			best, bestDist = c, dist
 		}
 	}
@@ -82,17 +85,31 @@ func nearest(key string, candidates []string) string {
 // sink.iceberg), excluding keys directly under parent.
 func nearestPath(key, parent string) string {
 	best, bestDist := "", -1
+	key = strings.ToLower(key)
+	n := utf8.RuneCountInString(key)
 	for _, p := range schemaPaths() {
 		if parentPath(p) == parent {
 			continue
 		}
-		name := p[strings.LastIndexByte(p, '.')+1:]
-		dist := editDistance(strings.ToLower(key), name)
-		if dist <= typoBudget(name) && (bestDist < 0 || dist < bestDist) {
+		dist, ok := typoDistance(key, n, p[strings.LastIndexByte(p, '.')+1:])
+		if ok && (bestDist < 0 || dist < bestDist) {
 			best, bestDist = p, dist
 		}
 	}
 	return best
+}
+
+// typoDistance returns the edit distance of key (keyRunes long) from the
+// known key word and whether it is small enough to be a typo. Lengths that
+// differ by more than the budget are no typo, which keeps a huge key from
+// costing len(key) × len(word) for every known key.
+func typoDistance(key string, keyRunes int, word string) (int, bool) {
+	budget := typoBudget(word)
+	if d := keyRunes - utf8.RuneCountInString(word); d > budget || -d > budget {
+		return 0, false
+	}
+	dist := editDistance(key, word)
+	return dist, dist <= budget
 }
 
 // typoBudget is how many edits still count as a typo of word.
