@@ -52,8 +52,9 @@ type Source struct {
 
 // Postgres configures the PostgreSQL reader.
 type Postgres struct {
-	// DSN is a libpq URL or key=value string; ${ENV} is expanded. Required.
-	// Its password is redacted by Config.String.
+	// DSN is a libpq URL or key=value string; ${ENV} is expanded, and
+	// escaped into the user info, query or value it stands in (dsn.go).
+	// Required. Its password is redacted by Config.String.
 	DSN string `yaml:"dsn" secret:"true"`
 	// Slot is the logical replication slot; default cdcd_<pipeline>.
 	Slot string `yaml:"slot"`

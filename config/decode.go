@@ -74,6 +74,7 @@ type decoder struct {
 	anchors  map[string][]anchorDef
 	pos      map[string]position // key path -> position of the key
 	explicit map[string]bool     // key paths set to a non-null value
+	dsnKeys  map[string]bool     // key paths of URLs and DSNs (secret:"true")
 	errs     Errors
 }
 
@@ -89,6 +90,7 @@ func newDecoder(file string, lookup func(string) (string, bool)) *decoder {
 		anchors:  make(map[string][]anchorDef),
 		pos:      make(map[string]position),
 		explicit: make(map[string]bool),
+		dsnKeys:  make(map[string]bool),
 	}
 }
 
@@ -195,6 +197,9 @@ func (d *decoder) mapping(path string, at position, n ast.Node, v reflect.Value)
 		if !known {
 			d.unknownKey(path, kpath, key, kat, v.Type())
 			continue
+		}
+		if v.Type().Field(i).Tag.Get("secret") == "true" {
+			d.dsnKeys[kpath] = true
 		}
 		d.decode(kpath, kat, e.Value, v.Field(i))
 	}

@@ -84,6 +84,8 @@ func (v *validator) webhook(w *Webhook) {
 	const p = "alerts.webhook."
 	if s := scheme(w.URL); s != "http" && s != "https" {
 		v.fail(p+"url", ErrInvalid, "must be an http:// or https:// URL (e.g. http://alertmanager:9093/api/v2/alerts), got %s", describeScheme(w.URL, s))
+	} else if msg := netURLProblem(w.URL); msg != "" {
+		v.fail(p+"url", ErrInvalid, "%s (e.g. http://alertmanager:9093/api/v2/alerts; a password from ${NAME} is escaped for you)", msg)
 	}
 	if w.Timeout <= 0 {
 		v.fail(p+"timeout", ErrInvalid, "must be positive, got %s", w.Timeout)

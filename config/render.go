@@ -148,7 +148,7 @@ func isNullWord(s string) bool {
 
 // The password forms redact hides.
 var (
-	kvPassword    = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.?)*'?|\S*)`)
+	kvPassword    = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.?)*'?|(?:\\.|[^\s\\])*\\?)`)
 	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&#]*`)
 )
 

@@ -2,13 +2,14 @@ package config
 
 import (
 	"fmt"
-	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/pgident"
 )
 
 // Validate reports every contradiction or invalid value in c as Errors,
@@ -87,6 +88,11 @@ func (v *validator) source() {
 			v.fail("source", ErrInvalid, "exactly one source: remove source.postgres or source.mysql")
 		}
 		v.mysqlSource(my)
+		if s := scheme(my.DSN); s == "mysql" || s == "mariadb" {
+			if msg := netURLProblem(my.DSN); msg != "" {
+				v.fail("source.mysql.dsn", ErrInvalid, "the URL does not parse: %s (or set the password in an environment variable and write ${NAME}: cdcd escapes it)", msg)
+			}
+		}
 		return
 	}
 	if pg == nil {
@@ -125,6 +131,19 @@ func (v *validator) dsn(dsn string) {
 		v.fail(path, ErrInvalid, "a URL DSN must start with postgres:// or postgresql://")
 	case s == "" && !strings.Contains(dsn, "="):
 		v.fail(path, ErrInvalid, "not a DSN: write a libpq URL (postgres://...) or key=value pairs (host=... dbname=...)")
+	case s == "":
+		if msg := kvProblem(dsn); msg != "" {
+			v.fail(path, ErrInvalid, "the key=value DSN does not parse: %s; a password from ${ENV} is escaped for you", msg)
+		}
+	default:
+		v.pgURL(path, dsn)
+	}
+}
+
+// pgURL checks a postgres:// URL as libpq reads it, never echoing it.
+func (v *validator) pgURL(path, u string) {
+	if msg := pgURLProblem(u); msg != "" {
+		v.fail(path, ErrInvalid, "the URL does not parse: %s (or set the password in an environment variable and write ${NAME}: cdcd escapes it)", msg)
 	}
 }
 
@@ -229,7 +248,11 @@ func (v *validator) catalog(cat Catalog) {
 	s := scheme(cat.URI)
 	switch cat.Type {
 	case "sql":
-		if s != "sqlite" && s != "postgres" && s != "postgresql" {
+		switch s {
+		case "postgres", "postgresql":
+			v.pgURL(p+"uri", cat.URI)
+		case "sqlite":
+		default:
 			v.fail(p+"uri", ErrInvalid, "a sql catalog needs a sqlite:// or postgres:// URI, got %s", describeScheme(cat.URI, s))
 		}
 	case "rest":

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -65,11 +66,15 @@ func (d *Daemon) adminHandler() http.Handler {
 	d.maintenanceRoutes(mux)
 	d.tableRoutes(mux)
 	d.snapshotRoutes(mux)
+	secrets := newScrubber(d.cfg.Secrets())
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		b, err := json.MarshalIndent(d.Status(), "", "  ")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(d.Status())
+		_, _ = io.WriteString(w, secrets.scrub(string(b))+"\n")
 	})
 	// Everything else is the Confluent-compatible schema registry API.
 	mux.Handle("/", d.regAPI)

@@ -63,6 +63,7 @@ type Daemon struct {
 // New opens the daemon's local state (the log, the registry, the catalog)
 // and builds its components. Close releases them.
 func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemon, err error) {
+	logger = RedactSecrets(logger, cfg)
 	d := &Daemon{cfg: cfg, logger: logger, started: time.Now(), resumeEvery: 2 * time.Second, idents: map[string]table.Identifier{}}
 	d.life.Store(StateStarting)
 	defer func() {
