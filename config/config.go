@@ -160,18 +160,3 @@ type S3 struct {
 	AccessKeyID     string `yaml:"access_key_id" secret:"all"`
 	SecretAccessKey string `yaml:"secret_access_key" secret:"all"`
 }
-
-// Admin configures the admin HTTP listener.
-type Admin struct {
-	// Listen is host:port for /metrics, /healthz, /status and the registry
-	// API; default 127.0.0.1:8089; "off" (quoted in YAML) disables it, and
-	// so does an explicit "", which loads as "off".
-	Listen string `yaml:"listen"`
-}
-
-// ListenOff is the Admin.Listen value that disables the admin listener.
-const ListenOff = "off"
-
-// Enabled reports whether the admin listener should run: not for "off",
-// nor for "" (a Config built in Go before ApplyDefaults).
-func (a Admin) Enabled() bool { return a.Listen != "" && a.Listen != ListenOff }

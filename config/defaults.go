@@ -68,6 +68,9 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		c.Admin.Listen = ListenOff
 	}
 	orDefault(&c.Admin.Listen, defaultListen, explicit("admin.listen"))
+	if auth := c.Admin.Auth; auth != nil {
+		orDefault(&auth.ProtectReads, !c.Admin.Loopback(), explicit("admin.auth.protect_reads"))
+	}
 	c.applyOperatorDefaults(explicit)
 	c.outboxDefaults(explicit)
 }

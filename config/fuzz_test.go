@@ -34,6 +34,8 @@ func FuzzParse(f *testing.F) {
 		"\uFEFF" + full, "\uFEFF", "\uFEFF\uFEFFpipeline: shop", "\xff\xfep\x00", "pipeline: sh\xc3op",
 		"a: \xed\xa0\x80", "# \xff\nlog: {partitions: 1}", strings.Repeat("k", 1<<20) + ": 1",
 		"log:\n  " + strings.Repeat("partitionz", 1<<14) + ": 8",
+		full + "  auth: {token: 0123456789abcdef0123, protect_reads: true}\n  hosts: [cdcd.internal]\n",
+		full + "  tls: {cert: /x.pem, key: /x.key}\n  auth: {token_file: /nonexistent}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -45,7 +47,8 @@ func FuzzParse(f *testing.F) {
 		}
 		if redact(c.Source.Postgres.DSN) != c.Source.Postgres.DSN ||
 			redact(c.Sink.Iceberg.Catalog.URI) != c.Sink.Iceberg.Catalog.URI ||
-			redact(c.Sink.Iceberg.Warehouse) != c.Sink.Iceberg.Warehouse {
+			redact(c.Sink.Iceberg.Warehouse) != c.Sink.Iceberg.Warehouse ||
+			c.Admin.Auth != nil && c.Admin.Auth.Token != "" {
 			return // redacted output cannot round-trip
 		}
 		back, err := Parse([]byte(c.String()), "rendered.yaml", testEnv)

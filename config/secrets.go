@@ -8,7 +8,8 @@ import (
 
 // Secrets returns the secret values of the config, for scrubbing them from
 // logs and status output: the values of keys tagged secret:"all" (tokens,
-// keys, the masking salt) and the passwords inside the URLs and DSNs
+// keys, the masking salt), the admin token (also from its file) and the
+// passwords inside the URLs and DSNs
 // tagged secret:"true", as the driver will read them (percent-decoded,
 // unquoted). Each appears once; empty values are left out.
 func (c *Config) Secrets() []string {
@@ -19,6 +20,9 @@ func (c *Config) Secrets() []string {
 			seen[s] = true
 			out = append(out, s)
 		}
+	}
+	if tok, err := c.Admin.AdminToken(); err == nil {
+		add(tok) // also from a token file
 	}
 	walkSecrets(reflect.ValueOf(*c), func(tag, val string) {
 		if tag == "all" {

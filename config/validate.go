@@ -2,10 +2,8 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -338,20 +336,5 @@ func (v *validator) s3(ic *Iceberg) {
 		v.fail(p+".secret_access_key", ErrInvalid, "required with access_key_id: set both (e.g. secret_access_key: ${AWS_SECRET_ACCESS_KEY}) or neither (the AWS SDK's credential chain)")
 	case s3.AccessKeyID == "" && s3.SecretAccessKey != "":
 		v.fail(p+".access_key_id", ErrInvalid, "required with secret_access_key: set both (e.g. access_key_id: ${AWS_ACCESS_KEY_ID}) or neither (the AWS SDK's credential chain)")
-	}
-}
-
-func (v *validator) admin() {
-	a := v.c.Admin
-	if !a.Enabled() {
-		return
-	}
-	_, port, err := net.SplitHostPort(a.Listen)
-	if err != nil {
-		v.fail("admin.listen", ErrInvalid, "%s is not host:port (e.g. 127.0.0.1:8089); write \"off\" to disable the admin listener", shortQuote(a.Listen))
-		return
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		v.fail("admin.listen", ErrInvalid, "port %s is not a number from 0 to 65535", shortQuote(port))
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminServer serves, on admin.listen:
+// adminServer serves, on admin.listen, behind the guard (auth.go):
 //
 //	GET /metrics  Prometheus metrics (metrics.go)
 //	GET /healthz  200 while the process runs
@@ -33,12 +34,27 @@ type adminServer struct {
 const adminShutdown = 2 * time.Second
 
 func (d *Daemon) adminServer(addr string) (*adminServer, error) {
+	cfg := d.cfg.Admin
+	handler, err := newGuard(cfg, d.adminHandler(), d.logger.With("component", "admin"))
+	if err != nil {
+		return nil, fmt.Errorf("daemon: admin listener: %w", err)
+	}
+	tlsCfg, err := cfg.ServerTLS()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: admin listener: %w", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: admin listener on %s: %w (set admin.listen to a free host:port, or \"off\")", addr, err)
 	}
-	a := &adminServer{d: d, ln: ln, srv: &http.Server{Handler: d.adminHandler(), ReadHeaderTimeout: 5 * time.Second}}
-	d.logger.Info("admin listening", "addr", ln.Addr().String())
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	a := &adminServer{d: d, ln: ln, srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}}
+	d.logger.Info("admin listening", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "auth", cfg.Auth != nil)
+	for _, w := range d.cfg.Warnings() {
+		d.logger.Warn("INSECURE: "+w.Msg, "key", w.Path)
+	}
 	return a, nil
 }
 

@@ -323,7 +323,7 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 		return err == nil && st.CaughtUp(lsn)
 	}, c.done)
 	// The operator surface: compact on request, and the maintenance status.
-	resp, err := http.Post("http://"+admin+"/cdcd/compact/mirror.acct", "text/plain", nil)
+	resp, err := http.Post("http://"+admin+"/cdcd/compact/mirror.acct", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,6 +174,9 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	if *print {
 		fmt.Fprint(stdout, cfg.String())
 		return exitOK

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -31,15 +32,19 @@ func compactCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintln(stderr, "usage: cdcd compact [-c FILE | --admin HOST:PORT] TABLE   (namespace.table, table or topic)")
 		return exitUsage
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd compact:", err)
 		return exitUsage
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/cdcd/compact/"+fs.Arg(0), nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, err := ac.newRequest(ctx, http.MethodPost, "/cdcd/compact/"+url.PathEscape(fs.Arg(0)), nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "cdcd compact: the daemon at %s does not answer: %v\n", base, err)
+		fmt.Fprintln(stderr, "cdcd compact:", err)
+		return exitUsage
+	}
+	resp, err := ac.do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdcd compact: the daemon at %s does not answer: %v\n", ac.base, err)
 		return exitFailure
 	}
 	defer resp.Body.Close()
@@ -72,19 +77,27 @@ func maintenanceCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd maintenance:", err)
 		return exitUsage
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/cdcd/maintenance", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, err := ac.newRequest(ctx, http.MethodGet, "/cdcd/maintenance", nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "cdcd maintenance: the daemon at %s does not answer: %v\n", base, err)
+		fmt.Fprintln(stderr, "cdcd maintenance:", err)
+		return exitUsage
+	}
+	resp, err := ac.do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdcd maintenance: the daemon at %s does not answer: %v\n", ac.base, err)
 		return exitFailure
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "cdcd maintenance: %s answered %s: %s", ac.base, resp.Status, body)
+		return exitFailure
+	}
 	if *asJSON {
 		stdout.Write(body)
 		return exitOK

@@ -8,18 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 
-	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -127,55 +124,16 @@ func (c *schemaCLI) flags(name string, args []string, def func(fs *flag.FlagSet)
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := sr.NewClient(sr.URLs(base), sr.UserAgent("cdcd-schema"), sr.HTTPClient(&http.Client{Timeout: 30 * time.Second}))
+	cl, err := sr.NewClient(append(ac.registryOpts(), sr.UserAgent("cdcd-schema"))...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --admin %s: %v", errUsage, base, err)
+		return nil, fmt.Errorf("%w: --admin %s: %v", errUsage, ac.base, err)
 	}
 	c.cl = cl
 	return pos, nil
-}
-
-// adminURL resolves the registry's base URL from --admin, -c or the default.
-func adminURL(admin, cfgPath string) (string, error) {
-	switch {
-	case admin != "":
-	case cfgPath != "":
-		// Only admin.listen matters here: secrets the file references need
-		// not be set to find it.
-		cfg, err := config.Load(cfgPath, config.WithLookupEnv(func(name string) (string, bool) {
-			if v, ok := os.LookupEnv(name); ok {
-				return v, true
-			}
-			return "unset", true
-		}))
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if !cfg.Admin.Enabled() {
-			return "", fmt.Errorf("%w: %s turns the admin listener off (admin.listen: off), so the daemon serves no registry API; enable it or pass --admin", errUsage, cfgPath)
-		}
-		admin = cfg.Admin.Listen
-	default:
-		admin = "127.0.0.1:8089"
-	}
-	if strings.Contains(admin, "://") {
-		if _, err := url.Parse(admin); err != nil {
-			return "", fmt.Errorf("%w: --admin %q: %v", errUsage, admin, err)
-		}
-		return strings.TrimRight(admin, "/"), nil
-	}
-	host, port, err := net.SplitHostPort(admin)
-	if err != nil {
-		return "", fmt.Errorf("%w: --admin %q is not HOST:PORT or a URL", errUsage, admin)
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1" // a wildcard listener is reached on loopback
-	}
-	return "http://" + net.JoinHostPort(host, port), nil
 }
 
 // subjectLevel returns subject's level and whether it is its own.

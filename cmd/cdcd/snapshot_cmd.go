@@ -53,12 +53,12 @@ func snapshotCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, snapshotUsage)
 		return exitUsage
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd snapshot:", err)
 		return exitUsage
 	}
-	c := &adminClient{ctx: ctx, base: base, stderr: stderr}
+	c := &snapshotClient{ctx: ctx, ac: ac, stderr: stderr}
 	switch verb {
 	case "status":
 		return c.snapshotStatus(stdout, *asJSON)
@@ -94,15 +94,15 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// adminClient calls the daemon's admin API.
-type adminClient struct {
+// snapshotClient calls the daemon's snapshot endpoints.
+type snapshotClient struct {
 	ctx    context.Context
-	base   string
+	ac     *adminClient
 	stderr io.Writer
 }
 
 // post sends body as JSON and prints the answer.
-func (c *adminClient) post(stdout io.Writer, path string, body any, want int) int {
+func (c *snapshotClient) post(stdout io.Writer, path string, body any, want int) int {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -112,7 +112,11 @@ func (c *adminClient) post(stdout io.Writer, path string, body any, want int) in
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, c.base+path, rd)
+	req, err := c.ac.newRequest(c.ctx, http.MethodPost, path, rd)
+	if err != nil {
+		fmt.Fprintln(c.stderr, "cdcd snapshot:", err)
+		return exitUsage
+	}
 	req.Header.Set("Content-Type", "application/json")
 	out, code := c.do(req, want)
 	if code == exitOK {
@@ -121,10 +125,10 @@ func (c *adminClient) post(stdout io.Writer, path string, body any, want int) in
 	return code
 }
 
-func (c *adminClient) do(req *http.Request, want int) ([]byte, int) {
-	resp, err := http.DefaultClient.Do(req)
+func (c *snapshotClient) do(req *http.Request, want int) ([]byte, int) {
+	resp, err := c.ac.do(req)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "cdcd snapshot: the daemon at %s does not answer: %v (is cdcd run -c FILE running?)\n", c.base, err)
+		fmt.Fprintf(c.stderr, "cdcd snapshot: the daemon at %s does not answer: %v (is cdcd run -c FILE running?)\n", c.ac.base, err)
 		return nil, exitFailure
 	}
 	defer resp.Body.Close()
@@ -140,8 +144,12 @@ func (c *adminClient) do(req *http.Request, want int) ([]byte, int) {
 }
 
 // snapshotStatus prints the snapshots' progress.
-func (c *adminClient) snapshotStatus(stdout io.Writer, asJSON bool) int {
-	req, _ := http.NewRequestWithContext(c.ctx, http.MethodGet, c.base+"/cdcd/snapshots", nil)
+func (c *snapshotClient) snapshotStatus(stdout io.Writer, asJSON bool) int {
+	req, err := c.ac.newRequest(c.ctx, http.MethodGet, "/cdcd/snapshots", nil)
+	if err != nil {
+		fmt.Fprintln(c.stderr, "cdcd snapshot status:", err)
+		return exitUsage
+	}
 	body, code := c.do(req, http.StatusOK)
 	if code != exitOK {
 		return code

@@ -47,12 +47,13 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "cdcd status: unexpected argument %q\n\n%s", fs.Arg(0), statusUsage)
 		return exitUsage
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd status:", err)
 		return exitUsage
 	}
-	body, err := fetchStatus(ctx, base)
+	base := ac.base
+	body, err := fetchStatus(ctx, ac)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdcd status: %v\n", err)
 		return exitFailure
@@ -70,14 +71,15 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return exitOK
 }
 
-func fetchStatus(ctx context.Context, base string) ([]byte, error) {
+func fetchStatus(ctx context.Context, ac *adminClient) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/status", nil)
+	base := ac.base
+	req, err := ac.newRequest(ctx, http.MethodGet, "/status", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ac.do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the daemon at %s: %w (is cdcd running, and is admin.listen %s?)", base, err, strings.TrimPrefix(base, "http://"))
 	}

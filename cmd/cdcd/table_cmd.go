@@ -61,12 +61,12 @@ func tableCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprint(stderr, "cdcd table skip: name one TABLE\n\n"+tableUsage)
 		return exitUsage
 	}
-	base, err := adminURL(*admin, *cfgPath)
+	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd table skip:", err)
 		return exitUsage
 	}
-	res, err := postSkip(ctx, base, fs.Arg(0))
+	res, err := postSkip(ctx, ac, fs.Arg(0))
 	if err != nil {
 		fmt.Fprintln(stderr, "cdcd table skip:", err)
 		return exitFailure
@@ -103,13 +103,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 }
 
 // postSkip asks the daemon at base to skip what stops table.
-func postSkip(ctx context.Context, base, table string) (daemon.SkipResult, error) {
+func postSkip(ctx context.Context, ac *adminClient, table string) (daemon.SkipResult, error) {
 	var res daemon.SkipResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/cdcd/tables/"+url.PathEscape(table)+"/skip", nil)
+	base := ac.base
+	req, err := ac.newRequest(ctx, http.MethodPost, "/cdcd/tables/"+url.PathEscape(table)+"/skip", nil)
 	if err != nil {
 		return res, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ac.do(req)
 	if err != nil {
 		return res, fmt.Errorf("the daemon at %s does not answer: %w (is cdcd running, and is admin.listen right?)", base, err)
 	}
