@@ -293,17 +293,24 @@ func TestKillNineUpsertFailpoints(t *testing.T) {
 		"sink.acct.after-catalog-commit@2", "", "sink.acct.after-compaction-commit@1", "sink.after-catalog-commit@4",
 		"sink.acct.after-catalog-commit@3", "sink.acct.after-compaction-commit@1", "",
 	}
+	armed := ""
 	for i, fp := range points {
-		// The running child is killed: by an armed failpoint of the previous
-		// start, or by SIGKILL after a random while.
+		// The running child is killed: by its armed failpoint (given up to
+		// 30 s to reach it: a slow start on a busy machine must not turn
+		// the point into a random kill), or by SIGKILL after a random while.
+		wait := time.Duration(400+150*i) * time.Millisecond
+		if armed != "" {
+			wait = 30 * time.Second
+		}
 		select {
 		case <-c.done:
-		case <-time.After(time.Duration(400+150*i) * time.Millisecond):
+		case <-time.After(wait):
 			_ = c.cmd.Process.Signal(syscall.SIGKILL)
 			<-c.done
 		}
 		fmt.Fprintf(logFile, "---- test: daemon died; restarting with %s=%q\n", failpoint.Env, fp)
 		c = startChild(t, cfgPath, admin, logFile, failpoint.Env+"="+fp)
+		armed = fp
 	}
 	stopped.Store(true)
 	if err := <-work; err != nil {
