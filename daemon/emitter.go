@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,14 +123,14 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 	if err != nil {
 		return nil, err
 	}
-	vs, err := schema.ValueSchema(t, topic)
+	vs, err := schema.ValueSchemaFor(t, topic, e.connector)
 	if err != nil {
 		return nil, err
 	}
 	c := &tableCodec{topic: topic, keySchema: ks, valueSchema: vs}
 	c.keyID, err = e.reg.Register(ctx, topic+"-key", ks)
 	if err == nil {
-		c.valueID, err = e.reg.Register(ctx, topic+"-value", vs)
+		c.valueID, err = e.registerValue(ctx, topic+"-value", vs)
 	}
 	var inc *schema.IncompatibleError
 	switch {
@@ -145,6 +146,32 @@ func (e *emitter) codec(ctx context.Context, t *schema.Table) (*tableCodec, erro
 	}
 	e.codecs[t] = c
 	return c, nil
+}
+
+// registerValue registers a value schema; a refusal that is only the
+// subject's move from cdcd's legacy envelope to Debezium's (an upgraded
+// pipeline's first schema of the table) registers it anyway
+// (schema.MigrateEnvelope), saying so.
+func (e *emitter) registerValue(ctx context.Context, subject, vs string) (uint32, error) {
+	id, err := e.reg.Register(ctx, subject, vs)
+	var inc *schema.IncompatibleError
+	if !errors.As(err, &inc) {
+		return id, err
+	}
+	sv, ok, merr := schema.MigrateEnvelope(ctx, e.reg, subject, vs, inc)
+	if !ok {
+		if merr != nil {
+			e.logger.Warn("could not tell whether a refused value schema is only the move to Debezium's envelope", "subject", subject, "err", merr)
+		}
+		return 0, err
+	}
+	e.logger.Warn("value schema moved to Debezium's envelope without a compatibility check: the table did not change, "+
+		"its records are now written as Debezium's connectors write them; records before keep cdcd's former envelope "+
+		"under their own schema ids", "subject", subject, "version", sv.Version, "id", sv.ID, "level", inc.Level.String())
+	if merr != nil {
+		e.logger.Error("the move to Debezium's envelope left the subject's compatibility level changed", "subject", subject, "err", merr)
+	}
+	return sv.ID, nil
 }
 
 // Emit encodes batch and appends it; it returns once all of it is durable.
@@ -175,7 +202,7 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	e.mu.Lock()
 	defer e.unlock()
 	eb := e.encodeBuf()
-	eb.now = time.Now().UnixMilli() // the envelopes' ts_ms: when the batch was encoded
+	eb.now = time.Now().UnixNano() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
 	newest := map[string][]source.Position{}
 	// What a change's table decides, kept while the changes are of one
 	// table (a load's batch is): four map lookups a change were a tenth of
@@ -344,7 +371,7 @@ type batchRecords struct {
 	arena   []byte
 	headers []log.Header
 	one     [1]log.Record
-	now     int64 // Unix milliseconds
+	now     int64 // Unix nanoseconds
 	byTopic map[string]*topicRecords
 	order   []*topicRecords // the topics of this batch, in order of their first record
 }
@@ -420,20 +447,46 @@ func (e *emitter) produce(ctx context.Context, topic string, recs []log.Record, 
 	return nil
 }
 
-// envelope is the Debezium envelope of a change.
+// envelope is the Debezium envelope of a change; now is when cdcd
+// processed it (Unix nanoseconds).
 func (e *emitter) envelope(c *source.Change, now int64) schema.Envelope {
 	env := schema.Envelope{
-		Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: now,
+		Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: now / 1e6, TsUs: now / 1e3, TsNs: now,
 		Source: schema.SourceInfo{
-			Version: Version, Connector: e.connector, Name: e.pipeline, TsMs: c.CommitTime.UnixMilli(),
-			Snapshot: "false", DB: e.db, Schema: c.Table.Namespace, Table: c.Table.Name,
-			TxID: c.TxID, LSN: c.LSN, Position: c.Pos,
+			Version: Version, Connector: e.connector, Name: e.pipeline, Snapshot: schema.SnapshotFalse,
+			DB: e.db, Schema: c.Table.Namespace, Table: c.Table.Name, Position: c.Pos,
 		},
 	}
+	s := &env.Source
+	if !c.CommitTime.IsZero() {
+		s.TsMs, s.TsUs, s.TsNs = c.CommitTime.UnixMilli(), c.CommitTime.UnixMicro(), c.CommitTime.UnixNano()
+	}
 	if c.Snapshot {
-		env.Source.Snapshot = "true"
+		s.Snapshot = schema.SnapshotTrue
+	}
+	if e.connector == schema.ConnectorMySQL {
+		s.DB, s.Schema = c.Table.Namespace, "" // Debezium's MySQL db is the table's database
+		return env
+	}
+	// lsn: the change's own WAL position, as Debezium gives it; rows read
+	// by a snapshot carry the snapshot's LSN.
+	s.TxID, s.LSN = c.TxID, cmp.Or(c.EventLSN, c.LSN)
+	if s.LSN != 0 {
+		s.Sequence = pgSequence(c.LSN, s.LSN)
 	}
 	return env
+}
+
+// pgSequence is PostgreSQL's source.sequence: a JSON array of the commit
+// LSN of the change's transaction and the change's own LSN, as decimal
+// strings, so that positions compare the way they sort.
+func pgSequence(commit, lsn uint64) string {
+	b := make([]byte, 0, 48)
+	b = append(b, `["`...)
+	b = strconv.AppendUint(b, commit, 10)
+	b = append(b, `","`...)
+	b = strconv.AppendUint(b, lsn, 10)
+	return string(append(b, `"]`...))
 }
 
 func (e *emitter) headers(c *source.Change) []log.Header {

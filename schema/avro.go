@@ -11,17 +11,19 @@ import (
 // Avro schemas for a table version.
 //
 // The key schema is a record of the primary-key columns. The value schema is
-// Debezium's envelope: before and after (nullable records of all columns),
-// source, op, ts_ms, plus cdcd's own "unchanged" (names of columns whose
-// value the source did not send; they are null in after). Column fields
-// carry the table model in properties so a consumer with only the value
-// schema can rebuild the table:
+// Debezium's envelope (envelope.go) around a row record of all columns, in
+// which a NOT NULL column is a required field and any other column a
+// ["null", T] union with default null. Column fields carry the table model
+// in properties so a consumer with only the value schema can rebuild the
+// table:
 //
 //	field props:  "cdcd.kind" (Kind name), "cdcd.source_type", "cdcd.column"
-//	              (original name when it had to be sanitized for Avro),
-//	              "cdcd.not_null" (row fields are all Avro-nullable)
+//	              (original name when it had to be sanitized for Avro)
 //	record props on the row record: "cdcd.namespace", "cdcd.table",
 //	              "cdcd.key" (key column names in key order)
+//
+// A required field has a default, its type's zero (fillValue), so a NOT
+// NULL column added later keeps the subject BACKWARD compatible.
 //
 // Record names are derived from the topic only, so they stay stable across
 // table versions (a requirement of Avro schema resolution).
@@ -34,7 +36,9 @@ const (
 	propNamespace  = "cdcd.namespace"
 	propTable      = "cdcd.table"
 	propKey        = "cdcd.key"
-	propNotNull    = "cdcd.not_null"
+	// propNotNull marked NOT NULL columns in the legacy layout, whose row
+	// fields were all nullable.
+	propNotNull = "cdcd.not_null"
 )
 
 type jsonField struct {
@@ -70,6 +74,14 @@ type jsonRecord struct {
 	Namespace string
 	Fields    []jsonField
 	Props     map[string]any
+}
+
+// fullName is the record's name with its namespace.
+func (r jsonRecord) fullName() string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "." + r.Name
 }
 
 func (r jsonRecord) MarshalJSON() ([]byte, error) {
@@ -199,14 +211,16 @@ func (a *avroTypes) columnType(c Column) (any, error) {
 		return "bytes", nil
 	case JSON:
 		return map[string]any{"type": "string", "connect.name": "io.debezium.data.Json"}, nil
+	// connect.name: the Debezium semantic type of the same encoding, for
+	// consumers that read Debezium's names (docs/types.md).
 	case UUID:
-		return map[string]any{"type": "string", "logicalType": "uuid"}, nil
+		return map[string]any{"type": "string", "logicalType": "uuid", "connect.name": "io.debezium.data.Uuid"}, nil
 	case Date:
-		return map[string]any{"type": "int", "logicalType": "date"}, nil
+		return map[string]any{"type": "int", "logicalType": "date", "connect.name": "io.debezium.time.Date"}, nil
 	case Time:
-		return map[string]any{"type": "long", "logicalType": "time-micros"}, nil
+		return map[string]any{"type": "long", "logicalType": "time-micros", "connect.name": "io.debezium.time.MicroTime"}, nil
 	case Timestamp:
-		return map[string]any{"type": "long", "logicalType": "local-timestamp-micros"}, nil
+		return map[string]any{"type": "long", "logicalType": "local-timestamp-micros", "connect.name": "io.debezium.time.MicroTimestamp"}, nil
 	case TimestampTZ:
 		return map[string]any{"type": "long", "logicalType": "timestamp-micros"}, nil
 	case Interval:
@@ -256,7 +270,10 @@ func fieldNames(t *Table) ([]string, error) {
 	return names, nil
 }
 
-func columnFields(t *Table, idx []int, names []string, forceNullable bool) ([]jsonField, error) {
+// columnFields returns the fields of the columns idx: NOT NULL columns are
+// required fields (with their type's zero as default when defaults is set),
+// others ["null", T] with default null.
+func columnFields(t *Table, idx []int, names []string, defaults bool) ([]jsonField, error) {
 	fields := make([]jsonField, 0, len(idx))
 	var types avroTypes
 	for _, i := range idx {
@@ -272,12 +289,12 @@ func columnFields(t *Table, idx []int, names []string, forceNullable bool) ([]js
 		if names[i] != c.Name {
 			f.Props[propColumn] = c.Name
 		}
-		if !c.Nullable && forceNullable {
-			f.Props[propNotNull] = true
-		}
-		if c.Nullable || forceNullable {
+		switch {
+		case c.Nullable:
 			f.Type = nullableUnion(typ, true)
 			f.HasNullDefault = true
+		case defaults:
+			f.Default = fillDefault(c)
 		}
 		fields = append(fields, f)
 	}
@@ -310,37 +327,19 @@ func KeySchema(t *Table, topic string) (string, error) {
 	return string(buf), err
 }
 
-// sourceRecord is the envelope's source block: Debezium's field names, one
-// shape for PostgreSQL and MySQL (fields a connector doesn't have are null).
-var sourceRecord = jsonRecord{
-	Name:      "Source",
-	Namespace: "cdcd",
-	Fields: []jsonField{
-		{Name: "version", Type: "string"},
-		{Name: "connector", Type: "string"},
-		{Name: "name", Type: "string"},
-		{Name: "ts_ms", Type: "long"},
-		{Name: "snapshot", Type: []any{"null", "string"}, HasNullDefault: true},
-		{Name: "db", Type: "string"},
-		{Name: "schema", Type: []any{"null", "string"}, HasNullDefault: true},
-		{Name: "table", Type: "string"},
-		{Name: "txId", Type: []any{"null", "long"}, HasNullDefault: true},
-		{Name: "lsn", Type: []any{"null", "long"}, HasNullDefault: true},
-		{Name: "file", Type: []any{"null", "string"}, HasNullDefault: true},
-		{Name: "pos", Type: []any{"null", "long"}, HasNullDefault: true},
-		{Name: "gtid", Type: []any{"null", "string"}, HasNullDefault: true},
-		{Name: "position", Type: "bytes"},
-	},
+// ValueSchema returns the Avro envelope schema (JSON) of t on topic, with
+// PostgreSQL's source record.
+func ValueSchema(t *Table, topic string) (string, error) {
+	return ValueSchemaFor(t, topic, ConnectorPostgres)
 }
 
-// ValueSchema returns the Avro envelope schema (JSON) of t on topic.
-func ValueSchema(t *Table, topic string) (string, error) {
+// ValueSchemaFor returns the Avro envelope schema (JSON) of t on topic with
+// connector's source record (ConnectorPostgres or ConnectorMySQL).
+func ValueSchemaFor(t *Table, topic, connector string) (string, error) {
 	names, err := fieldNames(t)
 	if err != nil {
 		return "", err
 	}
-	// Every row field is nullable: a delete's before holds only the replica
-	// identity, and unchanged values travel as null. NOT NULL is a prop.
 	fields, err := columnFields(t, allIndexes(len(t.Columns)), names, true)
 	if err != nil {
 		return "", err
@@ -353,14 +352,8 @@ func ValueSchema(t *Table, topic string) (string, error) {
 	row := jsonRecord{Name: "Value", Namespace: ns, Fields: fields, Props: map[string]any{
 		propNamespace: t.Namespace, propTable: t.Name, propKey: key,
 	}}
-	env := jsonRecord{Name: "Envelope", Namespace: ns, Fields: []jsonField{
-		{Name: "before", Type: []any{"null", row}, HasNullDefault: true},
-		{Name: "after", Type: []any{"null", "Value"}, HasNullDefault: true},
-		{Name: "source", Type: sourceRecord},
-		{Name: "op", Type: "string"},
-		{Name: "ts_ms", Type: []any{"null", "long"}, HasNullDefault: true},
-		{Name: "unchanged", Type: map[string]any{"type": "array", "items": "string"}, Default: []string{}},
-	}}
+	env := jsonRecord{Name: "Envelope", Namespace: ns, Fields: envelopeFields(row, connector),
+		Props: map[string]any{"connect.version": 2}}
 	buf, err := json.Marshal(env)
 	return string(buf), err
 }
@@ -392,14 +385,14 @@ func TableFromValueSchema(s string) (*Table, error) {
 	if row == nil {
 		return nil, fmt.Errorf("schema: value schema %s has no before record", env.FullName())
 	}
-	t := &Table{}
+	t := &Table{envelope: envelopeLayoutOf(env)}
 	t.Namespace, _ = row.Prop(propNamespace).(string)
 	t.Name, _ = row.Prop(propTable).(string)
 	if t.Name == "" {
 		return nil, fmt.Errorf("schema: value schema %s lacks %q: not written by cdcd", env.FullName(), propTable)
 	}
 	for _, f := range row.Fields() {
-		c, err := columnFromField(f)
+		c, err := columnFromField(f, t.envelope == layoutLegacy)
 		if err != nil {
 			return nil, fmt.Errorf("schema: table %s: %w", t.QualifiedName(), err)
 		}
@@ -417,7 +410,9 @@ func TableFromValueSchema(s string) (*Table, error) {
 	return t, nil
 }
 
-func columnFromField(f *avro.Field) (Column, error) {
+// columnFromField rebuilds a column; legacy: NOT NULL is the cdcd.not_null
+// property of a nullable field.
+func columnFromField(f *avro.Field, legacy bool) (Column, error) {
 	c := Column{Name: f.Name()}
 	if orig, ok := f.Prop(propColumn).(string); ok {
 		c.Name = orig
@@ -430,7 +425,7 @@ func columnFromField(f *avro.Field) (Column, error) {
 	c.Kind = k
 	c.SourceType, _ = f.Prop(propSourceType).(string)
 	typ, nullable := nonNull(f.Type())
-	c.Nullable = nullable && f.Prop(propNotNull) != true
+	c.Nullable = nullable && !(legacy && f.Prop(propNotNull) == true)
 	if err := typeParams(&c, typ); err != nil {
 		return c, fmt.Errorf("field %q: %w", f.Name(), err)
 	}

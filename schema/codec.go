@@ -9,35 +9,55 @@ import (
 	"strings"
 )
 
-// Envelope is the decoded value of a change record (Debezium's envelope).
+// Envelope is the decoded value of a change record (Debezium's envelope,
+// envelope.go).
 type Envelope struct {
 	// Before and After are rows in the table's column order, or nil. In
-	// After, a column the source did not send holds Unchanged.
+	// After, a column the source did not send holds Unchanged; in Before,
+	// a column the source did not send is nil.
 	Before, After []any
 	Source        SourceInfo
+	// Transaction places the change in its transaction; nil when the
+	// pipeline does not write transaction metadata.
+	Transaction *TxBlock
 	// Op is one of c u d r t.
 	Op byte
-	// TsMs is when cdcd processed the change (milliseconds since the epoch).
-	TsMs int64
+	// TsMs, TsUs and TsNs are when cdcd processed the change (since the
+	// epoch); 0 is null.
+	TsMs, TsUs, TsNs int64
 }
 
 // SourceInfo is the envelope's source block. Zero values of the optional
-// fields are written as Avro null.
+// fields are written as Avro null. Which fields a record carries depends
+// on the connector: PostgreSQL's schema, txId, lsn and xmin, or MySQL's
+// server_id, gtid, file, pos, row, thread and query.
 type SourceInfo struct {
 	Version   string
-	Connector string // "postgresql" or "mysql"
+	Connector string // ConnectorPostgres or ConnectorMySQL
 	Name      string // the pipeline
-	TsMs      int64  // source commit time
-	Snapshot  string // "true", "last", "false" or "" (null)
-	DB        string
-	Schema    string
-	Table     string
-	TxID      uint64 // 0: null
-	LSN       uint64 // 0: null
-	File      string // binlog file; "": null (and Pos is null)
-	Pos       int64
-	GTID      string
-	Position  []byte // cdcd's sortable source position
+	// TsMs, TsUs and TsNs are the source commit time (snapshot reads: when
+	// the snapshot started); TsUs and TsNs 0 are null.
+	TsMs, TsUs, TsNs int64
+	// Snapshot is one of the Snapshot* values ("" is written as "false").
+	Snapshot string
+	DB       string
+	// Sequence orders changes across restarts (PostgreSQL: a JSON array of
+	// the commit LSN and the change's own LSN, as decimal strings); "": null.
+	Sequence string
+	Schema   string
+	Table    string
+	TxID     uint64 // 0: null
+	LSN      uint64 // the change's own WAL position; 0: null
+	Xmin     uint64 // 0: null
+	File     string // binlog file
+	Pos      int64  // binlog position of the change's event
+	Row      int32  // the row's index in its event
+	ServerID int64
+	GTID     string // "": null
+	Thread   int64  // 0: null
+	Query    string // "": null
+	// Position is cdcd's sortable source position.
+	Position []byte
 }
 
 // ErrShortBuffer reports Avro data that ends early.
@@ -55,37 +75,70 @@ func AppendKey(dst []byte, t *Table, row []any) ([]byte, error) {
 	return dst, nil
 }
 
-// AppendEnvelope appends the Avro binary envelope to dst.
+// AppendEnvelope appends the Avro binary envelope to dst, in Debezium's
+// layout with e.Source.Connector's source record: what ValueSchemaFor of
+// t with that connector describes.
 func AppendEnvelope(dst []byte, t *Table, e *Envelope) ([]byte, error) {
 	var err error
-	if dst, err = appendRow(dst, t, e.Before); err != nil {
+	var absent []int
+	if dst, err = appendRow(dst, t, e.Before, &absent); err != nil {
 		return dst, fmt.Errorf("schema: %s before: %w", t.QualifiedName(), err)
 	}
-	if dst, err = appendRow(dst, t, e.After); err != nil {
+	if dst, err = appendRow(dst, t, e.After, nil); err != nil {
 		return dst, fmt.Errorf("schema: %s after: %w", t.QualifiedName(), err)
 	}
 	dst = appendSource(dst, &e.Source)
+	if tx := e.Transaction; tx != nil {
+		dst = appendString(appendLong(dst, 1), tx.ID)
+		dst = appendLong(appendLong(dst, tx.TotalOrder), tx.CollectionOrder)
+	} else {
+		dst = appendLong(dst, 0)
+	}
 	dst = appendString(dst, string([]byte{e.Op}))
 	dst = appendOptLong(dst, e.TsMs, e.TsMs != 0)
-	// unchanged: array of column names, one block.
+	dst = appendOptLong(dst, e.TsUs, e.TsUs != 0)
+	dst = appendOptLong(dst, e.TsNs, e.TsNs != 0)
+	dst = appendUnchanged(dst, t, e.After)
+	dst = appendNames(dst, t, absent)
+	return appendBytes(dst, e.Source.Position), nil
+}
+
+// appendUnchanged writes the names of row's Unchanged columns (an Avro
+// array of one block).
+func appendUnchanged(dst []byte, t *Table, row []any) []byte {
 	n := 0
-	for _, v := range e.After {
+	for _, v := range row {
 		if IsUnchanged(v) {
 			n++
 		}
 	}
 	if n > 0 {
 		dst = appendLong(dst, int64(n))
-		for i, v := range e.After {
+		for i, v := range row {
 			if IsUnchanged(v) {
 				dst = appendString(dst, t.Columns[i].Name)
 			}
 		}
 	}
-	return appendLong(dst, 0), nil
+	return appendLong(dst, 0)
 }
 
-func appendRow(dst []byte, t *Table, row []any) ([]byte, error) {
+// appendNames writes the names of the columns idx (an Avro array).
+func appendNames(dst []byte, t *Table, idx []int) []byte {
+	if len(idx) > 0 {
+		dst = appendLong(dst, int64(len(idx)))
+		for _, i := range idx {
+			dst = appendString(dst, t.Columns[i].Name)
+		}
+	}
+	return appendLong(dst, 0)
+}
+
+// appendRow writes a nullable row record. A NOT NULL column without a
+// value takes its type's zero: in before (absent set) it is named in
+// *absent, in after it is an error. An Unchanged value is Debezium's
+// placeholder in text and bytes columns, else null or the zero.
+func appendRow(dst []byte, t *Table, row []any, absent *[]int) ([]byte, error) {
 	if row == nil {
 		return appendLong(dst, 0), nil
 	}
@@ -95,12 +148,22 @@ func appendRow(dst []byte, t *Table, row []any) ([]byte, error) {
 	dst = appendLong(dst, 1)
 	var err error
 	for i := range t.Columns {
+		c := &t.Columns[i]
 		v := row[i]
-		if IsUnchanged(v) {
-			v = nil
+		switch {
+		case IsUnchanged(v):
+			dst = appendStandIn(dst, c)
+			continue
+		case v == nil && !c.Nullable:
+			if absent == nil {
+				return dst, &ColumnError{Column: c.Name, Err: fmt.Errorf("column %q is NOT NULL but the change has no value for it", c.Name)}
+			}
+			*absent = append(*absent, i)
+			dst = appendFill(dst, c)
+			continue
 		}
-		if dst, err = appendColumn(dst, &t.Columns[i], true, v); err != nil {
-			return dst, &ColumnError{Column: t.Columns[i].Name, Value: v, Err: err}
+		if dst, err = appendColumn(dst, c, false, v); err != nil {
+			return dst, &ColumnError{Column: c.Name, Value: v, Err: err}
 		}
 	}
 	return dst, nil
@@ -117,21 +180,36 @@ type ColumnError struct {
 func (e *ColumnError) Error() string { return e.Err.Error() }
 func (e *ColumnError) Unwrap() error { return e.Err }
 
+// appendSource writes the source record of s.Connector.
 func appendSource(dst []byte, s *SourceInfo) []byte {
 	dst = appendString(dst, s.Version)
 	dst = appendString(dst, s.Connector)
 	dst = appendString(dst, s.Name)
 	dst = appendLong(dst, s.TsMs)
-	dst = appendOptString(dst, s.Snapshot)
+	snap := s.Snapshot
+	if snap == "" {
+		snap = SnapshotFalse
+	}
+	dst = appendString(appendLong(dst, 0), snap) // [enum string, null]
 	dst = appendString(dst, s.DB)
-	dst = appendOptString(dst, s.Schema)
+	dst = appendOptString(dst, s.Sequence)
+	dst = appendOptLong(dst, s.TsUs, s.TsUs != 0)
+	dst = appendOptLong(dst, s.TsNs, s.TsNs != 0)
+	if s.Connector == ConnectorMySQL {
+		dst = appendOptString(dst, s.Table)
+		dst = appendLong(dst, s.ServerID)
+		dst = appendOptString(dst, s.GTID)
+		dst = appendString(dst, s.File)
+		dst = appendLong(dst, s.Pos)
+		dst = appendLong(dst, int64(s.Row))
+		dst = appendOptLong(dst, s.Thread, s.Thread != 0)
+		return appendOptString(dst, s.Query)
+	}
+	dst = appendString(dst, s.Schema)
 	dst = appendString(dst, s.Table)
 	dst = appendOptLong(dst, int64(s.TxID), s.TxID != 0)
 	dst = appendOptLong(dst, int64(s.LSN), s.LSN != 0)
-	dst = appendOptString(dst, s.File)
-	dst = appendOptLong(dst, s.Pos, s.File != "")
-	dst = appendOptString(dst, s.GTID)
-	return appendBytes(dst, s.Position)
+	return appendOptLong(dst, int64(s.Xmin), s.Xmin != 0)
 }
 
 // appendColumn writes one value; nullable says the field is a [null, T]

@@ -61,8 +61,10 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	before := make([]any, len(after))
 	before[0], before[17] = int64(-42), "key two"
 	env := Envelope{
-		Before: before, After: after, Op: 'u', TsMs: 1700000000000,
+		Before: before, After: after, Op: 'u', TsMs: 1700000000000, TsUs: 1700000000000123, TsNs: 1700000000000123456,
+		Transaction: &TxBlock{ID: "777:23803720", TotalOrder: 3, CollectionOrder: 2},
 		Source: SourceInfo{Version: "0.1", Connector: "postgresql", Name: "shop", TsMs: 1699999999000,
+			TsUs: 1699999999000001, TsNs: 1699999999000001000, Snapshot: SnapshotFalse, Sequence: `["23803720","23803600"]`,
 			DB: "shop", Schema: "public", Table: "every kind", TxID: 777, LSN: 0x16B3748, Position: []byte{1, 2, 3}},
 	}
 	buf, err := AppendEnvelope(nil, tbl, &env)
@@ -90,7 +92,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		t.Fatalf("hamba cannot decode our bytes: %v", err)
 	}
 	a := generic["after"].(map[string]any)["shop.public.every_kind.Value"].(map[string]any)
-	if a["id"] != int64(-42) || a["s"] != nil || a["Weird_Name_1"] != "x" || a["k2"] != "key two" {
+	if a["id"] != int64(-42) || a["s"] != UnavailableValue || a["Weird_Name_1"] != "x" || a["k2"] != "key two" {
 		t.Fatalf("hamba after = %v", a)
 	}
 	if r := a["amount"].(*big.Rat); r.FloatString(2) != "-1234567890.12" {
@@ -99,8 +101,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if generic["op"] != "u" || !reflect.DeepEqual(generic["unchanged"], []any{"s"}) {
 		t.Fatalf("hamba op/unchanged = %v %v", generic["op"], generic["unchanged"])
 	}
-	if src := generic["source"].(map[string]any); src["lsn"] != int64(0x16B3748) || src["file"] != nil {
+	if src := generic["source"].(map[string]any); src["lsn"] != int64(0x16B3748) || src["snapshot"] != "false" {
 		t.Fatalf("hamba source = %v", src)
+	}
+	if tx := generic["transaction"].(map[string]any)["event.block"].(map[string]any); tx["total_order"] != int64(3) {
+		t.Fatalf("hamba transaction = %v", tx)
 	}
 }
 
@@ -253,6 +258,14 @@ func TestRegistryIdsSurviveReload(t *testing.T) {
 
 func TestScanEnvelopeMatchesDecode(t *testing.T) {
 	tbl := allKindsTable()
+	vs, err := ValueSchemaFor(tbl, "shop.x", ConnectorMySQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mysqlTbl, err := TableFromValueSchema(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	after := fullRow()
 	after[8] = Unchanged
 	for _, env := range []Envelope{
@@ -261,6 +274,10 @@ func TestScanEnvelopeMatchesDecode(t *testing.T) {
 		{Before: fullRow(), Op: 'd', Source: SourceInfo{Connector: "mysql", Table: "x", File: "bin.1", Pos: 4, GTID: "g"}},
 		{Op: 't', Source: SourceInfo{Table: "x"}},
 	} {
+		tbl := tbl
+		if env.Source.Connector == ConnectorMySQL {
+			tbl = mysqlTbl
+		}
 		buf, err := AppendEnvelope(nil, tbl, &env)
 		if err != nil {
 			t.Fatal(err)
@@ -268,6 +285,9 @@ func TestScanEnvelopeMatchesDecode(t *testing.T) {
 		info, err := ScanEnvelope(tbl, buf)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if got, err := DecodeEnvelope(tbl, buf); err != nil || got.Source.File != env.Source.File || got.Source.GTID != env.Source.GTID {
+			t.Errorf("decode %c: %+v, %v", env.Op, got.Source, err)
 		}
 		if info.Op != env.Op || info.HasBefore != (env.Before != nil) || info.HasAfter != (env.After != nil) ||
 			info.LSN != env.Source.LSN || info.TxID != env.Source.TxID || info.TsMs != env.Source.TsMs ||

@@ -62,9 +62,12 @@ import (
 // How the schemas of KeySchema and ValueSchema evolve under the default
 // level (BACKWARD), DDL by DDL (TestTableEvolutionVerdicts proves each):
 //
-//	ADD COLUMN (any type, NULL or NOT NULL)   compatible: row fields are all ["null", T] with default null
+//	ADD COLUMN (any type, NULL or NOT NULL)   compatible: a nullable field defaults to null, a NOT NULL one
+//	                                          to its type's zero
 //	DROP COLUMN; RENAME (a drop plus an add)  compatible (a renamed column's old values are not carried over)
-//	SET / DROP NOT NULL; varchar(n) -> text   compatible: properties only
+//	DROP NOT NULL; varchar(n) -> text         compatible
+//	SET NOT NULL                              refused: the field becomes required, and records written
+//	                                          before may hold null (as with Debezium's schemas)
 //	int2 <-> int4 (both Avro int)             compatible
 //	int -> bigint, real -> double precision   compatible (Avro promotions; also for key columns)
 //	numeric(p,s) -> numeric(p',s), p' > p     compatible (cdcd's decimal rule)

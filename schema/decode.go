@@ -127,38 +127,16 @@ func DecodeKey(t *Table, buf []byte) ([]any, error) {
 	return key, nil
 }
 
-// DecodeEnvelope decodes an Avro envelope written by AppendEnvelope for t.
+// DecodeEnvelope decodes an envelope of t: written by AppendEnvelope, or
+// in the layout of the value schema t was rebuilt from
+// (TableFromValueSchema), cdcd's legacy one included.
 func DecodeEnvelope(t *Table, buf []byte) (Envelope, error) {
 	r := newReader(buf)
 	var e Envelope
-	e.Before = r.row(t)
-	e.After = r.row(t)
-	r.source(&e.Source)
-	op := r.bytes()
-	if len(op) == 1 {
-		e.Op = op[0]
+	if t.envelope == layoutLegacy {
+		r.legacyEnvelope(t, &e)
 	} else {
-		r.fail(fmt.Errorf("schema: op has %d bytes", len(op)))
-	}
-	e.TsMs, _ = r.optLong()
-	for {
-		n := r.long()
-		if n == 0 || r.err != nil {
-			break
-		}
-		if n < 0 { // a block with a byte size: skip the size
-			n = -n
-			r.long()
-		}
-		for ; n > 0 && r.err == nil; n-- {
-			name := r.string()
-			i := t.ColumnIndex(name)
-			if i < 0 || e.After == nil {
-				r.fail(fmt.Errorf("schema: unchanged column %q is not in after", name))
-				break
-			}
-			e.After[i] = Unchanged
-		}
+		r.envelope(t, &e)
 	}
 	if r.err == nil && len(r.buf) != 0 {
 		r.fail(fmt.Errorf("schema: %d trailing bytes after envelope", len(r.buf)))
@@ -169,7 +147,80 @@ func DecodeEnvelope(t *Table, buf []byte) (Envelope, error) {
 	return e, nil
 }
 
-func (r *reader) row(t *Table) []any {
+// envelope reads Debezium's layout (envelope.go).
+func (r *reader) envelope(t *Table, e *Envelope) {
+	e.Before = r.row(t, false)
+	e.After = r.row(t, false)
+	r.source(&e.Source, t.envelope)
+	switch r.long() {
+	case 0:
+	case 1:
+		e.Transaction = &TxBlock{ID: r.string(), TotalOrder: r.long(), CollectionOrder: r.long()}
+	default:
+		r.fail(fmt.Errorf("schema: transaction: bad union index"))
+	}
+	e.Op = r.op()
+	e.TsMs, _ = r.optLong()
+	e.TsUs, _ = r.optLong()
+	e.TsNs, _ = r.optLong()
+	r.unchanged(t, e)
+	r.names(func(name string) bool {
+		i := t.ColumnIndex(name)
+		if i < 0 || e.Before == nil {
+			r.fail(fmt.Errorf("schema: absent column %q is not in before", name))
+			return false
+		}
+		e.Before[i] = nil
+		return true
+	})
+	e.Source.Position = append([]byte(nil), r.bytes()...)
+}
+
+// unchanged reads the envelope's unchanged list into e.After.
+func (r *reader) unchanged(t *Table, e *Envelope) {
+	r.names(func(name string) bool {
+		i := t.ColumnIndex(name)
+		if i < 0 || e.After == nil {
+			r.fail(fmt.Errorf("schema: unchanged column %q is not in after", name))
+			return false
+		}
+		e.After[i] = Unchanged
+		return true
+	})
+}
+
+// op reads the envelope's op: one letter.
+func (r *reader) op() byte {
+	op := r.bytes()
+	if len(op) != 1 {
+		r.fail(fmt.Errorf("schema: op has %d bytes", len(op)))
+		return 0
+	}
+	return op[0]
+}
+
+// names calls fn with each string of an array of strings, until it
+// returns false.
+func (r *reader) names(fn func(string) bool) {
+	for r.err == nil {
+		n := r.long()
+		if n == 0 || r.err != nil {
+			return
+		}
+		if n < 0 { // a block with a byte size: skip the size
+			n = -n
+			r.long()
+		}
+		for ; n > 0 && r.err == nil; n-- {
+			if !fn(r.string()) {
+				return
+			}
+		}
+	}
+}
+
+// row reads a nullable row record; legacy: every field is a union.
+func (r *reader) row(t *Table, legacy bool) []any {
 	switch r.long() {
 	case 0:
 		return nil
@@ -180,28 +231,53 @@ func (r *reader) row(t *Table) []any {
 	}
 	row := make([]any, len(t.Columns))
 	for i, c := range t.Columns {
-		row[i] = r.column(c, true)
+		row[i] = r.column(c, legacy)
 	}
 	return row
 }
 
-func (r *reader) source(s *SourceInfo) {
+// source reads the source record of layout l (PostgreSQL's or MySQL's).
+func (r *reader) source(s *SourceInfo, l envelopeLayout) {
 	s.Version = r.string()
 	s.Connector = r.string()
 	s.Name = r.string()
 	s.TsMs = r.long()
-	s.Snapshot = r.optString()
+	s.Snapshot = r.snapshot()
 	s.DB = r.string()
-	s.Schema = r.optString()
+	s.Sequence = r.optString()
+	s.TsUs, _ = r.optLong()
+	s.TsNs, _ = r.optLong()
+	if l == layoutMySQL {
+		s.Table = r.optString()
+		s.ServerID = r.long()
+		s.GTID = r.optString()
+		s.File = r.string()
+		s.Pos = r.long()
+		s.Row = int32(r.int())
+		s.Thread, _ = r.optLong()
+		s.Query = r.optString()
+		return
+	}
+	s.Schema = r.string()
 	s.Table = r.string()
 	tx, _ := r.optLong()
 	s.TxID = uint64(tx)
 	lsn, _ := r.optLong()
 	s.LSN = uint64(lsn)
-	s.File = r.optString()
-	s.Pos, _ = r.optLong()
-	s.GTID = r.optString()
-	s.Position = append([]byte(nil), r.bytes()...)
+	xmin, _ := r.optLong()
+	s.Xmin = uint64(xmin)
+}
+
+// snapshot reads source.snapshot, a [string, null] union.
+func (r *reader) snapshot() string {
+	switch r.long() {
+	case 0:
+		return r.string()
+	case 1:
+		return ""
+	}
+	r.fail(fmt.Errorf("schema: snapshot: bad union index"))
+	return ""
 }
 
 func (r *reader) column(c Column, nullable bool) any {

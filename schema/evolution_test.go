@@ -86,7 +86,7 @@ func TestTableEvolutionVerdicts(t *testing.T) {
 			setColumn(t, "note", Column{Name: "note", Kind: String, Nullable: true, SourceType: "text"})
 		}), keyOK: true, valueOK: true, readOldWithNewSide: true},
 		{ddl: "ALTER note SET NOT NULL", next: alter(func(t *Table) { t.Columns[t.ColumnIndex("note")].Nullable = false }),
-			keyOK: true, valueOK: true, readOldWithNewSide: true},
+			keyOK: true, valueProblem: &problem{"note", "string or null", "string"}},
 		{ddl: "ALTER created DROP NOT NULL", next: alter(func(t *Table) { t.Columns[t.ColumnIndex("created")].Nullable = true }),
 			keyOK: true, valueOK: true, readOldWithNewSide: true},
 

@@ -21,44 +21,10 @@ type EnvelopeInfo struct {
 func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
 	r := newReader(buf)
 	var e EnvelopeInfo
-	e.HasBefore = r.skipRow(t)
-	e.HasAfter = r.skipRow(t)
-	r.bytes() // version
-	r.bytes() // connector
-	r.bytes() // name
-	e.TsMs = r.long()
-	r.skipOptBytes() // snapshot
-	r.bytes()        // db
-	r.skipOptBytes() // schema
-	r.bytes()        // table
-	tx, _ := r.optLong()
-	e.TxID = uint64(tx)
-	lsn, _ := r.optLong()
-	e.LSN = uint64(lsn)
-	r.skipOptBytes() // file
-	r.optLong()      // pos
-	r.skipOptBytes() // gtid
-	e.Position = r.bytes()
-	op := r.bytes()
-	if len(op) == 1 {
-		e.Op = op[0]
+	if t.envelope == layoutLegacy {
+		r.scanLegacy(t, &e)
 	} else {
-		r.fail(fmt.Errorf("schema: op has %d bytes", len(op)))
-	}
-	r.optLong() // ts_ms
-	for {
-		n := r.long()
-		if n == 0 || r.err != nil {
-			break
-		}
-		if n < 0 {
-			n = -n
-			r.long()
-		}
-		for ; n > 0 && r.err == nil; n-- {
-			r.bytes()
-			e.Unchanged++
-		}
+		r.scan(t, &e)
 	}
 	if r.err == nil && len(r.buf) != 0 {
 		r.fail(fmt.Errorf("schema: %d trailing bytes after envelope", len(r.buf)))
@@ -67,6 +33,68 @@ func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
 		return EnvelopeInfo{}, fmt.Errorf("schema: scan %s envelope: %w", t.QualifiedName(), r.err)
 	}
 	return e, nil
+}
+
+// scan reads Debezium's layout.
+func (r *reader) scan(t *Table, e *EnvelopeInfo) {
+	e.HasBefore = r.skipRow(t, false)
+	e.HasAfter = r.skipRow(t, false)
+	r.bytes() // version
+	r.bytes() // connector
+	r.bytes() // name
+	e.TsMs = r.long()
+	switch r.long() { // snapshot: [string, null]
+	case 0:
+		r.bytes()
+	case 1:
+	default:
+		r.fail(fmt.Errorf("schema: snapshot: bad union index"))
+	}
+	r.bytes()        // db
+	r.skipOptBytes() // sequence
+	r.optLong()      // ts_us
+	r.optLong()      // ts_ns
+	if t.envelope == layoutMySQL {
+		r.skipOptBytes() // table
+		r.long()         // server_id
+		r.skipOptBytes() // gtid
+		r.bytes()        // file
+		r.long()         // pos
+		r.int()          // row
+		r.optLong()      // thread
+		r.skipOptBytes() // query
+	} else {
+		r.bytes() // schema
+		r.bytes() // table
+		tx, _ := r.optLong()
+		e.TxID = uint64(tx)
+		lsn, _ := r.optLong()
+		e.LSN = uint64(lsn)
+		r.optLong() // xmin
+	}
+	switch r.long() { // transaction
+	case 0:
+	case 1:
+		r.bytes()
+		r.long()
+		r.long()
+	default:
+		r.fail(fmt.Errorf("schema: transaction: bad union index"))
+	}
+	e.Op = r.op()
+	r.optLong() // ts_ms
+	r.optLong() // ts_us
+	r.optLong() // ts_ns
+	e.Unchanged = r.countNames()
+	r.countNames() // absent
+	e.Position = r.bytes()
+}
+
+// countNames skips an array of strings and counts them.
+func (r *reader) countNames() int {
+	n := 0
+	r.names(func(string) bool { n++; return true })
+	return n
 }
 
 func (r *reader) skipOptBytes() {
@@ -80,7 +108,8 @@ func (r *reader) skipOptBytes() {
 }
 
 // skipRow skips a nullable row record; it reports whether one was there.
-func (r *reader) skipRow(t *Table) bool {
+// legacy: every field is a union.
+func (r *reader) skipRow(t *Table, legacy bool) bool {
 	switch r.long() {
 	case 0:
 		return false
@@ -90,13 +119,15 @@ func (r *reader) skipRow(t *Table) bool {
 		return false
 	}
 	for _, c := range t.Columns {
-		switch r.long() {
-		case 0:
-			continue
-		case 1:
-		default:
-			r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
-			return false
+		if legacy || c.Nullable {
+			switch r.long() {
+			case 0:
+				continue
+			case 1:
+			default:
+				r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
+				return false
+			}
 		}
 		r.skipValue(c)
 	}

@@ -138,6 +138,10 @@ type Table struct {
 	Columns   []Column
 	// Key holds indexes into Columns of the primary-key columns, in key order.
 	Key []int
+	// envelope is the layout of the records of the value schema the table
+	// was rebuilt from (TableFromValueSchema); the zero value is the layout
+	// AppendEnvelope writes with PostgreSQL's source record.
+	envelope envelopeLayout
 }
 
 // QualifiedName is "namespace.name".

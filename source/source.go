@@ -75,6 +75,9 @@ type Change struct {
 	Pos Position
 	// LSN is the commit LSN of a PostgreSQL transaction (0 for MySQL).
 	LSN uint64
+	// EventLSN is the WAL position of the change's own record (PostgreSQL;
+	// 0 when unknown: snapshot reads, MySQL).
+	EventLSN uint64
 	// TxID is the source's transaction id (PostgreSQL xid), 0 if none.
 	TxID uint64
 	// CommitTime is when the source transaction committed (snapshot reads:

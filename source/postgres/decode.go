@@ -190,6 +190,7 @@ type txState struct {
 	commitLSN  uint64 // the LSN of the commit record (Begin's FinalLSN, Stream Commit's CommitLSN)
 	commitTime time.Time
 	next       uint32 // index of the next change in the transaction
+	lsn        uint64 // the WAL position of the message being decoded
 }
 
 // errTooManyChanges: a transaction's change index would wrap.
@@ -201,7 +202,7 @@ func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) (s
 	}
 	c := source.Change{
 		Table: t, Op: op, Before: before, After: after,
-		Pos: source.PGPosition(tx.commitLSN, tx.next), LSN: tx.commitLSN,
+		Pos: source.PGPosition(tx.commitLSN, tx.next), LSN: tx.commitLSN, EventLSN: tx.lsn,
 		TxID: uint64(tx.xid), CommitTime: tx.commitTime,
 	}
 	tx.next++

@@ -210,8 +210,8 @@ func TestSpillRoundTripAndAborts(t *testing.T) {
 	if err := s.start(7, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range msgs[:2] {
-		if err := s.write(7, m); err != nil {
+	for i, m := range msgs[:2] {
+		if err := s.write(7, uint64(i+1)<<8, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,7 +221,7 @@ func TestSpillRoundTripAndAborts(t *testing.T) {
 	if err := s.start(7, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.write(7, msgs[2]); err != nil {
+	if err := s.write(7, 0x300, msgs[2]); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.stop(7); err != nil {
@@ -229,15 +229,20 @@ func TestSpillRoundTripAndAborts(t *testing.T) {
 	}
 	s.abort(7, 9)
 	var got [][]byte
-	err = s.replay(7, func(m []byte, aborted map[uint32]bool) error {
+	var lsns []uint64
+	err = s.replay(7, func(lsn uint64, m []byte, aborted map[uint32]bool) error {
 		if !aborted[9] {
 			t.Error("subtransaction 9's abort lost")
 		}
+		lsns = append(lsns, lsn)
 		got = append(got, append([]byte{}, m...))
 		return nil
 	})
 	if err != nil || !reflect.DeepEqual(got, msgs) {
 		t.Fatalf("replay: %d messages, %v", len(got), err)
+	}
+	if !reflect.DeepEqual(lsns, []uint64{0x100, 0x200, 0x300}) {
+		t.Fatalf("replayed LSNs %x", lsns)
 	}
 	if s.bytes != 0 || len(s.open) != 0 {
 		t.Fatalf("after replay: %d bytes, %d files", s.bytes, len(s.open))
@@ -247,18 +252,18 @@ func TestSpillRoundTripAndAborts(t *testing.T) {
 	if err := s.start(8, true); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.write(8, []byte("hello"))
+	_ = s.write(8, 1, []byte("hello"))
 	_ = s.stop(8)
 	path := s.open[8].path
 	b, _ := os.ReadFile(path)
 	b[len(b)-1] ^= 1
 	_ = os.WriteFile(path, b, 0o644)
-	if err := s.replay(8, func([]byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillCorrupt) {
+	if err := s.replay(8, func(uint64, []byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillCorrupt) {
 		t.Fatalf("corrupt file replayed: %v", err)
 	}
 	// A top-level abort removes the file.
 	_ = s.start(9, true)
-	_ = s.write(9, []byte("x"))
+	_ = s.write(9, 1, []byte("x"))
 	s.abort(9, 9)
 	if len(s.open) != 0 {
 		t.Fatal("aborted transaction kept")
@@ -277,7 +282,7 @@ func TestSpillGaps(t *testing.T) {
 	if err := s.start(5, false); !errors.Is(err, errSpillGap) {
 		t.Fatalf("a continued block of an unknown transaction: %v", err)
 	}
-	if err := s.replay(6, func([]byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillGap) {
+	if err := s.replay(6, func(uint64, []byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillGap) {
 		t.Fatalf("the commit of an unknown streamed transaction: %v", err)
 	}
 	if !retryable(&connError{errSpillGap}) {

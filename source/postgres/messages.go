@@ -28,8 +28,9 @@ import (
 //     message; outside a transaction it marks a point up to which
 //     everything has arrived.
 
-// message handles one pgoutput message as received.
-func (s *streamer) message(ctx context.Context, data []byte) error {
+// message handles one pgoutput message as received at WAL position lsn
+// (the change's own LSN for a change).
+func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 	if len(data) == 0 {
 		return fmt.Errorf("postgres: empty pgoutput message")
 	}
@@ -42,7 +43,7 @@ func (s *streamer) message(ctx context.Context, data []byte) error {
 			pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit:
 			return fmt.Errorf("postgres: pgoutput message %q inside a stream block", data[0])
 		}
-		if err := s.spill.write(s.streamXid, data); err != nil {
+		if err := s.spill.write(s.streamXid, lsn, data); err != nil {
 			return err
 		}
 		s.r.stats.SpilledBytes.Store(s.spill.bytes)
@@ -67,6 +68,7 @@ func (s *streamer) message(ctx context.Context, data []byte) error {
 		s.r.stats.SpilledBytes.Store(s.spill.bytes)
 		return nil
 	}
+	s.tx.lsn = lsn
 	return s.apply(ctx, m, nil)
 }
 
@@ -75,11 +77,12 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime}
 	s.inTx = true
 	spilled, began := s.spill.bytes, time.Now()
-	err := s.spill.replay(m.Xid, func(data []byte, aborted map[uint32]bool) error {
+	err := s.spill.replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
 		msg, err := pglogrepl.ParseV2(data, true)
 		if err != nil {
 			return fmt.Errorf("postgres: spilled pgoutput message %q: %w", data[0], err)
 		}
+		s.tx.lsn = lsn
 		if err := s.apply(ctx, msg, aborted); err != nil {
 			return err
 		}

@@ -19,12 +19,13 @@ import (
 // appended to by each stream block and replayed when Stream Commit arrives,
 // so memory stays bounded whatever the transaction's size. A record is one
 // pgoutput message exactly as received (its type byte and, for changes,
-// the xid of the (sub)transaction it belongs to):
+// the xid of the (sub)transaction it belongs to) and the WAL position it
+// came with (XLogData's start: the change's own LSN):
 //
-//	+----------------+-------------------+------------------------+
-//	| length uint32  | CRC-32C uint32    | pgoutput message ...   |
-//	| (of message)   | (of message)      |                        |
-//	+----------------+-------------------+------------------------+
+//	+----------------+-------------------+--------------+------------------------+
+//	| length uint32  | CRC-32C uint32    | LSN uint64   | pgoutput message ...   |
+//	| (of message)   | (of LSN, message) |              |                        |
+//	+----------------+-------------------+--------------+------------------------+
 //
 // All integers big-endian. The files are never fsynced and never read
 // after a restart: PostgreSQL streams every transaction that had not
@@ -32,7 +33,7 @@ import (
 // clears the directory whenever it (re)connects. Frozen layout.
 const (
 	spillSuffix    = ".spill"
-	spillHeader    = 8
+	spillHeader    = 16
 	spillMaxRecord = 1 << 30 // a pgoutput message is at most 1 GB
 )
 
@@ -110,15 +111,17 @@ func (s *spillSet) start(xid uint32, first bool) error {
 	return nil
 }
 
-// write appends one message of xid's current stream block.
-func (s *spillSet) write(xid uint32, msg []byte) error {
+// write appends one message of xid's current stream block, received at
+// WAL position lsn.
+func (s *spillSet) write(xid uint32, lsn uint64, msg []byte) error {
 	sf := s.open[xid]
 	if sf == nil || sf.w == nil {
 		return fmt.Errorf("postgres: streamed message for transaction %d outside its stream block", xid)
 	}
 	var hdr [spillHeader]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(msg)))
-	binary.BigEndian.PutUint32(hdr[4:], crc32.Checksum(msg, castagnoli))
+	binary.BigEndian.PutUint64(hdr[8:], lsn)
+	binary.BigEndian.PutUint32(hdr[4:], crc32.Update(crc32.Checksum(hdr[8:], castagnoli), castagnoli, msg))
 	if _, err := sf.w.Write(hdr[:]); err != nil {
 		return fmt.Errorf("postgres: write spill file: %w", err)
 	}
@@ -175,9 +178,10 @@ func (s *spillSet) drop(xid uint32) {
 	delete(s.open, xid)
 }
 
-// replay calls fn with every message of xid in order, telling it whether
-// the message's (sub)transaction was aborted, then removes the file.
-func (s *spillSet) replay(xid uint32, fn func(msg []byte, aborted map[uint32]bool) error) error {
+// replay calls fn with every message of xid in order and its LSN, telling
+// it whether the message's (sub)transaction was aborted, then removes the
+// file.
+func (s *spillSet) replay(xid uint32, fn func(lsn uint64, msg []byte, aborted map[uint32]bool) error) error {
 	sf := s.open[xid]
 	if sf == nil {
 		return fmt.Errorf("%w: commit of streamed transaction %d, whose stream blocks this session never saw", errSpillGap, xid)
@@ -214,10 +218,10 @@ func (s *spillSet) replay(xid uint32, fn func(msg []byte, aborted map[uint32]boo
 		if _, err := io.ReadFull(r, msg); err != nil {
 			return fmt.Errorf("%w: %s at %d: %v", errSpillCorrupt, sf.path, off, err)
 		}
-		if crc32.Checksum(msg, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
+		if crc32.Update(crc32.Checksum(hdr[8:], castagnoli), castagnoli, msg) != binary.BigEndian.Uint32(hdr[4:]) {
 			return fmt.Errorf("%w: %s at %d: checksum mismatch", errSpillCorrupt, sf.path, off)
 		}
-		if err := fn(msg, sf.aborted); err != nil {
+		if err := fn(binary.BigEndian.Uint64(hdr[8:]), msg, sf.aborted); err != nil {
 			return err
 		}
 		off += int64(spillHeader) + int64(n)

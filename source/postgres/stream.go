@@ -303,7 +303,7 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > s.r.stats.Received.Load() {
 			s.r.stats.Received.Store(end)
 		}
-		return s.message(ctx, xld.WALData)
+		return s.message(ctx, uint64(xld.WALStart), xld.WALData)
 	}
 	return nil
 }

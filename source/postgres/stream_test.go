@@ -84,11 +84,18 @@ func TestStreamedLargeTransactions(t *testing.T) {
 	}
 	big := got[1 : 1+3000+1000+100]
 	lsn := big[0].LSN
+	var prev uint64
 	for i, ch := range big {
 		pos, idx, _ := source.ParsePGPosition(ch.Pos)
 		if ch.LSN != lsn || pos != lsn || idx != uint32(i) {
 			t.Fatalf("change %d at %X/%d, want %X/%d", i, pos, idx, lsn, i)
 		}
+		// Each change carries its own WAL position, through the spill file
+		// too: increasing, before the commit.
+		if ch.EventLSN <= prev || ch.EventLSN >= lsn {
+			t.Fatalf("change %d's own LSN %X after %X (commit %X)", i, ch.EventLSN, prev, lsn)
+		}
+		prev = ch.EventLSN
 		var wantOp source.Op
 		switch {
 		case i < 3000:
@@ -108,8 +115,8 @@ func TestStreamedLargeTransactions(t *testing.T) {
 			t.Fatalf("change %d is %s, want %s", i, ch.Op, wantOp)
 		}
 	}
-	if last := got[len(got)-1]; last.After[0] != int64(-2) || last.LSN <= lsn {
-		t.Fatalf("last change %v at %X", last.After, last.LSN)
+	if last := got[len(got)-1]; last.After[0] != int64(-2) || last.LSN <= lsn || last.EventLSN == 0 || last.EventLSN >= last.LSN {
+		t.Fatalf("last change %v at %X (own LSN %X)", last.After, last.LSN, last.EventLSN)
 	}
 	if n := r.Stats().StreamedTxns.Load(); n < 1 {
 		t.Fatalf("no transaction arrived streamed (StreamedTxns %d): the test did not exercise streaming", n)
