@@ -39,6 +39,8 @@ type Config struct {
 	Masking *Masking `yaml:"masking"`
 	// Outbox is optional: absent, no outbox is relayed (see outbox.go).
 	Outbox *Outbox `yaml:"outbox"`
+	// Reconcile configures cdcd reconcile (reconcile.go).
+	Reconcile Reconcile `yaml:"reconcile"`
 
 	// origin records where each key came from; nil for a Config built in Go.
 	origin *origin

@@ -73,6 +73,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	}
 	c.applyOperatorDefaults(explicit)
 	c.outboxDefaults(explicit)
+	c.Reconcile.applyDefaults(explicit)
 }
 
 func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool) {

@@ -118,5 +118,12 @@ sink: {iceberg: {mode: append}}
 	//   commit_stall:
 	//     warning: 5m
 	//     critical: 15m
+	// reconcile:
+	//   chunk_rows: 8192
+	//   block_rows: 256
+	//   max_rows_per_second: 0
+	//   statement_timeout: 1m
+	//   interval: 0s
+	//   repair: false
 	// # sales.invoices -> cdc.sales_invoices
 }

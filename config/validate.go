@@ -38,6 +38,7 @@ func (c *Config) validate() Errors {
 	v.admin()
 	v.operator()
 	v.outbox()
+	v.reconcile()
 	v.notYet()
 	v.errs.sort()
 	return v.errs

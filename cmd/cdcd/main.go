@@ -49,6 +49,7 @@ Usage:
   cdcd maintenance verify -c FILE [TABLE...]  check each key index against its table (daemon stopped)
   cdcd status [-c FILE | --admin ADDR]  a running daemon's tables, snapshot, lag, slot and alerts
   cdcd table skip [-c FILE] TABLE       skip what stops a paused table (the change goes to a dead-letter topic)
+  cdcd reconcile -c FILE [--repair] [TABLE...]  compare every row of the mirrors with the source (exit 4: a difference)
   cdcd bench [-rows N] [-scale F] ...   end-to-end benchmark against COPY and a plain decode loop (-h for flags)
   cdcd version                          print the version
 
@@ -92,6 +93,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return statusCommand(ctx, args[1:], stdout, stderr)
 	case "table":
 		return tableCommand(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		return reconcileCommand(ctx, args[1:], stdout, stderr, logger)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr, logger)
 	case "version", "--version":

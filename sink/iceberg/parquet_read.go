@@ -419,11 +419,13 @@ func fromParquet(typ iceberg.Type, v parquet.Value) any {
 	case iceberg.UUIDType:
 		return [16]byte(v.ByteArray())
 	case iceberg.DecimalType:
+		// By the file's physical type: other writers (iceberg-go's arrow
+		// writer, Spark) store any precision as fixed-length bytes.
 		var u *big.Int
-		switch p := t.Precision(); {
-		case p <= 9:
+		switch v.Kind() {
+		case parquet.Int32:
 			u = big.NewInt(int64(v.Int32()))
-		case p <= 18:
+		case parquet.Int64:
 			u = big.NewInt(v.Int64())
 		default:
 			b := v.ByteArray()

@@ -1,0 +1,3 @@
+package reconcile
+
+var _ Source = (*Postgres)(nil)

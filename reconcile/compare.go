@@ -1,0 +1,149 @@
+package reconcile
+
+import (
+	"context"
+	"sort"
+
+	"github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// mirrorRow is one row of the mirror in canonical texts.
+type mirrorRow struct {
+	t     *Table
+	idx   []int // the compared columns' indexes among the mirror's
+	buf   []byte
+	ends  []int // each column's text ends at buf[ends[i]]
+	vals  []any // the row's values (aliases the scan's)
+	texts []string
+}
+
+func newMirrorRow(t *Table) *mirrorRow {
+	mr := &mirrorRow{t: t, idx: make([]int, len(t.Columns)), ends: make([]int, len(t.Columns))}
+	for i, c := range t.Columns {
+		mr.idx[i] = c.Mirror
+	}
+	return mr
+}
+
+// set renders vals (the scan's values of t's columns) as the row's text:
+// the columns' texts joined by ",".
+func (mr *mirrorRow) set(vals []any) error {
+	mr.buf, mr.vals = mr.buf[:0], vals
+	var err error
+	for i, c := range mr.t.Columns {
+		if i > 0 {
+			mr.buf = append(mr.buf, ',')
+		}
+		if mr.buf, err = appendCanon(mr.buf, c, vals[i]); err != nil {
+			return err
+		}
+		mr.ends[i] = len(mr.buf)
+	}
+	return nil
+}
+
+// col is column i's text.
+func (mr *mirrorRow) col(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = mr.ends[i-1] + 1
+	}
+	return mr.buf[start:mr.ends[i]]
+}
+
+// key is the row's key.
+func (mr *mirrorRow) key() Key {
+	k := make(Key, len(mr.t.Key))
+	for i, ci := range mr.t.Key {
+		k[i] = string(mr.col(ci))
+	}
+	return k
+}
+
+// scan reads every live row of the mirror into mr and calls fn.
+func (mr *mirrorRow) scan(ctx context.Context, live *iceberg.LiveSnapshot, fn func(*mirrorRow) error) error {
+	return live.Scan(ctx, mr.idx, func(vals []any) error {
+		if err := mr.set(vals); err != nil {
+			return err
+		}
+		return fn(mr)
+	})
+}
+
+// settleSegment compares a segment's blocks with the mirror and reads the
+// blocks that differ (or could not be compared) key by key.
+func (tr *tableRun) settleSegment(ctx context.Context, seg *segment) error {
+	st, err := tr.settle(ctx, seg.reads)
+	if err != nil {
+		return err
+	}
+	n := len(seg.blocks)
+	bad := make([]bool, n)
+	for i := range seg.blocks {
+		bad[i] = st.u.all || st.racy[seg.readOf[i]]
+	}
+	for _, k := range st.u.keys {
+		if i, ok := seg.blockOf(tr.t, k); ok {
+			bad[i] = true
+		}
+	}
+	type sum struct {
+		rows int64
+		sum  uint64
+	}
+	sums := make([]sum, n)
+	mr := newMirrorRow(tr.t)
+	err = mr.scan(ctx, st.live, func(mr *mirrorRow) error {
+		i, ok := seg.blockOf(tr.t, mr.key())
+		if ok {
+			sums[i].rows++
+			sums[i].sum += tr.r.src.RowHash(mr.buf)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var drill []Range
+	var drillRows int64
+	prev := false // the block before was drilled
+	for i, b := range seg.blocks {
+		if !bad[i] && sums[i].rows == b.Rows && sums[i].sum == b.Sum {
+			tr.rep.Rows += b.Rows
+			tr.rep.Ranges++
+			prev = false
+			continue
+		}
+		lo, loC := seg.lowerLit, seg.lower
+		if i > 0 {
+			lo, loC = seg.blocks[i-1].LastLit, seg.blocks[i-1].Last
+		}
+		// Consecutive blocks are read together, up to a chunk's rows.
+		if k := len(drill) - 1; prev && drillRows+b.Rows <= int64(tr.r.cfg.ChunkRows) {
+			drill[k].Hi, drill[k].HiC = b.LastLit, b.Last
+			drillRows += b.Rows
+			continue
+		}
+		drill = append(drill, Range{Lo: lo, Hi: b.LastLit, LoC: loC, HiC: b.Last})
+		drillRows, prev = b.Rows, true
+	}
+	tr.rep.Drilled += len(drill)
+	if len(drill) == 0 {
+		return nil
+	}
+	return tr.drill(ctx, drill, nil)
+}
+
+// blockOf finds the block holding key k: the first whose Last is at or
+// after k; false when k is outside the segment.
+func (seg *segment) blockOf(t *Table, k Key) (int, bool) {
+	if seg.lower != nil && t.compareKeys(k, seg.lower) <= 0 {
+		return 0, false
+	}
+	n := len(seg.blocks)
+	i := sort.Search(n, func(i int) bool {
+		l := seg.blocks[i].Last
+		return l == nil || t.compareKeys(k, l) <= 0
+	})
+	return i, i < n
+}

@@ -1,0 +1,100 @@
+// Package reconcile proves, on the user's own data and while the pipeline
+// runs, that each Iceberg mirror equals its source table — or says which
+// keys differ and how — and repairs what differs (cdcd reconcile).
+//
+// # One pass, hashes on both sides
+//
+// The source is read in chunks of ChunkRows rows by primary-key range
+// (bounds compared by the database, as `(k1, k2) > ($1, $2) ORDER BY k1,
+// k2 LIMIT n`), each chunk in one short REPEATABLE READ transaction. The
+// database itself hashes every row's canonical text (canon.go: one text
+// per value, following docs/types.md, so 1.50 and 1.5 in a numeric(p,2)
+// differ, a timestamp by its microseconds, json by its bytes) and sums the
+// hashes per block of BlockRows consecutive keys: only a count, a sum and
+// the block's last key leave the database. cdcd reads the mirror's live
+// rows (data files minus deletion vectors or position deletes) once per
+// segment of SegmentRows source rows, computes the same text and hash of
+// each row, and adds it to the block its key falls in. Blocks whose count
+// and sum agree are equal; the others are read again key by key (a hash
+// per column), so only the keys that differ are listed, each with its
+// columns. A matching table costs one read of each side.
+//
+// The hash is PostgreSQL's hashtextextended (64 bits, computed in Go by
+// the same function, hash.go) or MD5's first 64 bits on MySQL; a block
+// compares its count and the sum modulo 2^64, so a difference goes unseen
+// only when two different blocks collide (about 2^-64 per block).
+//
+// # Sound while changes flow
+//
+// A source read and the mirror show a key at different moments unless
+// care is taken, and a difference found that way would be a race, not a
+// fault. The rules, per read R (postgres_read.go, settle in reconcile.go):
+//
+//  1. Positions. Low is pg_current_wal_insert_lsn() read before R's
+//     transaction takes its snapshot; High the same read by the statement
+//     that takes it, with the snapshot's in-progress transactions (Gap). A
+//     transaction that commits at or after High is invisible to R: its
+//     commit record was written after the snapshot was taken. One that
+//     committed before Low and is not in Gap is visible: it had committed
+//     and left the proc array when the snapshot was taken (its xid is
+//     below the snapshot's xmax, as it began before Low was read). On a
+//     standby the replay position plays both parts: a standby's snapshot
+//     sees what it replayed.
+//  2. The log covers R. The pipeline's slot confirms a position only once
+//     every change before it is durable in the log (DESIGN.md, stage 1),
+//     so once confirmed_flush_lsn ≥ High, the log holds every change R
+//     could see. cdcd writes a non-transactional logical message after the
+//     read so an idle pipeline confirms past it. With the daemon stopped
+//     the slot does not move: the changes it holds up to High are peeked
+//     (pg_logical_slot_peek_binary_changes, which consumes nothing) and
+//     their keys are left out (rule 4).
+//  3. The mirror at known offsets. The table's current snapshot reflects
+//     exactly the records below its cdcd.offsets (the sink commits offsets
+//     with the data; compaction changes no row). cdcd waits (up to
+//     SettleTimeout) for them to reach the partitions' ends; either way it
+//     then reads the ends E (after the mirror).
+//  4. Unsettled keys are left out of the round: the key of every record
+//     at or after the mirror's offsets (not applied yet), of every record
+//     whose position is at or after Low (it may or may not be in R), and
+//     every key of a table truncated there. Each partition is in position
+//     order, so those records are found by bisection from the end. The
+//     keys left out are compared again, each alone, in a later read
+//     (Config.Retries times), and counted as unchecked when they keep
+//     changing.
+//  5. Gap. After E was read, cdcd asks the database which transactions of
+//     R's Gap have committed. One that committed may have committed before
+//     Low and still not be visible to R (PostgreSQL flushes a commit
+//     record before the transaction leaves the proc array, and a
+//     synchronous standby stretches that), so none of R's rows is trusted:
+//     its blocks are read again key by key. One still running or aborted
+//     has no record below E (a commit after the check is appended after E
+//     was read), so it cannot have reached the mirror.
+//
+// What remains is a key whose every change in the log is visible to R and
+// below the mirror's offsets, and (rule 2) every change R sees is in the
+// log: the mirror of a correct pipeline holds exactly R's row. A
+// difference reported is a real one. Changes of one key are serialised by
+// the database (a row lock, or the unique index for a key inserted
+// again), so their log order is their visibility order and checking the
+// window from Low is enough.
+//
+// # Keys in order
+//
+// A mirror row falls into the block whose range holds its key by cdcd's
+// own comparison of keys (keys.go), which is the database's for integers,
+// numerics, dates and times, uuids, bytea, booleans and text under a
+// byte-order collation (C, POSIX). For other text collations the blocks
+// still compare soundly (a block matches only when both sides hold the same
+// rows), and a key the mirror holds that the key-by-key read did not find
+// is looked up by itself before it is called extra.
+//
+// # Values
+//
+// The Iceberg side's values are read with the sink's own reader
+// (sink/iceberg.LiveSnapshot), in cdcd's Go representation of each
+// schema.Kind; the source's are rendered by the database's own functions
+// (send functions and output functions under fixed session settings:
+// TimeZone UTC, DateStyle ISO, IntervalStyle iso_8601). So a value that
+// reached the mirror other than docs/types.md says shows as a difference,
+// whatever decoded it on the way.
+package reconcile

@@ -1,0 +1,421 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// Read is the point a source read saw: Low and High are source positions
+// (the log's cdcd.pos order) such that every transaction that committed
+// before Low (and is not in Gap) is visible to the read and none that
+// committed at or after High is; Gap are transactions in progress when the
+// read began (PostgreSQL xids), which may have committed before Low
+// without being visible yet (reconcile.go says what is done about them).
+type Read struct {
+	Low, High []byte
+	Gap       []uint64
+}
+
+// lsnPos is an LSN as a source position prefix (8 bytes big-endian).
+func lsnPos(lsn pglogrepl.LSN) []byte { return binary.BigEndian.AppendUint64(nil, uint64(lsn)) }
+
+// posLSN is the LSN a position starts with.
+func posLSN(p []byte) pglogrepl.LSN {
+	if len(p) < 8 {
+		return 0
+	}
+	return pglogrepl.LSN(binary.BigEndian.Uint64(p))
+}
+
+// walLSN is the SQL of the WAL position transactions commit at: the insert
+// position on a primary, the replay position on a standby (its snapshots
+// see what it has replayed).
+const walLSN = `CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text`
+
+// begin opens a read: Low is read before the transaction's snapshot is
+// taken, High and the snapshot's in-progress transactions by the
+// statement that takes it.
+func (p *Postgres) begin(ctx context.Context) (pgx.Tx, *Read, error) {
+	var low, high, snap string
+	if err := p.read.QueryRow(ctx, "SELECT "+walLSN).Scan(&low); err != nil {
+		return nil, nil, fmt.Errorf("reconcile: read the WAL position: %w", err)
+	}
+	tx, err := p.read.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text, "+walLSN).Scan(&snap, &high); err != nil {
+		tx.Rollback(ctx)
+		return nil, nil, fmt.Errorf("reconcile: take a snapshot: %w", err)
+	}
+	r := &Read{}
+	for i, s := range []string{low, high} {
+		lsn, err := pglogrepl.ParseLSN(s)
+		if err != nil {
+			tx.Rollback(ctx)
+			return nil, nil, err
+		}
+		if i == 0 {
+			r.Low = lsnPos(lsn)
+		} else {
+			r.High = lsnPos(lsn)
+		}
+	}
+	if r.Gap, err = snapshotXip(snap); err != nil {
+		tx.Rollback(ctx)
+		return nil, nil, err
+	}
+	return tx, r, nil
+}
+
+// snapshotXip parses pg_snapshot's text (xmin:xmax:xip,...) for its xips.
+func snapshotXip(s string) ([]uint64, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("reconcile: snapshot %q", s)
+	}
+	if parts[2] == "" {
+		return nil, nil
+	}
+	var out []uint64
+	for _, x := range strings.Split(parts[2], ",") {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: snapshot %q: %w", s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// keyPredicate is the SQL of "the key is after lo and at most hi" (nil:
+// open), with its arguments appended to args.
+func keyPredicate(t *Table, lo, hi Key, args []any) (string, []any) {
+	var conds []string
+	cols := make([]string, len(t.Key))
+	for i, ci := range t.Key {
+		cols[i] = pgQuote(t.Columns[ci].Name)
+	}
+	tuple := "(" + strings.Join(cols, ",") + ")"
+	bound := func(k Key) string {
+		ph := make([]string, len(k))
+		for i, ci := range t.Key {
+			args = append(args, k[i])
+			ph[i] = "$" + strconv.Itoa(len(args)) + "::" + t.Columns[ci].Type
+		}
+		return "(" + strings.Join(ph, ",") + ")"
+	}
+	if lo != nil {
+		conds = append(conds, tuple+" > "+bound(lo))
+	}
+	if hi != nil {
+		conds = append(conds, tuple+" <= "+bound(hi))
+	}
+	if len(conds) == 0 {
+		return "true", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+func keyOrder(t *Table) string {
+	cols := make([]string, len(t.Key))
+	for i, ci := range t.Key {
+		cols[i] = pgQuote(t.Columns[ci].Name)
+	}
+	return strings.Join(cols, ",")
+}
+
+// keySelect lists each key column's literal text, then its canonical text.
+func keySelect(t *Table) string {
+	var s []string
+	for _, ci := range t.Key {
+		s = append(s, t.Columns[ci].Lit)
+	}
+	for _, ci := range t.Key {
+		s = append(s, t.Columns[ci].SQL)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Block is a range of keys summed: (the previous block's Last, Last].
+type Block struct {
+	// Last is the greatest key of the range (canonical texts; nil: no
+	// upper bound), LastLit the same key as literals.
+	Last, LastLit Key
+	Rows          int64
+	Sum           uint64
+}
+
+// Sums reads up to rows rows after key after (nil: from the first), in
+// key order, summed per block of blockRows rows, in one snapshot. The
+// last block of a read that reached the end has no upper bound.
+func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error) {
+	tx, r, err := p.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback(ctx)
+	where, args := keyPredicate(t, after, nil, nil)
+	args = append(args, rows, blockRows)
+	n := len(args)
+	nk := len(t.Key)
+	q := fmt.Sprintf(`WITH c AS MATERIALIZED (
+		SELECT row_number() OVER (ORDER BY %[1]s) - 1 AS rn, %[2]s, hashtextextended(%[3]s, 0) AS h
+		FROM (SELECT * FROM %[4]s WHERE %[5]s ORDER BY %[1]s LIMIT $%[6]d) s)
+	SELECT g.n, g.s::text, c.* FROM (SELECT rn / $%[7]d AS b, count(*) AS n, sum(h) AS s, max(rn) AS last FROM c GROUP BY 1) g
+	JOIN c ON c.rn = g.last ORDER BY g.b`, keyOrder(t), keySelect(t), pgRowText(t), t.SQL, where, n-1, n)
+	res, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
+	}
+	var blocks []Block
+	var total int64
+	for res.Next() {
+		vals, err := res.Values()
+		if err != nil {
+			res.Close()
+			return nil, nil, err
+		}
+		b := Block{Rows: vals[0].(int64)}
+		if b.Sum, err = sumMod64(vals[1].(string)); err != nil {
+			res.Close()
+			return nil, nil, err
+		}
+		// vals[2] is rn, then nk literals, nk canonical texts, h.
+		b.LastLit, b.Last = textsOf(vals[3:3+nk]), textsOf(vals[3+nk:3+2*nk])
+		total += b.Rows
+		blocks = append(blocks, b)
+	}
+	if err := res.Err(); err != nil {
+		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	if total < int64(rows) { // the end of the table: open above
+		if len(blocks) == 0 {
+			blocks = append(blocks, Block{})
+		}
+		blocks[len(blocks)-1].Last, blocks[len(blocks)-1].LastLit = nil, nil
+	}
+	return blocks, r, nil
+}
+
+func textsOf(vals []any) Key {
+	k := make(Key, len(vals))
+	for i, v := range vals {
+		s, _ := v.(string)
+		k[i] = s
+	}
+	return k
+}
+
+var two64 = new(big.Int).Lsh(big.NewInt(1), 64)
+
+// sumMod64 reads a sum of bigints (numeric text) modulo 2^64.
+func sumMod64(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return 0, fmt.Errorf("reconcile: a sum %q", s)
+	}
+	return n.Mod(n, two64).Uint64(), nil
+}
+
+// Range is a key range (Lo, Hi] (nil: open), or the one key Eq, in
+// literals; LoC, HiC and EqC are the same keys' canonical texts.
+type Range struct{ Lo, Hi, Eq, LoC, HiC, EqC Key }
+
+// KeyRow is one row read key by key: its key and each compared column's
+// hash.
+type KeyRow struct {
+	Key  Key
+	Lit  Key
+	Cols []uint64
+}
+
+// Rows reads every row of the ranges with its columns' hashes, in one
+// snapshot.
+func (p *Postgres) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *Read, error) {
+	tx, r, err := p.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback(ctx)
+	hashes := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		hashes[i] = "hashtextextended(coalesce(" + c.SQL + ",'" + nullText + "') COLLATE \"C\", 0)"
+	}
+	nk := len(t.Key)
+	var out []KeyRow
+	for _, q := range rangeQueries(t, ranges) {
+		where, args := q.where, q.args
+		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s ORDER BY %s", keySelect(t), strings.Join(hashes, ", "), t.SQL, where, keyOrder(t))
+		res, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
+		}
+		for res.Next() {
+			vals, err := res.Values()
+			if err != nil {
+				res.Close()
+				return nil, nil, err
+			}
+			kr := KeyRow{Lit: textsOf(vals[:nk]), Key: textsOf(vals[nk : 2*nk]), Cols: make([]uint64, len(t.Columns))}
+			for i, v := range vals[2*nk:] {
+				kr.Cols[i] = uint64(v.(int64))
+			}
+			out = append(out, kr)
+		}
+		if err := res.Err(); err != nil {
+			return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
+		}
+	}
+	return out, r, tx.Commit(ctx)
+}
+
+// Values reads the source's text of columns cols of the rows with keys
+// lits (literals), as the server prints them (for the report): by key id.
+func (p *Postgres) Values(ctx context.Context, t *Table, lits []Key, cols []string) (map[string][]string, error) {
+	if len(lits) == 0 || len(cols) == 0 {
+		return nil, nil
+	}
+	var conds []string
+	var args []any
+	for _, k := range lits {
+		c, a := keyPredicateEq(t, k, args)
+		conds, args = append(conds, c), a
+	}
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = "CASE WHEN " + pgQuote(c) + " IS NULL THEN 'NULL' ELSE concat(" + pgQuote(c) + ") END"
+	}
+	var canon []string
+	for _, ci := range t.Key {
+		canon = append(canon, t.Columns[ci].SQL)
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s", strings.Join(canon, ", "), strings.Join(sel, ", "), t.SQL, strings.Join(conds, " OR "))
+	res, err := p.read.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	out := map[string][]string{}
+	nk := len(t.Key)
+	for res.Next() {
+		vals, err := res.Values()
+		if err != nil {
+			return nil, err
+		}
+		out[textsOf(vals[:nk]).id()] = textsOf(vals[nk:])
+	}
+	return out, res.Err()
+}
+
+type rangeQuery struct {
+	where string
+	args  []any
+}
+
+// rangeQueries turns ranges into conditions: one per key range, and the
+// single keys in conditions of up to 500 keys.
+func rangeQueries(t *Table, ranges []Range) []rangeQuery {
+	var out []rangeQuery
+	var eq []string
+	var eqArgs []any
+	flush := func() {
+		if len(eq) > 0 {
+			out = append(out, rangeQuery{strings.Join(eq, " OR "), eqArgs})
+			eq, eqArgs = nil, nil
+		}
+	}
+	for _, rg := range ranges {
+		if rg.Eq == nil {
+			w, a := keyPredicate(t, rg.Lo, rg.Hi, nil)
+			out = append(out, rangeQuery{w, a})
+			continue
+		}
+		var c string
+		c, eqArgs = keyPredicateEq(t, rg.Eq, eqArgs)
+		if eq = append(eq, c); len(eq) == 500 {
+			flush()
+		}
+	}
+	flush()
+	return out
+}
+
+func keyPredicateEq(t *Table, k Key, args []any) (string, []any) {
+	var conds []string
+	for i, ci := range t.Key {
+		args = append(args, k[i])
+		conds = append(conds, pgQuote(t.Columns[ci].Name)+" = $"+strconv.Itoa(len(args))+"::"+t.Columns[ci].Type)
+	}
+	return "(" + strings.Join(conds, " AND ") + ")", args
+}
+
+// SlotState is how far the pipeline's slot has confirmed.
+type SlotState struct {
+	Confirmed []byte // a position prefix: every change before it is in the log
+	Active    bool   // a daemon streams from it
+}
+
+// Slot reads the pipeline's slot.
+func (p *Postgres) Slot(ctx context.Context) (SlotState, error) {
+	var lsn *string
+	var st SlotState
+	err := p.primary.QueryRow(ctx, "SELECT confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = $1", p.cfg.Slot).Scan(&lsn, &st.Active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, fmt.Errorf("reconcile: the replication slot %s does not exist: the pipeline's position cannot be known", p.cfg.Slot)
+	}
+	if err != nil {
+		return st, err
+	}
+	if lsn != nil {
+		l, err := pglogrepl.ParseLSN(*lsn)
+		if err != nil {
+			return st, err
+		}
+		st.Confirmed = lsnPos(l)
+	}
+	return st, nil
+}
+
+// Committed returns the transactions of xids that have committed.
+func (p *Postgres) Committed(ctx context.Context, xids []uint64) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	if len(xids) == 0 {
+		return out, nil
+	}
+	strs := make([]string, len(xids))
+	for i, x := range xids {
+		strs[i] = strconv.FormatUint(x, 10)
+	}
+	rows, err := p.read.Query(ctx, "SELECT x::text, pg_xact_status(x::xid8) FROM unnest($1::text[]) x", strs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x string
+		var st *string
+		if err := rows.Scan(&x, &st); err != nil {
+			return nil, err
+		}
+		if st != nil && *st == "committed" {
+			v, _ := strconv.ParseUint(x, 10, 64)
+			out[v] = true
+		}
+	}
+	return out, rows.Err()
+}
