@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strconv"
 	"strings"
 )
 
@@ -520,4 +521,19 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// CommitLSN is the commit LSN of a PostgreSQL change's transaction (a
+// snapshot read's: the snapshot's LSN): the first element of Sequence, or
+// LSN when the record has no sequence (cdcd's former envelope, whose lsn
+// was the commit LSN). 0 when neither is set.
+func (s *SourceInfo) CommitLSN() uint64 {
+	if rest, ok := strings.CutPrefix(s.Sequence, `["`); ok {
+		if n, _, ok := strings.Cut(rest, `"`); ok {
+			if v, err := strconv.ParseUint(n, 10, 64); err == nil {
+				return v
+			}
+		}
+	}
+	return s.LSN
 }

@@ -189,6 +189,9 @@ type run struct {
 	conn    *pgx.Conn
 	watch   *watcher
 	res     Result
+	// loaded is the records the table took in by the end of the load
+	// (its rows and the load's reset markers).
+	loaded int64
 	// cleanup runs at the end, last added first.
 	cleanup []func()
 }

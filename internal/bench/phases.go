@@ -164,13 +164,18 @@ func phaseTimeout(items int) time.Duration {
 func (b *run) loadPhase(ctx context.Context, _ streamPlan) error {
 	b.printf("Initial load: cdcd from its start until the Iceberg table holds %d rows ...", b.opts.Rows)
 	rows := int64(b.opts.Rows)
-	m, st, err := b.daemonPhase(ctx, "load", rows, phaseTimeout(b.opts.Rows), func(st tableState) bool { return st.consumed >= rows })
+	// The load begins the table with a reset marker in every partition
+	// (source/postgres loadReset): records, not rows.
+	m, st, err := b.daemonPhase(ctx, "load", rows, phaseTimeout(b.opts.Rows), func(st tableState) bool {
+		return len(st.offsets) > 0 && st.consumed >= rows+int64(len(st.offsets))
+	})
 	if err != nil {
 		return err
 	}
 	if st.rows != rows {
 		return fmt.Errorf("bench: after the load the table holds %d rows, want %d", st.rows, rows)
 	}
+	b.loaded = st.consumed
 	m.Name = "initial load -> Iceberg"
 	b.res.Load = m
 	b.printf("  %.0f rows/s in %v", m.Rate(), m.Wall.Round(time.Millisecond))
@@ -221,7 +226,7 @@ func (b *run) streamPhase(ctx context.Context, plan streamPlan) error {
 	// Every record of the log in the table: a snapshot's source position
 	// alone is no watermark (a commit may hold part of a transaction: the
 	// partitions are read one after another).
-	total := int64(b.opts.Rows) + events
+	total := b.loaded + events
 	m, st, err := b.daemonPhase(ctx, "stream", events, phaseTimeout(int(events)), func(st tableState) bool { return st.consumed >= total })
 	if err != nil {
 		return err

@@ -117,7 +117,7 @@ func (b *changelogBuilder) add(c *change) error {
 	}
 	meta := map[string]any{
 		colOp:        string([]byte{env.Op}),
-		colLSN:       optInt64(int64(env.Source.LSN), env.Source.LSN != 0),
+		colLSN:       optInt64(int64(env.Source.CommitLSN()), env.Source.CommitLSN() != 0),
 		colTxID:      optInt64(int64(env.Source.TxID), env.Source.TxID != 0),
 		colCommitTS:  env.Source.TsMs * 1000,
 		colPartition: c.partition,

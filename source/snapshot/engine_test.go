@@ -56,6 +56,9 @@ type fakeDB struct {
 	// duringRead, when set, runs inside a read (after its low watermark,
 	// before its high one): changes it streams fall in the window.
 	duringRead func(n int)
+	// beforePlan and afterPlan, when set, run inside Plan before and after
+	// the bound is read (afterPlan under the table's lock).
+	beforePlan, afterPlan func()
 	// inconsistent makes the first n reads fail the consistency check;
 	// badReads those reads (by index).
 	inconsistent int
@@ -81,9 +84,15 @@ func (db *fakeDB) Describe(context.Context, string) (*Table, error) {
 }
 
 func (db *fakeDB) Plan(context.Context, string, *Table, string) (*Plan, error) {
+	if db.beforePlan != nil {
+		db.beforePlan()
+	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	keys := db.keysLocked()
+	if db.afterPlan != nil {
+		db.afterPlan()
+	}
 	if len(keys) == 0 {
 		return &Plan{}, nil
 	}
@@ -142,6 +151,7 @@ func (db *fakeDB) WriteWatermark(_ context.Context, id string) error {
 type streamer struct {
 	mu      sync.Mutex
 	e       *Engine
+	events  int // handled
 	pos     uint64
 	emitted []source.Change // chunk rows and reset markers
 	kept    []source.Change // streamed changes Observe kept
@@ -164,6 +174,7 @@ func (s *streamer) run(ctx context.Context, db *fakeDB) {
 			} else {
 				s.emitted = append(s.emitted, s.e.Watermark(ev.watermark, pos(s.pos))...)
 			}
+			s.events++
 			s.mu.Unlock()
 		}
 	}
@@ -408,5 +419,47 @@ func TestReadAheadCancelledWithRetry(t *testing.T) {
 	// 1-3, 4-6 (inconsistent), 7-9 (read ahead, cancelled), 4-6, 7-9.
 	if want := []string{"-", "3", "6", "3", "6"}; !slices.Equal(after, want) {
 		t.Fatalf("reads after %v, want %v", after, want)
+	}
+}
+
+// TestUnchangedBeforeTheBound: after the reset and before the upper bound
+// is read, a key change's insert that takes unchanged values from its old
+// key is dropped (the row is not in the table); its new key, above the
+// bound (written after the bound's read), is read again at the end.
+func TestUnchangedBeforeTheBound(t *testing.T) {
+	db := newFakeDB(5)
+	var s *streamer
+	db.beforePlan = func() {
+		db.beforePlan = nil
+		s.mu.Lock()
+		n := s.events
+		s.mu.Unlock()
+		db.stream <- event{change: &source.Change{Table: shape, Op: source.OpCreate,
+			Before: []any{int64(2), nil}, After: []any{int64(9), schema.Unchanged}}}
+		for { // the stream has it before the bound is read
+			s.mu.Lock()
+			done := s.events > n
+			s.mu.Unlock()
+			if done {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	db.afterPlan = func() { // the key change commits after the bound's read
+		delete(db.rows, 2)
+		db.rows[9] = "v9"
+	}
+	e, st, _ := start(t, &memState{}, db, 10)
+	s = st
+	if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	if len(s.kept) != 0 {
+		t.Fatalf("kept %v, want the insert dropped", s.kept)
+	}
+	if got := keysOf(s.rows()); !slices.Contains(got, 9) {
+		t.Fatalf("emitted %v: key 9 was never read", got)
 	}
 }

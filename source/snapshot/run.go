@@ -110,6 +110,23 @@ func (r *run) addReread(k Key, vals []any, maybe bool) {
 	r.reread[id] = &rereadKey{key: k, vals: vals, maybe: maybe}
 }
 
+// settleBound decides the keys added before the upper bound was known:
+// those at most the bound are left to the range.
+func (r *run) settleBound() {
+	for id, k := range r.reread {
+		if !k.maybe || k.inFlight {
+			continue
+		}
+		k.maybe = false
+		if r.rec.Upper == nil || k.vals == nil || r.upperVals == nil || r.tbl.Compare == nil {
+			continue
+		}
+		if c, err := r.tbl.Compare(k.vals, r.upperVals); err == nil && c <= 0 {
+			delete(r.reread, id)
+		}
+	}
+}
+
 // settleMaybe decides the keys added while a range chunk's window was
 // open: those after the chunk's last key are left to later chunks.
 func (r *run) settleMaybe(last []any) {

@@ -311,6 +311,8 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 		return false // cannot read it again: keep it, and the sink stops loudly
 	}
 	switch {
+	case !r.rec.Planned: // above the bound, read later, no range chunk reads it
+		r.addReread(text, own, true)
 	case !r.pending(ownID, own) || r.rangeDone:
 		r.addReread(text, own, false)
 	case len(r.windows) > 0: // the open window's chunk may hold the key: it drops it

@@ -226,6 +226,7 @@ func (e *Engine) plan(ctx context.Context, db Database, r *run) error {
 		} else if r.tbl.ParseKey != nil {
 			r.upperVals, _ = r.tbl.ParseKey(upper)
 		}
+		r.settleBound()
 	})
 	if err == nil {
 		e.logger.Info("snapshot started", "table", r.rec.Table, "estimated_rows", est, "replace", r.rec.Replace, "where", r.rec.Where)
