@@ -556,3 +556,49 @@ func TestUnboundableValuePauses(t *testing.T) {
 		t.Errorf("pause: %s / %s", pe.What, pe.Fix)
 	}
 }
+
+// TestReadsUnboundedFiles: the sink's own reader (unchanged values, index
+// rebuild, compaction, verify) reads data files written before statistics
+// were truncated — the 5 MB value in the footer and, twice, in a page
+// header — so a compaction
+// can rewrite them into files iceberg-go's scan reads.
+func TestReadsUnboundedFiles(t *testing.T) {
+	big := bigText(5<<20, 3)
+	pq := parquet.NewSchema("table", parquet.Group{
+		"id": parquet.FieldID(parquet.Int(64), 1),
+		"s":  parquet.FieldID(parquet.Optional(parquet.String()), 2),
+	})
+	path := filepath.Join(t.TempDir(), "old.parquet")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := parquet.NewWriter(f, pq)
+	if _, err := w.WriteRows([]parquet.Row{
+		{parquet.Int64Value(1).Level(0, 0, 0), parquet.ByteArrayValue([]byte(big)).Level(0, 1, 1)},
+		{parquet.Int64Value(2).Level(0, 0, 0), parquet.ByteArrayValue([]byte("small")).Level(0, 1, 1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	data, _ := os.ReadFile(path)
+	if footer, err := parquetFooter(data, int64(len(data))); err != nil || len(footer) < len(big) {
+		t.Fatalf("the old file's footer is %d bytes (%v): not the shape this test needs", len(footer), err)
+	}
+	pf, closeFn, err := parquetFile(icebergio.LocalFS{}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	fields := []iceberg.NestedField{{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true}, {ID: 2, Name: "s", Type: iceberg.PrimitiveTypes.String}}
+	var got []any
+	if err := readColumns(pf, fields, func(_ int64, vals []any) error { got = append(got, vals[1]); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != big || got[1] != "small" {
+		t.Fatalf("read %d values", len(got))
+	}
+}
