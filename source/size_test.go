@@ -8,7 +8,7 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-// TestValueBytesBoundsAvro: ValueBytes is never less than the bytes a
+// TestValueBytesBoundsAvro: ValueBytes and RowBytes are never less than the bytes a
 // value takes in the envelope, for every kind and lists of them.
 func TestValueBytesBoundsAvro(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
@@ -54,8 +54,9 @@ func TestValueBytesBoundsAvro(t *testing.T) {
 					t.Fatal(err)
 				}
 				without, _ := schema.AppendEnvelope(nil, tb, &schema.Envelope{Op: 'c', After: []any{nil}})
-				if n := len(with) - len(without) + 1; n > ValueBytes(v) {
-					t.Fatalf("%v value %#v takes %d bytes, more than ValueBytes' %d", c.Kind, v, n, ValueBytes(v))
+				n := len(with) - len(without) + 1
+				if n > ValueBytes(v) || n > RowBytes([]any{v}) {
+					t.Fatalf("%v value %#v takes %d bytes, more than ValueBytes' %d or RowBytes' %d", c.Kind, v, n, ValueBytes(v), RowBytes([]any{v}))
 				}
 			}
 		}
