@@ -183,6 +183,18 @@ type Pipeliner interface {
 	Sync(ctx context.Context) error
 }
 
+// Holder is an optional ability of an Emitter (found by type assertion):
+// a stage that delivers some changes after Emit returned (the outbox
+// relay's webhooks) holds the source's confirmed position back, so that
+// the database sends those changes again after a restart unless they were
+// delivered.
+type Holder interface {
+	// Held returns the position of the oldest change handed over and not
+	// yet delivered everywhere, and false when none is held. The source
+	// confirms nothing from its transaction on.
+	Held() (Position, bool)
+}
+
 // Source reads a database's changes until ctx ends or a terminal error.
 type Source interface {
 	// Run emits changes to e. After a restart it starts from what the

@@ -191,7 +191,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 func (s *streamer) advance(lsn uint64) {
 	if lsn > s.flushed {
 		s.flushed = lsn
-		s.r.stats.Flushed.Store(lsn)
+		s.publishFlushed(s.confirmable())
 	}
 }
 
@@ -210,15 +210,17 @@ func (s *streamer) commit(lsn uint64) {
 // slot's confirmed position never passes what the pipeline recorded (see
 // SlotAhead) nor what the log holds.
 func (s *streamer) status(ctx context.Context) error {
-	if err := s.inc.checkpoint(ctx, s.flushed); err != nil {
+	lsn := s.confirmable() // durable, and not held back (hold.go)
+	s.publishFlushed(lsn)
+	if err := s.inc.checkpoint(ctx, lsn); err != nil {
 		return err
 	}
-	if s.flushed > s.saved {
-		s.st.Confirmed = s.flushed
+	if lsn > s.saved {
+		s.st.Confirmed = lsn
 		if err := saveJSON(ctx, s.r.state, s.r.stateKey(), s.st); err != nil {
 			return fmt.Errorf("postgres: save confirmed position: %w", err)
 		}
-		s.saved = s.flushed
+		s.saved = lsn
 	}
 	if err := sendStatus(ctx, s.repl, s.saved); err != nil {
 		return err
