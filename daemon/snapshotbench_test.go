@@ -178,19 +178,6 @@ type lagEmitter struct {
 }
 
 func (l *lagEmitter) Emit(ctx context.Context, batch []source.Change) error {
-	l.observe(batch)
-	return l.next.Emit(ctx, batch)
-}
-
-// Submit and Sync pass a pipelined batch on, as the daemon's intake does.
-func (l *lagEmitter) Submit(ctx context.Context, batch []source.Change) error {
-	l.observe(batch)
-	return l.next.Submit(ctx, batch)
-}
-
-func (l *lagEmitter) Sync(ctx context.Context) error { return l.next.Sync(ctx) }
-
-func (l *lagEmitter) observe(batch []source.Change) {
 	if l.on.Load() {
 		now := time.Now()
 		for i := range batch {
@@ -203,4 +190,5 @@ func (l *lagEmitter) observe(batch []source.Change) {
 			}
 		}
 	}
+	return l.next.Emit(ctx, batch)
 }

@@ -146,8 +146,8 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		}
 		return s.truncate(&m.TruncateMessage)
 	case *pglogrepl.LogicalDecodingMessageV2:
-		if ok, err := s.inc.message(ctx, m); ok || err != nil {
-			return err
+		if s.inc.message(m) {
+			return nil
 		}
 		if m.Transactional && s.inTx {
 			return s.transactionalMessage(m, skip(m.Xid))
