@@ -462,10 +462,13 @@ func (e *emitter) envelope(c *source.Change, now int64) schema.Envelope {
 		s.TsMs, s.TsUs, s.TsNs = c.CommitTime.UnixMilli(), c.CommitTime.UnixMicro(), c.CommitTime.UnixNano()
 	}
 	if c.Snapshot {
-		s.Snapshot = schema.SnapshotTrue
+		s.Snapshot = snapshotValues[c.Place]
 	}
 	if e.connector == schema.ConnectorMySQL {
 		s.DB, s.Schema = c.Table.Namespace, "" // Debezium's MySQL db is the table's database
+		if b := c.Binlog; b != nil {
+			s.File, s.Pos, s.Row, s.ServerID, s.GTID = b.File, int64(b.Pos), b.Row, int64(b.ServerID), b.GTID
+		}
 		return env
 	}
 	// lsn: the change's own WAL position, as Debezium gives it; rows read
@@ -475,6 +478,14 @@ func (e *emitter) envelope(c *source.Change, now int64) schema.Envelope {
 		s.Sequence = pgSequence(c.LSN, s.LSN)
 	}
 	return env
+}
+
+// snapshotValues are source.snapshot's values for the places of a
+// snapshot row.
+var snapshotValues = [...]string{
+	source.PlaceInside: schema.SnapshotTrue, source.PlaceLastInTable: schema.SnapshotLastInColl,
+	source.PlaceFirstInTable: schema.SnapshotFirstInColl, source.PlaceFirst: schema.SnapshotFirst,
+	source.PlaceLast: schema.SnapshotLast, source.PlaceIncremental: schema.SnapshotIncremental,
 }
 
 // pgSequence is PostgreSQL's source.sequence: a JSON array of the commit

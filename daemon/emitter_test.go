@@ -218,3 +218,43 @@ func TestKeyChangeHeader(t *testing.T) {
 		t.Fatalf("after replay: %d records, marked %v; want the delete at 200/0 marked too", n, got)
 	}
 }
+
+// TestEnvelopeSource: the source block as Debezium fills it, per
+// connector: snapshot places, the change's own LSN and sequence on
+// PostgreSQL, the binlog place and the table's database on MySQL.
+func TestEnvelopeSource(t *testing.T) {
+	tbl := &schema.Table{Namespace: "shop", Name: "t", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}}, Key: []int{0}}
+	at := time.Unix(1700000000, 123456789)
+	pg := &emitter{connector: schema.ConnectorPostgres, pipeline: "p", db: "db"}
+	c := source.Change{Table: tbl, Op: source.OpCreate, After: []any{int64(1)}, LSN: 0x500, EventLSN: 0x4F0, TxID: 9, CommitTime: at}
+	s := pg.envelope(&c, at.UnixNano()).Source
+	if s.Snapshot != "false" || s.LSN != 0x4F0 || s.Sequence != `["1280","1264"]` || s.TxID != 9 || s.DB != "db" || s.Schema != "shop" ||
+		s.TsMs != at.UnixMilli() || s.TsUs != at.UnixMicro() || s.TsNs != at.UnixNano() {
+		t.Errorf("postgres source %+v", s)
+	}
+	for place, want := range map[source.SnapshotPlace]string{source.PlaceInside: "true", source.PlaceFirst: "first",
+		source.PlaceFirstInTable: "first_in_data_collection", source.PlaceLastInTable: "last_in_data_collection",
+		source.PlaceLast: "last", source.PlaceIncremental: "incremental"} {
+		r := source.Change{Table: tbl, Op: source.OpRead, After: []any{int64(1)}, Snapshot: true, Place: place, LSN: 0x400, TxID: 8}
+		if s := pg.envelope(&r, 0).Source; s.Snapshot != want || s.LSN != 0x400 || s.TxID != 8 {
+			t.Errorf("place %d: snapshot %q lsn %x txid %d, want %q", place, s.Snapshot, s.LSN, s.TxID, want)
+		}
+	}
+	my := &emitter{connector: schema.ConnectorMySQL, pipeline: "p", db: "ignored"}
+	c = source.Change{Table: tbl, Op: source.OpCreate, After: []any{int64(1)}, TxID: 3, CommitTime: at,
+		Binlog: &source.BinlogPlace{File: "bin.000002", Pos: 400, Row: 2, ServerID: 7, GTID: "0-7-12"}}
+	env := my.envelope(&c, at.UnixNano())
+	if s := env.Source; s.DB != "shop" || s.Table != "t" || s.File != "bin.000002" || s.Pos != 400 || s.Row != 2 ||
+		s.ServerID != 7 || s.GTID != "0-7-12" || s.TxID != 0 || s.LSN != 0 {
+		t.Errorf("mysql source %+v", s)
+	}
+	vs, _ := schema.ValueSchemaFor(tbl, "p.shop.t", schema.ConnectorMySQL)
+	dec, _ := schema.TableFromValueSchema(vs)
+	buf, err := schema.AppendEnvelope(nil, tbl, &env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := schema.DecodeEnvelope(dec, buf); err != nil || got.Source.GTID != "0-7-12" || got.Source.Row != 2 {
+		t.Errorf("mysql envelope decoded %+v: %v", got.Source, err)
+	}
+}

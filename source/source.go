@@ -78,6 +78,8 @@ type Change struct {
 	// EventLSN is the WAL position of the change's own record (PostgreSQL;
 	// 0 when unknown: snapshot reads, MySQL).
 	EventLSN uint64
+	// Binlog is where a MySQL change was read (nil elsewhere).
+	Binlog *BinlogPlace
 	// TxID is the source's transaction id (PostgreSQL xid), 0 if none.
 	TxID uint64
 	// CommitTime is when the source transaction committed (snapshot reads:
@@ -85,6 +87,9 @@ type Change struct {
 	CommitTime time.Time
 	// Snapshot marks rows read by a snapshot rather than streamed.
 	Snapshot bool
+	// Place says where a snapshot row lies in its snapshot (Debezium's
+	// source.snapshot); PlaceInside for the rows between the marked ones.
+	Place SnapshotPlace
 	// Message, when set, makes the change a logical decoding message
 	// (PostgreSQL's transactional pg_logical_emit_message) with a prefix
 	// the reader was asked to deliver, at its place in its transaction;
@@ -121,6 +126,40 @@ type Change struct {
 type Message struct {
 	Prefix  string
 	Content []byte
+}
+
+// BinlogPlace is where a change was read from a MySQL binlog (Debezium's
+// source.file, pos, row, server_id and gtid).
+type BinlogPlace struct {
+	File string
+	// Pos is the position of the row event in File; Row the row's index
+	// in it.
+	Pos      uint64
+	Row      int32
+	ServerID uint32
+	GTID     string
+}
+
+// SnapshotPlace is where a row read by a snapshot lies in it, so consumers
+// see where a snapshot starts and ends. Where one row is more than one of
+// them, it is the latest listed: Last over First over FirstInTable over
+// LastInTable (Debezium's precedence).
+type SnapshotPlace uint8
+
+const (
+	PlaceInside       SnapshotPlace = iota // a row of the initial load, not first or last
+	PlaceLastInTable                       // the last row of its table
+	PlaceFirstInTable                      // the first row of its table
+	PlaceFirst                             // the load's first row
+	PlaceLast                              // the load's last row
+	PlaceIncremental                       // a row of an incremental snapshot (its rows interleave with streaming)
+)
+
+// Mark gives c place p unless it has one that takes precedence.
+func (c *Change) Mark(p SnapshotPlace) {
+	if p > c.Place {
+		c.Place = p
+	}
 }
 
 // Fault says what stops a table and how to resolve it.

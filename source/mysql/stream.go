@@ -37,7 +37,13 @@ type streamer struct {
 		ord    uint64
 		idx    uint32
 		ts     time.Time
+		text   string // gtid's text, for the changes' binlog places
 	}
+	// file is the binlog being read; rowsEv and row place the changes of
+	// the row event being read (source.BinlogPlace).
+	file    string
+	rowsEv  *replication.EventHeader
+	row     int32
 	batch   []source.Change
 	batchAt time.Time
 	// durable is the checkpoint of the last transaction all of whose
@@ -239,7 +245,8 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
-		s.r.stats.setBinlogFile(string(e.NextLogName))
+		s.file = string(e.NextLogName)
+		s.r.stats.setBinlogFile(s.file)
 		s.r.stats.BinlogPos.Store(uint32(e.Position))
 	case *replication.TableMapEvent:
 		return s.tableMap(ctx, e)
@@ -270,7 +277,7 @@ func (s *streamer) begin(g txGTID, ev *replication.BinlogEvent) error {
 			return err
 		}
 	}
-	s.tx.active, s.tx.gtid, s.tx.ord, s.tx.idx = true, g, s.live.ord+1, 0
+	s.tx.active, s.tx.gtid, s.tx.ord, s.tx.idx, s.tx.text = true, g, s.live.ord+1, 0, g.String()
 	s.tx.ts = time.Unix(int64(ev.Header.Timestamp), 0)
 	if e, ok := ev.Event.(*replication.GTIDEvent); ok && e.ImmediateCommitTimestamp > 0 {
 		s.tx.ts = e.ImmediateCommitTime()

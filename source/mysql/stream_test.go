@@ -60,6 +60,15 @@ func TestStreamChanges(t *testing.T) {
 	if ord0 != ord1 || idx0 != 1 || idx1 != 2 || got[0].TxID != ord0 {
 		t.Errorf("first transaction: positions (%d,%d) (%d,%d), txid %d", ord0, idx0, ord1, idx1, got[0].TxID)
 	}
+	// Where each row was read (Debezium's source.file, pos, row, server_id,
+	// gtid): the two rows of one event share its position, rows counted.
+	b0, b1, b2 := got[0].Binlog, got[1].Binlog, got[2].Binlog
+	if b0 == nil || b1 == nil || b2 == nil || b0.File == "" || b0.Pos == 0 || b0.ServerID == 0 || b0.GTID == "" {
+		t.Fatalf("binlog places %+v %+v", b0, b1)
+	}
+	if b1.Pos != b0.Pos || b0.Row != 0 || b1.Row != 1 || b1.GTID != b0.GTID || b2.Pos <= b0.Pos || b2.GTID == b0.GTID || b2.Row != 0 {
+		t.Errorf("binlog places %+v %+v %+v", *b0, *b1, *b2)
+	}
 	// A key change is a delete and an insert at consecutive indexes of one transaction.
 	ordD, idxD, _ := ParsePosition(got[3].Pos)
 	ordI, idxI, _ := ParsePosition(got[4].Pos)

@@ -117,6 +117,7 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 	if !s.tx.active {
 		return fmt.Errorf("mysql: a row event for %s outside a transaction (no GTID event before it)", v.qn)
 	}
+	s.rowsEv, s.row = h, 0
 	for _, skips := range e.SkippedColumns {
 		if len(skips) > 0 {
 			return &TableError{Table: v.qn, Err: errPartialImage}
@@ -167,8 +168,18 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 
 func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
-		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f})
+		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
 	s.tx.idx++
+}
+
+// place is where the next row of the row event being read lies.
+func (s *streamer) place() *source.BinlogPlace {
+	p := &source.BinlogPlace{File: s.file, Row: s.row, GTID: s.tx.text}
+	if h := s.rowsEv; h != nil {
+		p.Pos, p.ServerID = uint64(h.LogPos)-uint64(h.EventSize), h.ServerID
+	}
+	s.row++
+	return p
 }
 
 // decodeRow converts a row image into table-model values. A value cdcd

@@ -55,6 +55,13 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 		}
 		r.logger.Info("resuming the initial load in a new snapshot", "chunks_done", lp.Done, "rows_done", lp.Rows)
 	}
+	// The rows' txId, as Debezium gives snapshot reads one: the snapshot's
+	// next transaction id (what txid_current() would have returned in it,
+	// without assigning one).
+	var xid uint64
+	if err := tx.QueryRow(ctx, "SELECT txid_snapshot_xmax(txid_current_snapshot())").Scan(&xid); err != nil {
+		return fmt.Errorf("postgres: snapshot transaction id: %w", err)
+	}
 
 	var plan loadPlan
 	if lp.Planned {
@@ -103,7 +110,7 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 	r.stats.snapshotBase.Store(lp.Rows)
 	r.stats.snapshotStarted.Store(time.Now().UnixNano())
 	began := time.Now()
-	if err := r.copyChunks(ctx, &plan, byName, rels, snapshot, st, e); err != nil {
+	if err := r.copyChunks(ctx, &plan, byName, rels, snapshot, xid, st, e); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -181,7 +188,7 @@ func (f loadFree) put(b *loadBuf) {
 // the end: a resumed load re-reads the chunks since the last save,
 // and the Emitter's dedupe drops what the log already holds.
 func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
-	snapshot string, st *sourceState, e source.Emitter) error {
+	snapshot string, xid uint64, st *sourceState, e source.Emitter) error {
 	lp := st.Load
 	total := plan.chunks()
 	if lp.Done >= total {
@@ -231,30 +238,39 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		if p, ok := e.(source.Pipeliner); ok {
 			emit, sync = p.Submit, p.Sync
 		}
+		le := &loadEmitter{emit: emit, free: free, xid: xid, first: lp.Done == 0, stats: &r.stats}
+		if lp.Done > 0 {
+			if tp, _ := plan.chunk(lp.Done - 1); tp != nil {
+				le.table = tp.Table // a resumed table goes on: its first row was emitted before
+			}
+		}
 		saved := time.Now()
 		for seq := lp.Done; seq < total; seq++ {
-			if tp, i := plan.chunk(seq); i == 0 {
+			tp, i := plan.chunk(seq)
+			if i == 0 {
 				if err := r.loadReset(gctx, rels[tp.Table], lp.ConsistentPoint, seq, lp.Started, emit); err != nil {
 					return err
 				}
 			}
-			rows, err := r.emitChunk(gctx, outs[seq], emit, free)
-			if err != nil {
+			if err := r.emitChunk(gctx, outs[seq], le, seq, tp.Table); err != nil {
 				return err
 			}
 			outs[seq] = nil
 			<-inflight
+			if seq+1 == total {
+				if err := le.flush(gctx, true, true); err != nil {
+					return err
+				}
+			}
 			if time.Since(saved) >= r.cfg.StatusInterval || seq+1 == total {
 				if err := sync(gctx); err != nil {
 					return err
 				}
-				lp.Done, lp.Rows = seq+1, lp.Rows+rows
+				lp.Done, lp.Rows = le.done(seq+1), lp.Rows+le.emittedRows()
 				if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
 					return err
 				}
 				saved = time.Now()
-			} else {
-				lp.Rows += rows // counted; saved with the next Done
 			}
 		}
 		return nil
@@ -262,25 +278,19 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 	return g.Wait()
 }
 
-// emitChunk emits one chunk's batches as its worker delivers them and
-// returns how many rows it had.
-func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, emit func(context.Context, []source.Change) error, free loadFree) (int64, error) {
-	var rows int64
+// emitChunk hands one chunk's batches to le as its worker delivers them.
+func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, le *loadEmitter, seq int, table string) error {
 	for {
 		select {
 		case buf, ok := <-out:
 			if !ok {
-				return rows, nil // the whole chunk arrived
+				return nil // the whole chunk arrived
 			}
-			n := int64(len(buf.changes))
-			if err := emit(ctx, buf.changes); err != nil {
-				return rows, err
+			if err := le.take(ctx, buf, seq, table); err != nil {
+				return err
 			}
-			free.put(buf)
-			rows += n
-			r.stats.SnapshotRows.Add(n)
 		case <-ctx.Done():
-			return rows, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }

@@ -52,6 +52,27 @@ func TestChunkedParallelLoad(t *testing.T) {
 			t.Fatalf("position of row %d does not increase", i)
 		}
 	}
+	// Where the load and each table begin and end (source.snapshot), and
+	// the snapshot's transaction id on every row.
+	places := map[source.SnapshotPlace][]string{}
+	for i, ch := range got[:27000] {
+		if ch.Place != source.PlaceInside {
+			places[ch.Place] = append(places[ch.Place], ch.Table.Name)
+		}
+		if ch.TxID == 0 || ch.TxID != got[0].TxID {
+			t.Fatalf("row %d has txid %d, the first %d", i, ch.TxID, got[0].TxID)
+		}
+		if first := i == 0 || got[i-1].Table != ch.Table; first != (ch.Place == source.PlaceFirstInTable || ch.Place == source.PlaceFirst) {
+			t.Errorf("row %d of %s: place %d, first of its table %v", i, ch.Table.Name, ch.Place, first)
+		}
+		if last := i == 26999 || got[i+1].Table != ch.Table; last != (ch.Place == source.PlaceLastInTable || ch.Place == source.PlaceLast) {
+			t.Errorf("row %d of %s: place %d, last of its table %v", i, ch.Table.Name, ch.Place, last)
+		}
+	}
+	if got[0].Place != source.PlaceFirst || got[26999].Place != source.PlaceLast ||
+		len(places[source.PlaceFirstInTable]) != 2 || len(places[source.PlaceLastInTable]) != 2 {
+		t.Errorf("snapshot places %v", places)
+	}
 	if last := got[27000]; last.Op != source.OpCreate || last.Pos.Compare(got[26999].Pos) <= 0 {
 		t.Fatalf("streamed change %s does not follow the load", last.Op)
 	}
@@ -250,4 +271,48 @@ func mustTable(t *testing.T, ct *catalogTable) *schema.Table {
 	}
 	tbl.Key = []int{0, 1}
 	return tbl
+}
+
+// TestLoadEmitterPlaces: a table whose last chunk is empty still gets its
+// last row marked (the batch is held until the next table's), and the
+// chunk of the held batch is not counted done.
+func TestLoadEmitterPlaces(t *testing.T) {
+	var emitted []source.Change
+	le := &loadEmitter{free: make(loadFree, 4), xid: 77, first: true, stats: &Stats{},
+		emit: func(_ context.Context, b []source.Change) error { emitted = append(emitted, b...); return nil }}
+	batch := func(n int) *loadBuf { return &loadBuf{changes: make([]source.Change, n)} }
+	ctx := context.Background()
+	steps := []struct {
+		n     int
+		seq   int
+		table string
+	}{{2, 0, "a"}, {1, 0, "a"}, {3, 1, "a"} /* chunk 2 of a is empty */, {1, 3, "b"}, {2, 4, "c"}}
+	for _, s := range steps {
+		if err := le.take(ctx, batch(s.n), s.seq, s.table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := le.done(5); d != 4 {
+		t.Errorf("done %d while chunk 4's batch is held, want 4", d)
+	}
+	if err := le.flush(ctx, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if d := le.done(5); d != 5 {
+		t.Errorf("done %d after the flush", d)
+	}
+	want := []source.SnapshotPlace{source.PlaceFirst, 0, 0, 0, 0, source.PlaceLastInTable,
+		source.PlaceFirstInTable, // b's only row: first of its table over last
+		source.PlaceFirstInTable, source.PlaceLast}
+	if len(emitted) != len(want) {
+		t.Fatalf("%d rows emitted, want %d", len(emitted), len(want))
+	}
+	for i, w := range want {
+		if emitted[i].Place != w || emitted[i].TxID != 77 {
+			t.Errorf("row %d: place %d txid %d, want %d", i, emitted[i].Place, emitted[i].TxID, w)
+		}
+	}
+	if le.emittedRows() != 9 || le.stats.SnapshotRows.Load() != 9 {
+		t.Error("rows not counted")
+	}
 }

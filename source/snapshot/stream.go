@@ -205,7 +205,7 @@ func (c *chunk) reshaped() bool {
 }
 
 // positions gives rows the positions pos ‖ index (4 bytes, big-endian),
-// cut from one allocation.
+// cut from one allocation, and marks them rows of an incremental snapshot.
 func positions(rows []source.Change, pos source.Position) {
 	n := len(pos) + 4
 	arena := make([]byte, 0, n*len(rows))
@@ -214,6 +214,7 @@ func positions(rows []source.Change, pos source.Position) {
 		arena = append(arena, pos...)
 		arena = binary.BigEndian.AppendUint32(arena, uint32(i))
 		rows[i].Pos = source.Position(arena[start:len(arena):len(arena)])
+		rows[i].Place = source.PlaceIncremental
 	}
 }
 
