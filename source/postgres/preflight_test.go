@@ -178,7 +178,9 @@ func TestSlotCreationWaitReported(t *testing.T) {
 
 	var waiting string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if w := r.Stats().Waiting.Load(); w != nil && strings.Contains(*w, "pid") {
+		// Slot creation waits for every transaction of the cluster: a
+		// parallel test's may be named first.
+		if w := r.Stats().Waiting.Load(); w != nil && strings.Contains(*w, "pid "+itoa(pid)) {
 			waiting = *w
 			break
 		}
