@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // tableInfo is what the catalog says about a table that pgoutput's Relation
@@ -29,7 +29,7 @@ type tableInfo struct {
 type relation struct {
 	id    uint32
 	table *schema.Table
-	types []*pgType
+	types []*pgdecode.Type
 	oids  []uint32 // the columns' type OIDs, to render a faulty value
 	// checkUTF8: text values are checked to be valid UTF-8 (the database's
 	// encoding is SQL_ASCII, which stores any bytes unchecked).
@@ -39,7 +39,7 @@ type relation struct {
 // buildRelation turns a Relation message and its columns' types into a
 // table version. The key comes from the catalog (tableInfo.key), not from
 // the message's flags, which under REPLICA IDENTITY FULL mark every column.
-func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgType) (*relation, error) {
+func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgdecode.Type) (*relation, error) {
 	qn := msg.Namespace + "." + msg.RelationName
 	if len(types) != len(msg.Columns) {
 		return nil, fmt.Errorf("postgres: table %s: %d column types for %d columns", qn, len(types), len(msg.Columns))
@@ -48,9 +48,9 @@ func buildRelation(msg *pglogrepl.RelationMessage, info tableInfo, types []*pgTy
 	r := &relation{id: msg.RelationID, table: t, types: types, oids: make([]uint32, len(msg.Columns))}
 	for i, mc := range msg.Columns {
 		r.oids[i] = mc.DataType
-		c := types[i].col
+		c := types[i].Col
 		c.Name = mc.Name
-		c.SourceType = types[i].name // the message's type, not the catalog's now
+		c.SourceType = types[i].Name // the message's type, not the catalog's now
 		if c.SourceType == "" {
 			c.SourceType = info.typeNames[mc.Name]
 		}
@@ -107,8 +107,8 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 		case pglogrepl.TupleDataTypeToast:
 			row[i] = schema.Unchanged
 		case pglogrepl.TupleDataTypeBinary, pglogrepl.TupleDataTypeText:
-			if (col.DataType == pglogrepl.TupleDataTypeText) != r.types[i].text {
-				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, errBadValue, col.DataType)
+			if (col.DataType == pglogrepl.TupleDataTypeText) != r.types[i].Text {
+				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.DataType)
 			}
 			v, err := r.decodeValue(i, col.Data, nil)
 			if err != nil {
@@ -119,7 +119,7 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 			}
 			row[i] = v
 		default:
-			return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, errBadValue, col.DataType)
+			return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.DataType)
 		}
 	}
 	if bad != nil {
@@ -131,16 +131,16 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 // decodeValue decodes column i's value b (from the slab s, when given and
 // the type has a slab decoder), checking text is UTF-8 where the database
 // does not.
-func (r *relation) decodeValue(i int, b []byte, s *slab) (any, *ValueError) {
+func (r *relation) decodeValue(i int, b []byte, s *pgdecode.Slab) (any, *ValueError) {
 	if len(b) > source.MaxChangeBytes { // refused before it is copied
 		return nil, r.valueError(i, &source.TooLargeError{Bytes: len(b)}, nil)
 	}
 	var v any
 	var err error
-	if t := r.types[i]; t.slab != nil && s != nil {
-		v, err = t.slab(b, s)
+	if t := r.types[i]; t.Slab != nil && s != nil {
+		v, err = t.Slab(b, s)
 	} else {
-		v, err = t.decode(b)
+		v, err = t.Decode(b)
 	}
 	if err == nil && r.checkUTF8 && !validText(v) {
 		err = errInvalidUTF8
@@ -155,7 +155,7 @@ func (r *relation) decodeValue(i int, b []byte, s *slab) (any, *ValueError) {
 // into row, which has a slot per column. Like decodeTuple, a value cdcd
 // cannot carry leaves nil in its place and the first is returned as a
 // *ValueError.
-func decodeFieldsInto(r *relation, fields [][]byte, row []any, s *slab) error {
+func decodeFieldsInto(r *relation, fields [][]byte, row []any, s *pgdecode.Slab) error {
 	if len(fields) != len(r.types) || len(row) != len(r.types) {
 		return fmt.Errorf("postgres: copy of %s returned %d columns, want %d", r.table.QualifiedName(), len(fields), len(r.types))
 	}
@@ -212,38 +212,11 @@ func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) (s
 // keysDiffer reports whether an update changed the key.
 func keysDiffer(t *schema.Table, before, after []any) bool {
 	for _, k := range t.Key {
-		if !sameValue(before[k], after[k]) {
+		if !pgdecode.Equal(before[k], after[k]) {
 			return true
 		}
 	}
 	return false
-}
-
-// sameValue compares two decoded values exactly (floats by their bits).
-func sameValue(a, b any) bool {
-	switch av := a.(type) {
-	case []byte:
-		bv, ok := b.([]byte)
-		return ok && bytes.Equal(av, bv)
-	case []any:
-		bv, ok := b.([]any)
-		if !ok || len(av) != len(bv) {
-			return false
-		}
-		for i := range av {
-			if !sameValue(av[i], bv[i]) {
-				return false
-			}
-		}
-		return true
-	case float64:
-		bv, ok := b.(float64)
-		return ok && math.Float64bits(av) == math.Float64bits(bv)
-	case float32:
-		bv, ok := b.(float32)
-		return ok && math.Float32bits(av) == math.Float32bits(bv)
-	}
-	return a == b
 }
 
 // updateChanges turns an Update message, its rows decoded, into changes:

@@ -23,7 +23,7 @@
 //
 // Transactions over logical_decoding_work_mem arrive in stream blocks
 // before they commit. Every message of a block goes, as received, to the
-// transaction's spill file (spill.go has the layout); Stream Abort of a
+// transaction's spill file (package spill has the layout); Stream Abort of a
 // subtransaction marks its changes to be skipped, of the transaction
 // removes the file; Stream Commit replays the file through the same code
 // as a transaction sent whole. Memory is bounded for any transaction size:

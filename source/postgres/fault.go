@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // A value cdcd cannot carry exactly — a timestamp past year 294247, an
@@ -92,16 +93,16 @@ func (r *Reader) fault(ctx context.Context, rel *relation, ve *ValueError) *sour
 	value := source.Printable(string(ve.Raw))
 	if errors.As(ve.Err, &tooLarge) {
 		value = fmt.Sprintf("(%d bytes, left out)", tooLarge.Bytes)
-	} else if !rel.types[ve.Index].text && !errors.Is(ve.Err, errInvalidUTF8) {
+	} else if !rel.types[ve.Index].Text && !errors.Is(ve.Err, errInvalidUTF8) {
 		value = r.render.text(ctx, rel.oids[ve.Index], ve.Raw)
 	}
 	hint := ""
 	switch {
 	case tooLarge != nil:
 		hint = fmt.Sprintf("make the value smaller, %d MiB at most, or exclude or hash the column with masking", source.MaxChangeBytes>>20)
-	case errors.Is(ve.Err, errTimestampRange):
+	case errors.Is(ve.Err, pgdecode.ErrTimestampRange):
 		hint = "a time after 294247-01-10 has no microseconds since 1970 in a 64-bit integer: set it to 'infinity' or an earlier time"
-	case errors.Is(ve.Err, errArrayShape):
+	case errors.Is(ve.Err, pgdecode.ErrArrayShape):
 		hint = "declare the column with the value's dimensions, or reshape the value"
 	case errors.Is(ve.Err, errInvalidUTF8):
 		hint = "convert the column's text to UTF-8 in the source"

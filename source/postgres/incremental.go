@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -228,9 +229,9 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	// The rows and their values are cut from one allocation each.
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, want)}
 	values := make([]any, want*n)
-	var scalar slab
+	var scalar pgdecode.Slab
 	lastKey := make([][]byte, nk) // the last row's key text, copied (fields are the parser's)
-	p := &copyParser{row: func(fields [][]byte) error {
+	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if len(fields) != n+nk {
 			return fmt.Errorf("postgres: chunk of %s returned %d columns, want %d", name, len(fields), n+nk)
 		}
@@ -251,7 +252,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if _, err := tx.Conn().PgConn().CopyTo(ctx, p, sql); err != nil {
 		return nil, queryError(name, q.Where, err)
 	}
-	if err := p.finish(); err != nil {
+	if err := p.Finish(); err != nil {
 		return nil, err
 	}
 	if len(res.Rows) > 0 {
@@ -273,7 +274,7 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery) (string, e
 	cols := make([]string, 0, len(ct.columns)+len(ct.key))
 	for ci, c := range ct.columns {
 		id := tableAlias + "." + pgx.Identifier{c.name}.Sanitize()
-		if rel.types[ci].text {
+		if rel.types[ci].Text {
 			id += "::text"
 		}
 		cols = append(cols, id)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/spill"
 )
 
 // The pgoutput messages of protocol version 2 and what the reader does
@@ -38,15 +39,15 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 		switch pglogrepl.MessageType(data[0]) {
 		case pglogrepl.MessageTypeStreamStop:
 			s.inStream = false
-			return s.spill.stop(s.streamXid)
+			return s.spill.Stop(s.streamXid)
 		case pglogrepl.MessageTypeStreamStart, pglogrepl.MessageTypeStreamCommit, pglogrepl.MessageTypeStreamAbort,
 			pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit:
 			return fmt.Errorf("postgres: pgoutput message %q inside a stream block", data[0])
 		}
-		if err := s.spill.write(s.streamXid, lsn, data); err != nil {
+		if err := s.spill.Write(s.streamXid, lsn, data); err != nil {
 			return err
 		}
-		s.r.stats.SpilledBytes.Store(s.spill.bytes)
+		s.r.stats.SpilledBytes.Store(s.spill.Bytes())
 		return nil
 	}
 	m, err := pglogrepl.ParseV2(data, false)
@@ -57,15 +58,15 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 	case *pglogrepl.StreamStartMessageV2:
 		s.inStream, s.streamXid = true, m.Xid
 		s.lastData = time.Now()
-		if err := s.spill.start(m.Xid, m.FirstSegment == 1); err != nil {
+		if err := s.spill.Start(m.Xid, m.FirstSegment == 1); err != nil {
 			return &connError{err} // start over: the server streams it again whole
 		}
 		return nil
 	case *pglogrepl.StreamCommitMessageV2:
 		return s.streamCommit(ctx, m)
 	case *pglogrepl.StreamAbortMessageV2:
-		s.spill.abort(m.Xid, m.SubXid)
-		s.r.stats.SpilledBytes.Store(s.spill.bytes)
+		s.spill.Abort(m.Xid, m.SubXid)
+		s.r.stats.SpilledBytes.Store(s.spill.Bytes())
 		return nil
 	}
 	s.tx.lsn = lsn
@@ -76,8 +77,8 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2) error {
 	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime}
 	s.inTx = true
-	spilled, began := s.spill.bytes, time.Now()
-	err := s.spill.replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
+	spilled, began := s.spill.Bytes(), time.Now()
+	err := s.spill.Replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
 		msg, err := pglogrepl.ParseV2(data, true)
 		if err != nil {
 			return fmt.Errorf("postgres: spilled pgoutput message %q: %w", data[0], err)
@@ -88,8 +89,8 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 		}
 		return s.maybeFlush(ctx, false)
 	})
-	s.r.stats.SpilledBytes.Store(s.spill.bytes)
-	if errors.Is(err, errSpillGap) {
+	s.r.stats.SpilledBytes.Store(s.spill.Bytes())
+	if errors.Is(err, spill.ErrGap) {
 		return &connError{err} // start over: the server streams it again whole
 	}
 	if err != nil {
@@ -100,7 +101,7 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 	s.commit(uint64(m.CommitLSN))
 	s.r.stats.StreamedTxns.Add(1)
 	s.r.logger.Info("replayed a transaction streamed before its commit", "xid", m.Xid, "commit_lsn", m.CommitLSN.String(),
-		"changes", s.tx.next, "spilled_bytes", spilled-s.spill.bytes, "took", time.Since(began).Round(time.Millisecond))
+		"changes", s.tx.next, "spilled_bytes", spilled-s.spill.Bytes(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 

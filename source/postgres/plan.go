@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // The initial load's plan: every table is cut into chunks by ranges of its
@@ -83,13 +84,11 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 	if chunks <= 1 {
 		return p, nil
 	}
-	if len(t.key) == 1 && isIntegerType(t.column(t.key[0]).oid) {
+	if len(t.key) == 1 && pgdecode.IsInteger(t.column(t.key[0]).oid) {
 		return p, planIntegerRange(ctx, q, t, &p, chunks)
 	}
 	return p, planSampled(ctx, q, t, &p, chunks)
 }
-
-func isIntegerType(oid uint32) bool { return oid == oidInt2 || oid == oidInt4 || oid == oidInt8 }
 
 // column returns the catalog column named name.
 func (t *catalogTable) column(name string) catalogColumn {
@@ -195,7 +194,7 @@ func buildChunkQuery(t *catalogTable, rel *relation, p *tablePlan, i int) chunkQ
 	cols := make([]string, 0, len(t.columns)+len(t.key))
 	for ci, c := range t.columns {
 		id := pgx.Identifier{c.name}.Sanitize()
-		if rel.types[ci].text {
+		if rel.types[ci].Text {
 			id += "::text"
 		}
 		cols = append(cols, id)

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // DecodeLoopStats counts what DecodeLoop decoded.
@@ -39,7 +41,7 @@ func DecodeLoop(ctx context.Context, dsn, slot, publication string, end uint64) 
 	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return st, err
 	}
-	rels := map[uint32][]*pgType{}
+	rels := map[uint32][]*pgdecode.Type{}
 	types := newTypeResolver(nil)
 	decodeTuple := func(rel uint32, tup *pglogrepl.TupleData) error {
 		if tup == nil {
@@ -48,7 +50,7 @@ func DecodeLoop(ctx context.Context, dsn, slot, publication string, end uint64) 
 		ts := rels[rel]
 		for i, c := range tup.Columns {
 			if c.DataType == pglogrepl.TupleDataTypeBinary {
-				if _, err := ts[i].decode(c.Data); err != nil {
+				if _, err := ts[i].Decode(c.Data); err != nil {
 					return err
 				}
 			}
@@ -82,7 +84,7 @@ func DecodeLoop(ctx context.Context, dsn, slot, publication string, end uint64) 
 		}
 		switch m := m.(type) {
 		case *pglogrepl.RelationMessageV2:
-			pts := make([]*pgType, len(m.Columns))
+			pts := make([]*pgdecode.Type, len(m.Columns))
 			for i, c := range m.Columns {
 				if pts[i], err = types.resolve(ctx, c.DataType, c.TypeModifier, 1); err != nil {
 					return st, err

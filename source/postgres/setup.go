@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // catalogColumn is a column as the catalog describes it.
@@ -154,9 +155,9 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 
 // resolveColumns resolves the type of every column of msg; the catalog
 // description t supplies declared array dimensions.
-func resolveColumns(ctx context.Context, types *typeResolver, msg *pglogrepl.RelationMessage, t *catalogTable) ([]*pgType, error) {
+func resolveColumns(ctx context.Context, types *typeResolver, msg *pglogrepl.RelationMessage, t *catalogTable) ([]*pgdecode.Type, error) {
 	info := t.info()
-	out := make([]*pgType, len(msg.Columns))
+	out := make([]*pgdecode.Type, len(msg.Columns))
 	for i, c := range msg.Columns {
 		pt, err := types.resolve(ctx, c.DataType, c.TypeModifier, info.dims[c.Name])
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // loadProgress is the initial load's durable progress, kept in the
@@ -337,10 +338,10 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	var (
 		buf    *loadBuf
 		batch  []source.Change
-		size   int    // the batch's field bytes
-		values []any  // the batch's rows, n values each
-		arena  []byte // the batch's positions
-		scalar slab   // the rows' numbers and texts
+		size   int           // the batch's field bytes
+		values []any         // the batch's rows, n values each
+		arena  []byte        // the batch's positions
+		scalar pgdecode.Slab // the rows' numbers and texts
 	)
 	prefix := source.PGPosition(cp-1, uint32(seq))
 	// A buffer is taken when a row needs one, not after each send: a chunk
@@ -356,7 +357,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		buf = nil
 		return nil
 	}
-	p := &copyParser{row: func(fields [][]byte) error {
+	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if buf == nil {
 			buf = free.get(r.loadBatch(), n)
 			batch, values = buf.changes, buf.values
@@ -398,7 +399,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	if _, err := conn.PgConn().CopyTo(ctx, p, q.sql); err != nil {
 		return err
 	}
-	if err := p.finish(); err != nil {
+	if err := p.Finish(); err != nil {
 		return err
 	}
 	if buf != nil {

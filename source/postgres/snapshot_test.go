@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // chunkOf returns the chunk sequence of a snapshot row's position.
@@ -229,7 +230,7 @@ func TestLoadStartsOverBeforeFirstRow(t *testing.T) {
 func TestChunkQuery(t *testing.T) {
 	ct := &catalogTable{schema: "s", name: "t", key: []string{"k", "n"}, columns: []catalogColumn{
 		{name: "k", typeName: "text"}, {name: "n", typeName: "integer"}, {name: "v", typeName: "aclitem"}}}
-	rel := &relation{table: nil, types: []*pgType{{}, {}, {text: true}}}
+	rel := &relation{table: nil, types: []*pgdecode.Type{{}, {}, {Text: true}}}
 	rel.table = mustTable(t, ct)
 	p := &tablePlan{Bounds: [][]string{{"a'b\\", "1"}, {"m", "2"}}}
 	q := buildChunkQuery(ct, rel, p, 1)

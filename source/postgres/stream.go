@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/spill"
 )
 
 // heartbeatPrefix is the prefix of the reader's heartbeat messages.
@@ -24,7 +25,7 @@ type streamer struct {
 	repl  *pgconn.PgConn
 	emit  source.Emitter
 	st    *sourceState
-	spill *spillSet
+	spill *spill.Set
 	inc   *incStream // incremental snapshots
 
 	relations map[uint32]*relation // nil entry: a relation that is not captured
@@ -50,13 +51,13 @@ type streamer struct {
 // stream replicates from start until ctx ends or an error.
 func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver, repl *pgconn.PgConn, start uint64,
 	st *sourceState, e source.Emitter) error {
-	spill, err := newSpillSet(r.cfg.SpillDir)
+	spills, err := spill.Open(r.cfg.SpillDir)
 	if err != nil {
 		return err
 	}
-	defer spill.close()
+	defer spills.Close()
 	s := &streamer{
-		r: r, conn: conn, types: types, repl: repl, emit: e, st: st, spill: spill,
+		r: r, conn: conn, types: types, repl: repl, emit: e, st: st, spill: spills,
 		relations: map[uint32]*relation{}, flushed: start, committed: start, saved: st.Confirmed,
 	}
 	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", r.cfg.Publication),

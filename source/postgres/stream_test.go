@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/spill"
 )
 
 // smallDecodingMemory makes the walsender stream any transaction over 64kB
@@ -332,5 +333,13 @@ func TestPublicationChecks(t *testing.T) {
 				t.Fatalf("error %v, want a *PublicationError with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSpillGapReconnects: a streamed transaction this session saw only in
+// part makes the reader reconnect, so the server streams it again whole.
+func TestSpillGapReconnects(t *testing.T) {
+	if !retryable(&connError{spill.ErrGap}) {
+		t.Fatal("a gap must make the reader reconnect")
 	}
 }

@@ -8,195 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
-
-// Built-in type OIDs with a fixed mapping (pg_type.dat; stable across
-// versions). Arrays, ranges, enums, domains, composites and extension
-// types are looked up in the catalog (see typeResolver).
-const (
-	oidBool          = 16
-	oidBytea         = 17
-	oidChar          = 18
-	oidName          = 19
-	oidInt8          = 20
-	oidInt2          = 21
-	oidInt4          = 23
-	oidRegproc       = 24
-	oidText          = 25
-	oidOID           = 26
-	oidTID           = 27
-	oidXID           = 28
-	oidCID           = 29
-	oidJSON          = 114
-	oidXML           = 142
-	oidPgNodeTree    = 194
-	oidPoint         = 600
-	oidLseg          = 601
-	oidPath          = 602
-	oidBox           = 603
-	oidPolygon       = 604
-	oidLine          = 628
-	oidCIDR          = 650
-	oidFloat4        = 700
-	oidFloat8        = 701
-	oidCircle        = 718
-	oidMacaddr8      = 774
-	oidMoney         = 790
-	oidMacaddr       = 829
-	oidInet          = 869
-	oidBPChar        = 1042
-	oidVarchar       = 1043
-	oidDate          = 1082
-	oidTime          = 1083
-	oidTimestamp     = 1114
-	oidTimestampTZ   = 1184
-	oidInterval      = 1186
-	oidTimeTZ        = 1266
-	oidBit           = 1560
-	oidVarbit        = 1562
-	oidNumeric       = 1700
-	oidRegprocedure  = 2202
-	oidRegoper       = 2203
-	oidRegoperator   = 2204
-	oidRegclass      = 2205
-	oidRegtype       = 2206
-	oidUUID          = 2950
-	oidPgLSN         = 3220
-	oidTSVector      = 3614
-	oidRegconfig     = 3734
-	oidRegdictionary = 3769
-	oidJSONB         = 3802
-	oidJSONPath      = 4072
-	oidRegnamespace  = 4089
-	oidRegrole       = 4096
-	oidRegcollation  = 4191
-	oidXID8          = 5069
-)
-
-// errUnsupportedType is wrapped by every "type not supported" error.
-var errUnsupportedType = errors.New("postgres: unsupported column type")
-
-// errArrayShape is wrapped when an array value has no faithful list form.
-var errArrayShape = errors.New("postgres: array shape not representable")
-
-// pgType is how cdcd reads values of one PostgreSQL type (with its
-// modifier and, for arrays, declared dimensions).
-type pgType struct {
-	name string        // format_type(), for messages
-	col  schema.Column // Kind, Precision, Scale, Elem
-	// decode reads the type's binary form, or its text form when text.
-	decode decodeFunc
-	// slab, when set, reads the binary form as decode does into a slab
-	// (the initial load's common scalar types).
-	slab slabDecodeFunc
-	// text: the type has no binary send function, so pgoutput sends it as
-	// text and the snapshot selects it cast to text.
-	text bool
-}
-
-// builtinType maps the built-in scalar types. ok is false for other OIDs.
-func builtinType(oid uint32, typmod int32, moneyScale func() (int, error)) (t *pgType, ok bool, err error) {
-	t = &pgType{}
-	c := &t.col
-	switch oid {
-	case oidBool:
-		c.Kind, t.decode = schema.Bool, decodeBool
-	case oidInt2:
-		c.Kind, t.decode, t.slab = schema.Int16, decodeInt2, slabInt(readInt2)
-	case oidInt4:
-		c.Kind, t.decode, t.slab = schema.Int32, decodeInt4, slabInt(readInt4)
-	case oidInt8:
-		c.Kind, t.decode, t.slab = schema.Int64, decodeInt8, slabInt(readInt8)
-	case oidOID, oidXID, oidCID, oidRegproc, oidRegprocedure, oidRegoper, oidRegoperator, oidRegclass, oidRegtype,
-		oidRegconfig, oidRegdictionary, oidRegnamespace, oidRegrole, oidRegcollation:
-		// The reg* types travel as the object's OID, as their binary form does.
-		c.Kind, t.decode = schema.Int64, decodeUint4
-	case oidXID8:
-		c.Kind, t.decode = schema.Int64, decodeXid8
-	case oidFloat4:
-		c.Kind, t.decode = schema.Float32, decodeFloat4
-	case oidFloat8:
-		c.Kind, t.decode, t.slab = schema.Float64, decodeFloat8, slabFloat8
-	case oidNumeric:
-		c.Kind, t.decode, t.slab = schema.Decimal, decodeNumeric, slabNumeric
-		if typmod >= 4 {
-			c.Precision = int((typmod - 4) >> 16 & 0xffff)
-			c.Scale = int((typmod - 4) & 0xffff)
-		}
-	case oidMoney:
-		scale, err := moneyScale()
-		if err != nil {
-			return nil, true, err
-		}
-		c.Kind, c.Precision, c.Scale, t.decode = schema.Decimal, 19, scale, decodeMoney(scale)
-	case oidText, oidVarchar, oidBPChar, oidName, oidXML, oidPgNodeTree:
-		c.Kind, t.decode, t.slab = schema.String, decodeString, slabString
-	case oidChar:
-		c.Kind, t.decode = schema.String, decodeChar
-	case oidBytea:
-		c.Kind, t.decode = schema.Bytes, decodeBytes
-	case oidJSON:
-		c.Kind, t.decode, t.slab = schema.JSON, decodeString, slabString
-	case oidJSONB:
-		c.Kind, t.decode = schema.JSON, decodeVersioned
-	case oidJSONPath:
-		c.Kind, t.decode = schema.String, decodeVersioned
-	case oidUUID:
-		c.Kind, t.decode = schema.UUID, decodeUUID
-	case oidDate:
-		c.Kind, t.decode, t.slab = schema.Date, decodeDate, slabDate
-	case oidTime:
-		c.Kind, t.decode = schema.Time, decodeTime
-	case oidTimeTZ:
-		c.Kind, t.decode = schema.String, decodeTimeTZ
-	case oidTimestamp:
-		c.Kind, t.decode, t.slab = schema.Timestamp, decodeTimestamp, slabInt(readTimestamp)
-	case oidTimestampTZ:
-		c.Kind, t.decode, t.slab = schema.TimestampTZ, decodeTimestamp, slabInt(readTimestamp)
-	case oidInterval:
-		c.Kind, t.decode = schema.Interval, decodeInterval
-	case oidBit, oidVarbit:
-		c.Kind, t.decode = schema.String, decodeBits
-	case oidInet, oidCIDR:
-		c.Kind, t.decode = schema.String, decodeInet
-	case oidMacaddr:
-		c.Kind, t.decode = schema.String, decodeMAC(6)
-	case oidMacaddr8:
-		c.Kind, t.decode = schema.String, decodeMAC(8)
-	case oidPoint:
-		c.Kind, t.decode = schema.String, decodePoint
-	case oidLine:
-		c.Kind, t.decode = schema.String, decodeLine
-	case oidLseg:
-		c.Kind, t.decode = schema.String, decodeLseg
-	case oidBox:
-		c.Kind, t.decode = schema.String, decodeBox
-	case oidPath:
-		c.Kind, t.decode = schema.String, decodePath
-	case oidPolygon:
-		c.Kind, t.decode = schema.String, decodePolygon
-	case oidCircle:
-		c.Kind, t.decode = schema.String, decodeCircle
-	case oidPgLSN:
-		c.Kind, t.decode = schema.String, decodeLSN
-	case oidTID:
-		c.Kind, t.decode = schema.String, decodeTID
-	case oidTSVector:
-		c.Kind, t.decode = schema.String, decodeTSVector
-	default:
-		return nil, false, nil
-	}
-	return t, true, nil
-}
-
-// Extension types recognized by their binary send function.
-var sendFuncKinds = map[string]struct {
-	kind   schema.Kind
-	decode decodeFunc
-}{
-	"hstore_send": {schema.JSON, decodeHstore},
-	"citextsend":  {schema.String, decodeString},
-}
 
 // typeKey identifies a resolved type.
 type typeKey struct {
@@ -211,16 +24,16 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// typeResolver maps type OIDs to pgTypes, asking the catalog about the
+// typeResolver maps type OIDs to pgdecode.Types, asking the catalog about the
 // types that are not built-in scalars. Not safe for concurrent use.
 type typeResolver struct {
 	q          querier
-	cache      map[typeKey]*pgType
+	cache      map[typeKey]*pgdecode.Type
 	moneyScale int // -1 until asked
 }
 
 func newTypeResolver(q querier) *typeResolver {
-	return &typeResolver{q: q, cache: map[typeKey]*pgType{}, moneyScale: -1}
+	return &typeResolver{q: q, cache: map[typeKey]*pgdecode.Type{}, moneyScale: -1}
 }
 
 // forget drops the cached types, so the next lookups see the catalog as
@@ -245,7 +58,7 @@ const typeQuery = `SELECT format_type(t.oid, $2), t.typtype::text, t.typcategory
 // resolve returns how to read values of type oid with modifier typmod;
 // dims is the declared number of array dimensions (pg_attribute.attndims,
 // 0 or 1 for one).
-func (r *typeResolver) resolve(ctx context.Context, oid uint32, typmod int32, dims int) (*pgType, error) {
+func (r *typeResolver) resolve(ctx context.Context, oid uint32, typmod int32, dims int) (*pgdecode.Type, error) {
 	dims = max(dims, 1)
 	key := typeKey{oid, typmod, dims}
 	if t, ok := r.cache[key]; ok {
@@ -259,7 +72,7 @@ func (r *typeResolver) resolve(ctx context.Context, oid uint32, typmod int32, di
 		// The type's own name, as of its OID and modifier: the catalog's
 		// column may already have another type than the message describes.
 		named := *t
-		if err := r.q.QueryRow(ctx, "SELECT format_type($1, $2)", oid, typmod).Scan(&named.name); err != nil {
+		if err := r.q.QueryRow(ctx, "SELECT format_type($1, $2)", oid, typmod).Scan(&named.Name); err != nil {
 			return nil, fmt.Errorf("postgres: name of type %d: %w", oid, err)
 		}
 		t = &named
@@ -268,23 +81,23 @@ func (r *typeResolver) resolve(ctx context.Context, oid uint32, typmod int32, di
 	return t, nil
 }
 
-func (r *typeResolver) resolveUncached(ctx context.Context, oid uint32, typmod int32, dims, depth int) (*pgType, error) {
+func (r *typeResolver) resolveUncached(ctx context.Context, oid uint32, typmod int32, dims, depth int) (*pgdecode.Type, error) {
 	if depth > 16 {
-		return nil, fmt.Errorf("%w: type %d nests deeper than 16 levels", errUnsupportedType, oid)
+		return nil, fmt.Errorf("%w: type %d nests deeper than 16 levels", pgdecode.ErrUnsupportedType, oid)
 	}
-	if t, ok, err := builtinType(oid, typmod, func() (int, error) { return r.money(ctx) }); ok || err != nil {
+	if t, ok, err := pgdecode.Builtin(oid, typmod, func() (int, error) { return r.money(ctx) }); ok || err != nil {
 		return t, err
 	}
 	var ct catalogType
 	err := r.q.QueryRow(ctx, typeQuery, oid, typmod).Scan(&ct.name, &ct.typtype, &ct.category, &ct.elem, &ct.base,
 		&ct.baseTypmod, &ct.relid, &ct.sendFunc, &ct.rangeSub, &ct.multiRange)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: type oid %d does not exist (dropped?)", errUnsupportedType, oid)
+		return nil, fmt.Errorf("%w: type oid %d does not exist (dropped?)", pgdecode.ErrUnsupportedType, oid)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: look up type %d: %w", oid, err)
 	}
-	t := &pgType{name: ct.name}
+	t := &pgdecode.Type{Name: ct.name}
 	switch {
 	case ct.typtype == "d": // domain: its base type, with the domain's modifier
 		mod := ct.baseTypmod
@@ -296,20 +109,20 @@ func (r *typeResolver) resolveUncached(ctx context.Context, oid uint32, typmod i
 			return nil, err
 		}
 		dt := *base
-		dt.name = ct.name
+		dt.Name = ct.name
 		return &dt, nil
 	case ct.category == "A" && ct.elem != 0:
 		elem, err := r.resolveUncached(ctx, ct.elem, typmod, 1, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		if elem.text {
-			return nil, fmt.Errorf("%w: %s: arrays of a type without a binary form", errUnsupportedType, ct.name)
+		if elem.Text {
+			return nil, fmt.Errorf("%w: %s: arrays of a type without a binary form", pgdecode.ErrUnsupportedType, ct.name)
 		}
-		t.col = listColumn(elem.col, dims)
-		t.decode = arrayDecoder(elem.decode, dims)
+		t.Col = pgdecode.ListColumn(elem.Col, dims)
+		t.Decode = pgdecode.Array(elem.Decode, dims)
 	case ct.typtype == "e":
-		t.col.Kind, t.decode = schema.String, decodeString
+		t.Col.Kind, t.Decode = schema.String, pgdecode.DecodeString
 	case ct.typtype == "r" || ct.typtype == "m":
 		subOID := ct.rangeSub
 		if ct.typtype == "m" {
@@ -319,30 +132,30 @@ func (r *typeResolver) resolveUncached(ctx context.Context, oid uint32, typmod i
 		if err != nil {
 			return nil, err
 		}
-		t.col.Kind, t.decode = schema.String, rangeDecoder(sub)
+		t.Col.Kind, t.Decode = schema.String, pgdecode.Range(sub)
 		if ct.typtype == "m" {
-			t.decode = multirangeDecoder(sub)
+			t.Decode = pgdecode.Multirange(sub)
 		}
 	case ct.typtype == "c":
 		attrs, err := r.composite(ctx, ct.relid, depth)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ct.name, err)
 		}
-		t.col.Kind, t.decode = schema.JSON, compositeDecoder(attrs)
+		t.Col.Kind, t.Decode = schema.JSON, pgdecode.Composite(attrs)
 	case ct.sendFunc == "-": // no binary form: pgoutput sends text
-		t.col.Kind, t.decode, t.text = schema.String, decodeString, true
+		t.Col.Kind, t.Decode, t.Text = schema.String, pgdecode.DecodeString, true
 	default:
-		m, ok := sendFuncKinds[ct.sendFunc]
+		kind, decode, ok := pgdecode.BySendFunc(ct.sendFunc)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s (oid %d, binary form %s)", errUnsupportedType, ct.name, oid, ct.sendFunc)
+			return nil, fmt.Errorf("%w: %s (oid %d, binary form %s)", pgdecode.ErrUnsupportedType, ct.name, oid, ct.sendFunc)
 		}
-		t.col.Kind, t.decode = m.kind, m.decode
+		t.Col.Kind, t.Decode = kind, decode
 	}
 	return t, nil
 }
 
 // composite resolves the attributes of a composite type's relation.
-func (r *typeResolver) composite(ctx context.Context, relid uint32, depth int) ([]compositeAttr, error) {
+func (r *typeResolver) composite(ctx context.Context, relid uint32, depth int) ([]pgdecode.Attr, error) {
 	rows, err := r.q.Query(ctx, `SELECT attname, atttypid, atttypmod, attndims FROM pg_attribute
 		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, relid)
 	if err != nil {
@@ -366,16 +179,16 @@ func (r *typeResolver) composite(ctx context.Context, relid uint32, depth int) (
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	attrs := make([]compositeAttr, len(list))
+	attrs := make([]pgdecode.Attr, len(list))
 	for i, a := range list {
 		t, err := r.resolveUncached(ctx, a.oid, a.typmod, max(int(a.dims), 1), depth+1)
 		if err != nil {
 			return nil, fmt.Errorf("attribute %q: %w", a.name, err)
 		}
-		if t.text {
-			return nil, fmt.Errorf("%w: attribute %q has a type without a binary form", errUnsupportedType, a.name)
+		if t.Text {
+			return nil, fmt.Errorf("%w: attribute %q has a type without a binary form", pgdecode.ErrUnsupportedType, a.name)
 		}
-		attrs[i] = compositeAttr{name: a.name, typ: t}
+		attrs[i] = pgdecode.Attr{Name: a.name, Type: t}
 	}
 	return attrs, nil
 }

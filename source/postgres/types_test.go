@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // matrixColumn is one column of the type matrix: its type and the values
@@ -184,7 +184,7 @@ func TestTypeMatrix(t *testing.T) {
 		for ci, mc := range matrix {
 			col := r.Table.Columns[ci+1]
 			rv, sv := r.After[ci+1], s.After[ci+1]
-			if !sameValue(rv, sv) {
+			if !pgdecode.Equal(rv, sv) {
 				t.Errorf("%s (%s) row %d: snapshot %#v, streaming %#v", mc.name, mc.typ, i+1, rv, sv)
 			}
 			w := want[i][ci]
@@ -221,13 +221,13 @@ func TestTypeMatrix(t *testing.T) {
 func renderForCompare(col schema.Column, mc matrixColumn, v any) string {
 	switch {
 	case strings.HasPrefix(mc.expect, "to_json"):
-		return string(appendJSON(nil, col, v))
+		return string(pgdecode.AppendJSON(nil, col, v))
 	case mc.name == "by":
-		return strings.TrimPrefix(textOf(col, v), `\x`)
+		return strings.TrimPrefix(pgdecode.TextOf(col, v), `\x`)
 	case col.Kind == schema.List:
 		return pgArrayText(*col.Elem, v.([]any))
 	}
-	return textOf(col, v)
+	return pgdecode.TextOf(col, v)
 }
 
 // pgArrayText renders a list as array_out does.
@@ -244,7 +244,7 @@ func pgArrayText(elem schema.Column, l []any) string {
 		case elem.Kind == schema.List:
 			b.WriteString(pgArrayText(*elem.Elem, e.([]any)))
 		default:
-			s := textOf(elem, e)
+			s := pgdecode.TextOf(elem, e)
 			if s == "" || strings.EqualFold(s, "NULL") || strings.ContainsAny(s, "{}\",\\ \t\n") {
 				s = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 			}
@@ -261,20 +261,4 @@ func currentDB(t *testing.T, e *env) string {
 		t.Fatal(err)
 	}
 	return `"` + db + `"`
-}
-
-func TestFormatFloat(t *testing.T) {
-	for _, tc := range []struct {
-		f    float64
-		bits int
-		want string
-	}{
-		{1000000, 64, "1000000"}, {1e15, 64, "1e+15"}, {123456789012345678, 64, "1.2345678901234568e+17"},
-		{0.0001, 64, "0.0001"}, {0.00001, 64, "1e-05"}, {math.Copysign(0, -1), 64, "-0"}, {5e-324, 64, "5e-324"},
-		{16777216, 32, "1.6777216e+07"}, {123456, 32, "123456"}, {float64(float32(0.1)), 32, "0.1"},
-	} {
-		if got := formatFloat(tc.f, tc.bits); got != tc.want {
-			t.Errorf("formatFloat(%v, %d) = %s, want %s", tc.f, tc.bits, got, tc.want)
-		}
-	}
 }

@@ -1,18 +1,6 @@
-package postgres
-
-import (
-	"bufio"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"hash/crc32"
-	"io"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-)
-
+// Package spill keeps the messages of large transactions on disk while
+// PostgreSQL streams them, until their Stream Commit replays them.
+//
 // Spill files hold the messages of large transactions that PostgreSQL
 // streams before they commit (pgoutput protocol 2, streaming on): one file
 // per top-level transaction, named <xid>.spill in the spill directory,
@@ -31,6 +19,23 @@ import (
 // after a restart: PostgreSQL streams every transaction that had not
 // committed when the reader stopped again from its start, so the reader
 // clears the directory whenever it (re)connects. Frozen layout.
+package spill
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The file name suffix, the record header's size and the largest record:
+// frozen, as the layout in the package doc.
 const (
 	spillSuffix    = ".spill"
 	spillHeader    = 16
@@ -39,23 +44,26 @@ const (
 
 var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
-	// errSpillCorrupt: a spill file failed its checks while being replayed.
-	errSpillCorrupt = errors.New("postgres: spill file corrupt")
-	// errSpillGap: a streamed transaction's messages are incomplete in this
+	// ErrCorrupt: a spill file failed its checks while being replayed.
+	ErrCorrupt = errors.New("postgres: spill file corrupt")
+	// ErrGap: a streamed transaction's messages are incomplete in this
 	// session; the reader reconnects, and the server streams it again whole.
-	errSpillGap = errors.New("postgres: streamed transaction incomplete")
+	ErrGap = errors.New("postgres: streamed transaction incomplete")
 )
 
-// spillSet manages the spill files of the in-progress streamed
+// Set manages the spill files of the in-progress streamed
 // transactions. Not safe for concurrent use.
-type spillSet struct {
+type Set struct {
 	dir  string
-	open map[uint32]*spillFile // by top-level xid
+	open map[uint32]*file // by top-level xid
 	// bytes is the size of all live spill files.
 	bytes int64
 }
 
-type spillFile struct {
+// Bytes is the size of all live spill files.
+func (s *Set) Bytes() int64 { return s.bytes }
+
+type file struct {
 	path    string
 	f       *os.File
 	w       *bufio.Writer
@@ -63,8 +71,8 @@ type spillFile struct {
 	aborted map[uint32]bool // aborted subtransactions
 }
 
-// newSpillSet makes dir and removes spill files a previous session left.
-func newSpillSet(dir string) (*spillSet, error) {
+// Open makes dir and removes spill files a previous session left.
+func Open(dir string) (*Set, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("postgres: spill directory: %w", err)
 	}
@@ -79,15 +87,15 @@ func newSpillSet(dir string) (*spillSet, error) {
 			}
 		}
 	}
-	return &spillSet{dir: dir, open: map[uint32]*spillFile{}}, nil
+	return &Set{dir: dir, open: map[uint32]*file{}}, nil
 }
 
-// start begins a stream block of xid; first is set for its first block,
+// Start begins a stream block of xid; first is set for its first block,
 // which starts the file afresh.
-func (s *spillSet) start(xid uint32, first bool) error {
+func (s *Set) Start(xid uint32, first bool) error {
 	sf := s.open[xid]
 	if sf == nil && !first {
-		return fmt.Errorf("%w: stream block of transaction %d continues one this session never saw", errSpillGap, xid)
+		return fmt.Errorf("%w: stream block of transaction %d continues one this session never saw", ErrGap, xid)
 	}
 	if sf != nil && !first {
 		if sf.f == nil {
@@ -100,20 +108,20 @@ func (s *spillSet) start(xid uint32, first bool) error {
 		return nil
 	}
 	if sf != nil {
-		s.drop(xid)
+		s.Drop(xid)
 	}
 	path := filepath.Join(s.dir, strconv.FormatUint(uint64(xid), 10)+spillSuffix)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("postgres: create spill file: %w", err)
 	}
-	s.open[xid] = &spillFile{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), aborted: map[uint32]bool{}}
+	s.open[xid] = &file{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10), aborted: map[uint32]bool{}}
 	return nil
 }
 
-// write appends one message of xid's current stream block, received at
+// Write appends one message of xid's current stream block, received at
 // WAL position lsn.
-func (s *spillSet) write(xid uint32, lsn uint64, msg []byte) error {
+func (s *Set) Write(xid uint32, lsn uint64, msg []byte) error {
 	sf := s.open[xid]
 	if sf == nil || sf.w == nil {
 		return fmt.Errorf("postgres: streamed message for transaction %d outside its stream block", xid)
@@ -134,9 +142,9 @@ func (s *spillSet) write(xid uint32, lsn uint64, msg []byte) error {
 	return nil
 }
 
-// stop ends xid's stream block: its buffer goes to the file, which is
+// Stop ends xid's stream block: its buffer goes to the file, which is
 // closed until the next block (many transactions may be in progress).
-func (s *spillSet) stop(xid uint32) error {
+func (s *Set) Stop(xid uint32) error {
 	sf := s.open[xid]
 	if sf == nil || sf.f == nil {
 		return nil
@@ -152,11 +160,11 @@ func (s *spillSet) stop(xid uint32) error {
 	return nil
 }
 
-// abort forgets subxid's changes, or the whole transaction when subxid is
+// Abort forgets subxid's changes, or the whole transaction when subxid is
 // the transaction itself.
-func (s *spillSet) abort(xid, subxid uint32) {
+func (s *Set) Abort(xid, subxid uint32) {
 	if xid == subxid {
-		s.drop(xid)
+		s.Drop(xid)
 		return
 	}
 	if sf := s.open[xid]; sf != nil {
@@ -164,8 +172,8 @@ func (s *spillSet) abort(xid, subxid uint32) {
 	}
 }
 
-// drop removes xid's file.
-func (s *spillSet) drop(xid uint32) {
+// Drop removes xid's file.
+func (s *Set) Drop(xid uint32) {
 	sf := s.open[xid]
 	if sf == nil {
 		return
@@ -178,16 +186,16 @@ func (s *spillSet) drop(xid uint32) {
 	delete(s.open, xid)
 }
 
-// replay calls fn with every message of xid in order and its LSN, telling
+// Replay calls fn with every message of xid in order and its LSN, telling
 // it whether the message's (sub)transaction was aborted, then removes the
 // file.
-func (s *spillSet) replay(xid uint32, fn func(lsn uint64, msg []byte, aborted map[uint32]bool) error) error {
+func (s *Set) Replay(xid uint32, fn func(lsn uint64, msg []byte, aborted map[uint32]bool) error) error {
 	sf := s.open[xid]
 	if sf == nil {
-		return fmt.Errorf("%w: commit of streamed transaction %d, whose stream blocks this session never saw", errSpillGap, xid)
+		return fmt.Errorf("%w: commit of streamed transaction %d, whose stream blocks this session never saw", ErrGap, xid)
 	}
-	defer s.drop(xid)
-	if err := s.stop(xid); err != nil {
+	defer s.Drop(xid)
+	if err := s.Stop(xid); err != nil {
 		return err
 	}
 	f, err := os.Open(sf.path)
@@ -201,25 +209,25 @@ func (s *spillSet) replay(xid uint32, fn func(lsn uint64, msg []byte, aborted ma
 	for off := int64(0); ; {
 		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF {
 			if off != sf.size {
-				return fmt.Errorf("%w: %s ends at %d, %d bytes were written", errSpillCorrupt, sf.path, off, sf.size)
+				return fmt.Errorf("%w: %s ends at %d, %d bytes were written", ErrCorrupt, sf.path, off, sf.size)
 			}
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("%w: %s at %d: %v", errSpillCorrupt, sf.path, off, err)
+			return fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, sf.path, off, err)
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n > spillMaxRecord {
-			return fmt.Errorf("%w: %s at %d: record of %d bytes", errSpillCorrupt, sf.path, off, n)
+			return fmt.Errorf("%w: %s at %d: record of %d bytes", ErrCorrupt, sf.path, off, n)
 		}
 		if cap(buf) < int(n) {
 			buf = make([]byte, n)
 		}
 		msg := buf[:n]
 		if _, err := io.ReadFull(r, msg); err != nil {
-			return fmt.Errorf("%w: %s at %d: %v", errSpillCorrupt, sf.path, off, err)
+			return fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, sf.path, off, err)
 		}
 		if crc32.Update(crc32.Checksum(hdr[8:], castagnoli), castagnoli, msg) != binary.BigEndian.Uint32(hdr[4:]) {
-			return fmt.Errorf("%w: %s at %d: checksum mismatch", errSpillCorrupt, sf.path, off)
+			return fmt.Errorf("%w: %s at %d: checksum mismatch", ErrCorrupt, sf.path, off)
 		}
 		if err := fn(binary.BigEndian.Uint64(hdr[8:]), msg, sf.aborted); err != nil {
 			return err
@@ -228,10 +236,10 @@ func (s *spillSet) replay(xid uint32, fn func(lsn uint64, msg []byte, aborted ma
 	}
 }
 
-// close removes every file (the session ends; PostgreSQL will stream the
+// Close removes every file (the session ends; PostgreSQL will stream the
 // unfinished transactions again).
-func (s *spillSet) close() {
+func (s *Set) Close() {
 	for xid := range s.open {
-		s.drop(xid)
+		s.Drop(xid)
 	}
 }

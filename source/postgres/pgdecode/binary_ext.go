@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"bytes"
@@ -75,7 +75,7 @@ func decodePath(b []byte) (any, error) {
 	}
 	n := int(int32(binary.BigEndian.Uint32(b[1:])))
 	if n < 0 || len(b) != 5+16*n {
-		return nil, fmt.Errorf("%w: path of %d points in %d bytes", errBadValue, n, len(b))
+		return nil, fmt.Errorf("%w: path of %d points in %d bytes", ErrBadValue, n, len(b))
 	}
 	open, close := byte('['), byte(']')
 	if b[0] != 0 {
@@ -93,7 +93,7 @@ func decodePolygon(b []byte) (any, error) {
 	}
 	n := int(int32(binary.BigEndian.Uint32(b)))
 	if n < 0 || len(b) != 4+16*n {
-		return nil, fmt.Errorf("%w: polygon of %d points in %d bytes", errBadValue, n, len(b))
+		return nil, fmt.Errorf("%w: polygon of %d points in %d bytes", ErrBadValue, n, len(b))
 	}
 	return string(append(appendPoints([]byte{'('}, b[4:], n), ')')), nil
 }
@@ -117,7 +117,7 @@ type cursor struct {
 
 func (c *cursor) need(n int) bool {
 	if c.err == nil && (n < 0 || len(c.b) < n) {
-		c.err = fmt.Errorf("%w: %d bytes left, need %d", errBadValue, len(c.b), n)
+		c.err = fmt.Errorf("%w: %d bytes left, need %d", ErrBadValue, len(c.b), n)
 	}
 	return c.err == nil
 }
@@ -169,7 +169,7 @@ func (c *cursor) field() ([]byte, bool) {
 
 func (c *cursor) done() error {
 	if c.err == nil && len(c.b) != 0 {
-		c.err = fmt.Errorf("%w: %d trailing bytes", errBadValue, len(c.b))
+		c.err = fmt.Errorf("%w: %d trailing bytes", ErrBadValue, len(c.b))
 	}
 	return c.err
 }
@@ -185,7 +185,7 @@ func decodeTSVector(b []byte) (any, error) {
 	for i := 0; i < n && c.err == nil; i++ {
 		end := bytes.IndexByte(c.b, 0)
 		if end < 0 {
-			return nil, fmt.Errorf("%w: tsvector lexeme not terminated", errBadValue)
+			return nil, fmt.Errorf("%w: tsvector lexeme not terminated", ErrBadValue)
 		}
 		if i > 0 {
 			out = append(out, ' ')
@@ -249,7 +249,7 @@ func decodeHstore(b []byte) (any, error) {
 // maxArrayDims is PostgreSQL's limit on array dimensions (MAXDIM).
 const maxArrayDims = 6
 
-// arrayDecoder decodes array_send's format into nested lists of depth dims
+// Array decodes array_send's format into nested lists of depth dims
 // (the column's declared dimensions), elements decoded by elem.
 //
 //	ndim int32 | has nulls int32 | element type oid int32 | ndim × (length int32, lower bound int32) |
@@ -258,7 +258,7 @@ const maxArrayDims = 6
 // An empty array (ndim 0) is []any{}. A value with other dimensions than
 // declared, or a lower bound other than 1, has no faithful list form: it is
 // an error saying so, never a reshaped or renumbered list.
-func arrayDecoder(elem decodeFunc, dims int) decodeFunc {
+func Array(elem Func, dims int) Func {
 	return func(b []byte) (any, error) {
 		c := cursor{b: b}
 		ndim := int(c.int32())
@@ -271,12 +271,12 @@ func arrayDecoder(elem decodeFunc, dims int) decodeFunc {
 			return []any{}, c.done()
 		}
 		if ndim < 0 || ndim > maxArrayDims {
-			return nil, fmt.Errorf("%w: array of %d dimensions", errBadValue, ndim)
+			return nil, fmt.Errorf("%w: array of %d dimensions", ErrBadValue, ndim)
 		}
 		if ndim != dims {
 			return nil, fmt.Errorf("%w: the array has %d dimensions but the column is declared with %d; declare it with %d "+
 				"(ALTER TABLE ... ALTER COLUMN ... TYPE <type>%s) so cdcd can map it to nested lists",
-				errArrayShape, ndim, dims, ndim, strings.Repeat("[]", ndim))
+				ErrArrayShape, ndim, dims, ndim, strings.Repeat("[]", ndim))
 		}
 		lens := make([]int, ndim)
 		total := 1
@@ -284,10 +284,10 @@ func arrayDecoder(elem decodeFunc, dims int) decodeFunc {
 			lens[i] = int(c.int32())
 			if lb := c.int32(); lb != 1 && c.err == nil {
 				return nil, fmt.Errorf("%w: the array's dimension %d starts at index %d; lists start at 1, so cdcd cannot keep it exactly",
-					errArrayShape, i+1, lb)
+					ErrArrayShape, i+1, lb)
 			}
 			if lens[i] < 0 || total*max(lens[i], 1) > len(b) {
-				return nil, fmt.Errorf("%w: array dimension of length %d in %d bytes", errBadValue, lens[i], len(b))
+				return nil, fmt.Errorf("%w: array dimension of length %d in %d bytes", ErrBadValue, lens[i], len(b))
 			}
 			total *= lens[i]
 		}
@@ -299,7 +299,7 @@ func arrayDecoder(elem decodeFunc, dims int) decodeFunc {
 	}
 }
 
-func readArrayLevel(c *cursor, elem decodeFunc, lens []int) ([]any, error) {
+func readArrayLevel(c *cursor, elem Func, lens []int) ([]any, error) {
 	out := make([]any, lens[0])
 	for i := range out {
 		if len(lens) > 1 {
@@ -337,11 +337,11 @@ const (
 	rangeUBNull = 0x40
 )
 
-// rangeDecoder renders a range as range_out does ("[1,10)", "empty",
-// "(,5]"), its bounds printed by textOf for the subtype sub.
+// Range renders a range as range_out does ("[1,10)", "empty",
+// "(,5]"), its bounds printed by TextOf for the subtype sub.
 //
 //	flags byte | lower: length int32, value (if present) | upper: likewise
-func rangeDecoder(sub *pgType) decodeFunc {
+func Range(sub *Type) Func {
 	return func(b []byte) (any, error) {
 		c := cursor{b: b}
 		out, err := appendRange(nil, &c, sub)
@@ -352,7 +352,7 @@ func rangeDecoder(sub *pgType) decodeFunc {
 	}
 }
 
-func appendRange(out []byte, c *cursor, sub *pgType) ([]byte, error) {
+func appendRange(out []byte, c *cursor, sub *Type) ([]byte, error) {
 	flags := c.byte()
 	if c.err != nil {
 		return nil, c.err
@@ -366,13 +366,13 @@ func appendRange(out []byte, c *cursor, sub *pgType) ([]byte, error) {
 		}
 		f, ok := c.field()
 		if !ok {
-			return fmt.Errorf("%w: range bound missing", errBadValue)
+			return fmt.Errorf("%w: range bound missing", ErrBadValue)
 		}
-		v, err := sub.decode(f)
+		v, err := sub.Decode(f)
 		if err != nil {
 			return err
 		}
-		out = appendRangeBound(out, textOf(sub.col, v))
+		out = appendRangeBound(out, TextOf(sub.Col, v))
 		return nil
 	}
 	if flags&rangeLBInc != 0 {
@@ -395,11 +395,11 @@ func appendRange(out []byte, c *cursor, sub *pgType) ([]byte, error) {
 	return out, nil
 }
 
-// multirangeDecoder renders a multirange as multirange_out does:
+// Multirange renders a multirange as multirange_out does:
 // "{[1,3),[5,7)}".
 //
 //	count int32 | per range: length int32, range
-func multirangeDecoder(sub *pgType) decodeFunc {
+func Multirange(sub *Type) Func {
 	return func(b []byte) (any, error) {
 		c := cursor{b: b}
 		n := int(c.int32())
@@ -410,7 +410,7 @@ func multirangeDecoder(sub *pgType) decodeFunc {
 			}
 			f, ok := c.field()
 			if !ok {
-				return nil, fmt.Errorf("%w: multirange member missing", errBadValue)
+				return nil, fmt.Errorf("%w: multirange member missing", ErrBadValue)
 			}
 			rc := cursor{b: f}
 			var err error
@@ -428,22 +428,22 @@ func multirangeDecoder(sub *pgType) decodeFunc {
 	}
 }
 
-// compositeAttr is one attribute of a composite type.
-type compositeAttr struct {
-	name string
-	typ  *pgType
+// Attr is one attribute of a composite type.
+type Attr struct {
+	Name string
+	Type *Type
 }
 
-// compositeDecoder renders a composite value as to_json does:
+// Composite renders a composite value as to_json does:
 // {"a":1,"b":"x"}.
 //
 //	attribute count int32 | per attribute: type oid int32, length int32 (-1 NULL), value
-func compositeDecoder(attrs []compositeAttr) decodeFunc {
+func Composite(attrs []Attr) Func {
 	return func(b []byte) (any, error) {
 		c := cursor{b: b}
 		n := int(c.int32())
 		if c.err == nil && n != len(attrs) {
-			return nil, fmt.Errorf("%w: composite value has %d attributes, the type %d", errBadValue, n, len(attrs))
+			return nil, fmt.Errorf("%w: composite value has %d attributes, the type %d", ErrBadValue, n, len(attrs))
 		}
 		out := []byte{'{'}
 		for i := 0; i < n && c.err == nil; i++ {
@@ -451,7 +451,7 @@ func compositeDecoder(attrs []compositeAttr) decodeFunc {
 			if i > 0 {
 				out = append(out, ',')
 			}
-			out = appendJSONString(out, a.name)
+			out = appendJSONString(out, a.Name)
 			out = append(out, ':')
 			c.int32() // type oid
 			f, ok := c.field()
@@ -459,11 +459,11 @@ func compositeDecoder(attrs []compositeAttr) decodeFunc {
 				out = append(out, "null"...)
 				continue
 			}
-			v, err := a.typ.decode(f)
+			v, err := a.Type.Decode(f)
 			if err != nil {
-				return nil, fmt.Errorf("attribute %q: %w", a.name, err)
+				return nil, fmt.Errorf("attribute %q: %w", a.Name, err)
 			}
-			out = appendJSON(out, a.typ.col, v)
+			out = AppendJSON(out, a.Type.Col, v)
 		}
 		if err := c.done(); err != nil {
 			return nil, err
@@ -472,8 +472,8 @@ func compositeDecoder(attrs []compositeAttr) decodeFunc {
 	}
 }
 
-// listColumn returns the element column of a list of depth dims over elem.
-func listColumn(elem schema.Column, dims int) schema.Column {
+// ListColumn returns the element column of a list of depth dims over elem.
+func ListColumn(elem schema.Column, dims int) schema.Column {
 	e := elem
 	e.Name, e.Nullable, e.SourceType = "", true, ""
 	col := schema.Column{Kind: schema.List, Elem: &e}

@@ -1,12 +1,10 @@
-package postgres
+package pgdecode
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -15,19 +13,19 @@ import (
 
 // fuzzDecoders are the decoders of every binary form, including the
 // structured ones over a few element types.
-func fuzzDecoders() []decodeFunc {
-	int4 := &pgType{col: schema.Column{Kind: schema.Int32}, decode: decodeInt4}
-	ts := &pgType{col: schema.Column{Kind: schema.TimestampTZ}, decode: decodeTimestamp}
-	text := &pgType{col: schema.Column{Kind: schema.String}, decode: decodeString}
-	return []decodeFunc{
+func fuzzDecoders() []Func {
+	int4 := &Type{Col: schema.Column{Kind: schema.Int32}, Decode: decodeInt4}
+	ts := &Type{Col: schema.Column{Kind: schema.TimestampTZ}, Decode: decodeTimestamp}
+	text := &Type{Col: schema.Column{Kind: schema.String}, Decode: DecodeString}
+	return []Func{
 		decodeBool, decodeInt2, decodeInt4, decodeInt8, decodeUint4, decodeXid8, decodeFloat4, decodeFloat8,
-		decodeString, decodeBytes, decodeVersioned, decodeChar, decodeUUID, decodeDate, decodeTime, decodeTimestamp,
+		DecodeString, decodeBytes, decodeVersioned, decodeChar, decodeUUID, decodeDate, decodeTime, decodeTimestamp,
 		decodeTimeTZ, decodeInterval, decodeMoney(2), decodeLSN, decodeTID, decodeNumeric, decodeBits, decodeMAC(6),
 		decodeMAC(8), decodeInet, decodePoint, decodeLine, decodeLseg, decodeBox, decodePath, decodePolygon, decodeCircle,
 		decodeTSVector, decodeHstore,
-		arrayDecoder(decodeInt4, 1), arrayDecoder(decodeString, 2),
-		rangeDecoder(int4), rangeDecoder(ts), multirangeDecoder(int4),
-		compositeDecoder([]compositeAttr{{"a", int4}, {"b", text}}),
+		Array(decodeInt4, 1), Array(DecodeString, 2),
+		Range(int4), Range(ts), Multirange(int4),
+		Composite([]Attr{{"a", int4}, {"b", text}}),
 	}
 }
 
@@ -55,12 +53,12 @@ func FuzzDecoders(f *testing.F) {
 
 func TestDecodersRejectTruncation(t *testing.T) {
 	cases := []struct {
-		dec  decodeFunc
+		dec  Func
 		good []byte
 	}{
 		{decodeNumeric, []byte{0, 2, 0, 0, 0, 0, 0, 2, 0, 1, 0x13, 0x88}},
 		{decodeInet, []byte{2, 24, 0, 4, 192, 168, 1, 5}},
-		{arrayDecoder(decodeInt4, 1), []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff}},
+		{Array(decodeInt4, 1), []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff}},
 		{decodeInterval, make([]byte, 16)},
 		{decodeBits, []byte{0, 0, 0, 9, 0xff, 0x80}},
 	}
@@ -80,7 +78,7 @@ func TestDecodeValues(t *testing.T) {
 	ts := func(us int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(us)) }
 	for _, tc := range []struct {
 		name string
-		dec  decodeFunc
+		dec  Func
 		in   []byte
 		want any
 	}{
@@ -105,11 +103,11 @@ func TestDecodeValues(t *testing.T) {
 			t.Errorf("%s: got %#v (%v), want %#v", tc.name, got, err, tc.want)
 		}
 	}
-	if _, err := decodeTimestamp(ts(maxTimestamp + 1)); !errors.Is(err, errTimestampRange) {
+	if _, err := decodeTimestamp(ts(maxTimestamp + 1)); !errors.Is(err, ErrTimestampRange) {
 		t.Errorf("a timestamp past int64 micros since 1970: %v", err)
 	}
-	if _, err := arrayDecoder(decodeInt4, 1)([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1,
-		0, 0, 0, 4, 0, 0, 0, 7}); !errors.Is(err, errArrayShape) {
+	if _, err := Array(decodeInt4, 1)([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1,
+		0, 0, 0, 4, 0, 0, 0, 7}); !errors.Is(err, ErrArrayShape) {
 		t.Errorf("a 2-D value in a 1-D column: %v", err)
 	}
 }
@@ -139,7 +137,7 @@ func TestCopyParserSplits(t *testing.T) {
 	stream := copyStream(rows)
 	collect := func(writes ...[]byte) ([][][]byte, error) {
 		var got [][][]byte
-		p := &copyParser{row: func(fields [][]byte) error {
+		p := &CopyParser{Row: func(fields [][]byte) error {
 			r := make([][]byte, len(fields))
 			for i, f := range fields {
 				if f != nil {
@@ -154,7 +152,7 @@ func TestCopyParserSplits(t *testing.T) {
 				return nil, err
 			}
 		}
-		return got, p.finish()
+		return got, p.Finish()
 	}
 	for cut := 0; cut <= len(stream); cut++ {
 		for cut2 := cut; cut2 <= len(stream); cut2 += 7 {
@@ -181,111 +179,13 @@ func FuzzCopyParser(f *testing.F) {
 	f.Add(copyStream([][][]byte{{[]byte("a"), nil}}), 3)
 	f.Add([]byte("PGCOPY\n\xff\r\n\x00garbage"), 1)
 	f.Fuzz(func(t *testing.T, b []byte, cut int) {
-		p := &copyParser{row: func([][]byte) error { return nil }}
+		p := &CopyParser{Row: func([][]byte) error { return nil }}
 		if cut < 0 || cut > len(b) {
 			cut = len(b) / 2
 		}
 		if _, err := p.Write(b[:cut]); err == nil {
 			_, _ = p.Write(b[cut:])
 		}
-		_ = p.finish()
+		_ = p.Finish()
 	})
-}
-
-// TestSpillRoundTripAndAborts: messages come back in order with their
-// aborted subtransactions; a corrupted file is reported, never replayed.
-func TestSpillRoundTripAndAborts(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "7.spill"), []byte("left over"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSpillSet(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "7.spill")); !os.IsNotExist(err) {
-		t.Fatal("a spill file of an earlier session survived")
-	}
-	msgs := [][]byte{[]byte("I one"), []byte("U two"), bytes.Repeat([]byte("x"), 300<<10)}
-	if err := s.start(7, true); err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range msgs[:2] {
-		if err := s.write(7, uint64(i+1)<<8, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.stop(7); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.start(7, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.write(7, 0x300, msgs[2]); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.stop(7); err != nil {
-		t.Fatal(err)
-	}
-	s.abort(7, 9)
-	var got [][]byte
-	var lsns []uint64
-	err = s.replay(7, func(lsn uint64, m []byte, aborted map[uint32]bool) error {
-		if !aborted[9] {
-			t.Error("subtransaction 9's abort lost")
-		}
-		lsns = append(lsns, lsn)
-		got = append(got, append([]byte{}, m...))
-		return nil
-	})
-	if err != nil || !reflect.DeepEqual(got, msgs) {
-		t.Fatalf("replay: %d messages, %v", len(got), err)
-	}
-	if !reflect.DeepEqual(lsns, []uint64{0x100, 0x200, 0x300}) {
-		t.Fatalf("replayed LSNs %x", lsns)
-	}
-	if s.bytes != 0 || len(s.open) != 0 {
-		t.Fatalf("after replay: %d bytes, %d files", s.bytes, len(s.open))
-	}
-
-	// Corruption.
-	if err := s.start(8, true); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.write(8, 1, []byte("hello"))
-	_ = s.stop(8)
-	path := s.open[8].path
-	b, _ := os.ReadFile(path)
-	b[len(b)-1] ^= 1
-	_ = os.WriteFile(path, b, 0o644)
-	if err := s.replay(8, func(uint64, []byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillCorrupt) {
-		t.Fatalf("corrupt file replayed: %v", err)
-	}
-	// A top-level abort removes the file.
-	_ = s.start(9, true)
-	_ = s.write(9, 1, []byte("x"))
-	s.abort(9, 9)
-	if len(s.open) != 0 {
-		t.Fatal("aborted transaction kept")
-	}
-}
-
-// TestSpillGaps: a stream block or a commit of a transaction whose earlier
-// blocks this session never saw is an error (the reader then reconnects
-// and the server streams the transaction again whole), never a partial
-// transaction.
-func TestSpillGaps(t *testing.T) {
-	s, err := newSpillSet(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.start(5, false); !errors.Is(err, errSpillGap) {
-		t.Fatalf("a continued block of an unknown transaction: %v", err)
-	}
-	if err := s.replay(6, func(uint64, []byte, map[uint32]bool) error { return nil }); !errors.Is(err, errSpillGap) {
-		t.Fatalf("the commit of an unknown streamed transaction: %v", err)
-	}
-	if !retryable(&connError{errSpillGap}) {
-		t.Fatal("a gap must make the reader reconnect")
-	}
 }

@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 // slabPairs are the decoders with a slab form, each with its plain form.
 var slabPairs = []struct {
 	name  string
-	plain decodeFunc
-	slab  slabDecodeFunc
+	plain Func
+	slab  SlabFunc
 }{
 	{"int2", decodeInt2, slabInt(readInt2)},
 	{"int4", decodeInt4, slabInt(readInt4)},
@@ -23,7 +23,7 @@ var slabPairs = []struct {
 	{"float8", decodeFloat8, slabFloat8},
 	{"date", decodeDate, slabDate},
 	{"timestamp", decodeTimestamp, slabInt(readTimestamp)},
-	{"text", decodeString, slabString},
+	{"text", DecodeString, slabString},
 	{"numeric", decodeNumeric, slabNumeric},
 }
 
@@ -102,7 +102,7 @@ func slabInputs(rng *rand.Rand) map[string][][]byte {
 func TestSlabDecodersMatch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	inputs := slabInputs(rng)
-	var s slab
+	var s Slab
 	type kept struct {
 		name string
 		in   []byte
@@ -120,7 +120,7 @@ func TestSlabDecodersMatch(t *testing.T) {
 				if werr != nil {
 					continue
 				}
-				if reflect.TypeOf(got) != reflect.TypeOf(want) || !sameValue(got, want) {
+				if reflect.TypeOf(got) != reflect.TypeOf(want) || !Equal(got, want) {
 					t.Fatalf("%s %x: slab %#v (%T), plain %#v (%T)", p.name, in, got, got, want, want)
 				}
 				if round == 0 {
@@ -132,7 +132,7 @@ func TestSlabDecodersMatch(t *testing.T) {
 	}
 	for _, k := range all {
 		want, _ := slabPairs[indexOfPair(k.name)].plain(k.in)
-		if !sameValue(k.got, want) {
+		if !Equal(k.got, want) {
 			t.Fatalf("%s %x: the slab's value changed to %#v, want %#v", k.name, k.in, k.got, want)
 		}
 	}
@@ -153,7 +153,7 @@ func TestSlabAllocations(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("instrumented builds allocate differently")
 	}
-	var s slab
+	var s Slab
 	num := numericBinary(0, numericPos, 2, 1234, 5600)
 	text := []byte("row 123456")
 	i8 := binary.BigEndian.AppendUint64(nil, 123456789)

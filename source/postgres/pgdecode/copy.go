@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"bytes"
@@ -78,17 +78,17 @@ func parseCopyTuple(buf []byte, fields [][]byte) (_ [][]byte, n int, err error) 
 	return fields, off, nil
 }
 
-// copyParser is the io.Writer a binary COPY is written into: it calls row
+// CopyParser is the io.Writer a binary COPY is written into: it calls Row
 // for every tuple, in order, with fields valid only during the call.
-type copyParser struct {
-	row    func(fields [][]byte) error
+type CopyParser struct {
+	Row    func(fields [][]byte) error
 	buf    []byte // an unparsed partial tuple
 	fields [][]byte
 	header bool // seen
 	done   bool // trailer seen
 }
 
-func (p *copyParser) Write(b []byte) (int, error) {
+func (p *CopyParser) Write(b []byte) (int, error) {
 	data := b
 	if len(p.buf) > 0 {
 		p.buf = append(p.buf, b...)
@@ -108,7 +108,7 @@ func (p *copyParser) Write(b []byte) (int, error) {
 }
 
 // parse consumes whole items of data and returns how many bytes it used.
-func (p *copyParser) parse(data []byte) (int, error) {
+func (p *CopyParser) parse(data []byte) (int, error) {
 	off := 0
 	if !p.header {
 		n, err := parseCopyHeader(data)
@@ -137,15 +137,15 @@ func (p *copyParser) parse(data []byte) (int, error) {
 			continue
 		}
 		p.fields = fields
-		if err := p.row(fields); err != nil {
+		if err := p.Row(fields); err != nil {
 			return off, err
 		}
 	}
 	return off, nil
 }
 
-// finish checks that the stream ended with its trailer.
-func (p *copyParser) finish() error {
+// Finish checks that the stream ended with its trailer.
+func (p *CopyParser) Finish() error {
 	if !p.done || len(p.buf) > 0 {
 		return fmt.Errorf("%w: stream ended without its trailer", errCopyFormat)
 	}

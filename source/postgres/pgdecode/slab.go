@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"unsafe"
@@ -17,7 +17,7 @@ import (
 // is safe; it only keeps its chunk alive (a few KB to 64 KB), which is why
 // the slab is for the load, whose rows are encoded and dropped, and not for
 // rows a consumer keeps.
-type slab struct {
+type Slab struct {
 	ints   []int64
 	int32s []int32
 	floats []float64
@@ -55,7 +55,7 @@ func box(typ, p unsafe.Pointer) (v any) {
 	return v
 }
 
-func (s *slab) int64(v int64) any {
+func (s *Slab) int64(v int64) any {
 	if len(s.ints) == cap(s.ints) {
 		s.ints = make([]int64, 0, slabValues)
 	}
@@ -63,7 +63,7 @@ func (s *slab) int64(v int64) any {
 	return box(typeInt64, unsafe.Pointer(&s.ints[len(s.ints)-1]))
 }
 
-func (s *slab) int32(v int32) any {
+func (s *Slab) int32(v int32) any {
 	if len(s.int32s) == cap(s.int32s) {
 		s.int32s = make([]int32, 0, slabValues)
 	}
@@ -71,7 +71,7 @@ func (s *slab) int32(v int32) any {
 	return box(typeInt32, unsafe.Pointer(&s.int32s[len(s.int32s)-1]))
 }
 
-func (s *slab) float64(v float64) any {
+func (s *Slab) float64(v float64) any {
 	if len(s.floats) == cap(s.floats) {
 		s.floats = make([]float64, 0, slabValues)
 	}
@@ -80,7 +80,7 @@ func (s *slab) float64(v float64) any {
 }
 
 // textRoom returns the text chunk with room for n more bytes.
-func (s *slab) textRoom(n int) []byte {
+func (s *Slab) textRoom(n int) []byte {
 	if cap(s.text)-len(s.text) < n {
 		s.text = make([]byte, 0, max(slabText, n))
 	}
@@ -88,7 +88,7 @@ func (s *slab) textRoom(n int) []byte {
 }
 
 // string returns the text b (copied) as a string value.
-func (s *slab) string(b []byte) any {
+func (s *Slab) string(b []byte) any {
 	t := s.textRoom(len(b))
 	start := len(t)
 	s.text = append(t, b...)
@@ -97,7 +97,7 @@ func (s *slab) string(b []byte) any {
 
 // stringAt returns the text chunk's bytes from start on as a string value;
 // the chunk is never written there again.
-func (s *slab) stringAt(start int) any {
+func (s *Slab) stringAt(start int) any {
 	if len(s.strs) == cap(s.strs) {
 		s.strs = make([]string, 0, slabValues)
 	}
@@ -111,7 +111,7 @@ func (s *slab) stringAt(start int) any {
 }
 
 // numeric returns the text of the numeric b as a string value.
-func (s *slab) numeric(b []byte) (any, error) {
+func (s *Slab) numeric(b []byte) (any, error) {
 	// The text takes at most 4 characters per base-10000 digit, the
 	// scale's zeros, a sign and a point; NaN and the infinities less.
 	t := s.textRoom(numericTextMax(b))
@@ -140,11 +140,11 @@ func numericTextMax(b []byte) int {
 	return 4*(max(ndigits, weight+1, 1)) + max(dscale, 0) + 16
 }
 
-// slabDecodeFunc is a decoder that puts its value in a slab.
-type slabDecodeFunc func(b []byte, s *slab) (any, error)
+// SlabFunc is a decoder that puts its value in a slab.
+type SlabFunc func(b []byte, s *Slab) (any, error)
 
-func slabInt(read func([]byte) (int64, error)) slabDecodeFunc {
-	return func(b []byte, s *slab) (any, error) {
+func slabInt(read func([]byte) (int64, error)) SlabFunc {
+	return func(b []byte, s *Slab) (any, error) {
 		v, err := read(b)
 		if err != nil {
 			return nil, err
@@ -153,7 +153,7 @@ func slabInt(read func([]byte) (int64, error)) slabDecodeFunc {
 	}
 }
 
-func slabFloat8(b []byte, s *slab) (any, error) {
+func slabFloat8(b []byte, s *Slab) (any, error) {
 	v, err := checkedFloat8(b)
 	if err != nil {
 		return nil, err
@@ -161,7 +161,7 @@ func slabFloat8(b []byte, s *slab) (any, error) {
 	return s.float64(v), nil
 }
 
-func slabDate(b []byte, s *slab) (any, error) {
+func slabDate(b []byte, s *Slab) (any, error) {
 	v, err := readDate(b)
 	if err != nil {
 		return nil, err
@@ -169,6 +169,6 @@ func slabDate(b []byte, s *slab) (any, error) {
 	return s.int32(v), nil
 }
 
-func slabString(b []byte, s *slab) (any, error) { return s.string(b), nil }
+func slabString(b []byte, s *Slab) (any, error) { return s.string(b), nil }
 
-func slabNumeric(b []byte, s *slab) (any, error) { return s.numeric(b) }
+func slabNumeric(b []byte, s *Slab) (any, error) { return s.numeric(b) }

@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"encoding/hex"
@@ -174,10 +174,10 @@ func appendZone(b []byte, seconds int32) []byte {
 	return b
 }
 
-// textOf renders a value of column c as PostgreSQL's output function for
+// TextOf renders a value of column c as PostgreSQL's output function for
 // the column's type would. Used for range bounds; kinds without a text
 // form of their own fall back to their JSON rendering.
-func textOf(c schema.Column, v any) string {
+func TextOf(c schema.Column, v any) string {
 	switch c.Kind {
 	case schema.Bool:
 		if v.(bool) {
@@ -207,14 +207,14 @@ func textOf(c schema.Column, v any) string {
 	case schema.Interval:
 		return v.(schema.IntervalValue).String()
 	}
-	return string(appendJSON(nil, c, v))
+	return string(AppendJSON(nil, c, v))
 }
 
-// appendJSON renders a value as to_json would (timestamps with zone in UTC,
+// AppendJSON renders a value as to_json would (timestamps with zone in UTC,
 // intervals in ISO 8601): numbers as JSON numbers except NaN and the
 // infinities, which to_json writes as strings; json values embedded as
 // they are.
-func appendJSON(b []byte, c schema.Column, v any) []byte {
+func AppendJSON(b []byte, c schema.Column, v any) []byte {
 	if v == nil {
 		return append(b, "null"...)
 	}
@@ -224,7 +224,7 @@ func appendJSON(b []byte, c schema.Column, v any) []byte {
 	case schema.Int16, schema.Int32, schema.Int64:
 		return strconv.AppendInt(b, v.(int64), 10)
 	case schema.Float32, schema.Float64:
-		s := textOf(c, v)
+		s := TextOf(c, v)
 		if s == "NaN" || strings.HasSuffix(s, "Infinity") {
 			return appendJSONString(b, s)
 		}
@@ -247,11 +247,11 @@ func appendJSON(b []byte, c schema.Column, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSON(b, *c.Elem, e)
+			b = AppendJSON(b, *c.Elem, e)
 		}
 		return append(b, ']')
 	}
-	return appendJSONString(b, textOf(c, v))
+	return appendJSONString(b, TextOf(c, v))
 }
 
 // appendJSONString writes s as a JSON string, escaping as PostgreSQL's

@@ -1,4 +1,4 @@
-package postgres
+package pgdecode
 
 import (
 	"encoding/binary"
@@ -17,14 +17,14 @@ import (
 // and the stream decode every value with the same function, so they agree.
 // Each is a pure function over the value's bytes, length checked first.
 
-// decodeFunc turns one binary-format value into cdcd's Go representation.
-type decodeFunc func(b []byte) (any, error)
+// Func turns one binary-format value into cdcd's Go representation.
+type Func func(b []byte) (any, error)
 
-// errBadValue is wrapped by every malformed-value error.
-var errBadValue = errors.New("postgres: malformed binary value")
+// ErrBadValue is wrapped by every malformed-value error.
+var ErrBadValue = errors.New("postgres: malformed binary value")
 
 func lengthError(want string, got int) error {
-	return fmt.Errorf("%w: %d bytes, want %s", errBadValue, got, want)
+	return fmt.Errorf("%w: %d bytes, want %s", ErrBadValue, got, want)
 }
 
 func fixed(n int, b []byte) error {
@@ -96,7 +96,7 @@ func decodeXid8(b []byte) (any, error) {
 	}
 	v := binary.BigEndian.Uint64(b)
 	if v > math.MaxInt64 {
-		return nil, fmt.Errorf("%w: xid8 %d exceeds int64", errBadValue, v)
+		return nil, fmt.Errorf("%w: xid8 %d exceeds int64", ErrBadValue, v)
 	}
 	return int64(v), nil
 }
@@ -119,7 +119,7 @@ func decodeFloat8(b []byte) (any, error) { return boxed(checkedFloat8(b)) }
 
 func readFloat8(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
 
-func decodeString(b []byte) (any, error) { return string(b), nil }
+func DecodeString(b []byte) (any, error) { return string(b), nil }
 
 func decodeBytes(b []byte) (any, error) { return append([]byte{}, b...), nil }
 
@@ -127,7 +127,7 @@ func decodeBytes(b []byte) (any, error) { return append([]byte{}, b...), nil }
 // and their text (jsonb, jsonpath).
 func decodeVersioned(b []byte) (any, error) {
 	if len(b) < 1 || b[0] != 1 {
-		return nil, fmt.Errorf("%w: format version %v, want 1", errBadValue, b[:min(len(b), 1)])
+		return nil, fmt.Errorf("%w: format version %v, want 1", ErrBadValue, b[:min(len(b), 1)])
 	}
 	return string(b[1:]), nil
 }
@@ -179,10 +179,10 @@ func decodeTime(b []byte) (any, error) {
 // 04:00:54.775806 UTC); PostgreSQL's own range ends 29 years later.
 const maxTimestamp = math.MaxInt64 - 1 - pgEpochMicros
 
-// errTimestampRange refuses timestamps past maxTimestamp: Avro's and
+// ErrTimestampRange refuses timestamps past maxTimestamp: Avro's and
 // Iceberg's microseconds since 1970 cannot hold them, and cdcd never
 // clamps or wraps a value.
-var errTimestampRange = errors.New("postgres: timestamp after 294247-01-10 04:00:54.775806 UTC has no int64 microseconds since 1970")
+var ErrTimestampRange = errors.New("postgres: timestamp after 294247-01-10 04:00:54.775806 UTC has no int64 microseconds since 1970")
 
 // readTimestamp keeps ±infinity as the extreme int64 values.
 func readTimestamp(b []byte) (int64, error) {
@@ -194,7 +194,7 @@ func readTimestamp(b []byte) (int64, error) {
 	case t == math.MaxInt64 || t == math.MinInt64:
 		return t, nil
 	case t > maxTimestamp:
-		return 0, errTimestampRange
+		return 0, ErrTimestampRange
 	}
 	return t + pgEpochMicros, nil
 }
@@ -230,7 +230,7 @@ func decodeInterval(b []byte) (any, error) {
 
 // decodeMoney renders money's int64 count of the smallest currency unit as
 // exact decimal text at scale (the database's lc_monetary fraction digits).
-func decodeMoney(scale int) decodeFunc {
+func decodeMoney(scale int) Func {
 	return func(b []byte) (any, error) {
 		if err := fixed(8, b); err != nil {
 			return nil, err
@@ -305,7 +305,7 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 	sign := binary.BigEndian.Uint16(b[4:])
 	dscale := int(int16(binary.BigEndian.Uint16(b[6:])))
 	if ndigits < 0 || dscale < 0 || len(b) != 8+2*ndigits {
-		return dst, fmt.Errorf("%w: numeric header (ndigits %d, dscale %d, %d bytes)", errBadValue, ndigits, dscale, len(b))
+		return dst, fmt.Errorf("%w: numeric header (ndigits %d, dscale %d, %d bytes)", ErrBadValue, ndigits, dscale, len(b))
 	}
 	switch sign {
 	case numericNaN:
@@ -316,7 +316,7 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 		return append(dst, "-Infinity"...), nil
 	case numericPos, numericNeg:
 	default:
-		return dst, fmt.Errorf("%w: numeric sign %#x", errBadValue, sign)
+		return dst, fmt.Errorf("%w: numeric sign %#x", ErrBadValue, sign)
 	}
 	digit := func(i int) int {
 		if i < 0 || i >= ndigits {
@@ -326,7 +326,7 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 	}
 	for i := 0; i < ndigits; i++ {
 		if digit(i) > 9999 {
-			return dst, fmt.Errorf("%w: numeric digit %d", errBadValue, digit(i))
+			return dst, fmt.Errorf("%w: numeric digit %d", ErrBadValue, digit(i))
 		}
 	}
 	dst = slices.Grow(dst, 4*(max(weight, 0)+1)+dscale+2)
@@ -371,7 +371,7 @@ func decodeBits(b []byte) (any, error) {
 	}
 	n := int(int32(binary.BigEndian.Uint32(b)))
 	if n < 0 || len(b) != 4+(n+7)/8 {
-		return nil, fmt.Errorf("%w: bit string of %d bits in %d bytes", errBadValue, n, len(b))
+		return nil, fmt.Errorf("%w: bit string of %d bits in %d bytes", ErrBadValue, n, len(b))
 	}
 	out := make([]byte, n)
 	for i := range out {
@@ -382,7 +382,7 @@ func decodeBits(b []byte) (any, error) {
 
 // decodeMAC renders macaddr (6 bytes) and macaddr8 (8 bytes) as their
 // output functions do ("08:00:2b:01:02:03").
-func decodeMAC(size int) decodeFunc {
+func decodeMAC(size int) Func {
 	return func(b []byte) (any, error) {
 		if err := fixed(size, b); err != nil {
 			return nil, err
@@ -423,10 +423,10 @@ func decodeInet(b []byte) (any, error) {
 	case family == pgAFInet6 && n == 16 && len(addr) == 16:
 		s, maxBits = formatIPv6(addr), 128
 	default:
-		return nil, fmt.Errorf("%w: inet family %d with %d address bytes", errBadValue, family, len(addr))
+		return nil, fmt.Errorf("%w: inet family %d with %d address bytes", ErrBadValue, family, len(addr))
 	}
 	if bits > maxBits {
-		return nil, fmt.Errorf("%w: inet mask /%d", errBadValue, bits)
+		return nil, fmt.Errorf("%w: inet mask /%d", ErrBadValue, bits)
 	}
 	if bits != maxBits || isCIDR {
 		s += "/" + strconv.Itoa(bits)
