@@ -89,7 +89,7 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 
 	r := &runner{failed: make(chan error, 8), logger: d.logger}
 	src := r.start("source", srcCtx, func(ctx context.Context) error {
-		if err := d.reader.Run(ctx, d.sourceEmitter()); err != nil {
+		if err := d.runSource(ctx); err != nil {
 			var se *postgres.SlotError
 			if errors.As(err, &se) {
 				// The slot or the cluster can't be trusted to deliver every

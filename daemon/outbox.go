@@ -82,7 +82,9 @@ func (d *Daemon) newOutboxRelay(ctx context.Context, next source.Emitter) (*outb
 			targets = append(targets, outbox.NewLogTarget(d.lg, log.TopicConfig{Partitions: int32(d.cfg.Log.Partitions),
 				Retention: d.cfg.Log.Retention, Cleanup: log.CleanupDelete}))
 		case t.Webhook != nil:
-			w, err := newWebhookTarget(t.Webhook, d)
+			// MySQL's reader keeps its checkpoint by transaction, with no
+			// way to hold it back: its webhooks deliver before Emit returns.
+			w, err := newWebhookTarget(t.Webhook, d, d.cfg.Source.MySQL != nil)
 			if err != nil {
 				return nil, err
 			}
@@ -113,7 +115,7 @@ func (d *Daemon) newOutboxRelay(ctx context.Context, next source.Emitter) (*outb
 }
 
 // newWebhookTarget builds a webhook target from its config.
-func newWebhookTarget(w *config.OutboxWebhook, d *Daemon) (*outbox.Webhook, error) {
+func newWebhookTarget(w *config.OutboxWebhook, d *Daemon, wait bool) (*outbox.Webhook, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = w.Concurrency
 	if w.CAFile != "" {
@@ -132,15 +134,32 @@ func newWebhookTarget(w *config.OutboxWebhook, d *Daemon) (*outbox.Webhook, erro
 	}
 	return outbox.NewWebhook(outbox.WebhookConfig{Name: w.Name, URL: w.URL, Secret: w.Secret, Timeout: w.Timeout,
 		Concurrency: w.Concurrency, BackoffMin: w.BackoffMin, BackoffMax: w.BackoffMax, GiveUpAfter: w.GiveUpAfter,
-		DeadLetterTopic: w.DeadLetterTopic, Client: &http.Client{Transport: transport}}, d.lg, d.state, d.logger)
+		DeadLetterTopic: w.DeadLetterTopic, Wait: wait, Client: &http.Client{Transport: transport}}, d.lg, d.state, d.logger)
 }
 
-// sourceEmitter is what the source emits to: the relay, else the intake.
-func (d *Daemon) sourceEmitter() source.Emitter {
-	if d.outbox != nil {
-		return d.outbox.relay
+// runSource runs the reader into the relay, and the relay's queued
+// deliveries (webhooks) beside it; without a relay, into the intake. A
+// failure of the relay's deliveries stops the reader.
+func (d *Daemon) runSource(ctx context.Context) error {
+	if d.outbox == nil {
+		return d.reader.Run(ctx, d.intake)
 	}
-	return d.intake
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	relayDone := make(chan error, 1)
+	go func() {
+		err := d.outbox.relay.Run(ctx)
+		if err != nil {
+			cancel(err)
+		}
+		relayDone <- err
+	}()
+	err := d.reader.Run(ctx, d.outbox.relay)
+	cancel(nil)
+	if rerr := <-relayDone; rerr != nil {
+		return rerr
+	}
+	return err
 }
 
 // OutboxStatus is the relay in /status.
@@ -182,7 +201,7 @@ func (d *Daemon) outboxStatus() *OutboxStatus {
 	now := time.Now()
 	st := o.relay.Stats()
 	s := &OutboxStatus{Table: o.cfg.Table, MessagePrefix: o.cfg.MessagePrefix, Events: st.Events.Load(), Malformed: st.Malformed.Load(),
-		LagSeconds: st.Lag(now).Seconds(), TableBytes: -1, TableRows: -1}
+		LagSeconds: o.relay.Lag(now).Seconds(), TableBytes: -1, TableRows: -1}
 	if o.size != nil {
 		s.TableBytes, s.TableRows = o.size.last()
 	}
@@ -232,7 +251,7 @@ func (d *Daemon) outboxInputs(ctx context.Context) *outboxInputs {
 		return nil
 	}
 	now := time.Now()
-	in := &outboxInputs{cfg: o.cfg.Alerts, table: o.cfg.Table, lag: o.relay.Stats().Lag(now), tableBytes: -1}
+	in := &outboxInputs{cfg: o.cfg.Alerts, table: o.cfg.Table, lag: o.relay.Lag(now), tableBytes: -1}
 	if o.size != nil {
 		o.size.poll(ctx, d)
 		in.tableBytes, _ = o.size.last()

@@ -174,8 +174,14 @@ outbox:
 		}
 		return false
 	}, done)
+	// The mirror flows meanwhile; the source's position waits.
+	rows := d.Status().Tables[0].Rows
+	if _, err := conn.Exec(t.Context(), `INSERT INTO orders VALUES ('while-failing', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the mirrored table committed while the webhook fails", func() bool { return d.Status().Tables[0].Rows > rows }, done)
 	lsn = markLSN(t, conn)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // past the source's status interval
 	if d.CaughtUp(lsn) {
 		t.Fatal("the source confirmed past an event the webhook does not have")
 	}

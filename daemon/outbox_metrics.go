@@ -54,7 +54,7 @@ func (c outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	st := o.relay.Stats()
 	counter(ch, descObEvents, float64(st.Events.Load()))
 	counter(ch, descObMalformed, float64(st.Malformed.Load()))
-	gauge(ch, descObLag, st.Lag(now).Seconds())
+	gauge(ch, descObLag, o.relay.Lag(now).Seconds())
 	gauge(ch, descObPending, float64(st.Pending.Load()))
 	if o.size != nil {
 		if b, r := o.size.last(); b >= 0 {

@@ -30,6 +30,21 @@ type Target interface {
 	Stats() *TargetStats
 }
 
+// Queue is an optional ability of a Target (found by type assertion): its
+// Deliver returns once the events are queued, and Run delivers them. The
+// relay holds the source's position back before the oldest event queued
+// (source.Holder), so events queued and not delivered come again after a
+// restart.
+type Queue interface {
+	// Run delivers queued events until ctx ends or a terminal error.
+	Run(ctx context.Context) error
+	// Oldest returns the position and commit time of the oldest event
+	// queued and not delivered yet, and false when there is none.
+	Oldest() (pos source.Position, commit time.Time, ok bool)
+	// Flush returns once every event up to pos is delivered.
+	Flush(ctx context.Context, pos source.Position) error
+}
+
 // TargetStats are one target's counters, safe to read while it runs.
 type TargetStats struct {
 	Delivered    atomic.Int64 // events the target took (appended, or accepted by the receiver)
@@ -38,6 +53,7 @@ type TargetStats struct {
 	Failures     atomic.Int64 // attempts that failed: an error, a timeout, a status other than 2xx
 	DeadLettered atomic.Int64 // events given up on, appended to the dead-letter topic
 	InFlight     atomic.Int64 // events being delivered now
+	Queued       atomic.Int64 // events queued and not delivered yet (a Queue)
 	// FailingSince is when the oldest event still undelivered first
 	// failed (Unix ms); 0 while nothing fails.
 	FailingSince atomic.Int64
@@ -60,7 +76,7 @@ type Config struct {
 
 // Stats are the relay's counters, safe to read while it runs.
 type Stats struct {
-	Events    atomic.Int64 // events every target has
+	Events    atomic.Int64 // events every target has (or has queued)
 	Malformed atomic.Int64 // events that could not be routed (dead-letter topic)
 	Ignored   atomic.Int64 // updates of the outbox table (not events)
 	Pending   atomic.Int64 // events handed to the targets and not yet at all of them
@@ -72,16 +88,6 @@ type Stats struct {
 	// Latency, when set (before Run), is called for each event every
 	// target has, with the time from its commit until then.
 	Latency func(time.Duration)
-}
-
-// Lag is how long the oldest event handed to the targets has waited since
-// its commit (0 when none waits): how far the relay is behind.
-func (s *Stats) Lag(now time.Time) time.Duration {
-	ms := s.oldest.Load()
-	if ms == 0 || s.Pending.Load() == 0 {
-		return 0
-	}
-	return max(0, now.Sub(time.UnixMilli(ms)))
 }
 
 // Relay is the source.Emitter that takes the outbox's events out of the
@@ -109,6 +115,7 @@ type Relay struct {
 var (
 	_ source.Emitter   = (*Relay)(nil)
 	_ source.Pipeliner = (*Relay)(nil)
+	_ source.Holder    = (*Relay)(nil)
 )
 
 // New returns a Relay in front of next.
@@ -127,6 +134,58 @@ func New(cfg Config, next source.Emitter, targets []Target, logger *slog.Logger)
 
 // Stats returns the relay's live counters.
 func (r *Relay) Stats() *Stats { return &r.stats }
+
+// Run runs the targets that queue (Queue) until ctx ends or one fails.
+// REQUIRES: running while the source emits; the source then re-sends what
+// was queued and not delivered.
+func (r *Relay) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(r.targets))
+	var wg sync.WaitGroup
+	for i, t := range r.targets {
+		if q, ok := t.(Queue); ok {
+			wg.Go(func() {
+				if errs[i] = q.Run(ctx); errs[i] != nil {
+					cancel()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Held is the position of the oldest event a target has queued and not
+// delivered: the source confirms nothing from its transaction on.
+func (r *Relay) Held() (source.Position, bool) {
+	var oldest source.Position
+	for _, t := range r.targets {
+		if q, ok := t.(Queue); ok {
+			if p, _, ok := q.Oldest(); ok && (oldest == nil || p.Compare(oldest) < 0) {
+				oldest = p
+			}
+		}
+	}
+	return oldest, oldest != nil
+}
+
+// Lag is how long the oldest event not yet at every target has waited
+// since its commit (0 when none waits): how far the relay is behind.
+func (r *Relay) Lag(now time.Time) time.Duration {
+	var lag time.Duration
+	if ms := r.stats.oldest.Load(); ms != 0 && r.stats.Pending.Load() > 0 {
+		lag = now.Sub(time.UnixMilli(ms))
+	}
+	for _, t := range r.targets {
+		if q, ok := t.(Queue); ok {
+			if _, commit, ok := q.Oldest(); ok {
+				lag = max(lag, now.Sub(commit))
+			}
+		}
+	}
+	return max(0, lag)
+}
 
 // Targets returns the relay's targets.
 func (r *Relay) Targets() []Target { return r.targets }
@@ -173,8 +232,17 @@ func (r *Relay) Submit(ctx context.Context, batch []source.Change) error {
 		return err
 	}
 	if len(msgs) > 0 {
+		// A load saves its progress as it goes, not by the source's
+		// position: its events must be delivered, not just queued.
 		if err := r.deliver(ctx, msgs); err != nil {
 			return err
+		}
+		for _, t := range r.targets {
+			if q, ok := t.(Queue); ok {
+				if err := q.Flush(ctx, msgs[len(msgs)-1].Pos); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if len(rest) == 0 {

@@ -1,19 +1,14 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,15 +40,22 @@ type WebhookConfig struct {
 	BackoffMin, BackoffMax time.Duration
 	// GiveUpAfter: an event still failing this long after its first
 	// attempt goes to DeadLetterTopic and its aggregate's next event is
-	// sent; default 10m. The source waits meanwhile (its position moves
-	// only when every target has the event).
+	// sent; default 10m.
 	GiveUpAfter time.Duration
 	// DeadLetterTopic receives the events given up on, with the last
 	// error (header cdcd.error) and the attempts (cdcd.attempts); default
 	// _cdcd_dead.outbox.<name>.
 	DeadLetterTopic string
-	// Client sends the requests; default one whose connections are kept
-	// per aggregate worker.
+	// MaxQueued bounds the events held, from the oldest not delivered on
+	// (the others' are delivered but still behind it); Deliver waits while
+	// it is reached, so an aggregate that keeps failing stops the source
+	// after that many events until its event is given up on. Default 20000.
+	MaxQueued int
+	// Wait makes Deliver return only once its events are delivered, for
+	// a source that cannot hold its position back (source.Holder): MySQL.
+	Wait bool
+	// Client sends the requests; default one that keeps a connection per
+	// concurrent aggregate.
 	Client *http.Client
 }
 
@@ -79,6 +81,9 @@ func (c *WebhookConfig) defaults() {
 	if c.DeadLetterTopic == "" {
 		c.DeadLetterTopic = "_cdcd_dead.outbox." + TopicName(c.Name)
 	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = 20_000
+	}
 	if c.Client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = c.Concurrency
@@ -95,17 +100,21 @@ type State interface {
 
 // Webhook delivers events as HTTPS POSTs: the record's value as the body,
 // the event id as Idempotency-Key and webhook-id, a Standard Webhooks
-// signature, and the event's type, aggregate, topic and headers. Each
-// aggregate's events go one request at a time, in order; aggregates go in
-// parallel. A failed request (an error, a timeout, a status other than
-// 2xx) is sent again after a backoff until GiveUpAfter, then the event
-// goes to the dead-letter topic. At least once: an id may come again
-// after a failed or timed-out request, or after a restart that came
-// before the target saved its progress.
+// signature, and the event's type, aggregate, topic and headers
+// (webhook_send.go). Each aggregate's events go one request at a time, in
+// order; Concurrency aggregates go at once. A failed request (an error, a
+// timeout, a status other than 2xx) is sent again after a backoff until
+// GiveUpAfter, then the event goes to the dead-letter topic.
 //
-// Progress: after each Deliver the position of its last event is saved
-// (state key outbox/webhook/<name>); events at or before it are dropped
-// when the source re-sends them.
+// Deliver queues the events and returns (Queue): Run delivers them, and
+// the relay holds the source's position back before the oldest event not
+// delivered yet, so a restart sends again what was queued and not
+// delivered. At least once: an id may come again after a failed or
+// timed-out request, or after a restart.
+//
+// Progress: the position up to which every event is delivered is saved
+// (state key outbox/webhook/<name>) every 100ms while it moves; events at
+// or before it are dropped when the source sends them again.
 type Webhook struct {
 	cfg    WebhookConfig
 	key    []byte // HMAC key; nil: unsigned
@@ -118,24 +127,54 @@ type Webhook struct {
 	failing atomic.Int64
 	now     func() time.Time
 
-	loaded    bool
-	delivered source.Position // every event up to here is delivered
+	mu sync.Mutex // the queue
+	// changed is closed (and replaced) at every change of the queue.
+	changed chan struct{}
+	loaded  bool
+	// saved: every event up to it was delivered and that is saved; done:
+	// every event up to it is delivered; enqueued: the newest event
+	// queued. An event at or before max(saved, enqueued) is not queued
+	// again.
+	saved, done, enqueued source.Position
+	queue                 []*entry // from the oldest not delivered on, in position order
+	undelivered           int      // entries of queue not delivered
+	aggs                  map[string]*aggregateQueue
+	ready                 []*aggregateQueue // aggregates with events and no worker
+	err                   error             // Run's terminal error
+	running               bool
 
-	deadMu    sync.Mutex // the aggregates' workers share the dead-letter topic
+	deadMu    sync.Mutex // the workers share the dead-letter topic
 	deadReady bool       // it exists
 }
 
-var _ Target = (*Webhook)(nil)
+// entry is one queued event.
+type entry struct {
+	m    Message
+	done bool
+}
+
+// aggregateQueue is one aggregate's queued events, in order; busy while a
+// worker delivers its first.
+type aggregateQueue struct {
+	key     string
+	entries []*entry
+	busy    bool
+}
+
+var (
+	_ Target = (*Webhook)(nil)
+	_ Queue  = (*Webhook)(nil)
+)
 
 // NewWebhook returns a webhook target; lg takes its dead letters, state
-// its progress.
+// its progress. Run delivers what Deliver queues.
 func NewWebhook(cfg WebhookConfig, lg log.Log, state State, logger *slog.Logger) (*Webhook, error) {
 	cfg.defaults()
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("outbox: webhook %s: the url must be an https:// URL", cfg.Name)
 	}
-	w := &Webhook{cfg: cfg, lg: lg, state: state, now: time.Now,
+	w := &Webhook{cfg: cfg, lg: lg, state: state, now: time.Now, changed: make(chan struct{}), aggs: map[string]*aggregateQueue{},
 		logger: logger.With("component", "outbox", "target", cfg.Name, "url", u.Redacted())}
 	if cfg.Secret != "" {
 		if w.key, err = signingKey(cfg.Secret); err != nil {
@@ -159,270 +198,280 @@ type progress struct {
 	Delivered string `json:"delivered"` // hex of the position
 }
 
-// Deliver sends msgs, returning once each is accepted or dead-lettered and
-// the progress is saved.
+// broadcastLocked wakes everyone waiting for a change of the queue.
+func (w *Webhook) broadcastLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Deliver queues msgs (with Wait: and waits until they are delivered). It
+// waits while MaxQueued events are queued; it fails once Run failed.
 func (w *Webhook) Deliver(ctx context.Context, msgs []Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
 	if err := w.load(ctx); err != nil {
 		return err
 	}
-	var groups [][]*Message
-	index := map[string]int{}
+	var last source.Position
 	for i := range msgs {
 		m := &msgs[i]
-		if w.delivered != nil && m.Pos.Compare(w.delivered) <= 0 {
+		w.mu.Lock()
+		for w.err == nil && len(w.queue) >= w.cfg.MaxQueued {
+			ch := w.changed
+			w.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			w.mu.Lock()
+		}
+		if w.err != nil {
+			w.mu.Unlock()
+			return w.err
+		}
+		last = m.Pos
+		if w.enqueued != nil && m.Pos.Compare(w.enqueued) <= 0 {
+			w.mu.Unlock()
 			w.stats.Duplicates.Add(1)
 			continue
 		}
-		g, ok := index[m.aggregate()]
-		if !ok {
-			g = len(groups)
-			index[m.aggregate()] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], m)
+		w.enqueueLocked(&entry{m: *m})
+		w.mu.Unlock()
 	}
-	if err := w.sendGroups(ctx, groups); err != nil {
-		return err
+	if w.cfg.Wait && last != nil {
+		return w.Flush(ctx, last)
 	}
-	last := msgs[len(msgs)-1].Pos
-	if w.delivered != nil && last.Compare(w.delivered) <= 0 {
-		return nil
-	}
-	b, _ := json.Marshal(progress{Delivered: hex.EncodeToString(last)})
-	if err := w.state.Save(ctx, w.stateKey(), b); err != nil {
-		return fmt.Errorf("save the webhook's progress: %w", err)
-	}
-	w.delivered = append(w.delivered[:0], last...)
 	return nil
+}
+
+// enqueueLocked adds e at the end of the queue and of its aggregate's.
+func (w *Webhook) enqueueLocked(e *entry) {
+	w.enqueued = e.m.Pos
+	w.queue = append(w.queue, e)
+	w.undelivered++
+	w.stats.Queued.Store(int64(w.undelivered))
+	key := e.m.aggregate()
+	q := w.aggs[key]
+	if q == nil {
+		q = &aggregateQueue{key: key}
+		w.aggs[key] = q
+	}
+	q.entries = append(q.entries, e)
+	if len(q.entries) == 1 && !q.busy {
+		w.ready = append(w.ready, q)
+	}
+	w.broadcastLocked()
+}
+
+// Flush waits until every event up to pos is delivered (or Run failed).
+func (w *Webhook) Flush(ctx context.Context, pos source.Position) error {
+	for {
+		w.mu.Lock()
+		done := w.done != nil && w.done.Compare(pos) >= 0
+		err, ch := w.err, w.changed
+		w.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case done:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // load reads the saved progress once.
 func (w *Webhook) load(ctx context.Context) error {
-	if w.loaded {
+	w.mu.Lock()
+	loaded := w.loaded
+	w.mu.Unlock()
+	if loaded {
 		return nil
 	}
 	b, err := w.state.Load(ctx, w.stateKey())
 	if err != nil {
 		return fmt.Errorf("load the webhook's progress: %w", err)
 	}
+	var pos source.Position
 	if b != nil {
 		var p progress
 		if err := json.Unmarshal(b, &p); err != nil {
 			return fmt.Errorf("the webhook's saved progress %s is not readable: %w", w.stateKey(), err)
 		}
-		if w.delivered, err = hex.DecodeString(p.Delivered); err != nil {
+		if pos, err = hex.DecodeString(p.Delivered); err != nil {
 			return fmt.Errorf("the webhook's saved progress %s is not readable: %w", w.stateKey(), err)
 		}
 	}
-	w.loaded = true
+	w.mu.Lock()
+	w.saved, w.done, w.enqueued, w.loaded = pos, pos, pos, true
+	w.mu.Unlock()
 	return nil
 }
 
-// sendGroups sends each group's messages in order, Concurrency groups at
-// a time.
-func (w *Webhook) sendGroups(ctx context.Context, groups [][]*Message) error {
-	if len(groups) == 0 {
-		return nil
+// Oldest is the oldest event queued and not delivered yet.
+func (w *Webhook) Oldest() (source.Position, time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) == 0 {
+		return nil, time.Time{}, false
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan []*Message)
+	return w.queue[0].m.Pos, w.queue[0].m.Commit, true
+}
+
+// Run delivers queued events with Concurrency workers and saves the
+// progress, until ctx ends (events not delivered stay queued, and the
+// source sends them again after a restart) or a dead letter cannot be
+// appended (its error is returned, and Deliver fails from then on).
+func (w *Webhook) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return fmt.Errorf("outbox: webhook %s: Run called twice", w.cfg.Name)
+	}
+	w.running = true
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
-	for range min(w.cfg.Concurrency, len(groups)) {
+	for range w.cfg.Concurrency {
 		wg.Go(func() {
-			for g := range next {
-				for _, m := range g {
-					if err := w.send(ctx, m); err != nil {
-						cancel(err)
-						return
-					}
-				}
+			if err := w.work(ctx); err != nil {
+				w.fail(err)
+				cancel()
 			}
 		})
 	}
-feed:
-	for _, g := range groups {
-		select {
-		case next <- g:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		w.saveLoop(ctx)
+	}()
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return nil
+	cancel()
+	<-saved
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
-// send delivers one event: it returns nil once the receiver accepted it or
-// it went to the dead-letter topic; an error only when ctx ends or the
-// dead-letter append fails.
-func (w *Webhook) send(ctx context.Context, m *Message) error {
-	w.stats.InFlight.Add(1)
-	defer w.stats.InFlight.Add(-1)
-	first := w.now()
-	failed := false
-	defer func() {
-		if failed && w.failing.Add(-1) == 0 {
-			w.stats.FailingSince.Store(0)
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		retryAfter, err := w.post(ctx, m)
-		if err == nil {
-			w.stats.Delivered.Add(1)
-			if failed {
-				w.logger.Info("webhook accepted an event after failed attempts", "id", m.ID, "attempts", attempt)
-			}
+// fail records Run's terminal error.
+func (w *Webhook) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = fmt.Errorf("outbox: webhook %s: %w", w.cfg.Name, err)
+		w.broadcastLocked()
+	}
+}
+
+// work delivers aggregates' first events until ctx ends.
+func (w *Webhook) work(ctx context.Context) error {
+	for {
+		q := w.take(ctx)
+		if q == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		w.stats.Failures.Add(1)
-		msg := err.Error()
-		w.stats.LastError.Store(&msg)
-		if !failed {
-			failed = true
-			if w.failing.Add(1) == 1 {
-				w.stats.FailingSince.Store(w.now().UnixMilli())
+		e := q.entries[0]
+		if err := w.send(ctx, &e.m); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
+			return err
 		}
-		now := w.now()
-		giveUp := first.Add(w.cfg.GiveUpAfter)
-		if !now.Before(giveUp) {
-			return w.deadLetter(ctx, m, err, attempt)
+		w.finish(q, e)
+	}
+}
+
+// take waits for an aggregate with an event and no worker (nil when ctx
+// ends or Run failed) and marks it busy.
+func (w *Webhook) take(ctx context.Context) *aggregateQueue {
+	w.mu.Lock()
+	for len(w.ready) == 0 && w.err == nil {
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
 		}
-		wait := w.backoff(attempt)
-		if retryAfter > 0 {
-			wait = retryAfter
-		}
-		wait = min(wait, giveUp.Sub(now))
-		w.logger.Warn("webhook request failed; retrying", "id", m.ID, "aggregate", m.AggregateID, "attempt", attempt,
-			"in", wait.Round(time.Millisecond), "err", err)
-		t := time.NewTimer(wait)
+		w.mu.Lock()
+	}
+	defer w.mu.Unlock()
+	if w.err != nil || ctx.Err() != nil {
+		return nil
+	}
+	q := w.ready[0]
+	w.ready[0] = nil
+	w.ready = w.ready[1:]
+	q.busy = true
+	return q
+}
+
+// finish records e, the first event of q, delivered: q's next event is
+// ready, and the queue's delivered front moves on.
+func (w *Webhook) finish(q *aggregateQueue, e *entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.done = true
+	q.entries[0] = nil
+	q.entries = q.entries[1:]
+	q.busy = false
+	if len(q.entries) > 0 {
+		w.ready = append(w.ready, q)
+	} else {
+		delete(w.aggs, q.key)
+	}
+	for len(w.queue) > 0 && w.queue[0].done {
+		w.done = w.queue[0].m.Pos
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+	}
+	w.undelivered--
+	w.stats.Queued.Store(int64(w.undelivered))
+	w.broadcastLocked()
+}
+
+// saveInterval is how often the progress is saved while it moves.
+const saveInterval = 100 * time.Millisecond
+
+// saveLoop saves the progress while it moves, and once more at the end.
+func (w *Webhook) saveLoop(ctx context.Context) {
+	t := time.NewTicker(saveInterval)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			w.saveProgress(sctx)
+			cancel()
+			return
 		case <-t.C:
+			w.saveProgress(ctx)
 		}
 	}
 }
 
-// backoff is the wait before attempt+1: BackoffMin doubled per attempt up
-// to BackoffMax, its upper half random.
-func (w *Webhook) backoff(attempt int) time.Duration {
-	d := w.cfg.BackoffMax
-	if attempt < 32 {
-		d = min(d, w.cfg.BackoffMin<<(attempt-1))
+// saveProgress saves the delivered front if it moved; a failure is
+// logged (the source sends those events again after a restart).
+func (w *Webhook) saveProgress(ctx context.Context) {
+	w.mu.Lock()
+	done := w.done
+	moved := done != nil && (w.saved == nil || done.Compare(w.saved) > 0)
+	w.mu.Unlock()
+	if !moved {
+		return
 	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// Headers of a webhook request besides the signature's.
-const (
-	HeaderEventType     = "Cdcd-Event-Type"
-	HeaderAggregateType = "Cdcd-Aggregate-Type"
-	HeaderAggregateID   = "Cdcd-Aggregate-Id"
-	HeaderTopic         = "Cdcd-Topic"
-)
-
-// post sends m once; a nil error means a 2xx answer. retryAfter is the
-// answer's Retry-After, 0 without one.
-func (w *Webhook) post(ctx context.Context, m *Message) (retryAfter time.Duration, err error) {
-	w.stats.Attempts.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(m.Value))
-	if err != nil {
-		return 0, err
-	}
-	h := req.Header
-	h.Set("Content-Type", m.ContentType)
-	h.Set("User-Agent", "cdcd-outbox")
-	h.Set(HeaderIdempotencyKey, m.ID)
-	h.Set(HeaderWebhookID, m.ID)
-	ts := w.now().Unix()
-	h.Set(HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
-	if w.key != nil {
-		h.Set(HeaderWebhookSignature, sign(w.key, m.ID, ts, m.Value))
-	}
-	if m.Type != "" {
-		h.Set(HeaderEventType, m.Type)
-	}
-	h.Set(HeaderAggregateType, m.AggregateType)
-	h.Set(HeaderAggregateID, m.AggregateID)
-	h.Set(HeaderTopic, m.Topic)
-	for _, x := range m.Headers {
-		if x.Key != HeaderID && x.Key != HeaderType && !strings.HasPrefix(x.Key, "cdcd.") {
-			h.Set(x.Key, string(x.Value))
+	b, _ := json.Marshal(progress{Delivered: hex.EncodeToString(done)})
+	if err := w.state.Save(ctx, w.stateKey(), b); err != nil {
+		if !errors.Is(err, context.Canceled) {
+			w.logger.Warn("the webhook's progress was not saved; after a restart it sends those events again", "err", err)
 		}
+		return
 	}
-	resp, err := w.cfg.Client.Do(req)
-	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
-			return 0, fmt.Errorf("no answer within %s", w.cfg.Timeout)
-		}
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // read, so the connection is reused
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return 0, nil
-	}
-	return parseRetryAfter(resp.Header.Get("Retry-After"), w.now()), fmt.Errorf("answered %s: %.200s", resp.Status, bytes.TrimSpace(body))
-}
-
-// parseRetryAfter reads a Retry-After value: seconds, or an HTTP date.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, t.Sub(now))
-	}
-	return 0
-}
-
-// Headers of a dead-letter record besides HeaderError.
-const (
-	HeaderAttempts = "cdcd.attempts"
-	HeaderTarget   = "cdcd.target"
-)
-
-// deadLetter appends m to the dead-letter topic with why it was given up.
-func (w *Webhook) deadLetter(ctx context.Context, m *Message, cause error, attempts int) error {
-	topic := w.cfg.DeadLetterTopic
-	w.deadMu.Lock()
-	defer w.deadMu.Unlock()
-	if !w.deadReady {
-		err := w.lg.CreateTopic(ctx, topic, log.TopicConfig{Partitions: 1, Cleanup: log.CleanupDelete})
-		if err != nil && !errors.Is(err, log.ErrTopicExists) {
-			return fmt.Errorf("create the dead-letter topic %s: %w", topic, err)
-		}
-		w.deadReady = true
-	}
-	h := append(append([]log.Header(nil), m.Headers...),
-		log.Header{Key: HeaderError, Value: []byte(cause.Error())},
-		log.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		log.Header{Key: HeaderTarget, Value: []byte(w.cfg.Name)},
-		log.Header{Key: HeaderTopic, Value: []byte(m.Topic)})
-	rec := log.Record{Key: m.Key, Value: m.Value, Headers: h, Timestamp: m.Time, Partition: 0}
-	if err := w.lg.Produce(ctx, topic, []log.Record{rec}); err != nil {
-		return fmt.Errorf("append event %s to the dead-letter topic %s: %w", m.ID, topic, err)
-	}
-	w.stats.DeadLettered.Add(1)
-	w.logger.Error("webhook gave up on an event; it is in the dead-letter topic", "id", m.ID, "aggregate", m.AggregateID,
-		"attempts", attempts, "err", cause, "dead_letter_topic", topic,
-		"what_to_do", "read it with cdcd log consume "+topic+" and deliver it by hand once the receiver works")
-	return nil
+	w.mu.Lock()
+	w.saved = done
+	w.mu.Unlock()
 }

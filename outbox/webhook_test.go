@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -89,14 +91,37 @@ func (hs *hookServer) requests() []hookReq {
 	return append([]hookReq(nil), hs.reqs...)
 }
 
-func newTestWebhook(t *testing.T, srv *httptest.Server, lg log.Log, st State, cfg WebhookConfig) *Webhook {
+// newTestWebhook returns a webhook target running until the test ends
+// (or stop is called).
+func newTestWebhook(t *testing.T, srv *httptest.Server, lg log.Log, st State, cfg WebhookConfig) (w *Webhook, stop func() error) {
 	t.Helper()
 	cfg.URL, cfg.Client = srv.URL, srv.Client()
 	w, err := NewWebhook(cfg, lg, st, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return w, stop
+}
+
+// deliver queues msgs and waits until they are delivered.
+func deliver(t *testing.T, w *Webhook, msgs []Message) {
+	t.Helper()
+	if err := w.Deliver(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(t.Context(), msgs[len(msgs)-1].Pos); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestWebhookDelivers: every event is POSTed once with its id as the
@@ -108,9 +133,10 @@ func TestWebhookDelivers(t *testing.T) {
 	lg := openLog(t, t.TempDir())
 	defer lg.Close()
 	st := &memState{}
-	w := newTestWebhook(t, srv, lg, st, WebhookConfig{Secret: "whsec_c2VjcmV0LWtleQ==", Concurrency: 8})
+	w, stop := newTestWebhook(t, srv, lg, st, WebhookConfig{Secret: "whsec_c2VjcmV0LWtleQ==", Concurrency: 8})
 	msgs := messages(t, 10, 60, 3)
-	if err := w.Deliver(t.Context(), msgs); err != nil {
+	deliver(t, w, msgs)
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	reqs := hs.requests()
@@ -142,9 +168,10 @@ func TestWebhookDelivers(t *testing.T) {
 		t.Errorf("at most %d requests of one aggregate and %d in all at once; want 1 and several", hs.maxAgg, hs.top.Load())
 	}
 	// A restart: a new target with the saved progress gets the batch again.
-	w = newTestWebhook(t, srv, lg, st, WebhookConfig{Concurrency: 4})
-	if err := w.Deliver(t.Context(), msgs); err != nil {
-		t.Fatal(err)
+	w, _ = newTestWebhook(t, srv, lg, st, WebhookConfig{Concurrency: 4})
+	deliver(t, w, msgs)
+	if _, _, ok := w.Oldest(); ok {
+		t.Error("an event is queued after the batch came again")
 	}
 	if n := len(hs.requests()); n != 60 || w.Stats().Duplicates.Load() != 60 {
 		t.Errorf("%d requests after the batch came again (want 60), %d duplicates", n, w.Stats().Duplicates.Load())
@@ -168,10 +195,8 @@ func TestWebhookRetries(t *testing.T) {
 	})
 	lg := openLog(t, t.TempDir())
 	defer lg.Close()
-	w := newTestWebhook(t, srv, lg, &memState{}, WebhookConfig{Timeout: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond})
-	if err := w.Deliver(t.Context(), messages(t, 1, 3, 3)); err != nil {
-		t.Fatal(err)
-	}
+	w, _ := newTestWebhook(t, srv, lg, &memState{}, WebhookConfig{Timeout: 200 * time.Millisecond, BackoffMin: 20 * time.Millisecond})
+	deliver(t, w, messages(t, 1, 3, 3))
 	reqs := hs.requests()
 	slices.SortFunc(reqs, func(a, b hookReq) int { return a.start.Compare(b.start) })
 	tries := map[string][]hookReq{}
@@ -208,12 +233,10 @@ func TestWebhookGivesUp(t *testing.T) {
 	})
 	lg := openLog(t, t.TempDir())
 	defer lg.Close()
-	w := newTestWebhook(t, srv, lg, &memState{}, WebhookConfig{Name: "orders", BackoffMin: 10 * time.Millisecond, GiveUpAfter: 150 * time.Millisecond})
+	w, _ := newTestWebhook(t, srv, lg, &memState{}, WebhookConfig{Name: "orders", BackoffMin: 10 * time.Millisecond, GiveUpAfter: 150 * time.Millisecond})
 	msgs := messages(t, 1, 2, 1)
 	msgs[0].Headers = append(msgs[0].Headers, log.Header{Key: "x-poison", Value: []byte("1")})
-	if err := w.Deliver(t.Context(), msgs); err != nil {
-		t.Fatal(err)
-	}
+	deliver(t, w, msgs)
 	dead := readTopic(t, lg, "_cdcd_dead.outbox.orders")
 	if len(dead) != 1 || string(dead[0].Header(HeaderID)) != msgs[0].ID || len(dead[0].Header(HeaderError)) == 0 {
 		t.Fatalf("dead letters: %d", len(dead))
@@ -234,5 +257,58 @@ func TestParseRetryAfter(t *testing.T) {
 		if got := parseRetryAfter(in, now); got != want {
 			t.Errorf("%q: %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestWebhookQueue: Deliver queues and returns; an aggregate that fails
+// holds back only itself (and Oldest, which holds the source back); a
+// full queue makes Deliver wait; Wait mode returns only once delivered.
+func TestWebhookQueue(t *testing.T) {
+	var blocked atomic.Bool
+	blocked.Store(true)
+	hs, srv := newHookServer(t, func(r *http.Request, _ int) (int, time.Duration, http.Header) {
+		if r.Header.Get(HeaderAggregateID) == "0" && blocked.Load() {
+			return 503, 0, nil
+		}
+		return 200, 0, nil
+	})
+	lg := openLog(t, t.TempDir())
+	defer lg.Close()
+	w, _ := newTestWebhook(t, srv, lg, &memState{}, WebhookConfig{BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxQueued: 4})
+	msgs := messages(t, 1, 6, 3) // aggregates 0 1 2 0 1 2
+	if err := w.Deliver(t.Context(), msgs[:4]); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "aggregates 1 and 2 delivered while 0 fails", func() bool { return w.Stats().Delivered.Load() == 2 })
+	if p, _, ok := w.Oldest(); !ok || p.Compare(msgs[0].Pos) != 0 {
+		t.Errorf("oldest %x %v, want the first event of aggregate 0", p, ok)
+	}
+	if q := w.Stats().Queued.Load(); q != 2 {
+		t.Errorf("%d events queued, want aggregate 0's 2", q)
+	}
+	// Four events are held from the oldest undelivered on: the queue is full.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := w.Deliver(ctx, msgs[4:5]); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Deliver with a full queue: %v, want it to wait", err)
+	}
+	blocked.Store(false)
+	if err := w.Flush(t.Context(), msgs[3].Pos); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, w, msgs[4:])
+	if _, _, ok := w.Oldest(); ok || w.Stats().Delivered.Load() != 6 || len(hs.requests()) < 7 {
+		t.Errorf("after recovery: oldest %v, %d delivered, %d requests", ok, w.Stats().Delivered.Load(), len(hs.requests()))
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
