@@ -9,6 +9,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // TestOversizedChangePausesOneTable: a change whose row is larger than a
@@ -32,7 +33,7 @@ func TestOversizedChangePausesOneTable(t *testing.T) {
 		if before != nil {
 			op = source.OpUpdate
 		}
-		return source.Change{Table: tb, Op: op, Before: before, After: after, Pos: source.PGPosition(700, idx), LSN: 700, CommitTime: now}
+		return source.Change{Table: tb, Op: op, Before: before, After: after, Pos: pgpos.New(700, idx), LSN: 700, CommitTime: now}
 	}
 	fits := ch(big, 0, nil, []any{int64(1), strings.Repeat("a", maxRowBytes-200), nil, "n"})
 	if e.oversized(&fits) != &fits {
@@ -104,7 +105,7 @@ func TestOversizedForTheLogsLimit(t *testing.T) {
 	e.lg = smallRecords{lg}
 	tb := &schema.Table{Namespace: "public", Name: "big", Columns: []schema.Column{
 		{Name: "id", Kind: schema.Int64}, {Name: "doc", Kind: schema.String, Nullable: true}}, Key: []int{0}}
-	c := source.Change{Table: tb, Op: source.OpCreate, After: []any{int64(1), strings.Repeat("d", 3<<20)}, Pos: source.PGPosition(1, 0)}
+	c := source.Change{Table: tb, Op: source.OpCreate, After: []any{int64(1), strings.Repeat("d", 3<<20)}, Pos: pgpos.New(1, 0)}
 	if err := e.Emit(t.Context(), []source.Change{c}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // testEmitter is an emitter over a fresh embedded log with the topic
@@ -68,7 +69,7 @@ func TestSubmitLargeBatch(t *testing.T) {
 	for i := range batch {
 		id := int64(i % 1000) // keys repeat: their changes must stay in order
 		batch[i] = source.Change{Table: tbl, Op: source.OpUpdate, Before: []any{id, nil}, After: []any{id, fmt.Sprint("v", i)},
-			Pos: source.PGPosition(1000, uint32(i)), LSN: 1000, TxID: uint64(7 * i), CommitTime: now}
+			Pos: pgpos.New(1000, uint32(i)), LSN: 1000, TxID: uint64(7 * i), CommitTime: now}
 	}
 	// In pipelined pieces of uneven sizes, so later pieces are encoded into
 	// the record buffers of earlier ones, recycled as their appends land.
@@ -93,7 +94,7 @@ func TestSubmitLargeBatch(t *testing.T) {
 			}
 			prev := -1
 			for _, r := range recs {
-				_, idx, err := source.ParsePGPosition(source.Position(r.Header(HeaderPosition)))
+				_, idx, err := pgpos.Parse(source.Position(r.Header(HeaderPosition)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -163,9 +164,9 @@ func TestKeyChangeHeader(t *testing.T) {
 	keyChange := func(lsn uint64, from, to int64) []source.Change {
 		now := time.Now()
 		return []source.Change{
-			{Table: tbl, Op: source.OpDelete, Before: []any{from, nil}, Pos: source.PGPosition(lsn, 0), LSN: lsn, CommitTime: now, KeyChange: true},
-			{Table: tbl, Op: source.OpCreate, Before: []any{from, nil}, After: []any{to, schema.Unchanged}, Pos: source.PGPosition(lsn, 1), LSN: lsn, CommitTime: now},
-			{Table: tbl, Op: source.OpUpdate, Before: []any{to, nil}, After: []any{to, "x"}, Pos: source.PGPosition(lsn, 2), LSN: lsn, CommitTime: now},
+			{Table: tbl, Op: source.OpDelete, Before: []any{from, nil}, Pos: pgpos.New(lsn, 0), LSN: lsn, CommitTime: now, KeyChange: true},
+			{Table: tbl, Op: source.OpCreate, Before: []any{from, nil}, After: []any{to, schema.Unchanged}, Pos: pgpos.New(lsn, 1), LSN: lsn, CommitTime: now},
+			{Table: tbl, Op: source.OpUpdate, Before: []any{to, nil}, After: []any{to, "x"}, Pos: pgpos.New(lsn, 2), LSN: lsn, CommitTime: now},
 		}
 	}
 	// marked returns the keys (as ids) of the records marked, and how many
@@ -194,7 +195,7 @@ func TestKeyChangeHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, n := marked()
-	if n != 3 || len(got) != 1 || !got[string(source.PGPosition(100, 0))] {
+	if n != 3 || len(got) != 1 || !got[string(pgpos.New(100, 0))] {
 		t.Fatalf("%d records, marked %v; want the delete at 100/0 marked", n, got)
 	}
 	// Paused: held with the header, and replayed with it.
@@ -214,7 +215,7 @@ func TestKeyChangeHeader(t *testing.T) {
 		t.Fatalf("replay: %v %v", done, err)
 	}
 	got, n = marked()
-	if n != 6 || len(got) != 2 || !got[string(source.PGPosition(200, 0))] {
+	if n != 6 || len(got) != 2 || !got[string(pgpos.New(200, 0))] {
 		t.Fatalf("after replay: %d records, marked %v; want the delete at 200/0 marked too", n, got)
 	}
 }

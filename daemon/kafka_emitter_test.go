@@ -14,6 +14,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log/kafka/kafkatest"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // emitterOn is the daemon's emitter over lg, which holds the internal
@@ -71,7 +72,7 @@ func TestEmitterResumesOnKafka(t *testing.T) {
 		for i := from; i < to; i++ {
 			id := int64(i % 40)
 			out = append(out, source.Change{Table: tbl, Op: source.OpUpdate, Before: []any{id, nil}, After: []any{id, fmt.Sprint("v", i)},
-				Pos: source.PGPosition(1000, uint32(i)), LSN: 1000, TxID: 7, CommitTime: time.Now()})
+				Pos: pgpos.New(1000, uint32(i)), LSN: 1000, TxID: 7, CommitTime: time.Now()})
 		}
 		return out
 	}
@@ -146,7 +147,7 @@ func TestEmitterResumesOnKafka(t *testing.T) {
 				break
 			}
 			for _, r := range recs {
-				_, idx, err := source.ParsePGPosition(source.Position(r.Header(HeaderPosition)))
+				_, idx, err := pgpos.Parse(source.Position(r.Header(HeaderPosition)))
 				if err != nil {
 					t.Fatal(err)
 				}

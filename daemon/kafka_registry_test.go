@@ -12,6 +12,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log/kafka/kafkatest"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // TestSchemaPauseWithRemoteRegistry: on the Kafka log with an external
@@ -62,7 +63,7 @@ func TestSchemaPauseWithRemoteRegistry(t *testing.T) {
 		if tb.Columns[1].Kind == schema.String {
 			v = "x"
 		}
-		return source.Change{Table: tb, Op: source.OpCreate, After: []any{int64(idx), v}, Pos: source.PGPosition(700, idx), LSN: 700, TxID: 3, CommitTime: time.Now()}
+		return source.Change{Table: tb, Op: source.OpCreate, After: []any{int64(idx), v}, Pos: pgpos.New(700, idx), LSN: 700, TxID: 3, CommitTime: time.Now()}
 	}
 	emit := func(cs ...source.Change) {
 		t.Helper()

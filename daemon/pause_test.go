@@ -9,6 +9,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // restarted is a new emitter over e's log and state, as after a restart.
@@ -47,7 +48,7 @@ func positions(t *testing.T, recs []log.Record) []int {
 	t.Helper()
 	var out []int
 	for _, r := range recs {
-		_, idx, err := source.ParsePGPosition(source.Position(r.Header(HeaderPosition)))
+		_, idx, err := pgpos.Parse(source.Position(r.Header(HeaderPosition)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestValueFaultPausesOneTable(t *testing.T) {
 	e, a, b := faultTables(t)
 	now := time.Now()
 	ch := func(tb *schema.Table, idx uint32, row []any) source.Change {
-		return source.Change{Table: tb, Op: source.OpCreate, After: row, Pos: source.PGPosition(500, idx), LSN: 500, TxID: 9, CommitTime: now}
+		return source.Change{Table: tb, Op: source.OpCreate, After: row, Pos: pgpos.New(500, idx), LSN: 500, TxID: 9, CommitTime: now}
 	}
 	marked := ch(a, 4, []any{int64(4), nil})
 	marked.Fault = &source.Fault{Reason: "timestamp past year 294247", Column: "at", Value: "294248-01-01 00:00:00+00", Fix: "skip it"}
@@ -161,7 +162,7 @@ func TestValueFaultPausesOneTable(t *testing.T) {
 	if res, err := e.skip(ctx, "p.public.a"); err != nil || !res.Resumed {
 		t.Fatalf("second skip: %+v, %v", res, err)
 	}
-	if err := e.Emit(ctx, []source.Change{{Table: a, Op: source.OpCreate, After: []any{int64(5), "1.00"}, Pos: source.PGPosition(600, 0), LSN: 600, CommitTime: now}}); err != nil {
+	if err := e.Emit(ctx, []source.Change{{Table: a, Op: source.OpCreate, After: []any{int64(5), "1.00"}, Pos: pgpos.New(600, 0), LSN: 600, CommitTime: now}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := positions(t, records(t, e.lg, "p.public.a")); !sameInts(got, []int{0, 3, 0}) {
@@ -183,11 +184,11 @@ func TestTableFaultPause(t *testing.T) {
 	ctx := t.Context()
 	e, a, b := faultTables(t)
 	now := time.Now()
-	stop := source.Change{Table: &schema.Table{Namespace: "public", Name: "a"}, Pos: source.PGPosition(700, 0), LSN: 700, CommitTime: now,
+	stop := source.Change{Table: &schema.Table{Namespace: "public", Name: "a"}, Pos: pgpos.New(700, 0), LSN: 700, CommitTime: now,
 		Fault: &source.Fault{Reason: "table public.a was dropped from publication pub", Fix: "ALTER PUBLICATION pub ADD TABLE public.a; then re-snapshot"}}
 	batch := []source.Change{stop,
-		{Table: a, Op: source.OpCreate, After: []any{int64(1), "1.00"}, Pos: source.PGPosition(700, 1), LSN: 700, CommitTime: now},
-		{Table: b, Op: source.OpCreate, After: []any{int64(1)}, Pos: source.PGPosition(700, 2), LSN: 700, CommitTime: now}}
+		{Table: a, Op: source.OpCreate, After: []any{int64(1), "1.00"}, Pos: pgpos.New(700, 1), LSN: 700, CommitTime: now},
+		{Table: b, Op: source.OpCreate, After: []any{int64(1)}, Pos: pgpos.New(700, 2), LSN: 700, CommitTime: now}}
 	if err := e.Emit(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestTableFaultPause(t *testing.T) {
 	}
 
 	// Paused again, then restarted without the table in the config.
-	if err := e.Emit(ctx, []source.Change{{Table: stop.Table, Pos: source.PGPosition(800, 0), Fault: stop.Fault}}); err != nil {
+	if err := e.Emit(ctx, []source.Change{{Table: stop.Table, Pos: pgpos.New(800, 0), Fault: stop.Fault}}); err != nil {
 		t.Fatal(err)
 	}
 	if e = restarted(t, e, "p.public.b"); len(e.paused) != 0 {

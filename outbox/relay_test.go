@@ -14,6 +14,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -97,7 +98,7 @@ func readTopic(t *testing.T, lg log.Log, topic string) []log.Record {
 // event is an insert into the outbox table at position (lsn, idx).
 func event(lsn uint64, idx uint32, aggType, aggID, typ string) source.Change {
 	return source.Change{Table: outboxTable, Op: source.OpCreate, After: row(uuid.New(), aggType, aggID, typ, fmt.Sprintf(`{"n":%d}`, idx), nil),
-		Pos: source.PGPosition(lsn, idx), LSN: lsn, CommitTime: time.Now()}
+		Pos: pgpos.New(lsn, idx), LSN: lsn, CommitTime: time.Now()}
 }
 
 func newTestRelay(t *testing.T, lg log.Log, next source.Emitter, mirrored bool, targets ...Target) *Relay {
@@ -125,9 +126,9 @@ func TestRelayLogExactlyOnce(t *testing.T) {
 	var batch []source.Change
 	for i := range 40 {
 		batch = append(batch, event(100, uint32(2*i), "Order", fmt.Sprint(i%5), "Placed"))
-		batch = append(batch, source.Change{Table: orders, Op: source.OpCreate, Pos: source.PGPosition(100, uint32(2*i+1))})
+		batch = append(batch, source.Change{Table: orders, Op: source.OpCreate, Pos: pgpos.New(100, uint32(2*i+1))})
 	}
-	batch = append(batch, source.Change{Table: outboxTable, Op: source.OpDelete, Before: batch[0].After, Pos: source.PGPosition(100, 80)})
+	batch = append(batch, source.Change{Table: outboxTable, Op: source.OpDelete, Before: batch[0].After, Pos: pgpos.New(100, 80)})
 	if err := r.Emit(t.Context(), batch); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestRelayMirroredAndMalformed(t *testing.T) {
 	r := newTestRelay(t, lg, next, true, NewLogTarget(lg, log.TopicConfig{Partitions: 2}))
 	bad := event(5, 1, "Order", "", "Placed")
 	batch := []source.Change{event(5, 0, "Order", "a", "Placed"), bad,
-		{Message: &source.Message{Prefix: "app", Content: []byte("not json")}, Pos: source.PGPosition(5, 2)}}
+		{Message: &source.Message{Prefix: "app", Content: []byte("not json")}, Pos: pgpos.New(5, 2)}}
 	if err := r.Emit(t.Context(), batch); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // outboxTable is public.outbox as the PostgreSQL reader describes the
@@ -41,7 +42,7 @@ func TestRouteRow(t *testing.T) {
 	id := uuid.MustParse("0190f6c1-7b3a-7cc2-9a5e-1c1b2a3d4e5f")
 	commit := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	c := source.Change{Table: outboxTable, Op: source.OpCreate, After: row(id, "Order Line/EU", "o-17", "OrderPlaced", `{"total": 12.5}`, "acme"),
-		Pos: source.PGPosition(0x100, 3), CommitTime: commit}
+		Pos: pgpos.New(0x100, 3), CommitTime: commit}
 	if !rt.isEvent(&c) {
 		t.Fatal("a change of the outbox table is not taken as an event")
 	}
@@ -104,7 +105,7 @@ func TestRouteMessage(t *testing.T) {
 	rt := newRouter(Route{MessagePrefix: "app", Headers: []Header{{Column: "trace"}}}, t.Logf)
 	c := source.Change{Message: &source.Message{Prefix: "app", Content: []byte(
 		`{"id":"e1","aggregatetype":"Customer","aggregateid":42,"type":"Renamed","payload":{"name":"Ada"},"trace":"t-1","other":1}`)},
-		Pos: source.PGPosition(7, 0)}
+		Pos: pgpos.New(7, 0)}
 	m, ok, err := rt.route(&c)
 	if err != nil || !ok {
 		t.Fatal(ok, err)

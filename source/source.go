@@ -6,8 +6,6 @@ package source
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"fmt"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/schema"
@@ -28,37 +26,11 @@ func (o Op) String() string { return string(o) }
 
 // Position is a source position as a byte string whose bytewise order is the
 // order in which the source committed the changes. Each source defines its
-// layout (PostgreSQL: see PGPosition).
+// layout (PostgreSQL: package source/postgres/pgpos).
 type Position []byte
 
 // Compare orders two positions; an empty position sorts first.
 func (p Position) Compare(o Position) int { return bytes.Compare(p, o) }
-
-// PGPosition is the position of the idx-th change (from 0) of the
-// transaction whose commit record starts at commitLSN: 8 bytes big-endian
-// commitLSN, then 4 bytes big-endian idx. The commit LSN is what PostgreSQL
-// is told is flushed once the transaction is durable, so the slot's
-// confirmed_flush_lsn compares directly with the first 8 bytes.
-//
-// Rows of the initial load extend the layout: (consistent point − 1, chunk
-// sequence) followed by the row's key, encoded so that bytes sort as the
-// chunk is read (see package source/postgres). They sort before every
-// streamed change.
-func PGPosition(commitLSN uint64, idx uint32) Position {
-	p := make(Position, 12)
-	binary.BigEndian.PutUint64(p, commitLSN)
-	binary.BigEndian.PutUint32(p[8:], idx)
-	return p
-}
-
-// ParsePGPosition splits a PostgreSQL position (a load row's key suffix is
-// ignored).
-func ParsePGPosition(p Position) (commitLSN uint64, idx uint32, err error) {
-	if len(p) < 12 {
-		return 0, 0, fmt.Errorf("source: postgres position has %d bytes, want 12 or more", len(p))
-	}
-	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:]), nil
-}
 
 // Change is one row change, in the table model of package schema.
 type Change struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/cdcd-dev/cdcd/daemon"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // openLog opens the daemon's log read-only (it takes no lock, so the
@@ -39,7 +40,7 @@ func tableTopics(ctx context.Context, lg log.Log) ([]string, error) {
 }
 
 func lsnOf(r *log.Record) (uint64, error) {
-	lsn, _, err := source.ParsePGPosition(source.Position(r.Header(daemon.HeaderPosition)))
+	lsn, _, err := pgpos.Parse(source.Position(r.Header(daemon.HeaderPosition)))
 	return lsn, err
 }
 
@@ -130,7 +131,7 @@ func readLog(ctx context.Context, dataDir string) (map[string]*topicLog, error) 
 					}
 					tl.lsns[p.Partition] = append(tl.lsns[p.Partition], lsn)
 					// A load row's position extends the 12 bytes of a
-					// streamed change (source.PGPosition).
+					// streamed change (package pgpos).
 					tl.load[p.Partition] = append(tl.load[p.Partition], len(recs[i].Header(daemon.HeaderPosition)) > 12)
 					off++
 				}

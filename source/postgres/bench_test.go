@@ -17,6 +17,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // Heavy tests and benchmarks. None runs in a plain `go test`:
@@ -353,7 +354,7 @@ func TestLargeTransactionMemory(t *testing.T) {
 	var lsn uint64
 	n := 0
 	err = readTopic(t.Context(), lg, topic, func(r log.Record) error {
-		l, idx, err := source.ParsePGPosition(r.Header(headerPos))
+		l, idx, err := pgpos.Parse(r.Header(headerPos))
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // tableInfo is what the catalog says about a table that pgoutput's Relation
@@ -202,7 +203,7 @@ func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) (s
 	}
 	c := source.Change{
 		Table: t, Op: op, Before: before, After: after,
-		Pos: source.PGPosition(tx.commitLSN, tx.next), LSN: tx.commitLSN, EventLSN: tx.lsn,
+		Pos: pgpos.New(tx.commitLSN, tx.next), LSN: tx.commitLSN, EventLSN: tx.lsn,
 		TxID: uint64(tx.xid), CommitTime: tx.commitTime,
 	}
 	tx.next++

@@ -6,7 +6,7 @@
 //
 // # Exactly-once into the log
 //
-// Every change has a position (source.PGPosition): the LSN of its
+// Every change has a position (package pgpos): the LSN of its
 // transaction's commit record and its index in the transaction, known as
 // soon as the transaction's first message arrives (Begin carries the
 // commit LSN; a streamed transaction is replayed after Stream Commit), so a

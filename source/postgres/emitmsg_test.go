@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // TestTransactionalMessages: transactional logical decoding messages with
@@ -65,7 +66,7 @@ func TestTransactionalMessages(t *testing.T) {
 		content string
 	}{{0, ""}, {1, `{"n": 1}`}, {3, ""}}
 	for i, w := range want {
-		_, idx, _ := source.ParsePGPosition(got[i].Pos)
+		_, idx, _ := pgpos.Parse(got[i].Pos)
 		content := ""
 		if got[i].Message != nil {
 			content = string(got[i].Message.Content)
@@ -79,7 +80,7 @@ func TestTransactionalMessages(t *testing.T) {
 	if m := streamed[1000]; m.Message == nil || string(m.Message.Content) != `{"n": 2}` {
 		t.Fatalf("change 1000 of the streamed transaction: %+v", m)
 	}
-	if _, idx, _ := source.ParsePGPosition(streamed[1001].Pos); idx != 1001 || streamed[1001].After[0] != int64(3) {
+	if _, idx, _ := pgpos.Parse(streamed[1001].Pos); idx != 1001 || streamed[1001].After[0] != int64(3) {
 		t.Errorf("the insert after the message: index %d row %v", idx, streamed[1001].After)
 	}
 	if n := r.Stats().StreamedTxns.Load(); n < 1 {

@@ -1,6 +1,10 @@
 package postgres
 
-import "github.com/cdcd-dev/cdcd/source"
+import (
+	"github.com/cdcd-dev/cdcd/source"
+
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
+)
 
 // confirmable is the newest LSN the reader may confirm: what is durable
 // downstream (flushed), but before the transaction of the oldest change
@@ -15,7 +19,7 @@ func (s *streamer) confirmable() uint64 {
 	if !held {
 		return s.flushed
 	}
-	commit, _, err := source.ParsePGPosition(p)
+	commit, _, err := pgpos.Parse(p)
 	if err != nil || commit == 0 {
 		return s.flushed
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -176,7 +177,7 @@ func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, map[uint3
 func (d *pgDatabase) consistent(xip map[uint32]bool) func(source.Position) bool {
 	ring := d.ring
 	return func(low source.Position) bool {
-		lowLSN, _, err := source.ParsePGPosition(low)
+		lowLSN, _, err := pgpos.Parse(low)
 		return err == nil && !ring.committedBefore(xip, lowLSN)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -145,7 +146,7 @@ func (in *incStream) message(m *pglogrepl.LogicalDecodingMessageV2) bool {
 		return true // written transactional; never outside a transaction
 	}
 	lsn := s.tx.commitLSN
-	rows := in.eng.Watermark(id, source.PGPosition(lsn, 0))
+	rows := in.eng.Watermark(id, pgpos.New(lsn, 0))
 	if len(rows) == 0 {
 		return true
 	}
@@ -180,5 +181,5 @@ func (in *incStream) checkpoint(ctx context.Context, lsn uint64) error {
 	if in == nil {
 		return nil
 	}
-	return in.eng.Checkpoint(ctx, source.PGPosition(lsn, 0))
+	return in.eng.Checkpoint(ctx, pgpos.New(lsn, 0))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -218,6 +219,6 @@ func (r *Reader) loadReset(ctx context.Context, rel *relation, cp uint64, seq in
 		return nil
 	}
 	c := source.Change{Table: rel.table, Op: source.OpTruncate, Reset: fmt.Sprintf("load-%X-%s", cp, rel.table.QualifiedName()),
-		Pos: append(source.PGPosition(cp-1, uint32(seq)), 0), LSN: cp - 1, CommitTime: started} // LSN as its position says
+		Pos: append(pgpos.New(cp-1, uint32(seq)), 0), LSN: cp - 1, CommitTime: started} // LSN as its position says
 	return emit(ctx, []source.Change{c})
 }

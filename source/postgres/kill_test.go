@@ -16,6 +16,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // kvTable is the model of the kill tests' table as the reader builds it.
@@ -274,7 +275,7 @@ func (ke *killEnv) verify(t *testing.T, w *workload) {
 				streamed[id] = append(streamed[id], "d")
 				delete(state, id)
 			}
-			lsn, idx, err := source.ParsePGPosition(pos)
+			lsn, idx, err := pgpos.Parse(pos)
 			if err != nil {
 				t.Fatal(err)
 			}

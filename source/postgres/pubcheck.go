@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // Once a pipeline has captured, changes can vanish without an error: a
@@ -170,7 +171,7 @@ func resnapshotFix(table, first string) string {
 // lsn (after every change of the transaction that committed there).
 func tableFaultChange(name string, lsn uint64, f *source.Fault) source.Change {
 	ns, tbl := splitTable(name)
-	return source.Change{Table: &schema.Table{Namespace: ns, Name: tbl}, Pos: source.PGPosition(lsn, math.MaxUint32), LSN: lsn, Fault: f}
+	return source.Change{Table: &schema.Table{Namespace: ns, Name: tbl}, Pos: pgpos.New(lsn, math.MaxUint32), LSN: lsn, Fault: f}
 }
 
 // checkPublication runs the check over conn and stops every table that

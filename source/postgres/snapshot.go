@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 )
 
 // loadProgress is the initial load's durable progress, kept in the
@@ -343,7 +344,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		arena  []byte        // the batch's positions
 		scalar pgdecode.Slab // the rows' numbers and texts
 	)
-	prefix := source.PGPosition(cp-1, uint32(seq))
+	prefix := pgpos.New(cp-1, uint32(seq))
 	// A buffer is taken when a row needs one, not after each send: a chunk
 	// ends with a send, and a buffer taken then went unused to the
 	// collector — one 4 MB allocation a chunk, most of the load's.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
 	"github.com/cdcd-dev/cdcd/source/postgres/spill"
 )
 
@@ -87,7 +88,7 @@ func TestStreamedLargeTransactions(t *testing.T) {
 	lsn := big[0].LSN
 	var prev uint64
 	for i, ch := range big {
-		pos, idx, _ := source.ParsePGPosition(ch.Pos)
+		pos, idx, _ := pgpos.Parse(ch.Pos)
 		if ch.LSN != lsn || pos != lsn || idx != uint32(i) {
 			t.Fatalf("change %d at %X/%d, want %X/%d", i, pos, idx, lsn, i)
 		}
@@ -191,7 +192,7 @@ func TestTruncateSeveralTables(t *testing.T) {
 	got := c.wait(t, 6)
 	var ops []string
 	for _, ch := range got[2:] {
-		_, idx, _ := source.ParsePGPosition(ch.Pos)
+		_, idx, _ := pgpos.Parse(ch.Pos)
 		ops = append(ops, fmt.Sprintf("%s %s %d", ch.Op, ch.Table.Name, idx))
 	}
 	if strings.Join(ops, ", ") != "c ta 0, t tb 1, t ta 2, c tb 3" {
