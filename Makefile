@@ -8,7 +8,7 @@ TEST_TAGS ?= cdcd_failpoints
 # The platforms `cross` builds cdcd for (CI checks each).
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: all build cross test race lint bench bench-log bench-e2e soak demo clean
+.PHONY: all build cross test race lint bench bench-log bench-e2e bench-once soak demo clean
 
 all: build
 
@@ -21,8 +21,9 @@ cross: ## build cdcd for every platform in PLATFORMS (static, no failpoints), to
 		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/cdcd; \
 	done
 
-test: lint ## vet, format check, then every test (they start real PostgreSQL and MariaDB)
+test: lint ## vet, format check, then every test (they start real PostgreSQL and MariaDB), then every benchmark once
 	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(TIMEOUT) $(PKGS)
+	$(MAKE) bench-once
 
 race: ## every test under the race detector
 	$(GO) test -tags $(TEST_TAGS) -race -count=1 -timeout $(TIMEOUT) $(PKGS)
@@ -40,6 +41,14 @@ bench: bench-log bench-e2e ## benchmarks that print ratios against the raw limit
 
 bench-log: ## the log's benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./log/
+
+# Every benchmark once at a small size, so none rots unseen (`make test`
+# runs it): the Go benchmarks at 1x with 5,000-row tables, the sink's
+# throughput test at 20,000 rows and its commit curve at 250 commits.
+# Figures at these sizes mean nothing; that each one runs does.
+bench-once: ## every benchmark once at a small size (CI)
+	CDCD_BENCH_ROWS=5000 $(GO) test -tags $(TEST_TAGS) -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(TIMEOUT) $(PKGS)
+	CDCD_SINK_BENCH=20000 CDCD_COMMIT_CURVE=250 $(GO) test -tags $(TEST_TAGS) -run '^(TestSinkThroughput|TestCommitCurve)$$' -count=1 -timeout $(TIMEOUT) ./sink/iceberg/
 
 bench-e2e: build ## cdcd bench: PostgreSQL -> log -> Iceberg against COPY binary and a plain decode loop (BENCHMARKS.md)
 	./bin/cdcd bench $(BENCH_FLAGS)
