@@ -50,9 +50,12 @@
 //     their keys are left out (rule 4).
 //  3. The mirror at known offsets. The table's current snapshot reflects
 //     exactly the records below its cdcd.offsets (the sink commits offsets
-//     with the data; compaction changes no row). cdcd waits (up to
-//     SettleTimeout) for them to reach the partitions' ends; either way it
-//     then reads the ends E (after the mirror).
+//     with the data; compaction changes no row). With the pipeline
+//     running, cdcd waits (up to SettleTimeout) for them to reach the
+//     partitions' ends as they were once the log covered R (the ends move
+//     on while writes go on; chasing them would never end); a stopped
+//     pipeline's mirror is not waited for. Either way cdcd then reads the
+//     ends E (after the mirror).
 //  4. Unsettled keys are left out of the round: the key of every record
 //     at or after the mirror's offsets (not applied yet), of every record
 //     whose position is at or after Low (it may or may not be in R), and

@@ -282,11 +282,13 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error)
 	deadline := time.Now().Add(cfg.SettleTimeout)
 	st := &settled{u: newUnsettled(), racy: map[int]bool{}}
 	// The log: every change before high.
+	running := false
 	for {
-		covered, running, err := tr.r.src.Covered(ctx, high)
+		covered, live, err := tr.r.src.Covered(ctx, high)
 		if err != nil {
 			return nil, err
 		}
+		running = live
 		if covered {
 			break
 		}
@@ -303,7 +305,14 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error)
 			return nil, err
 		}
 	}
-	// The mirror: as far as the log, or as far as it gets in time.
+	// The mirror: as far as the log reached once it covered the reads (it
+	// grows on while writes go on), or as far as it gets in time; a
+	// stopped pipeline's mirror stays where it is (rule 4 leaves out what
+	// it has not applied).
+	target, err := tr.r.log.Describe(ctx, tr.spec.Topic)
+	if err != nil {
+		return nil, err
+	}
 	var info log.TopicInfo
 	for {
 		live, err := tr.spec.Mirror.Live(ctx)
@@ -318,7 +327,7 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error)
 			return nil, fmt.Errorf("%w: %s: the Iceberg table's offsets belong to another log (topic id %s, the log's %s); the sink pauses it: re-snapshot it (cdcd snapshot --replace %s)",
 				ErrNotComparable, tr.t.Name, live.TopicID, info.ID, tr.t.Name)
 		}
-		if caughtUp(live.Offsets, info) || time.Now().After(deadline) {
+		if !running || caughtUp(live.Offsets, target) || time.Now().After(deadline) {
 			break
 		}
 		if err := sleep(ctx, cfg.Poll); err != nil {
