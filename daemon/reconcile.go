@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
@@ -31,6 +32,11 @@ type ReconcileOptions struct {
 	Tables []string
 	// Config overrides the config file's reconcile section where set.
 	Config reconcile.Config
+	// Repair, when set, re-reads the keys found different through these
+	// incremental snapshots and compares them again; RepairTimeout bounds
+	// the wait for each (default 1h).
+	Repair        RepairSnapshots
+	RepairTimeout time.Duration
 }
 
 // Reconcile compares the pipeline's tables with their sources, reading
@@ -77,6 +83,9 @@ func reconcileTables(ctx context.Context, cfg *config.Config, opts ReconcileOpti
 		}
 		logger.Info("reconcile: table compared", "table", rep.Iceberg, "equal", rep.Equal(), "rows", rep.Rows,
 			"missing", rep.MissingCount, "extra", rep.ExtraCount, "differing", rep.DifferCount, "unchecked", rep.Unchecked)
+		if rep.Error == "" {
+			repairTable(ctx, rc, spec, rep, opts, logger)
+		}
 		out = append(out, rep)
 	}
 	return out, nil

@@ -85,6 +85,7 @@ func (tr *tableRun) drill(ctx context.Context, ranges []Range, _ []retryKey) err
 			tr.retry = append(tr.retry, retryKey{key: sr.Key, lit: sr.Lit})
 		case m == nil:
 			tr.rep.addMissing(t, sr.Lit)
+			tr.differ(sr.Key, sr.Lit, false)
 		default:
 			var cols []int
 			for i := range t.Columns {
@@ -99,6 +100,7 @@ func (tr *tableRun) drill(ctx context.Context, ranges []Range, _ []retryKey) err
 			}
 			if m.rows > 1 {
 				tr.rep.addDuplicate(t, sr.Lit, m.rows)
+				tr.differ(sr.Key, sr.Lit, true)
 			}
 		}
 	}
@@ -119,6 +121,7 @@ func (tr *tableRun) drill(ctx context.Context, ranges []Range, _ []retryKey) err
 			if m.rows > 1 {
 				tr.rep.addDuplicate(t, m.lit, m.rows)
 			}
+			tr.differ(k, m.lit, true)
 		}
 	}
 	return tr.reportDiffer(ctx, differ)
@@ -173,6 +176,7 @@ func (tr *tableRun) reportDiffer(ctx context.Context, rows []diffRow) error {
 			diffs = append(diffs, cd)
 		}
 		tr.rep.addDiffer(t, d.lit, diffs)
+		tr.differ(d.key, d.lit, false)
 	}
 	return nil
 }

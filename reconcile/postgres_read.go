@@ -419,3 +419,35 @@ func (p *Postgres) Committed(ctx context.Context, xids []uint64) (map[uint64]boo
 	}
 	return out, rows.Err()
 }
+
+// KeyCondition is `(k1, k2) IN ((v1, v2), ...)` with each value a typed
+// literal (escape string constants, read alike whatever
+// standard_conforming_strings is).
+func (p *Postgres) KeyCondition(t *Table, lits []Key) string {
+	cols := make([]string, len(t.Key))
+	for i, ci := range t.Key {
+		cols[i] = pgQuote(t.Columns[ci].Name)
+	}
+	var b strings.Builder
+	b.WriteString("(" + strings.Join(cols, ", ") + ") IN (")
+	for j, k := range lits {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for i, ci := range t.Key {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(pgLiteral(k[i]) + "::" + t.Columns[ci].Type)
+		}
+		b.WriteString(")")
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// pgLiteral quotes s as an escape string constant.
+func pgLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
+}

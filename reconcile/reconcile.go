@@ -35,6 +35,9 @@ type Source interface {
 	Committed(ctx context.Context, xids []uint64) (map[uint64]bool, error)
 	// RowHash is the hash the database computes over a canonical text.
 	RowHash(text []byte) uint64
+	// KeyCondition is an SQL condition on t's columns that holds for
+	// exactly the keys lits (for cdcd snapshot --where).
+	KeyCondition(t *Table, lits []Key) string
 	// CPU is the database's CPU time spent on the reads so far (0: unknown).
 	CPU() time.Duration
 }
@@ -127,6 +130,11 @@ var ErrNotComparable = errors.New("reconcile: table cannot be compared")
 // Table compares one table's rows in the source with its mirror and
 // reports what differs.
 func (r *Reconciler) Table(ctx context.Context, spec Spec) (*TableReport, error) {
+	return r.table(ctx, spec, (*tableRun).run)
+}
+
+// table runs compare over one table and completes its report.
+func (r *Reconciler) table(ctx context.Context, spec Spec, compare func(*tableRun, context.Context) error) (*TableReport, error) {
 	began := time.Now()
 	cpu0 := r.src.CPU()
 	rep := &TableReport{Table: spec.Source, Iceberg: spec.Iceberg, listed: r.cfg.MaxListed}
@@ -146,10 +154,11 @@ func (r *Reconciler) Table(ctx context.Context, spec Spec) (*TableReport, error)
 		return nil, err
 	}
 	rep.Skipped = t.Skipped
-	tr := &tableRun{r: r, spec: spec, t: t, rep: rep}
-	if err := tr.run(ctx); err != nil {
+	tr := &tableRun{r: r, spec: spec, t: t, rep: rep, differs: map[string]bool{}}
+	if err := compare(tr, ctx); err != nil {
 		return nil, err
 	}
+	rep.plan = tr.repairPlan()
 	rep.Duration = time.Since(began)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.RowsPerSecond = float64(rep.Rows) / s
@@ -171,6 +180,12 @@ type tableRun struct {
 	rep  *TableReport
 	// retry are keys that changed while they were compared.
 	retry []retryKey
+	// diff are keys found different (up to maxRepairKeys), for a repair;
+	// differs their ids; extra says one is in the mirror only or live
+	// more than once there.
+	diff    []retryKey
+	differs map[string]bool
+	extra   bool
 }
 
 type retryKey struct{ key, lit Key }
@@ -191,6 +206,13 @@ func (tr *tableRun) run(ctx context.Context) error {
 		}
 		after, afterLit = last.Last, last.LastLit
 	}
+	return tr.retries(ctx)
+}
+
+// retries compares the keys that changed while they were compared again,
+// each alone, up to Config.Retries times; the ones still changing are
+// unchecked.
+func (tr *tableRun) retries(ctx context.Context) error {
 	for try := 0; len(tr.retry) > 0; try++ {
 		keys := tr.retry
 		tr.retry = nil
@@ -200,12 +222,16 @@ func (tr *tableRun) run(ctx context.Context) error {
 			}
 			break
 		}
-		ranges := make([]Range, len(keys))
-		for i, k := range keys {
-			ranges[i] = Range{Eq: k.lit, EqC: k.key}
-		}
-		if err := tr.drill(ctx, ranges, keys); err != nil {
-			return err
+		for len(keys) > 0 {
+			batch := keys[:min(len(keys), tr.r.cfg.ChunkRows)]
+			keys = keys[len(batch):]
+			ranges := make([]Range, len(batch))
+			for i, k := range batch {
+				ranges[i] = Range{Eq: k.lit, EqC: k.key}
+			}
+			if err := tr.drill(ctx, ranges, batch); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -45,8 +45,31 @@ type TableReport struct {
 	SourceCPUMicrosPerRow float64       `json:"source_cpu_us_per_row,omitempty"`
 	// Error says why the table could not be compared.
 	Error string `json:"error,omitempty"`
+	// Repaired is what a repair did (cdcd reconcile --repair).
+	Repaired *Repaired `json:"repair,omitempty"`
 
 	listed int
+	plan   *RepairPlan
+}
+
+// Repaired is a repair: the snapshot that re-read the differing rows and
+// the comparison after it.
+type Repaired struct {
+	RepairPlan
+	// Error says why the repair did not complete.
+	Error string `json:"error,omitempty"`
+	// After compares what the snapshot re-read: the keys, or the whole
+	// table after a replace.
+	After *TableReport `json:"after,omitempty"`
+}
+
+// EqualNow reports whether the mirror equals the source: equal when
+// compared, or repaired and found equal after.
+func (r *TableReport) EqualNow() bool {
+	if r.Repaired != nil {
+		return r.Repaired.Error == "" && r.Repaired.After != nil && r.Repaired.After.Equal()
+	}
+	return r.Equal()
 }
 
 // KeyDiff is one key that differs: its key columns' values as the source
