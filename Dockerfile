@@ -1,4 +1,4 @@
-# cdcd: one static binary (and the compose demo's workload generator) in a
+# cdcd: one static binary (and the compose demo's workload generator and outbox service) in a
 # distroless image that runs as a non-root user.
 #   docker build -t cdcd .
 #   docker run -v cdcd-data:/var/lib/cdcd -v $PWD/cdcd.yaml:/etc/cdcd/cdcd.yaml:ro -p 8089:8089 cdcd
@@ -9,10 +9,11 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/cdcd ./cmd/cdcd \
  && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/cdcd-workload ./examples/compose/workload \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/cdcd-outbox-service ./examples/outbox-service \
  && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/cdcd /out/cdcd-workload /usr/local/bin/
+COPY --from=build /out/cdcd /out/cdcd-workload /out/cdcd-outbox-service /usr/local/bin/
 # data_dir: the log, the key indexes, the SQLite catalog and the warehouse.
 COPY --from=build --chown=65532:65532 /out/data /var/lib/cdcd
 USER 65532:65532

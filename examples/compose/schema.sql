@@ -16,6 +16,16 @@ CREATE TABLE orders (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- The transactional outbox (outbox.Writer{}.DDL()): the outbox service writes its events
+-- here in the order's transaction and deletes them again; cdcd relays the inserts.
+CREATE TABLE IF NOT EXISTS public.outbox (
+  id uuid PRIMARY KEY,
+  aggregatetype text NOT NULL,
+  aggregateid text NOT NULL,
+  type text NOT NULL,
+  payload jsonb
+);
+
 INSERT INTO customers (name, email, phone)
 SELECT 'customer ' || g, 'customer' || g || '@example.com', '+1-555-' || lpad(g::text, 4, '0')
 FROM generate_series(1, 200) g;
