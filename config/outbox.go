@@ -92,8 +92,9 @@ type OutboxWebhook struct {
 	BackoffMin time.Duration `yaml:"backoff_min"`
 	BackoffMax time.Duration `yaml:"backoff_max"`
 	// GiveUpAfter: an event failing this long after its first attempt
-	// goes to the dead-letter topic; default 10m. The source waits
-	// meanwhile.
+	// goes to the dead-letter topic; default 10m. Meanwhile the slot's
+	// confirmed position waits before it (the database keeps the WAL);
+	// other aggregates and the table mirror go on.
 	GiveUpAfter time.Duration `yaml:"give_up_after"`
 	// DeadLetterTopic; default _cdcd_dead.outbox.<name>.
 	DeadLetterTopic string `yaml:"dead_letter_topic"`

@@ -27,23 +27,28 @@
 //
 // Relay is a source.Emitter in front of the table mirror's: the source
 // hands it every batch, it takes the outbox's events out and hands them to
-// every Target at once, and passes the other changes on. Emit returns only
-// when the mirror and every target have their part, so the source's
-// position (the slot's confirmed LSN, the binlog checkpoint) moves only
-// when every target has every event up to it. Batches go one at a time,
-// so one aggregate's events reach a target in source order.
+// every Target at once, and passes the other changes on. Batches go one at
+// a time, so one aggregate's events reach a target in source order. The
+// source's position (the slot's confirmed LSN, the binlog checkpoint)
+// moves only when every target has every event up to it.
 //
 //   - LogTarget appends to the log's topics, deduplicated by the source
 //     position each record carries: exactly once, also across kill -9.
+//     Emit returns once the events are appended.
 //   - Webhook POSTs each event (one request at a time per aggregate, many
 //     aggregates at once) with Idempotency-Key and webhook-id set to the
 //     event id and a Standard Webhooks HMAC signature (Verify checks it),
 //     retries with exponential backoff and jitter honouring Retry-After,
 //     and after GiveUpAfter appends the event to its dead-letter topic. It
-//     saves the position of each delivered batch, so a restart sends again
-//     only what the last batch in flight held.
+//     is a Queue: Deliver queues, Run (the relay's Run) delivers, and the
+//     relay, a source.Holder, keeps the source's confirmed position before
+//     the oldest event not delivered; so a restart sends it again, and the
+//     saved progress (the position up to which all are delivered) drops
+//     what came before. A failing receiver holds back its aggregate and
+//     the slot's position, not the table mirror, until MaxQueued events
+//     wait. A source that cannot hold its position back (MySQL) sets
+//     WebhookConfig.Wait: Deliver returns once delivered.
 //
-// While a webhook retries, the source waits: its other tables wait too,
-// and the slot keeps WAL. The relay's lag (Stats.Lag) and each target's
-// failures (TargetStats) are the daemon's metrics and alerts.
+// The relay's lag (Relay.Lag) and each target's counters (TargetStats)
+// are the daemon's metrics and alerts.
 package outbox
