@@ -133,7 +133,7 @@ func (c *collector) collectTables(ch chan<- prometheus.Metric) {
 			counter(ch, descTblIn, float64(in.Events.Load()), name)
 			counter(ch, descTblSnap, float64(in.SnapshotRows.Load()), name)
 		}
-		if n := d.monitor.slot.estimate(src); n > 0 {
+		if n := d.monitor.slot.Estimate(src); n > 0 {
 			gauge(ch, descTblSnapEst, float64(n), name)
 		}
 		counter(ch, descTblOut, float64(t.Rows.Load()), name)
@@ -170,7 +170,7 @@ func (c *collector) collectTables(ch chan<- prometheus.Metric) {
 }
 
 func (c *collector) collectSlot(ch chan<- prometheus.Metric) {
-	s := c.d.monitor.slot.status()
+	s := c.d.monitor.slot.Status()
 	gauge(ch, descSlotUp, b2f(s.Up), s.Name)
 	if !s.Up {
 		return

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/source/postgres"
 )
 
 // monitor polls the replication slot, follows each table's consumer lag,
@@ -14,7 +15,7 @@ import (
 // reports (SlotStatus.Up false, a logged warning).
 type monitor struct {
 	d      *Daemon
-	slot   *slotPoller
+	slot   slotWatch
 	alerts *alertEngine
 	hook   *webhook // nil without alerts.webhook
 
@@ -25,6 +26,24 @@ type monitor struct {
 	tables   map[string]*tableWatch // topic ->
 	slotSeen bool
 }
+
+// slotWatch is what the monitor needs of the source's replication slot:
+// a postgres.SlotMonitor, or noSlot for a source without one (MySQL).
+type slotWatch interface {
+	Poll(ctx context.Context, loading bool)
+	Status() SlotStatus
+	Estimate(table string) int64
+	Close()
+}
+
+// noSlot is the slotWatch of a source without a replication slot: it polls
+// nothing and reports no slot and no estimates.
+type noSlot struct{}
+
+func (noSlot) Poll(context.Context, bool) {}
+func (noSlot) Status() SlotStatus         { return SlotStatus{MaxWALKeep: -1} }
+func (noSlot) Estimate(string) int64      { return 0 }
+func (noSlot) Close()                     {}
 
 // poke makes the monitor check at once, without waiting for its interval.
 func (m *monitor) poke() {
@@ -48,9 +67,9 @@ type tableWatch struct {
 func newMonitor(d *Daemon) *monitor {
 	m := &monitor{d: d, tables: map[string]*tableWatch{}, poked: make(chan struct{}, 1)}
 	if pg := d.cfg.Source.Postgres; pg != nil {
-		m.slot = newSlotPoller(pg.DSN, pg.Slot, rawNames(pg.Tables), d.logger.With("component", "monitor"))
+		m.slot = postgres.NewSlotMonitor(pg.DSN, pg.Slot, rawNames(pg.Tables), d.logger.With("component", "monitor"))
 	} else {
-		m.slot = newSlotPoller("", "", nil, d.logger.With("component", "monitor")) // no slot: polls nothing
+		m.slot = noSlot{}
 	}
 	var notify func(Alert, bool, time.Time)
 	if w := d.cfg.Alerts.Webhook; w != nil {
@@ -66,7 +85,7 @@ func newMonitor(d *Daemon) *monitor {
 
 // run checks at once, then every alerts.interval, until ctx ends.
 func (m *monitor) run(ctx context.Context) error {
-	defer m.slot.close()
+	defer m.slot.Close()
 	var wg sync.WaitGroup
 	if m.hook != nil {
 		wg.Go(func() { _ = m.hook.run(ctx) })
@@ -92,12 +111,12 @@ func (m *monitor) check(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, max(cfg.Alerts.Interval, 5*time.Second))
 	defer cancel()
 	loading := m.d.loading()
-	m.slot.poll(cctx, loading)
+	m.slot.Poll(cctx, loading)
 	if ctx.Err() != nil {
 		return
 	}
 	now := time.Now()
-	in := ruleInputs{slot: m.slot.status(), loading: loading, slotName: slotName(cfg), commitInt: cfg.Sink.Iceberg.CommitInterval,
+	in := ruleInputs{slot: m.slot.Status(), loading: loading, slotName: slotName(cfg), commitInt: cfg.Sink.Iceberg.CommitInterval,
 		binlog: m.d.binlogStatus()}
 	stats := m.d.sink.Stats()
 	m.mu.Lock()

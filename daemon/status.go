@@ -8,8 +8,13 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
+	"github.com/cdcd-dev/cdcd/source/postgres"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
+
+// SlotStatus is the replication slot as the monitor last saw it (the
+// /status document's "slot"; postgres.SlotMonitor fills it).
+type SlotStatus = postgres.SlotStatus
 
 // Status is the JSON of /status, which `cdcd status` renders.
 type Status struct {
@@ -139,7 +144,7 @@ func (d *Daemon) Status() Status {
 			Slot: slotName(d.cfg), Streaming: ss.Streaming.Load(), Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
 			FlushedLSN: formatLSN(ss.Flushed.Load()), Flushed: ss.Flushed.Load(), ReceivedLSN: formatLSN(ss.Received.Load()),
 		},
-		Slot:   d.monitor.slot.status(),
+		Slot:   d.monitor.slot.Status(),
 		Alerts: d.monitor.alerts.firing(),
 	}
 	if w := ss.Waiting.Load(); w != nil {
@@ -165,7 +170,7 @@ func (d *Daemon) Status() Status {
 			ts.EventsIn = c.Events.Load()
 			ts.Snapshot.Rows = c.SnapshotRows.Load()
 		}
-		ts.Snapshot.Estimated = d.monitor.slot.estimate(src)
+		ts.Snapshot.Estimated = d.monitor.slot.Estimate(src)
 		ts.Snapshot.Done = ss.Streaming.Load()
 		switch {
 		case ts.Snapshot.Done:

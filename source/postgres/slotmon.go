@@ -1,4 +1,4 @@
-package daemon
+package postgres
 
 import (
 	"context"
@@ -64,15 +64,16 @@ type walSample struct {
 // maxWALSamples bounds the history behind LagSeconds.
 const maxWALSamples = 4096
 
-// slotPoller queries pg_replication_slots on the source's DSN (an ordinary
-// connection, not a replication one) and estimates table sizes for the
-// initial load's progress.
-type slotPoller struct {
+// SlotMonitor queries pg_replication_slots on the source's DSN (an ordinary
+// connection, not a replication one, kept between polls) and estimates
+// table sizes for the initial load's progress. Poll and Close are called
+// from one goroutine; Status and Estimate from any.
+type SlotMonitor struct {
 	dsn, slot string
 	tables    []string
 	logger    *slog.Logger
 
-	conn *pgx.Conn // owned by the monitor goroutine
+	conn *pgx.Conn // owned by the goroutine that polls
 
 	mu        sync.Mutex
 	cur       SlotStatus
@@ -81,26 +82,29 @@ type slotPoller struct {
 	lastErr   time.Time        // when a poll error was last logged
 }
 
-func newSlotPoller(dsn, slot string, tables []string, logger *slog.Logger) *slotPoller {
-	return &slotPoller{dsn: dsn, slot: slot, tables: tables, logger: logger,
+// NewSlotMonitor watches slot on dsn; tables ("schema.table") are the
+// captured tables whose row estimates Estimate reports.
+func NewSlotMonitor(dsn, slot string, tables []string, logger *slog.Logger) *SlotMonitor {
+	return &SlotMonitor{dsn: dsn, slot: slot, tables: tables, logger: logger,
 		cur: SlotStatus{Name: slot, MaxWALKeep: -1}, estimates: map[string]int64{}}
 }
 
-// status returns the last poll's result.
-func (p *slotPoller) status() SlotStatus {
+// Status returns the last poll's result.
+func (p *SlotMonitor) Status() SlotStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cur
 }
 
-// estimate returns the estimated rows of a table, 0 when unknown.
-func (p *slotPoller) estimate(table string) int64 {
+// Estimate returns the estimated rows of a table, 0 when unknown.
+func (p *SlotMonitor) Estimate(table string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.estimates[table]
 }
 
-func (p *slotPoller) close() {
+// Close closes the connection; a later Poll opens a new one.
+func (p *SlotMonitor) Close() {
 	if p.conn != nil {
 		_ = p.conn.Close(context.Background())
 		p.conn = nil
@@ -116,16 +120,15 @@ SELECT s.active, coalesce(s.wal_status, ''), s.safe_wal_size,
 FROM (SELECT pg_current_wal_lsn() AS lsn) w
 LEFT JOIN pg_replication_slots s ON s.slot_name = $1`
 
-// poll reads the slot once; loading also refreshes the table estimates.
-func (p *slotPoller) poll(ctx context.Context, loading bool) {
-	if p.dsn == "" {
-		return // a source without a slot (MySQL)
-	}
+// Poll reads the slot once; loading also refreshes the table estimates. A
+// failure is kept in the status (Up false, Error) and logged at most once a
+// minute; it never stops the caller.
+func (p *SlotMonitor) Poll(ctx context.Context, loading bool) {
 	err := p.query(ctx, loading)
 	if err == nil {
 		return
 	}
-	p.close()
+	p.Close()
 	p.mu.Lock()
 	p.cur.Up, p.cur.Error = false, err.Error()
 	logIt := time.Since(p.lastErr) >= time.Minute
@@ -139,15 +142,15 @@ func (p *slotPoller) poll(ctx context.Context, loading bool) {
 	}
 }
 
-func (p *slotPoller) query(ctx context.Context, loading bool) error {
+func (p *SlotMonitor) query(ctx context.Context, loading bool) error {
 	if p.conn == nil {
 		cfg, err := pgx.ParseConfig(p.dsn)
 		if err != nil {
-			return fmt.Errorf("daemon: slot monitor: %w", err)
+			return fmt.Errorf("postgres: slot monitor: %w", err)
 		}
 		cfg.RuntimeParams["application_name"] = "cdcd_monitor"
 		if p.conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
-			return fmt.Errorf("daemon: slot monitor: connect: %w", err)
+			return fmt.Errorf("postgres: slot monitor: connect: %w", err)
 		}
 	}
 	var (
@@ -158,7 +161,7 @@ func (p *slotPoller) query(ctx context.Context, loading bool) error {
 	)
 	err := p.conn.QueryRow(ctx, slotQuery, p.slot).Scan(&active, &walStatus, &safe, &confirmed, &restart, &cur, &lag, &retained, &maxKeep)
 	if err != nil {
-		return fmt.Errorf("daemon: slot monitor: query pg_replication_slots: %w", err)
+		return fmt.Errorf("postgres: slot monitor: query pg_replication_slots: %w", err)
 	}
 	now := time.Now()
 	st := SlotStatus{Name: p.slot, Up: true, Exists: active != nil, WALStatus: walStatus, SafeWALSize: safe,
@@ -210,12 +213,12 @@ func lagSeconds(samples []walSample, confirmed uint64, now time.Time) float64 {
 
 // queryEstimates reads pg_class.reltuples of the captured tables (-1, for
 // a table never analyzed, is reported as unknown).
-func (p *slotPoller) queryEstimates(ctx context.Context) (map[string]int64, error) {
+func (p *SlotMonitor) queryEstimates(ctx context.Context) (map[string]int64, error) {
 	rows, err := p.conn.Query(ctx, `SELECT n.nspname || '.' || c.relname, c.reltuples::bigint
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname || '.' || c.relname = ANY($1)`, p.tables)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: slot monitor: table estimates: %w", err)
+		return nil, fmt.Errorf("postgres: slot monitor: table estimates: %w", err)
 	}
 	out := map[string]int64{}
 	for rows.Next() {
@@ -227,7 +230,7 @@ WHERE n.nspname || '.' || c.relname = ANY($1)`, p.tables)
 		out[name] = max(n, 0)
 	}
 	if err := rows.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return nil, fmt.Errorf("daemon: slot monitor: table estimates: %w", err)
+		return nil, fmt.Errorf("postgres: slot monitor: table estimates: %w", err)
 	}
 	return out, nil
 }
