@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"hash/fnv"
+	"net/url"
 	"strings"
 )
 
@@ -19,8 +20,18 @@ type MySQL struct {
 	Flavor string `yaml:"flavor"`
 	// Tables lists "database.table" names to capture. At least one.
 	Tables []string `yaml:"tables"`
-	// Snapshot is "initial" (load existing rows first; default) or "never".
+	// Snapshot is "initial" (default: every table is loaded by chunks
+	// while the binlog streams, lock-free; so is a table added later) or
+	// "never" (changes from now on). "incremental" is read as "initial".
 	Snapshot string `yaml:"snapshot"`
+	// WatermarkTable is the table ("database.table") where cdcd writes the
+	// watermarks of its snapshots (one row per pipeline); created when
+	// missing (or GRANT SELECT, INSERT, UPDATE on it). Default
+	// <the dsn's database, else the first table's>.cdcd_watermark.
+	WatermarkTable string `yaml:"watermark_table"`
+	// Incremental configures the snapshots (chunk_rows,
+	// max_rows_per_second; signal_table is PostgreSQL's only for now).
+	Incremental Incremental `yaml:"incremental"`
 }
 
 // TableNames lists the configured source's tables.
@@ -48,6 +59,22 @@ func (c *Config) mysqlDefaults(explicit func(string) bool) {
 	}
 	orDefault(&m.ServerID, defaultServerID(c.Pipeline), explicit("source.mysql.server_id"))
 	orDefault(&m.Snapshot, defaultSnapshot, explicit("source.mysql.snapshot"))
+	if m.Snapshot == SnapshotIncremental {
+		m.Snapshot = SnapshotInitial // the MySQL load is incremental either way
+	}
+	orDefault(&m.Incremental.ChunkRows, 8192, explicit("source.mysql.incremental.chunk_rows"))
+	if m.WatermarkTable == "" {
+		db := ""
+		if u, err := url.Parse(m.DSN); err == nil {
+			db = strings.TrimPrefix(u.Path, "/")
+		}
+		if db == "" && len(m.Tables) > 0 {
+			db, _, _ = strings.Cut(m.Tables[0], ".")
+		}
+		if db != "" {
+			m.WatermarkTable = db + ".cdcd_watermark"
+		}
+	}
 }
 
 // mysqlSource validates source.mysql.
@@ -68,6 +95,19 @@ func (v *validator) mysqlSource(m *MySQL) {
 	if s := m.Snapshot; s != "initial" && s != "never" {
 		v.fail(p+"snapshot", ErrInvalid, "must be initial or never, got %s", shortQuote(s))
 	}
+	if db, tbl, ok := strings.Cut(m.WatermarkTable, "."); m.WatermarkTable != "" && (!ok || db == "" || tbl == "" || strings.Contains(tbl, ".")) {
+		v.fail(p+"watermark_table", ErrInvalid, "%s is not a table name: write database.table", shortQuote(m.WatermarkTable))
+	}
+	if in := m.Incremental; in.ChunkRows < 1 || in.ChunkRows > 1<<20 {
+		v.fail(p+"incremental.chunk_rows", ErrInvalid, "must be between 1 and %d, got %d", 1<<20, in.ChunkRows)
+	}
+	if m.Incremental.MaxRowsPerSecond < 0 {
+		v.fail(p+"incremental.max_rows_per_second", ErrInvalid, "must not be negative (0: unthrottled), got %d", m.Incremental.MaxRowsPerSecond)
+	}
+	if m.Incremental.SignalTable != "" {
+		v.fail(p+"incremental.signal_table", ErrNotAvailable, "not available yet for MySQL: start snapshots with cdcd snapshot -c FILE TABLE "+
+			"or POST /cdcd/snapshot")
+	}
 	if len(m.Tables) == 0 && v.c.Outbox == nil { // an outbox relay may run alone
 		v.fail(p+"tables", ErrInvalid, "at least one table is required, e.g. tables: [shop.orders]")
 	}
@@ -84,5 +124,9 @@ func (v *validator) mysqlSource(m *MySQL) {
 			continue
 		}
 		seen[t] = i
+		if t == m.WatermarkTable {
+			v.fail(path, ErrInvalid, "%s is the watermark table (source.mysql.watermark_table): its rows are cdcd's, not mirrored; "+
+				"set watermark_table to a table of its own", t)
+		}
 	}
 }

@@ -30,7 +30,10 @@ func TestMySQLSource(t *testing.T) {
 		t.Error("the password is printed")
 	}
 	for doc, want := range map[string]string{
-		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b]}\n":                                                            "source.mysql.snapshot",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], snapshot: sometimes}\n":                                       "must be initial or never",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], watermark_table: wm}\n":                                       "source.mysql.watermark_table: \"wm\" is not a table name",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b, a.wm], watermark_table: a.wm}\n":                               "is the watermark table",
+		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], incremental: {chunk_rows: -1}}\n":                             "source.mysql.incremental.chunk_rows",
 		"pipeline: shop\nsource:\n  mysql: {dsn: 'postgres://x', tables: [a.b], snapshot: never}\n":                                        "must be a URL starting with mysql://",
 		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [ab], snapshot: never}\n":                                            "write database.table",
 		"pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], flavor: x, snapshot: never}\n":                                "must be mysql or mariadb",
@@ -41,8 +44,25 @@ func TestMySQLSource(t *testing.T) {
 			t.Errorf("%q: %v, want %q", doc, err, want)
 		}
 	}
-	_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b]}\n"), "cdcd.yaml", testEnv)
+	// The initial load is the default, incremental (lock-free); the
+	// watermark table defaults into the dsn's database, else the first
+	// table's.
+	for doc, want := range map[string]string{
+		"mysql: {dsn: 'mysql://x@h/shop', tables: [a.b]}":                            "shop.cdcd_watermark",
+		"mysql: {dsn: 'mysql://x@h', tables: [a.b], snapshot: incremental}":          "a.cdcd_watermark",
+		"mysql: {dsn: 'mysql://x@h', tables: [a.b], watermark_table: ops.marks}":     "ops.marks",
+		"mysql: {dsn: 'mysql://x@h', tables: [a.b], incremental: {chunk_rows: 500}}": "a.cdcd_watermark",
+	} {
+		c, err := Parse([]byte("pipeline: shop\nsource:\n  "+doc+"\n"), "cdcd.yaml", testEnv)
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if m := c.Source.MySQL; m.Snapshot != "initial" || m.WatermarkTable != want || m.Incremental.ChunkRows < 500 {
+			t.Errorf("%s: snapshot %s, watermark table %s, chunk rows %d; want initial, %s", doc, m.Snapshot, m.WatermarkTable, m.Incremental.ChunkRows, want)
+		}
+	}
+	_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], incremental: {signal_table: a.s}}\n"), "cdcd.yaml", testEnv)
 	if !errors.Is(err, ErrNotAvailable) {
-		t.Errorf("snapshot: initial for MySQL: %v, want ErrNotAvailable", err)
+		t.Errorf("a signal table for MySQL: %v, want ErrNotAvailable", err)
 	}
 }

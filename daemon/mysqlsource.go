@@ -12,6 +12,7 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/mysql"
 	"github.com/cdcd-dev/cdcd/source/postgres"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // sourceReader is the daemon's view of its source: PostgreSQL's reader, or
@@ -34,9 +35,14 @@ type mysqlSource struct {
 const lagPoll = 10 * time.Second
 
 func newMySQLSource(m *config.MySQL, state mysql.State, logger *slog.Logger) *mysqlSource {
-	return &mysqlSource{r: mysql.New(mysql.Config{DSN: m.DSN, ServerID: uint32(m.ServerID), Flavor: m.Flavor, Tables: m.Tables},
-		state, logger)}
+	return &mysqlSource{r: mysql.New(mysql.Config{DSN: m.DSN, ServerID: uint32(m.ServerID), Flavor: m.Flavor, Tables: m.Tables,
+		WatermarkTable: m.WatermarkTable, Load: m.Snapshot == config.SnapshotInitial,
+		ChunkRows: m.Incremental.ChunkRows, MaxRowsPerSecond: m.Incremental.MaxRowsPerSecond}, state, logger)}
 }
+
+// Snapshots returns the reader's incremental snapshot engine (the initial
+// load, tables added later, cdcd snapshot).
+func (s *mysqlSource) Snapshots() *snapshot.Engine { return s.r.Snapshots() }
 
 // Run runs the reader, polling the server's binlog end beside it.
 func (s *mysqlSource) Run(ctx context.Context, e source.Emitter) error {

@@ -157,7 +157,7 @@ func (d *Daemon) snapshotRequests(req SnapshotRequest) ([]snapshot.Request, erro
 // "namespace.table", or the topic.
 func (d *Daemon) sourceTable(name string) (string, error) {
 	ice := d.cfg.Sink.Iceberg
-	for _, src := range d.cfg.Source.Postgres.Tables {
+	for _, src := range d.cfg.Source.TableNames() {
 		ns, tbl := splitTable(src)
 		ins, itbl := ice.TableIdent(src)
 		if slices.Contains([]string{src, ns + "." + tbl, ins + "." + itbl, d.topicOf(ns, tbl)}, name) ||
@@ -165,7 +165,7 @@ func (d *Daemon) sourceTable(name string) (string, error) {
 			return ns + "." + tbl, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %s (tables: %s)", errNotCaptured, name, strings.Join(d.cfg.Source.Postgres.Tables, ", "))
+	return "", fmt.Errorf("%w: %s (tables: %s)", errNotCaptured, name, strings.Join(d.cfg.Source.TableNames(), ", "))
 }
 
 // incrementalStatus is a table's incremental snapshot in /status, when

@@ -75,6 +75,12 @@ func Compare(ctx context.Context, conn *pgx.Conn, sourceTable string, tbl *table
 	if err != nil {
 		return nil, err
 	}
+	return compareRows(ctx, sourceTable, want, cols, keys, tbl)
+}
+
+// compareRows compares source rows (want, with its columns and key
+// columns) with tbl read through iceberg-go's scan.
+func compareRows(ctx context.Context, sourceTable string, want Rows, cols, keys []string, tbl *table.Table) (*Diff, error) {
 	got, icols, dups, n, err := IcebergRows(ctx, tbl, keys)
 	if err != nil {
 		return nil, err

@@ -166,7 +166,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	}
 	switch st.kind {
 	case stmtTruncate:
-		if desc := s.captured[st.db+"."+st.table]; desc != nil {
+		if desc := s.captured[st.db+"."+st.table]; desc != nil && !s.inc.isWatermarkTable(desc.qualified()) {
 			t := desc.table
 			if v := s.latest[desc.qualified()]; v != nil {
 				t = v.table

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // Config configures a Reader. Zero values take the documented defaults.
@@ -31,11 +32,19 @@ type Config struct {
 	Flavor string
 	// Tables to capture, "database.table". At least one.
 	Tables []string
-	// WatermarkTable, "database.table", is the incremental load's
-	// watermark table (see Watermarks): its rows are streamed like a
-	// captured table's, for the load engine to take out of the stream.
-	// Empty: none.
+	// WatermarkTable, "database.table", is the watermark table of
+	// incremental snapshots (see Watermarks): created when missing, its
+	// rows are read from the binlog and handed to the snapshot engine,
+	// never emitted. Empty: no snapshots.
 	WatermarkTable string
+	// Load makes a new pipeline snapshot every table, and a running one
+	// every table added to Tables, while the binlog streams (incremental,
+	// lock-free); without it they are captured from now on.
+	Load bool
+	// ChunkRows is the most rows a snapshot's chunk reads; default 8192.
+	ChunkRows int
+	// MaxRowsPerSecond throttles a snapshot; 0 does not.
+	MaxRowsPerSecond int
 	// BatchMax is the most changes handed to the Emitter at once; default 8192.
 	BatchMax int
 	// BatchDelay is the longest a received change waits for more before it
@@ -120,6 +129,7 @@ type Reader struct {
 	state  State
 	logger *slog.Logger
 	stats  Stats
+	inc    *snapshot.Engine
 }
 
 var _ source.Source = (*Reader)(nil)
@@ -127,7 +137,9 @@ var _ source.Source = (*Reader)(nil)
 // New returns a Reader; nothing connects until Run.
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
-	return &Reader{cfg: cfg, state: state, logger: logger.With("source", "mysql", "server_id", cfg.ServerID)}
+	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "mysql", "server_id", cfg.ServerID)}
+	r.inc = newEngine(cfg, state, r)
+	return r
 }
 
 // Stats returns the live counters.
@@ -190,7 +202,14 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	if err := checkServer(ctx, db, flavor, r.cfg.ServerID); err != nil {
 		return err
 	}
-	tables, err := r.describeTables(ctx, db, flavor)
+	cp, err := r.state.Load(ctx, r.stateKey())
+	if err != nil {
+		return fmt.Errorf("mysql: load checkpoint: %w", err)
+	}
+	if err := r.queueTables(ctx, cp == nil); err != nil {
+		return err
+	}
+	tables, wmErr, err := r.describeTables(ctx, db, flavor)
 	if err != nil {
 		return err
 	}
@@ -205,23 +224,29 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	if err := checkPurged(ctx, db, st); err != nil {
 		return err
 	}
-	return r.stream(ctx, ci, db, flavor, colls, tables, st, e)
+	return r.stream(ctx, ci, db, flavor, colls, tables, st, wmErr, e)
 }
 
 // describeTables describes every configured table, refusing each that
-// cannot be captured (all of them named in one error).
-func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) (map[string]*tableDesc, error) {
+// cannot be captured (all of them named in one error), and the watermark
+// table. Without snapshots queued, a watermark table that cannot be made
+// is not an error: wmErr says why snapshots cannot run.
+func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) (_ map[string]*tableDesc, wmErr error, _ error) {
 	if len(r.cfg.Tables) == 0 {
-		return nil, &PreconditionError{What: "no tables to capture", Fix: "list them in source.mysql.tables as database.table"}
+		return nil, nil, &PreconditionError{What: "no tables to capture", Fix: "list them in source.mysql.tables as database.table"}
 	}
 	out := map[string]*tableDesc{}
 	var errs []error
 	names := r.cfg.Tables
 	if r.cfg.WatermarkTable != "" {
-		if err := ensureWatermarkTable(ctx, db, r.cfg.WatermarkTable); err != nil {
-			errs = append(errs, err)
+		wmErr = ensureWatermarkTable(ctx, db, r.cfg.WatermarkTable)
+		if wmErr == nil {
+			names = append(names[:len(names):len(names)], r.cfg.WatermarkTable)
+		} else if r.snapshotsPending() || retryable(wmErr) {
+			errs = append(errs, wmErr)
+		} else {
+			r.logger.Warn("snapshots cannot run: no watermark table", "err", wmErr)
 		}
-		names = append(names[:len(names):len(names)], r.cfg.WatermarkTable)
 	}
 	for _, name := range names {
 		dbName, t, err := splitTable(name)
@@ -239,7 +264,7 @@ func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) 
 		}
 		out[d.qualified()] = d
 	}
-	return out, errors.Join(errs...)
+	return out, wmErr, errors.Join(errs...)
 }
 
 // resumePoint loads the checkpoint, or on a first start takes the server's

@@ -22,6 +22,7 @@ type streamer struct {
 	flavor string
 	colls  collations
 	emit   source.Emitter
+	inc    *incStream // incremental snapshots
 	// captured holds the configured tables as the information schema
 	// showed them last (at the start and after each DDL touching them).
 	captured map[string]*tableDesc
@@ -66,7 +67,7 @@ type tableVersion struct {
 
 // stream reads the binlog from st until ctx ends or an error.
 func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor string, colls collations,
-	tables map[string]*tableDesc, st gtidState, e source.Emitter) error {
+	tables map[string]*tableDesc, st gtidState, wmErr error, e source.Emitter) error {
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: r.cfg.ServerID, Flavor: flavor,
 		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
@@ -89,6 +90,10 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord}, saved: st.ord,
 	}
 	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord)
+	if s.inc, err = r.startIncremental(ctx, ci, flavor, wmErr); err != nil {
+		return err
+	}
+	defer s.inc.close()
 	r.stats.Streaming.Store(true)
 	defer r.stats.Streaming.Store(false)
 	err = s.loop(ctx, bs, st)
@@ -108,6 +113,9 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 	var rd readDeadline
 	defer rd.stop()
 	for {
+		if err := s.inc.err(); err != nil {
+			return err
+		}
 		if err := s.maybeFlush(ctx, false); err != nil {
 			return err
 		}
@@ -210,6 +218,11 @@ func (s *streamer) checkpoint(ctx context.Context) error {
 	if s.durableLive {
 		cp = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
 	}
+	// The snapshots' progress first: saved, it never claims more than the
+	// log holds; the GTID set saved after it may lag behind it.
+	if err := s.inc.checkpoint(ctx, cp.Ordinal); err != nil {
+		return err
+	}
 	if cp.Ordinal <= s.saved {
 		return nil
 	}
@@ -231,7 +244,9 @@ func (s *streamer) add(c source.Change) {
 		}
 		s.batchAt = time.Now()
 	}
+	n := len(s.batch)
 	s.batch = append(s.batch, c)
+	s.batch = s.inc.observe(s.batch, n)
 }
 
 func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error {

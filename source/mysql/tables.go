@@ -167,6 +167,13 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 }
 
 func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
+	if wm, rows := s.inc.watermark(v, after, Position(s.tx.ord, s.tx.idx)); wm {
+		s.tx.idx++
+		for _, c := range rows {
+			s.add(c)
+		}
+		return
+	}
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
 		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
 	s.tx.idx++

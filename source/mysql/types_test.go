@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // typesDDL has a column of every type family, in both character sets cdcd
@@ -51,7 +52,7 @@ var typesRows = []string{
 }
 
 // TestTypeMatrix: every row read from the binlog equals the same row
-// selected by the load (readChunk), and some values are checked exactly.
+// selected by the load (myDatabase.ReadChunk), and some values are checked exactly.
 func TestTypeMatrix(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -76,7 +77,12 @@ func TestTypeMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk, err := readChunk(ctx, e.db, desc, nil, 100)
+	sdb := &myDatabase{db: e.db, flavor: FlavorMariaDB}
+	plan, err := sdb.Plan(ctx, e.name+".types", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := sdb.ReadChunk(ctx, e.name+".types", nil, snapshot.ChunkQuery{Upper: plan.Upper, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +94,7 @@ func TestTypeMatrix(t *testing.T) {
 		t.Errorf("the stream's shape\n%s\ndiffers from the load's\n%s", tab, desc.table)
 	}
 	for i, c := range streamed {
-		sel := chunk.Rows[i]
+		sel := chunk.Rows[i].After
 		for j, col := range tab.Columns {
 			if !reflect.DeepEqual(c.After[j], sel[j]) {
 				t.Errorf("row %v column %s (%s): streamed %#v, selected %#v", c.After[0], col.Name, col.SourceType, c.After[j], sel[j])

@@ -1,0 +1,385 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// Incremental snapshots (package source/snapshot) on MySQL and MariaDB:
+// the lock-free initial load, tables added later, `cdcd snapshot`.
+//
+// Watermarks are rows of a watermark table the user grants (Watermarks):
+// each is its own autocommit transaction, so its place in the binlog
+// orders it with every other transaction, and the stream recognises it by
+// the table and the pipeline's id (incStream.row).
+//
+// A chunk is one SELECT (autocommit: one consistent read view) of the rows
+// after the last key read and at most the run's upper bound, in key order,
+// with a LIMIT; the bounds are compared by the server (row comparisons
+// spelled out so the primary key's index serves them), so collations are
+// its own. A chunk needs no consistency check (snapshot.Chunk.Consistent):
+// both flavors make transactions visible in their binlog order (MariaDB
+// always; MySQL with binlog_order_commits=ON, its default, checked when
+// the engine starts), so once the low watermark's INSERT has returned,
+// every transaction before it in the binlog is visible to the read.
+
+// myDatabase is the engine's view of the source database (snapshot.Database).
+type myDatabase struct {
+	db     *sql.DB
+	flavor string
+	wm     *Watermarks
+	wmErr  error // why there is no wm
+}
+
+var _ snapshot.Database = (*myDatabase)(nil)
+
+// keyBases are the column types a chunked key may have: their order in the
+// server and their text as a query argument are known.
+var keyBases = map[string]bool{
+	"tinyint": true, "smallint": true, "mediumint": true, "int": true, "bigint": true, "year": true, "decimal": true,
+	"char": true, "varchar": true, "text": true, "binary": true, "varbinary": true, "blob": true,
+	"date": true, "datetime": true, "timestamp": true, "time": true,
+}
+
+// describe reads a table's description; a table that is gone, or whose
+// key cannot be chunked, ends the run.
+func (d *myDatabase) describe(ctx context.Context, name string) (*tableDesc, error) {
+	dbName, tbl, err := splitTable(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+	}
+	desc, err := describeTable(ctx, d.db, d.flavor, dbName, tbl)
+	var te *TableError
+	if errors.As(err, &te) {
+		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range desc.table.Key {
+		if c := &desc.cols[k]; !keyBases[c.Base] {
+			return nil, fmt.Errorf("%w: %s: the primary-key column %s is %s, which cdcd cannot read in key ranges; "+
+				"capture the table with snapshot: never, or give it a key of integers, text, binary or dates",
+				snapshot.ErrTableGone, name, c.Name, c.SourceType)
+		}
+	}
+	return desc, nil
+}
+
+// Describe implements snapshot.Database. Key order, text and parsing are
+// left to the server (nil): they serve only changes with unchanged values,
+// which full row images never carry.
+func (d *myDatabase) Describe(ctx context.Context, name string) (*snapshot.Table, error) {
+	desc, err := d.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot.Table{Shape: desc.table}, nil
+}
+
+// Plan implements snapshot.Database: the greatest key (read backwards
+// through the primary key) and the server's estimate of the rows.
+func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (*snapshot.Plan, error) {
+	desc, err := d.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	keys := keyExprs(desc)
+	sel := make([]string, len(keys))
+	order := make([]string, len(keys))
+	for i, k := range desc.table.Key {
+		sel[i] = selectExpr(&desc.cols[k], keys[i])
+		order[i] = keys[i] + " DESC"
+	}
+	q := "SELECT " + strings.Join(sel, ", ") + " FROM " + desc.ident()
+	if where != "" {
+		q += " WHERE (" + where + ")"
+	}
+	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT 1"
+	raw := make([]sql.RawBytes, len(keys))
+	ptrs := make([]any, len(keys))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	rows, err := d.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, queryError(name, where, err)
+	}
+	defer rows.Close()
+	p := &snapshot.Plan{}
+	if rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, queryError(name, where, err)
+		}
+		vals := make([]any, len(keys))
+		for i, k := range desc.table.Key {
+			if vals[i], err = fromText(&desc.cols[k], raw[i]); err != nil {
+				return nil, &ValueError{Table: name, Column: desc.cols[k].Name, Type: desc.cols[k].SourceType, Err: err}
+			}
+		}
+		p.Upper = keyText(desc, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(name, where, err)
+	}
+	rows.Close()
+	if err := d.db.QueryRowContext(ctx, "SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		desc.db, desc.name).Scan(&p.Estimate); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("mysql: estimate the rows of %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// ReadChunk implements snapshot.Database. The table is described again
+// first, so a chunk read after DDL has the new columns.
+func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	desc, err := d.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	text, args, err := chunkQuery(desc, q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, queryError(name, q.Where, err)
+	}
+	defer rows.Close()
+	want := q.Limit
+	if q.Keys != nil {
+		want = len(q.Keys)
+	}
+	now, n := time.Now(), len(desc.cols)
+	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
+	raw := make([]sql.RawBytes, n)
+	ptrs := make([]any, n)
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, queryError(name, q.Where, err)
+		}
+		row := make([]any, n)
+		for i, b := range raw {
+			v, err := fromText(&desc.cols[i], b)
+			if err != nil {
+				return nil, &ValueError{Table: name, Column: desc.cols[i].Name, Type: desc.cols[i].SourceType, Err: err}
+			}
+			row[i] = v
+		}
+		res.Rows = append(res.Rows, source.Change{Table: desc.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(name, q.Where, err)
+	}
+	if k := len(res.Rows); k > 0 {
+		res.Last = keyText(desc, res.Rows[k-1].Key())
+	}
+	return res, nil
+}
+
+// WriteWatermark implements snapshot.Database.
+func (d *myDatabase) WriteWatermark(ctx context.Context, id string) error {
+	if d.wm == nil {
+		why := "source.mysql.watermark_table is not set"
+		if d.wmErr != nil {
+			why = d.wmErr.Error()
+		}
+		return fmt.Errorf("%w: snapshots need the watermark table: %s", snapshot.ErrTableGone, why)
+	}
+	return d.wm.Write(ctx, id)
+}
+
+// queryError says which table and condition a failed query had; a
+// condition or table the server refuses ends the run.
+func queryError(table, where string, err error) error {
+	switch serverCode(err) {
+	case 1064, 1054, 1305, 1583, 1584: // syntax, unknown column, unknown function, wrong arguments
+		if where != "" {
+			return fmt.Errorf("%w: the condition %q on %s: %w", snapshot.ErrTableGone, where, table, err)
+		}
+		return &connError{fmt.Errorf("mysql: snapshot of %s (the table changed while it was read?): %w", table, err)}
+	case 1146: // no such table
+		return fmt.Errorf("%w: %s: %w", snapshot.ErrTableGone, table, err)
+	}
+	return fmt.Errorf("mysql: snapshot of %s: %w", table, err)
+}
+
+// ident is the table's quoted name.
+func (d *tableDesc) ident() string { return quoteIdent(d.db) + "." + quoteIdent(d.name) }
+
+// keyExprs are the quoted key columns.
+func keyExprs(d *tableDesc) []string {
+	out := make([]string, len(d.table.Key))
+	for i, k := range d.table.Key {
+		out[i] = quoteIdent(d.cols[k].Name)
+	}
+	return out
+}
+
+// keyMarks are the placeholders of the key's values: a decimal's cast, so
+// the server compares decimals, not doubles.
+func keyMarks(d *tableDesc) []string {
+	out := make([]string, len(d.table.Key))
+	for i, k := range d.table.Key {
+		out[i] = "?"
+		if c := &d.cols[k]; c.Base == "decimal" {
+			out[i] = fmt.Sprintf("CAST(? AS DECIMAL(%d,%d))", c.Precision, c.Scale)
+		}
+	}
+	return out
+}
+
+// chunkQuery writes a chunk's SELECT and its arguments: the key range (or
+// the keys), the condition, the key's order and the limit.
+func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
+	cols := make([]string, len(d.cols))
+	for i := range d.cols {
+		cols[i] = selectExpr(&d.cols[i], quoteIdent(d.cols[i].Name))
+	}
+	keys, marks := keyExprs(d), keyMarks(d)
+	var where []string
+	var args []any
+	if q.Keys != nil {
+		var alts []string
+		for _, k := range q.Keys {
+			vals, err := keyArgs(d, k)
+			if err != nil {
+				return "", nil, err
+			}
+			eq := make([]string, len(keys))
+			for i := range keys {
+				eq[i] = keys[i] + " = " + marks[i]
+			}
+			alts = append(alts, "("+strings.Join(eq, " AND ")+")")
+			args = append(args, vals...)
+		}
+		where = append(where, "("+strings.Join(alts, " OR ")+")")
+	} else {
+		if q.After != nil {
+			vals, err := keyArgs(d, q.After)
+			if err != nil {
+				return "", nil, err
+			}
+			w, a := rowCompare(keys, marks, vals, ">")
+			where, args = append(where, w), append(args, a...)
+		}
+		vals, err := keyArgs(d, q.Upper)
+		if err != nil {
+			return "", nil, err
+		}
+		w, a := rowCompare(keys, marks, vals, "<=")
+		where, args = append(where, w), append(args, a...)
+		if q.Where != "" {
+			where = append(where, "("+q.Where+")")
+		}
+	}
+	text := "SELECT " + strings.Join(cols, ", ") + " FROM " + d.ident() + " WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY " + strings.Join(keys, ", ")
+	if q.Keys == nil {
+		text += " LIMIT " + strconv.Itoa(q.Limit)
+	}
+	return text, args, nil
+}
+
+// rowCompare writes (k1, k2, …) op (v1, v2, …) for op > or <= as the
+// expansion the optimizer turns into index ranges on both flavors:
+// k1 > v1 OR (k1 = v1 AND k2 > v2) OR …, the last term for <= taking
+// <=. marks are the placeholders of the values.
+func rowCompare(keys, marks []string, vals []any, op string) (string, []any) {
+	strict := ">"
+	if op == "<=" {
+		strict = "<"
+	}
+	var terms []string
+	var args []any
+	for i := range keys {
+		var parts []string
+		for j := 0; j < i; j++ {
+			parts = append(parts, keys[j]+" = "+marks[j])
+			args = append(args, vals[j])
+		}
+		cmp := strict
+		if op == "<=" && i == len(keys)-1 {
+			cmp = "<="
+		}
+		parts = append(parts, keys[i]+" "+cmp+" "+marks[i])
+		args = append(args, vals[i])
+		terms = append(terms, "("+strings.Join(parts, " AND ")+")")
+	}
+	return "(" + strings.Join(terms, " OR ") + ")", args
+}
+
+// keyText writes key values (the table model's) as a Key: each value as
+// the server reads it as a query argument, binary values in hex.
+func keyText(d *tableDesc, vals []any) snapshot.Key {
+	out := make(snapshot.Key, len(vals))
+	for i, v := range vals {
+		c := &d.cols[d.table.Key[i]]
+		switch a := keyArg(c, v).(type) {
+		case []byte:
+			out[i] = hex.EncodeToString(a)
+		case string:
+			out[i] = a
+		default:
+			out[i] = fmt.Sprint(a)
+		}
+	}
+	return out
+}
+
+// keyArgs turns a Key back into query arguments.
+func keyArgs(d *tableDesc, k snapshot.Key) ([]any, error) {
+	if len(k) != len(d.table.Key) {
+		return nil, fmt.Errorf("%w: %s: a saved key has %d values, the primary key %d columns (the key changed?); "+
+			"stop the snapshot and start it again", snapshot.ErrTableGone, d.qualified(), len(k), len(d.table.Key))
+	}
+	out := make([]any, len(k))
+	for i, s := range k {
+		c := &d.cols[d.table.Key[i]]
+		var err error
+		switch c.Base {
+		case "binary", "varbinary", "blob":
+			out[i], err = hex.DecodeString(s)
+		case "tinyint", "smallint", "mediumint", "int", "bigint", "year":
+			// Integers as integers: a string compared with an integer
+			// column is compared as a double.
+			if c.Unsigned {
+				out[i], err = strconv.ParseUint(s, 10, 64)
+			} else {
+				out[i], err = strconv.ParseInt(s, 10, 64)
+			}
+		default:
+			out[i] = s
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: saved key value %q of %s does not parse as %s: %v",
+				snapshot.ErrTableGone, d.qualified(), s, c.Name, c.SourceType, err)
+		}
+	}
+	return out, nil
+}
+
+// keyArg converts a key value of the table model to a query argument.
+func keyArg(t *colType, v any) any {
+	switch v := v.(type) {
+	case []byte, string:
+		return v
+	}
+	switch t.Base {
+	case "date", "datetime", "timestamp", "time":
+		return renderTemporal(t, v)
+	}
+	return v
+}
