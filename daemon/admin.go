@@ -64,7 +64,7 @@ func (d *Daemon) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &collector{d: d})
 	reg.MustRegister(d.sampler.collectors()...)
-	reg.MustRegister(snapshotCollector{d}, outboxCollector{d})
+	reg.MustRegister(snapshotCollector{d}, outboxCollector{d}, reconcileCollector{d})
 	return reg
 }
 
@@ -82,6 +82,7 @@ func (d *Daemon) adminHandler() http.Handler {
 	d.maintenanceRoutes(mux)
 	d.tableRoutes(mux)
 	d.snapshotRoutes(mux)
+	d.reconcileRoutes(mux)
 	secrets := newScrubber(d.cfg.Secrets())
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		b, err := json.MarshalIndent(d.Status(), "", "  ")

@@ -57,6 +57,7 @@ type Daemon struct {
 	idents  map[string]table.Identifier // topic -> Iceberg table
 	monitor *monitor                    // slot poller, table lags, alerts
 	sampler *sampler                    // commit histograms
+	recon   reconciles                  // reconcile_run.go
 	life    atomic.Value                // string: a State* constant
 }
 

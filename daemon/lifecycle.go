@@ -111,6 +111,7 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 		r.start("monitor", auxCtx, d.monitor.run),
 		r.start("stats", auxCtx, d.sampler.run),
 		r.start("resume", auxCtx, func(ctx context.Context) error { return d.emitter.resumeLoop(ctx, d.resumeEvery) }),
+		r.start("reconcile", auxCtx, d.reconcileLoop),
 	}
 	if d.cfg.Admin.Enabled() {
 		srv, err := d.adminServer(d.cfg.Admin.Listen)

@@ -179,7 +179,7 @@ func (m *monitor) check(ctx context.Context) {
 	}
 	in.log = m.logInputs(stats)
 	in.outbox = m.d.outboxInputs(cctx)
-	m.alerts.update(now, evaluate(cfg.Alerts, in))
+	m.alerts.update(now, append(evaluate(cfg.Alerts, in), m.d.reconcileAlerts()...))
 }
 
 // watch returns a copy of what the monitor knows about a topic's table.
