@@ -19,6 +19,39 @@
 // pipeline does not capture are counted too), so the Emitter drops, per log
 // partition, exactly what it already holds.
 //
+// # Creating the slot
+//
+// The pipeline's state (saved in the State before each step that depends
+// on it) and the server's slot move through these states; a crash at any
+// arrow leaves a state the next start recognises (session.go):
+//
+//	(nothing saved, no slot)
+//	  │ save Creating = slot
+//	  ▼
+//	INTENT (Creating = slot)
+//	  │ CREATE_REPLICATION_SLOT, exporting a snapshot when loading
+//	  │     crash, no slot ........... create it
+//	  │     crash, slot there ........ drop it (waiting for its walsender), create it
+//	  ▼
+//	CREATED (SlotCreated, Confirmed = consistent point, Creating cleared)
+//	  │ without a load: stream from the consistent point
+//	  │ with a load: save the plan, then Load.Planned
+//	  │     crash before ............. drop the slot, create it (nothing emitted)
+//	  ▼
+//	LOADING (Load: the plan and the chunks done)
+//	  │     crash .................... resume in a new snapshot (see Initial load)
+//	  │ every chunk in the log
+//	  ▼
+//	STREAMING (SnapshotDone; Confirmed advances)
+//	        crash .................... stream from the slot's confirmed LSN
+//
+// A start refuses instead, with a *SlotError: SlotCreated but no slot
+// (SlotMissing), a slot confirmed ahead of Confirmed (SlotAhead), a slot
+// that lost WAL (SlotInvalidated), another plugin or database
+// (SlotWrongPlugin), and a slot this pipeline did not create while a load
+// is configured (SlotForeign). A slot made outside cdcd with no load
+// configured is adopted and streamed from its confirmed LSN.
+//
 // # Streaming
 //
 // Transactions over logical_decoding_work_mem arrive in stream blocks

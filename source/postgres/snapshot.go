@@ -34,10 +34,9 @@ func (r *Reader) planKey() string { return r.stateKey() + "/load-plan" }
 // load runs or resumes the initial load. snapshot names the snapshot the
 // slot exported; empty when resuming, which then reads the remaining
 // chunks in a fresh snapshot (see the package doc for why that is safe).
-func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, tables []*catalogTable,
-	st *sourceState, snapshot string, e source.Emitter) error {
-	lp := st.Load
-	coord, err := pgx.Connect(ctx, r.cfg.DSN)
+func (s *session) load(ctx context.Context, snapshot string) error {
+	lp := s.st.Load
+	coord, err := pgx.Connect(ctx, s.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("postgres: snapshot connection: %w", err)
 	}
@@ -55,7 +54,7 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapshot); err != nil {
 			return fmt.Errorf("postgres: export snapshot: %w", err)
 		}
-		r.logger.Info("resuming the initial load in a new snapshot", "chunks_done", lp.Done, "rows_done", lp.Rows)
+		s.logger.Info("resuming the initial load in a new snapshot", "chunks_done", lp.Done, "rows_done", lp.Rows)
 	}
 	// The rows' txId, as Debezium gives snapshot reads one: the snapshot's
 	// next transaction id (what txid_current() would have returned in it,
@@ -67,14 +66,14 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 
 	var plan loadPlan
 	if lp.Planned {
-		if _, err := loadJSON(ctx, r.state, r.planKey(), &plan); err != nil {
+		if _, err := loadJSON(ctx, s.state, s.planKey(), &plan); err != nil {
 			return err
 		}
 	}
 	changed := false
-	for _, t := range tables {
+	for _, t := range s.tables {
 		if !plan.has(t.qualified()) {
-			tp, err := planTable(ctx, tx, t, r.cfg.SnapshotChunkRows)
+			tp, err := planTable(ctx, tx, t, s.cfg.SnapshotChunkRows)
 			if err != nil {
 				return err
 			}
@@ -85,45 +84,45 @@ func (r *Reader) load(ctx context.Context, conn *pgx.Conn, types *typeResolver, 
 	}
 	if changed || !lp.Planned {
 		// From here on rows may reach the log: the plan must be durable first.
-		if err := saveJSON(ctx, r.state, r.planKey(), &plan); err != nil {
+		if err := saveJSON(ctx, s.state, s.planKey(), &plan); err != nil {
 			return err
 		}
 		if !lp.Planned {
 			lp.Planned, lp.Started = true, time.Now()
 		}
-		if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+		if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
 			return err
 		}
 	}
 
 	byName := map[string]*catalogTable{}
 	rels := map[string]*relation{}
-	for _, t := range tables {
-		rel, err := catalogRelation(ctx, types, t)
+	for _, t := range s.tables {
+		rel, err := catalogRelation(ctx, s.types, t)
 		if err != nil {
 			return err
 		}
-		rel.table = r.known.intern(rel.table)
-		rel.checkUTF8 = r.sqlASCII
+		rel.table = s.known.intern(rel.table)
+		rel.checkUTF8 = s.sqlASCII
 		byName[t.qualified()], rels[t.qualified()] = t, rel
 	}
-	r.stats.SnapshotRows.Store(lp.Rows)
-	r.stats.SnapshotEstimate.Store(lp.Estimate)
-	r.stats.snapshotBase.Store(lp.Rows)
-	r.stats.snapshotStarted.Store(time.Now().UnixNano())
+	s.stats.SnapshotRows.Store(lp.Rows)
+	s.stats.SnapshotEstimate.Store(lp.Estimate)
+	s.stats.snapshotBase.Store(lp.Rows)
+	s.stats.snapshotStarted.Store(time.Now().UnixNano())
 	began := time.Now()
-	if err := r.copyChunks(ctx, &plan, byName, rels, snapshot, xid, st, e); err != nil {
+	if err := s.copyChunks(ctx, &plan, byName, rels, snapshot, xid, s.st, s.emit); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: end snapshot transaction: %w", err)
 	}
-	r.logger.Info("initial load done", "rows", lp.Rows, "chunks", plan.chunks(), "elapsed", time.Since(began).Round(time.Millisecond))
-	st.SnapshotDone, st.Load = true, nil
-	if err := saveJSON(ctx, r.state, r.stateKey(), st); err != nil {
+	s.logger.Info("initial load done", "rows", lp.Rows, "chunks", plan.chunks(), "elapsed", time.Since(began).Round(time.Millisecond))
+	s.st.SnapshotDone, s.st.Load = true, nil
+	if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
 		return err
 	}
-	return r.state.Save(ctx, r.planKey(), nil)
+	return s.state.Save(ctx, s.planKey(), nil)
 }
 
 func (p *loadPlan) has(table string) bool {

@@ -49,32 +49,31 @@ type streamer struct {
 }
 
 // stream replicates from start until ctx ends or an error.
-func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver, repl *pgconn.PgConn, start uint64,
-	st *sourceState, e source.Emitter) error {
-	spills, err := spill.Open(r.cfg.SpillDir)
+func (sess *session) stream(ctx context.Context, start uint64) error {
+	spills, err := spill.Open(sess.cfg.SpillDir)
 	if err != nil {
 		return err
 	}
 	defer spills.Close()
 	s := &streamer{
-		r: r, conn: conn, types: types, repl: repl, emit: e, st: st, spill: spills,
-		relations: map[uint32]*relation{}, flushed: start, committed: start, saved: st.Confirmed,
+		r: sess.Reader, conn: sess.conn, types: sess.types, repl: sess.repl, emit: sess.emit, st: sess.st, spill: spills,
+		relations: map[uint32]*relation{}, flushed: start, committed: start, saved: sess.st.Confirmed,
 	}
-	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", r.cfg.Publication),
+	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", sess.cfg.Publication),
 		"binary 'true'", "messages 'true'", "streaming 'on'"}
-	if err := pglogrepl.StartReplication(ctx, repl, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+	if err := pglogrepl.StartReplication(ctx, sess.repl, sess.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		if slotInUse(err) {
-			if holder, herr := slotHolder(ctx, conn, r.cfg.Slot); herr == nil && holder != "" {
-				return fmt.Errorf("postgres: start replication on slot %s: it is in use by %s: %w", r.cfg.Slot, holder, err)
+			if holder, herr := slotHolder(ctx, sess.conn, sess.cfg.Slot); herr == nil && holder != "" {
+				return fmt.Errorf("postgres: start replication on slot %s: it is in use by %s: %w", sess.cfg.Slot, holder, err)
 			}
 		}
-		return fmt.Errorf("postgres: start replication on slot %s: %w", r.cfg.Slot, err)
+		return fmt.Errorf("postgres: start replication on slot %s: %w", sess.cfg.Slot, err)
 	}
-	r.logger.Info("streaming", "from", pglogrepl.LSN(start).String())
-	r.stats.Flushed.Store(start)
-	r.stats.Streaming.Store(true)
-	defer r.stats.Streaming.Store(false)
-	if s.inc, err = r.startIncremental(ctx, s); err != nil {
+	sess.logger.Info("streaming", "from", pglogrepl.LSN(start).String())
+	sess.stats.Flushed.Store(start)
+	sess.stats.Streaming.Store(true)
+	defer sess.stats.Streaming.Store(false)
+	if s.inc, err = sess.startIncremental(ctx, s); err != nil {
 		return err
 	}
 	defer s.inc.close()
@@ -89,7 +88,7 @@ func (r *Reader) stream(ctx context.Context, conn *pgx.Conn, types *typeResolver
 		if err := s.status(sctx); err == nil {
 			_ = s.repl.Conn().SetDeadline(time.Now().Add(2 * time.Second))
 			if _, err := pglogrepl.SendStandbyCopyDone(sctx, s.repl); err != nil {
-				r.logger.Debug("end of replication stream not confirmed", "err", err)
+				sess.logger.Debug("end of replication stream not confirmed", "err", err)
 			}
 		}
 		cancel()
