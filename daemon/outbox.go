@@ -35,6 +35,8 @@ type outboxRelay struct {
 	cfg     *config.Outbox
 	size    *outboxSize // nil without an outbox table
 	latency prometheus.Histogram
+	// targetLatency: per webhook target, commit until accepted.
+	targetLatency *prometheus.HistogramVec
 }
 
 // outboxTable is the outbox table as the source names its changes
@@ -106,8 +108,12 @@ func (d *Daemon) newOutboxRelay(ctx context.Context, next source.Emitter) (*outb
 	if err != nil {
 		return nil, err
 	}
-	or := &outboxRelay{relay: r, cfg: o, latency: newOutboxLatency()}
+	or := &outboxRelay{relay: r, cfg: o, latency: newOutboxLatency(), targetLatency: newOutboxTargetLatency()}
 	r.Stats().Latency = func(d time.Duration) { or.latency.Observe(d.Seconds()) }
+	for _, t := range targets {
+		h := or.targetLatency.WithLabelValues(t.Name())
+		t.Stats().Latency = func(d time.Duration) { h.Observe(d.Seconds()) }
+	}
 	if route.Table != "" {
 		or.size = newOutboxSize(d.cfg, route.Table)
 	}
@@ -187,6 +193,8 @@ type OutboxTargetStatus struct {
 	Duplicates   int64  `json:"duplicates"`
 	Failures     int64  `json:"failures"`
 	DeadLettered int64  `json:"dead_lettered"`
+	// Queued: events a webhook has queued and not delivered yet.
+	Queued int64 `json:"queued"`
 	// FailingSeconds: how long an event has been failing (0 when none).
 	FailingSeconds float64 `json:"failing_seconds"`
 	LastError      string  `json:"last_error,omitempty"`
@@ -208,7 +216,7 @@ func (d *Daemon) outboxStatus() *OutboxStatus {
 	for _, t := range o.relay.Targets() {
 		ts := t.Stats()
 		ots := OutboxTargetStatus{Name: t.Name(), Delivered: ts.Delivered.Load(), Duplicates: ts.Duplicates.Load(),
-			Failures: ts.Failures.Load(), DeadLettered: ts.DeadLettered.Load(), FailingSeconds: failingFor(ts, now).Seconds()}
+			Failures: ts.Failures.Load(), DeadLettered: ts.DeadLettered.Load(), Queued: ts.Queued.Load(), FailingSeconds: failingFor(ts, now).Seconds()}
 		if e := ts.LastError.Load(); e != nil && ots.FailingSeconds > 0 {
 			ots.LastError = *e
 		}

@@ -185,9 +185,15 @@ outbox:
 	if d.CaughtUp(lsn) {
 		t.Fatal("the source confirmed past an event the webhook does not have")
 	}
+	if q := d.Status().Outbox.Targets[1].Queued; q != 1 {
+		t.Errorf("the failing webhook has %d events queued, want the 1 it cannot deliver", q)
+	}
 	hook.fail.Store(false)
 	waitFor(t, "caught up after the webhook recovered", func() bool { return d.CaughtUp(lsn) }, done)
 	checkRelayed(t, d, hook, want)
+	if n, delivered := webhookLatencyCount(t, d), d.Status().Outbox.Targets[1].Delivered; n != uint64(delivered) || n == 0 {
+		t.Errorf("cdcd_outbox_target_delivery_seconds counts %d events of the webhook, which delivered %d", n, delivered)
+	}
 	waitFor(t, "the lag alert resolved", func() bool {
 		for _, a := range d.Status().Alerts {
 			if a.Name == daemon.AlertOutboxLag {
@@ -279,4 +285,27 @@ func markLSN(t *testing.T, conn *pgx.Conn) uint64 {
 		t.Fatal(err)
 	}
 	return uint64(hi)<<32 | uint64(lo)
+}
+
+// webhookLatencyCount is the count of cdcd_outbox_target_delivery_seconds
+// for the target named webhook.
+func webhookLatencyCount(t *testing.T, d *daemon.Daemon) uint64 {
+	t.Helper()
+	mfs, err := d.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cdcd_outbox_target_delivery_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "target" && l.GetValue() == "webhook" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cdcd-dev/cdcd/outbox"
 )
 
 // outboxCollector exports the outbox relay's stats (nothing without one).
@@ -25,23 +27,36 @@ var (
 	descObDead      = desc("cdcd_outbox_target_dead_lettered_total", "Events the target gave up on, appended to its dead-letter topic.", "target")
 	descObInFlight  = desc("cdcd_outbox_target_in_flight", "Events the target is delivering now.", "target")
 	descObFailing   = desc("cdcd_outbox_target_failing_seconds", "How long an event has failed at the target; 0 while none fails.", "target")
+	descObQueued    = desc("cdcd_outbox_target_queued_events", "Events the webhook target has queued and not delivered yet.", "target")
 )
 
+// outboxLatencyBuckets are the delivery histograms' buckets (seconds).
+var outboxLatencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
 // newOutboxLatency is the histogram of each event's time from its commit
-// until every target has it.
+// until the log has it and every webhook has queued it.
 func newOutboxLatency() prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cdcd_outbox_delivery_seconds",
-		Help:    "Time from an outbox event's commit until every target has it.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}})
+		Help:    "Time from an outbox event's commit until the log target has it and every webhook target has queued it.",
+		Buckets: outboxLatencyBuckets})
+}
+
+// newOutboxTargetLatency is the histogram per webhook target of each
+// event's time from its commit until its receiver accepted it.
+func newOutboxTargetLatency() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cdcd_outbox_target_delivery_seconds",
+		Help:    "Time from an outbox event's commit until the webhook target's receiver accepted it.",
+		Buckets: outboxLatencyBuckets}, []string{"target"})
 }
 
 func (c outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descObEvents, descObMalformed, descObLag, descObPending, descObBytes, descObRows, descObDelivered,
-		descObDup, descObAttempts, descObFailures, descObDead, descObInFlight, descObFailing} {
+		descObDup, descObAttempts, descObFailures, descObDead, descObInFlight, descObFailing, descObQueued} {
 		ch <- d
 	}
 	if o := c.d.outbox; o != nil {
 		o.latency.Describe(ch)
+		o.targetLatency.Describe(ch)
 	}
 }
 
@@ -71,6 +86,10 @@ func (c outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descObDead, float64(ts.DeadLettered.Load()), name)
 		gauge(ch, descObInFlight, float64(ts.InFlight.Load()), name)
 		gauge(ch, descObFailing, failingFor(ts, now).Seconds(), name)
+		if _, ok := t.(outbox.Queue); ok {
+			gauge(ch, descObQueued, float64(ts.Queued.Load()), name)
+		}
 	}
 	o.latency.Collect(ch)
+	o.targetLatency.Collect(ch)
 }

@@ -59,6 +59,9 @@ type TargetStats struct {
 	FailingSince atomic.Int64
 	// LastError is the last failure's text (nil before any).
 	LastError atomic.Pointer[string]
+	// Latency, when set (before the target runs), is called for each
+	// event a Queue delivered, with the time from its commit until then.
+	Latency func(time.Duration)
 }
 
 // Config configures a Relay.
@@ -86,7 +89,8 @@ type Stats struct {
 	// target has.
 	LastCommit atomic.Int64
 	// Latency, when set (before Run), is called for each event every
-	// target has, with the time from its commit until then.
+	// target has (a Queue: has queued), with the time from its commit
+	// until then. TargetStats.Latency is a Queue's own.
 	Latency func(time.Duration)
 }
 

@@ -32,6 +32,9 @@ func (w *Webhook) send(ctx context.Context, m *Message) error {
 		retryAfter, err := w.post(ctx, m)
 		if err == nil {
 			w.stats.Delivered.Add(1)
+			if f := w.stats.Latency; f != nil && !m.Commit.IsZero() {
+				f(w.now().Sub(m.Commit))
+			}
 			if failed {
 				w.logger.Info("webhook accepted an event after failed attempts", "id", m.ID, "attempts", attempt)
 			}
