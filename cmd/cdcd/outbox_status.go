@@ -30,13 +30,14 @@ func renderOutbox(w io.Writer, o *daemon.OutboxStatus) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tDELIVERED\tFAILED ATTEMPTS\tDEAD-LETTERED\tSTATE")
+	fmt.Fprintln(tw, "TARGET\tDELIVERED\tQUEUED\tFAILED ATTEMPTS\tDEAD-LETTERED\tSTATE")
 	for _, t := range o.Targets {
 		state := "ok"
 		if t.FailingSeconds > 0 {
 			state = fmt.Sprintf("failing for %s: %s", secondsText(t.FailingSeconds), t.LastError)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, thousands(t.Delivered), thousands(t.Failures), thousands(t.DeadLettered), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, thousands(t.Delivered), thousands(t.Queued), thousands(t.Failures),
+			thousands(t.DeadLettered), state)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
