@@ -148,6 +148,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: readerTables(cfg, pg.Tables), Messages: readerMessages(cfg),
 			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
 			SpillDir: filepath.Join(cfg.DataDir, "spill"), Incremental: incrementalConfig(pg),
+			KeepsDefault: func(c schema.Column) bool { return iceberg.HoldsDefault(ice.FormatVersion, c) },
 		}, d.state, logger)
 	}
 	d.sink = iceberg.New(iceberg.Config{

@@ -18,7 +18,8 @@ import (
 // table:
 //
 //	field props:  "cdcd.kind" (Kind name), "cdcd.source_type", "cdcd.column"
-//	              (original name when it had to be sanitized for Avro)
+//	              (original name when it had to be sanitized for Avro),
+//	              "cdcd.initial_default" (Column.Default's text, default.go)
 //	record props on the row record: "cdcd.namespace", "cdcd.table",
 //	              "cdcd.key" (key column names in key order)
 //
@@ -289,6 +290,13 @@ func columnFields(t *Table, idx []int, names []string, defaults bool) ([]jsonFie
 		if names[i] != c.Name {
 			f.Props[propColumn] = c.Name
 		}
+		if c.Default != nil {
+			text, err := DefaultText(c, c.Default)
+			if err != nil {
+				return nil, fmt.Errorf("schema: table %s: %w", t.QualifiedName(), err)
+			}
+			f.Props[propInitialDefault] = text
+		}
 		switch {
 		case c.Nullable:
 			f.Type = nullableUnion(typ, true)
@@ -428,6 +436,13 @@ func columnFromField(f *avro.Field, legacy bool) (Column, error) {
 	c.Nullable = nullable && !(legacy && f.Prop(propNotNull) == true)
 	if err := typeParams(&c, typ); err != nil {
 		return c, fmt.Errorf("field %q: %w", f.Name(), err)
+	}
+	if text, ok := f.Prop(propInitialDefault).(string); ok {
+		v, err := ParseDefault(c, text)
+		if err != nil {
+			return c, err
+		}
+		c.Default = v
 	}
 	return c, nil
 }

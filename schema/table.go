@@ -107,12 +107,16 @@ type Column struct {
 	// Scale, or a further Elem for a list of lists) and, in Nullable,
 	// whether an element may be NULL. Nil for every other kind.
 	Elem *Column
+	// Default is the value rows that predate the column hold (default.go);
+	// nil when there is none or it is not known. It is a value of Kind in
+	// the Go representation above, of a kind DefaultKind accepts.
+	Default any
 }
 
 // Equal reports whether two columns are the same, comparing Elem by value.
 func (c Column) Equal(o Column) bool {
 	if c.Name != o.Name || c.Kind != o.Kind || c.Precision != o.Precision || c.Scale != o.Scale ||
-		c.Nullable != o.Nullable || c.SourceType != o.SourceType || (c.Elem == nil) != (o.Elem == nil) {
+		c.Nullable != o.Nullable || c.SourceType != o.SourceType || (c.Elem == nil) != (o.Elem == nil) || c.Default != o.Default {
 		return false
 	}
 	return c.Elem == nil || c.Elem.Equal(*o.Elem)

@@ -135,8 +135,11 @@ func (b *changelogBuilder) add(c *change) error {
 		set[fi] = true
 	}
 	for fi, ok := range set {
-		if !ok { // a column the source no longer has
-			b.rb.Field(fi).AppendNull()
+		if !ok { // a column the row's version lacks: added later, or dropped
+			f := b.sc.Field(fi)
+			if err := appendValue(b.rb.Field(fi), schema.Column{Name: f.Name}, initialValue(f)); err != nil {
+				return fmt.Errorf("iceberg: %s column %q: initial-default: %w", c.table.QualifiedName(), f.Name, err)
+			}
 		}
 	}
 	b.rows++

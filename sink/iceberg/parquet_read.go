@@ -110,11 +110,12 @@ func columnFor(pf *parquet.File, f iceberg.NestedField) (fileColumn, bool) {
 // order, one page per column in memory at a time: a compaction merges many
 // files and an index rebuild reads large ones, so nothing may hold a whole
 // row group's columns. A column the file lacks (it predates the column)
-// reads as NULL.
+// reads as its initial-default (defaults.go), NULL when it has none.
 type rowReader struct {
 	pf      *parquet.File
 	fields  []iceberg.NestedField
 	cols    []fileColumn // where each field is; leaf -1 when missing
+	missing []any        // the value of a field the file lacks
 	leaves  []iceberg.Type
 	maxDef  []int
 	rg      int   // next row group
@@ -126,7 +127,8 @@ type rowReader struct {
 
 func newRowReader(pf *parquet.File, fields []iceberg.NestedField) (*rowReader, error) {
 	r := &rowReader{pf: pf, fields: fields, cols: make([]fileColumn, len(fields)),
-		leaves: make([]iceberg.Type, len(fields)), maxDef: make([]int, len(fields)), streams: make([]*columnStream, len(fields))}
+		leaves: make([]iceberg.Type, len(fields)), maxDef: make([]int, len(fields)), streams: make([]*columnStream, len(fields)),
+		missing: initialValues(fields)}
 	for i, f := range fields {
 		fc, ok := columnFor(pf, f)
 		if !ok {
@@ -175,7 +177,7 @@ func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
 	}
 	for i, st := range r.streams {
 		if st == nil {
-			vals[i] = nil
+			vals[i] = r.missing[i]
 			continue
 		}
 		var v any

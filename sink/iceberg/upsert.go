@@ -491,6 +491,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		return err
 	}
 	fields := tbl.Schema().Fields()
+	defaults := initialValues(fields) // of columns a row's version lacks
 	// One open file per partition, rolled at the target size; rows stay in
 	// key order within each file.
 	type open struct {
@@ -527,6 +528,8 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		for fi, f := range fields {
 			if ci := st.table.ColumnIndex(f.Name); ci >= 0 {
 				vals[fi] = st.row[ci]
+			} else {
+				vals[fi] = defaults[fi]
 			}
 		}
 		values, key, err := part.partition(vals)

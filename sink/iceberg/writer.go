@@ -312,7 +312,9 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 		name string
 		typ  iceberg.Type
 		doc  string
+		def  iceberg.Literal // the initial-default (defaults.go), or nil
 	}
+	format := w.tbl.Metadata().Version()
 	var adds []add
 	widen := map[string]iceberg.Type{}
 	seen := map[*schema.Table]bool{}
@@ -334,7 +336,16 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 					dup = dup || a.name == c.Name
 				}
 				if !dup {
-					adds = append(adds, add{c.Name, typ, c.SourceType})
+					a := add{name: c.Name, typ: typ, doc: c.SourceType}
+					if HoldsDefault(format, c) {
+						a.def = defaultLiteral(c)
+					} else if HoldsDefault(w.s.cfg.FormatVersion, c) {
+						// The source relied on the configured format.
+						w.logger.Error("a column was added with a default that rows already there hold, but this table's format cannot give it to them: "+
+							"they read NULL; run cdcd snapshot -c FILE "+t.QualifiedName()+" to read them again",
+							"column", c.Name, "format_version", format)
+					}
+					adds = append(adds, a)
 				}
 				continue
 			}
@@ -359,7 +370,7 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 	tx := w.tbl.NewTransaction()
 	us := tx.UpdateSchema(true, false)
 	for _, a := range adds {
-		us = us.AddColumn([]string{a.name}, a.typ, a.doc, false, nil)
+		us = us.AddColumn([]string{a.name}, a.typ, a.doc, false, a.def)
 	}
 	for name, typ := range widen {
 		us = us.UpdateColumn([]string{name}, table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: typ}})

@@ -341,10 +341,16 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 		return err
 	}
 	rel.checkUTF8 = s.r.sqlASCII
+	if err := fillDefaults(ctx, s.conn, ct, rel); err != nil {
+		return err
+	}
 	prev := s.r.known[qn]
 	rel.table = s.r.known.intern(rel.table)
 	if prev != nil && prev != rel.table {
 		s.r.logger.Info("table changed shape", "table", qn, "from", prev.String(), "to", rel.table.String())
+		if err := s.reReadAdded(ctx, ct, prev, rel.table); err != nil {
+			return err
+		}
 	}
 	s.relations[m.RelationID] = rel
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
@@ -80,6 +81,11 @@ type Config struct {
 	// waits for (the slot's creation waits for running transactions to
 	// end), in the log and in Stats.Waiting; default 10s.
 	WaitReportInterval time.Duration
+	// KeepsDefault reports whether the destination gives the rows written
+	// before column c existed c's Default (defaults.go); when it does not
+	// (or is nil), a table a column is added to with a default is read
+	// again.
+	KeepsDefault func(c schema.Column) bool
 	// Incremental configures incremental snapshots (incremental_stream.go).
 	Incremental IncrementalConfig
 }

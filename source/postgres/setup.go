@@ -23,6 +23,9 @@ type catalogColumn struct {
 	typeName string
 	notNull  bool
 	dims     int
+	// hasDefault: the column has a DEFAULT; hasMissing: rows that predate
+	// it hold a value they were not rewritten with (attmissingval).
+	hasDefault, hasMissing bool
 }
 
 // catalogTable is a captured table as the catalog describes it.
@@ -106,7 +109,8 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 		return nil, &TableError{Table: t.qualified(), Err: fmt.Errorf("is not a table (relkind %s); only tables can be captured", kind)}
 	}
 	t.partitioned = kind == "p"
-	rows, err := q.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attndims
+	rows, err := q.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attndims,
+		a.atthasdef, a.atthasmissing
 		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, relid)
 	if err != nil {
@@ -114,7 +118,7 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	}
 	for rows.Next() {
 		var c catalogColumn
-		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull, &c.dims); err != nil {
+		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull, &c.dims, &c.hasDefault, &c.hasMissing); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -181,7 +185,11 @@ func catalogRelation(ctx context.Context, types *typeResolver, t *catalogTable) 
 	if err != nil {
 		return nil, err
 	}
-	return buildRelation(msg, t.info(), pts)
+	rel, err := buildRelation(msg, t.info(), pts)
+	if err != nil {
+		return nil, err
+	}
+	return rel, fillDefaults(ctx, types.q, t, rel)
 }
 
 // ensurePublication creates the publication for tables if it is missing,
