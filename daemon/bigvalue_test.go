@@ -59,8 +59,8 @@ func TestOversizedChangePausesOneTable(t *testing.T) {
 	if got := positions(t, held); !sameInts(got, []int{1, 3}) {
 		t.Fatalf("holding topic holds %v, want 1 (fault), 3", got)
 	}
-	if len(held[0].Value) > 64<<10 || held[0].Header(HeaderFault) == nil {
-		t.Fatalf("fault record of %d bytes (fault header %q)", len(held[0].Value), held[0].Header(HeaderFault))
+	if len(held[0].Value) > 64<<10 || held[0].Header(schema.HeaderFault) == nil {
+		t.Fatalf("fault record of %d bytes (fault header %q)", len(held[0].Value), held[0].Header(schema.HeaderFault))
 	}
 	var fd faultDoc
 	if err := json.Unmarshal(held[0].Value, &fd); err != nil {
@@ -87,7 +87,7 @@ func TestOversizedChangePausesOneTable(t *testing.T) {
 	if err := e.Emit(ctx, []source.Change{ch(big, 4, nil, []any{int64(4), doc, raw, nil})}); err != nil {
 		t.Fatal(err)
 	}
-	if held = records(t, lg, heldTopic("p.public.big")); len(held) != 3 || held[2].Header(HeaderFault) == nil || len(held[2].Value) > 64<<10 {
+	if held = records(t, lg, heldTopic("p.public.big")); len(held) != 3 || held[2].Header(schema.HeaderFault) == nil || len(held[2].Value) > 64<<10 {
 		t.Fatalf("a held change too large: %d held records", len(held))
 	}
 }

@@ -27,9 +27,6 @@ import (
 // _cdcd_dead.<topic> (read it with cdcd log consume), and the table's
 // changes after it flow again.
 
-// HeaderFault marks a fault record; its value is the fault as JSON.
-const HeaderFault = "cdcd.fault"
-
 // deadTopic is where skipped fault records go.
 func deadTopic(topic string) string { return "_cdcd_dead." + topic }
 
@@ -103,7 +100,7 @@ func (e *emitter) faultRecord(c *source.Change, f *source.Fault) (log.Record, er
 	if err != nil {
 		return log.Record{}, err
 	}
-	headers := append(e.headers(c), log.Header{Key: HeaderFault, Value: h})
+	headers := append(e.headers(c), log.Header{Key: schema.HeaderFault, Value: h})
 	return log.Record{Key: key, Value: value, Headers: headers, Timestamp: c.CommitTime, Partition: 0}, nil
 }
 

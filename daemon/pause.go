@@ -283,7 +283,7 @@ func (e *emitter) heldRecord(tc *tableCodec, c *source.Change) (log.Record, *sou
 	}
 	h := append(e.headers(c), log.Header{Key: HeaderKeySchema, Value: []byte(tc.keySchema)},
 		log.Header{Key: HeaderValueSchema, Value: []byte(tc.valueSchema)},
-		log.Header{Key: "cdcd.op", Value: []byte{byte(c.Op)}})
+		log.Header{Key: schema.HeaderOp, Value: []byte{byte(c.Op)}})
 	return log.Record{Key: key, Value: value, Headers: h, Timestamp: c.CommitTime, Partition: 0}, nil, nil
 }
 
@@ -417,7 +417,7 @@ func (e *emitter) replay(ctx context.Context, ps *pauseState) (bool, error) {
 		stopped := false
 	records:
 		for _, r := range recs {
-			if fh := r.Header(HeaderFault); fh != nil {
+			if fh := r.Header(schema.HeaderFault); fh != nil {
 				if ps.Skip != r.Offset+1 {
 					if err := e.stopAtFault(ctx, ps, fh); err != nil {
 						return false, err

@@ -119,7 +119,7 @@ func TestValueFaultPausesOneTable(t *testing.T) {
 	if got := positions(t, held); !sameInts(got, []int{1, 3, 4}) {
 		t.Fatalf("holding topic holds %v, want 1 (fault), 3, 4 (fault)", got)
 	}
-	if held[0].Header(HeaderFault) == nil || held[1].Header(HeaderFault) != nil || held[2].Header(HeaderFault) == nil {
+	if held[0].Header(schema.HeaderFault) == nil || held[1].Header(schema.HeaderFault) != nil || held[2].Header(schema.HeaderFault) == nil {
 		t.Fatal("the faulty changes are not fault records, or the good one is")
 	}
 	var doc faultDoc

@@ -15,17 +15,27 @@ import (
 // Internal topics, compacted changelogs of state.
 //
 // TopicState holds one partition of key/value records; the newest record
-// of a key is its value (JSON). Its keys (frozen; the value types are
-// documented where they are defined):
+// of a key is its value (JSON), a nil value deletes it. This is the one
+// list of its keys (frozen; the value types are documented where they are
+// defined):
 //
-//	postgres/<slot>            source/postgres sourceState: the server's system
-//	                           id, the slot and whether this pipeline created it,
-//	                           the slot being created, the newest LSN confirmed
-//	                           to the server, an unfinished initial load's progress
-//	postgres/<slot>/load-plan  the initial load's chunk plan, saved before rows
-//	                           are emitted (source/postgres)
-//	pause/<topic>              a paused table's pauseState: why, the fix, where
-//	                           its held changes are (daemon/pause.go)
+//	postgres/<slot>              source/postgres sourceState: the server's system
+//	                             id, the slot and whether this pipeline created it,
+//	                             the slot being created, the newest LSN confirmed
+//	                             to the server, an unfinished initial load's progress
+//	postgres/<slot>/load-plan    the initial load's chunk plan, saved before rows
+//	                             are emitted (source/postgres plan.go)
+//	postgres/<slot>/tables       the tables the pipeline captures and which of them
+//	                             still wait for their snapshot (incremental_tables.go)
+//	postgres/<slot>/incremental  the incremental snapshot engine's queue and
+//	                             progress (source/snapshot)
+//	mysql/checkpoint             source/mysql's checkpoint: the server flavor, the
+//	                             GTID set done and the ordinal of the next change
+//	mysql/tables                 as postgres/<slot>/tables, for MySQL
+//	mysql/incremental            as postgres/<slot>/incremental, for MySQL
+//	pause/<topic>                a paused table's pauseState: why, the fix, where
+//	                             its held changes are (daemon/pause.go)
+//	outbox/webhook/<name>        a webhook's delivery progress (outbox/webhook.go)
 const (
 	TopicSchemas = "_schemas"    // the registry (Confluent's layout)
 	TopicState   = "_cdcd_state" // sources' own state (slot, system id, snapshot progress)

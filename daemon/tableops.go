@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // The operator's ways out of a source-side pause (pause.go), besides a
@@ -96,7 +97,7 @@ func (e *emitter) skip(ctx context.Context, topic string) (SkipResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("daemon: read the held change of %s: %w", ps.Table, err)
 		}
-		if len(recs) == 0 || recs[0].Header(HeaderFault) == nil {
+		if len(recs) == 0 || recs[0].Header(schema.HeaderFault) == nil {
 			return res, fmt.Errorf("daemon: %s: the first held change (offset %d) is not the faulty one; nothing skipped", ps.Table, ps.Replayed)
 		}
 		ps.Skip = recs[0].Offset + 1
@@ -134,7 +135,7 @@ func (e *emitter) deadLetter(ctx context.Context, ps *pauseState, r log.Record) 
 	if err := ensureTopic(ctx, e.lg, dead, log.TopicConfig{Partitions: 1}); err != nil {
 		return err
 	}
-	hs := append(append([]log.Header(nil), r.Headers...), log.Header{Key: "cdcd.skipped-at", Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))})
+	hs := append(append([]log.Header(nil), r.Headers...), log.Header{Key: schema.HeaderSkippedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))})
 	if err := e.lg.Produce(ctx, dead, []log.Record{{Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}}); err != nil {
 		return fmt.Errorf("daemon: append to %s: %w", dead, err)
 	}

@@ -15,6 +15,14 @@ const (
 	// (a paused table's records have no registry id yet).
 	HeaderKeySchema   = "cdcd.key-schema"
 	HeaderValueSchema = "cdcd.value-schema"
+	// HeaderOp is a held record's op letter (source.Op).
+	HeaderOp = "cdcd.op"
+	// HeaderFault marks a fault record (a change held because one of its
+	// values could not be read or encoded); its value is the fault as JSON.
+	HeaderFault = "cdcd.fault"
+	// HeaderSkippedAt is when a fault record was moved to the table's
+	// dead-letter topic (RFC 3339, UTC).
+	HeaderSkippedAt = "cdcd.skipped-at"
 	// HeaderReset marks a truncate (op 't') that begins a load or
 	// re-snapshot replacing a table's contents; its value identifies that
 	// snapshot run. It is the same change (one source position, greater
