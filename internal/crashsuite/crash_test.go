@@ -235,6 +235,10 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		armed = "source.after-slot-created"
 	}
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
+	var rc *reconciler
+	if s.mode == "upsert" {
+		rc = startReconciler(bin, cfgPath)
+	}
 	random, byPoint := 0, 0
 	for i := 0; i < kills; i++ {
 		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
@@ -271,6 +275,9 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	if err := <-workErr; err != nil {
 		t.Fatal(err)
 	}
+	if rc != nil {
+		rc.finish(t)
+	}
 	workDone := time.Now()
 	if err := w.endLong(ctx, true); err != nil {
 		t.Fatal(err)
@@ -302,6 +309,9 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		return st.CaughtUp(lsn)
 	})
 	caughtUp := time.Now()
+	if rc != nil {
+		requireReconcileEqual(t, bin, cfgPath)
+	}
 	// Idle, the source sends heartbeats, which confirm the slot past the
 	// last change: the live check must see that (and accept it) at least
 	// once, or it never met the case it accounts for.
