@@ -139,6 +139,9 @@ func TestBoundedFileStatistics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := d.writePending(); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.w.Close(); err != nil {
 		t.Fatal(err)
 	}

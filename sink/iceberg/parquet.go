@@ -324,6 +324,14 @@ func primitiveValue(typ iceberg.Type, v any) (parquet.Value, error) {
 		if !ok {
 			return bad()
 		}
+		if p := t.Precision(); p <= 18 {
+			if n, ok := unscaledInt64(s, t.Scale()); ok {
+				if p <= 9 {
+					return parquet.Int32Value(int32(n)), nil
+				}
+				return parquet.Int64Value(n), nil
+			}
+		}
 		u, err := unscaledDecimal(s, t.Scale())
 		if err != nil {
 			return parquet.Value{}, err
@@ -401,6 +409,43 @@ func unscaledDecimal(s string, scale int) (*big.Int, error) {
 	return u, nil
 }
 
+// unscaledInt64 is unscaledDecimal for the plain decimal texts whose
+// unscaled value has at most 18 digits, without a big.Int; false for
+// anything else (unscaledDecimal then decides). The same as schema's
+// encoder's fast path.
+func unscaledInt64(s string, scale int) (int64, bool) {
+	i, neg := 0, false
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		neg, i = s[i] == '-', i+1
+	}
+	var v int64
+	digits, frac, dot := 0, 0, false
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.' && !dot:
+			dot = true
+		case c >= '0' && c <= '9':
+			if dot {
+				frac++
+			}
+			digits++
+			v = v*10 + int64(c-'0')
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || frac > scale || digits+scale-frac > 18 {
+		return 0, false
+	}
+	for ; frac < scale; frac++ {
+		v *= 10
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
 // fixedTwosComplement renders u big-endian in exactly n bytes.
 func fixedTwosComplement(u *big.Int, n int) []byte {
 	b := make([]byte, n)
@@ -424,9 +469,25 @@ type dataFileWriter struct {
 	tail *tailWriter
 	path string
 	w    *parquet.Writer
-	row  parquet.Row
 	rows int64
+	// pending rows are handed to w together (writeBatchRows, writeBatchBytes):
+	// parquet-go's cost per WriteRows call, per column, was most of a row's
+	// Parquet cost when rows went one at a time. vals backs pending;
+	// pendingBytes counts their byte-array values.
+	pending      []parquet.Row
+	vals         []parquet.Value
+	pendingBytes int
 }
+
+// writeBatchRows and writeBatchBytes bound the rows handed to parquet-go
+// at once. parquet-go closes a page only between WriteRows calls (it cuts
+// a call into chunks of 64 rows), so the bytes of one batch are what a
+// page can hold beyond its target size; readers refuse page headers over
+// 4 MiB (arrow-go), so a batch of large values is cut short.
+const (
+	writeBatchRows  = 64
+	writeBatchBytes = 64 << 10
+)
 
 // rowGroupRows bounds a row group. The row groups' offsets become the data
 // file's split offsets (iceberg-go reads them from the footer), so a reader
@@ -500,20 +561,47 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// add writes one row, given in Iceberg field order.
+// add writes one row, given in Iceberg field order. The row's values are
+// handed to parquet-go with the next rows (at the latest by finish): a
+// value that refers to memory (a text, a binary) must not change until
+// then. A value parquet-go refuses may so fail a later add or finish.
 func (d *dataFileWriter) add(vals []any) error {
-	d.row = d.row[:0]
+	start := len(d.vals)
 	var err error
 	// parquet-go wants the values in leaf order.
 	for _, i := range d.fs.order {
-		if d.row, err = d.fs.cols[i].appendTo(d.row, vals[i]); err != nil {
+		if d.vals, err = d.fs.cols[i].appendTo(d.vals, vals[i]); err != nil {
+			d.vals = d.vals[:start]
 			return err
 		}
 	}
-	if _, err := d.w.WriteRows([]parquet.Row{d.row}); err != nil {
-		return fmt.Errorf("iceberg: write parquet row: %w", err)
+	for _, v := range d.vals[start:] {
+		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
+			d.pendingBytes += len(v.ByteArray())
+		}
 	}
+	// A row's values stay where they are even when vals grows: a row
+	// refers to the array it was appended to.
+	d.pending = append(d.pending, d.vals[start:len(d.vals):len(d.vals)])
 	d.rows++
+	if len(d.pending) >= writeBatchRows || d.pendingBytes >= writeBatchBytes {
+		return d.writePending()
+	}
+	return nil
+}
+
+// writePending hands the pending rows to parquet-go, which copies their
+// values into its column buffers.
+func (d *dataFileWriter) writePending() error {
+	if len(d.pending) == 0 {
+		return nil
+	}
+	_, err := d.w.WriteRows(d.pending)
+	clear(d.pending)
+	d.pending, d.vals, d.pendingBytes = d.pending[:0], d.vals[:0], 0
+	if err != nil {
+		return fmt.Errorf("iceberg: write parquet rows: %w", err)
+	}
 	return nil
 }
 
@@ -537,6 +625,10 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 	var part map[int]any
 	if len(partition) > 0 {
 		part = partition[0]
+	}
+	if err := d.writePending(); err != nil {
+		d.abort(wfs)
+		return nil, err
 	}
 	if err := d.w.Close(); err != nil {
 		d.abort(wfs)
