@@ -20,6 +20,9 @@ type fetched struct {
 	// barrier (upsert mode): every partition stopped at the same truncate;
 	// next then points past it. The fetcher waits for resume.
 	barrier bool
+	// shape is the truncate's table version (a barrier's): the table is
+	// created from it when no change before the truncate created it.
+	shape *schema.Table
 	// resumed: some partition skipped to a reset marker (reset.go).
 	resumed bool
 }
@@ -31,6 +34,7 @@ type fetcher struct {
 	blocked  []bool  // stopped at a truncate (upsert)
 	truncAt  []int64 // offset of that truncate
 	truncPos []byte
+	truncTbl *schema.Table // the truncate's table version
 	// truncReset: the truncate the partitions stop at is a reset marker.
 	truncReset bool
 	resumed    bool // skipped to a reset marker since the last batch sent
@@ -67,7 +71,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 			for i := range f.next {
 				f.next[i] = f.truncAt[i] + 1
 			}
-			cur.barrier = true
+			cur.barrier, cur.shape = true, f.truncTbl
 			if err := send(); err != nil {
 				return err
 			}
@@ -163,6 +167,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 					}
 				}
 				f.blocked[p], f.truncAt[p], f.truncPos, f.truncReset = true, rec.Offset, c.position(), reset
+				f.truncTbl = c.table
 				return i, nil
 			}
 			// Truncates are written to every partition; the changelog records

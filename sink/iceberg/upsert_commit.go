@@ -373,13 +373,21 @@ func (w *tableWriter) dropPending() {
 // commitTruncate empties the table once every partition has reached the
 // same truncate: the changes buffered before it are moot, and one commit
 // removes every data and delete file and records next (past the truncate).
-func (w *tableWriter) commitTruncate(ctx context.Context, next []int64) error {
+// A table not created yet is created empty from the truncate's version
+// (shape), so its offsets move past the truncate although no change may
+// ever follow it.
+func (w *tableWriter) commitTruncate(ctx context.Context, next []int64, shape *schema.Table) error {
 	clear(w.buf)
 	w.buf, w.bufBytes = w.buf[:0], 0
 	if w.tbl == nil {
-		// Nothing to empty: the next data commit records the offsets.
-		copy(w.next, next)
-	} else if err := w.commitWith(ctx, next, w.attemptTruncate); err != nil {
+		if shape == nil {
+			return badData(fmt.Errorf("iceberg: %s: a truncate without a table version", w.cfg.Topic))
+		}
+		if err := w.createTable(ctx, shape); err != nil {
+			return err
+		}
+	}
+	if err := w.commitWith(ctx, next, w.attemptTruncate); err != nil {
 		return err
 	}
 	w.logger.Info("table truncated", "offsets", encodeOffsets(next))

@@ -271,7 +271,7 @@ func TestUpsertTruncateBarrier(t *testing.T) {
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.commitTruncate(t.Context(), []int64{2, 1}); err != nil {
+	if err := w.commitTruncate(t.Context(), []int64{2, 1}, kv); err != nil {
 		t.Fatal(err)
 	}
 	compareModel(t, model{}, scanTable(t, cat, w.cfg.Ident))

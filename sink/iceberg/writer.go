@@ -90,7 +90,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 		case b := <-in:
 			if b.barrier {
 				w.resumed = w.resumed || b.resumed
-				if err := w.commitTruncate(ctx, b.next); err != nil {
+				if err := w.commitTruncate(ctx, b.next, b.shape); err != nil {
 					return err
 				}
 				select {
@@ -261,6 +261,12 @@ func (w *tableWriter) ensureTable(ctx context.Context) error {
 	if first == nil {
 		return errors.New("iceberg: no change to create the table from")
 	}
+	return w.createTable(ctx, first)
+}
+
+// createTable creates the table (and namespace) with the shape of first,
+// or loads it when it exists.
+func (w *tableWriter) createTable(ctx context.Context, first *schema.Table) error {
 	ns := catalog.NamespaceFromIdent(w.cfg.Ident)
 	if err := w.s.cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return fmt.Errorf("iceberg: create namespace %v: %w", ns, err)
