@@ -32,10 +32,9 @@ type Config struct {
 	Snapshot bool
 	// SnapshotWorkers is how many chunks the initial load copies at once;
 	// default GOMAXPROCS, at least 2 and at most 4. The load is bound by
-	// cdcd's CPU (decoding and encoding, about 0.9 CPU-µs a row), not by one
-	// COPY: on 2 cores, 2 workers loaded as fast as 4 (1.10–1.19M against
-	// 1.16–1.21M rows/s) with 55 MB less peak RSS, the decoded rows of the
-	// chunks in flight.
+	// cdcd's CPU (decoding and encoding), not by one COPY, so workers past
+	// the cores add only the decoded rows of the chunks in flight to the
+	// peak RSS (docs/internals.md has the measurement).
 	SnapshotWorkers int
 	// SnapshotChunkRows is the target number of rows per chunk of the
 	// initial load (the unit of parallelism and of resumption); default

@@ -144,10 +144,9 @@ type chunkBatches chan *loadBuf
 
 // loadBuf is a load batch and the slab its rows' values are cut from.
 // Once the Emitter has taken a batch (it keeps nothing of it after Emit or
-// Submit returns) both go back to the load's free list for another batch: a
-// load allocated two large slices a batch, and their zeroing and the
-// collector work they paced took about a tenth of the load's CPU. The
-// positions are not recycled: an Emitter may keep them (its newest
+// Submit returns) both go back to the load's free list for another batch,
+// which saves two large slices a batch, their zeroing and the collector
+// work they pace. The positions are not recycled: an Emitter may keep them (its newest
 // positions, headers of records still being appended).
 type loadBuf struct {
 	changes []source.Change

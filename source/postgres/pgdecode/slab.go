@@ -6,9 +6,9 @@ import (
 
 // The initial load decodes millions of rows into []any, and boxing a value
 // in an interface allocates it on its own (an int64, a float64, a string's
-// header and its bytes): five to eight small allocations a row, which with
-// the collector work they pace were a fifth of the load's CPU. A slab
-// instead holds the load's scalar values in chunks of like values, and a
+// header and its bytes): five to eight small allocations a row, and the
+// collector work they pace (BENCHMARKS.md has the cost). A slab instead
+// holds the load's scalar values in chunks of like values, and a
 // row's interface values point into it: a few allocations per chunk.
 //
 // A slab never writes a value twice: a chunk is filled once and then left
