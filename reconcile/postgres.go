@@ -63,7 +63,7 @@ func OpenPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		p.Close()
 		return nil, err
 	}
-	p.cpu0 = procCPU(p.pid)
+	p.cpu0 = ProcessCPU(p.pid)
 	return p, nil
 }
 
@@ -97,12 +97,12 @@ func (p *Postgres) CPU() time.Duration {
 	if p.cpu0 == 0 && p.pid == 0 {
 		return 0
 	}
-	return procCPU(p.pid) - p.cpu0
+	return ProcessCPU(p.pid) - p.cpu0
 }
 
-// procCPU reads a process's user and system time from /proc (0 when it
+// ProcessCPU reads a process's user and system time from /proc (0 when it
 // cannot: another host, another platform).
-func procCPU(pid int) time.Duration {
+func ProcessCPU(pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0

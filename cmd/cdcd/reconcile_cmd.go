@@ -65,6 +65,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	defer startProfiles(logger)() // CDCD_CPUPROFILE, CDCD_HEAPPROFILE
 	opts := daemon.ReconcileOptions{Tables: tables, RepairTimeout: *repairTimeout,
 		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk}}
 	if *repair {
