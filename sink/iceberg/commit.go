@@ -67,6 +67,9 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 	for n := 1; ; n++ {
 		err := checkCatalog(w.s.cat)
 		if err == nil {
+			err = w.fence(w.tbl, props)
+		}
+		if err == nil {
 			err = attempt(ctx, props)
 		}
 		var na errNotAdopted
@@ -220,6 +223,9 @@ func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 	w.tbl = tbl
 	if hasCommit(tbl, id) {
 		return true, nil
+	}
+	if err := w.fence(tbl, nil); err != nil {
+		return false, err
 	}
 	now, snap, err := committedOffsets(tbl, w.s.cfg.Pipeline, w.partitions)
 	if err != nil {

@@ -124,6 +124,9 @@ func (h tableHandle) CommitMaintenance(ctx context.Context, tx *table.Transactio
 	if err := checkCatalog(w.s.cat); err != nil {
 		return err
 	}
+	if err := w.fence(w.tbl, nil); err != nil {
+		return err
+	}
 	before := w.tbl.CurrentSnapshot()
 	tbl, err := tx.Commit(ctx)
 	if err != nil {
@@ -193,6 +196,12 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 	w.pending = p
 	props := iceberg.Properties(w.offsetProps(w.committed))
 	props[PropCommitID], props[PropCompactionID] = r.ID, r.ID
+	if err := w.fence(w.tbl, props); err != nil {
+		w.dropPending()
+		w.forgetIntent(fs, intent)
+		w.discardAttempt(ctx, err)
+		return err
+	}
 	if err := w.produce(ctx, p, props); err != nil {
 		landed, serr := w.settle(ctx, r.ID)
 		switch {

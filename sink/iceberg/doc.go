@@ -58,6 +58,10 @@
 //	cdcd.commit-id        32 hex digits, unique per commit; a commit whose
 //	                      outcome is unknown is settled by looking for it
 //	cdcd.rows             "0" on commits that change no rows (offsets only)
+//	cdcd.owner-epoch      shared tables only (Config.Shared): the epoch of
+//	                      the sink process that owns the table; its claim
+//	                      carries a new one, a smaller one is refused
+//	                      (owner.go)
 //	cdcd.compaction-id    on a compaction's REPLACE snapshot (its commit id)
 //
 // The newest snapshot carrying cdcd.offsets is also tagged cdcd-offsets, so

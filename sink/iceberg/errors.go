@@ -35,6 +35,11 @@ var (
 	// reason and the fix (a *PauseError); it is looked at again every
 	// RetryInterval, so a fix made meanwhile resumes it.
 	ErrPaused = errors.New("iceberg: table paused")
+	// ErrFenced: another sink process owns the table now (Config.Shared):
+	// a newer owner epoch is in the table, so this process's commit is
+	// refused and its loop of the table ends (owner.go). A *PauseError
+	// wraps it, so it is also ErrPaused.
+	ErrFenced = errors.New("iceberg: fenced by a newer owner of the table")
 )
 
 // PauseError pauses one table: what happened (with where: table, column,

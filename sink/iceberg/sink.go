@@ -3,8 +3,10 @@ package iceberg
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -89,6 +91,12 @@ type Config struct {
 	// temporary reason (catalog or storage unreachable); past it the
 	// table's loop restarts after RetryInterval. Default 2m.
 	CommitBudget time.Duration
+	// Shared says other sink processes share these tables (the Kafka
+	// backend's role: sink): each table runs in the process that owns it
+	// (RunTable, not Run), which first claims it with a new owner epoch,
+	// and a commit of an owner whose epoch is no longer the table's newest
+	// is refused (ErrFenced; owner.go).
+	Shared bool
 }
 
 // Table modes.
@@ -213,26 +221,52 @@ func (s *Sink) Stats() []*TableStats {
 // so nothing is lost or doubled.
 func (s *Sink) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	for i, t := range s.cfg.Tables {
-		stats := s.stats[i]
-		logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
+	for _, t := range s.cfg.Tables {
 		g.Go(func() error {
-			for {
-				w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i]}
-				err := w.run(gctx)
-				if gctx.Err() != nil {
-					return nil
-				}
-				s.tableFailed(stats, logger, identString(t.Ident), err)
-				select {
-				case <-gctx.Done():
-					return nil
-				case <-time.After(s.cfg.RetryInterval):
-				}
+			if err := s.RunTable(gctx, t.Topic); err != nil && gctx.Err() == nil {
+				return err
 			}
+			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// RunTable runs the loop of the table of topic (as Run does for every
+// table) until ctx ends. With Config.Shared it claims the table first and
+// returns an error wrapping ErrFenced when a newer owner took it over.
+// REQUIRES: topic is one of Config.Tables, and no other RunTable of it
+// runs in this Sink.
+func (s *Sink) RunTable(ctx context.Context, topic string) error {
+	i := slices.IndexFunc(s.cfg.Tables, func(t TableConfig) bool { return t.Topic == topic })
+	if i < 0 {
+		return fmt.Errorf("iceberg: topic %s is not a table of this sink", topic)
+	}
+	t, stats := s.cfg.Tables[i], s.stats[i]
+	logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
+	var epoch int64
+	for {
+		var err error
+		if s.cfg.Shared && epoch == 0 {
+			epoch, err = s.claim(ctx, t, logger)
+		}
+		if err == nil {
+			w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i], epoch: epoch}
+			err = w.run(ctx)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.tableFailed(stats, logger, identString(t.Ident), err)
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.cfg.RetryInterval):
+		}
+	}
 }
 
 // tableFailed records why a table's loop stopped: paused (ErrPaused) or

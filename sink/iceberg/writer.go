@@ -56,6 +56,9 @@ type tableWriter struct {
 	// catchingUp: the last commit was forced by the buffer limits (a
 	// backlog), not by the commit interval: compaction waits.
 	catchingUp bool
+	// epoch is this process's owner epoch of a shared table (0: not
+	// shared); every commit carries it and checks it (owner.go).
+	epoch int64
 }
 
 func (w *tableWriter) run(ctx context.Context) error {
