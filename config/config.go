@@ -24,6 +24,11 @@ type Config struct {
 	Pipeline string `yaml:"pipeline"`
 	// DataDir holds the log, key indexes and local state. Default ./cdcd-data.
 	DataDir string `yaml:"data_dir"`
+	// Role is what this process runs: "all" (the source and the sink;
+	// default), "source" (the source into the log) or "sink" (tables from
+	// the log, shared with the pipeline's other sink processes). source and
+	// sink need log.backend: kafka (kafka.go).
+	Role string `yaml:"role"`
 
 	Source Source `yaml:"source"`
 	Log    Log    `yaml:"log"`

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Kafka configures the Kafka (or Redpanda) log backend: log.kafka, used
@@ -22,7 +23,19 @@ type Kafka struct {
 	// TransactionalID fences other sources of this pipeline: default
 	// cdcd-<pipeline>. Two pipelines on one cluster need different ones.
 	TransactionalID string `yaml:"transactional_id"`
+	// SessionTimeout: a sink process (role: sink) silent for this long
+	// loses its tables to the pipeline's other sink processes; default
+	// 10s, within the brokers' group.min.session.timeout.ms (6s) and
+	// group.max.session.timeout.ms.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 }
+
+// Roles of a process (role).
+const (
+	RoleAll    = "all"
+	RoleSource = "source"
+	RoleSink   = "sink"
+)
 
 // KafkaTLS configures TLS to the brokers. Every file is PEM; all optional
 // (the system's roots verify the brokers by default).
@@ -65,20 +78,32 @@ type SchemaRegistry struct {
 var saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 
 func (c *Config) kafkaDefaults(explicit func(string) bool) {
+	orDefault(&c.Role, RoleAll, explicit("role"))
 	k := c.Log.Kafka
 	if k == nil || c.Log.Backend != "kafka" {
 		return
 	}
 	orDefault(&k.ReplicationFactor, -1, explicit("log.kafka.replication_factor"))
 	orDefault(&k.TransactionalID, "cdcd-"+c.Pipeline, explicit("log.kafka.transactional_id"))
+	orDefault(&k.SessionTimeout, 10*time.Second, explicit("log.kafka.session_timeout"))
 	if s := k.SASL; s != nil {
 		s.Mechanism = strings.ToUpper(s.Mechanism)
 	}
 }
 
-// kafka validates log.kafka and schema_registry against log.backend.
+// kafka validates role, log.kafka and schema_registry against
+// log.backend.
 func (v *validator) kafka() {
 	k, reg := v.c.Log.Kafka, v.c.SchemaRegistry
+	switch v.c.Role {
+	case RoleAll:
+	case RoleSource, RoleSink:
+		if v.c.Log.Backend != "kafka" {
+			v.fail("role", ErrInvalid, "%s runs beside other cdcd processes of the pipeline, which share only a Kafka log: set log.backend: kafka, or role: all (one process with the embedded log)", v.c.Role)
+		}
+	default:
+		v.fail("role", ErrInvalid, "must be all, source or sink, got %s", shortQuote(v.c.Role))
+	}
 	if v.c.Log.Backend != "kafka" {
 		if k != nil {
 			v.fail("log.kafka", ErrInvalid, "is used only with log.backend: kafka (the backend is %s); remove it or set the backend", shortQuote(v.c.Log.Backend))
@@ -111,6 +136,9 @@ func (v *validator) kafkaBrokers(k *Kafka) {
 	}
 	if k.ReplicationFactor == 0 || k.ReplicationFactor < -1 || k.ReplicationFactor > 32767 {
 		v.fail("log.kafka.replication_factor", ErrInvalid, "must be from 1 to 32767, or -1 for the brokers' default; got %d", k.ReplicationFactor)
+	}
+	if k.SessionTimeout < time.Second || k.SessionTimeout > 30*time.Minute {
+		v.fail("log.kafka.session_timeout", ErrInvalid, "must be from 1s to 30m (and within the brokers' group.min/max.session.timeout.ms), got %s", k.SessionTimeout)
 	}
 	if strings.TrimSpace(k.TransactionalID) == "" {
 		v.fail("log.kafka.transactional_id", ErrInvalid, "must not be empty (default cdcd-<pipeline>)")

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const kafkaBlock = `  backend: kafka
@@ -39,6 +40,9 @@ func TestKafkaConfig(t *testing.T) {
 	if c.Log.Backend != "kafka" || len(k.Brokers) != 2 || k.TLS.CAFile != "/etc/cdcd/ca.pem" || k.SASL.Mechanism != "SCRAM-SHA-512" ||
 		k.SASL.Password != "kafka-s3cret" || k.ReplicationFactor != -1 || k.TransactionalID != "cdcd-shop" {
 		t.Fatalf("log.kafka = %+v", k)
+	}
+	if c.Role != RoleAll || k.SessionTimeout != 10*time.Second {
+		t.Fatalf("role %q, log.kafka.session_timeout %s: want the defaults all, 10s", c.Role, k.SessionTimeout)
 	}
 	if c.SchemaRegistry.URL != "https://cdcd:reg-s3cret@registry:8081" || c.SchemaRegistry.Password != "reg-s3cret" {
 		t.Fatalf("schema_registry = %+v", c.SchemaRegistry)
@@ -77,6 +81,9 @@ func TestKafkaConfigErrors(t *testing.T) {
 		{strings.TrimSuffix(base, registryBlock), "schema_registry.url", "required with log.backend: kafka"},
 		{edit(t, "  backend: embedded", "  backend: kafka"), "log.kafka", "required with log.backend: kafka"},
 		{edit(t, "  backend: embedded", "  backend: embedded\n  kafka: {brokers: [\"k:9092\"]}"), "log.kafka", "only with log.backend: kafka"},
+		{"role: sink\n" + edit(t, "  backend: embedded", "  backend: embedded"), "role", "set log.backend: kafka"},
+		{"role: worker\n" + base, "role", "must be all, source or sink"},
+		{swap(`brokers: ["kafka-1:9092", "kafka-2:9092"]`, `brokers: ["kafka-1:9092"]`+"\n    session_timeout: 100ms"), "log.kafka.session_timeout", "from 1s to 30m"},
 	} {
 		found := false
 		for _, e := range problems(t, c.src) {

@@ -59,6 +59,9 @@ type Daemon struct {
 	sampler *sampler                    // commit histograms
 	recon   reconciles                  // reconcile_run.go
 	life    atomic.Value                // string: a State* constant
+	// owners runs the tables of a sink process (role: sink;
+	// kafka_owners.go); nil otherwise.
+	owners atomic.Pointer[tableOwners]
 }
 
 // New opens the daemon's local state (the log, the registry, the catalog)
@@ -154,7 +157,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	d.sink = iceberg.New(iceberg.Config{
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,
 		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval,
-		Mode: ice.Mode, IndexDir: filepath.Join(cfg.DataDir, "index"),
+		Mode: ice.Mode, IndexDir: filepath.Join(cfg.DataDir, "index"), Shared: cfg.Role == config.RoleSink,
 		TargetFileSize: ice.Compaction.TargetFileSizeMB << 20,
 		Maintenance: iceberg.MaintenanceConfig{
 			RetainSnapshots: ice.Compaction.RetainSnapshots, SnapshotMaxAge: ice.Compaction.SnapshotMaxAge,

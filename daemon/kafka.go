@@ -45,6 +45,11 @@ func openLog(ctx context.Context, cfg *config.Config, logger *slog.Logger) (logB
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Role == config.RoleSink {
+		// A sink process writes no table topic: opening the transactional
+		// producer would fence the pipeline's source.
+		opts.TransactionalID = ""
+	}
 	return kafka.Open(ctx, opts, logger)
 }
 

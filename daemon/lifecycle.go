@@ -75,7 +75,7 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	d.logger.Info("cdcd starting", "pipeline", d.cfg.Pipeline, "tables", len(d.topics), "data_dir", d.cfg.DataDir,
+	d.logger.Info("cdcd starting", "pipeline", d.cfg.Pipeline, "role", d.cfg.Role, "tables", len(d.topics), "data_dir", d.cfg.DataDir,
 		"shutdown_deadline", d.cfg.Shutdown.Deadline)
 	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelRun(nil)
@@ -89,6 +89,10 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 
 	r := &runner{failed: make(chan error, 8), logger: d.logger}
 	src := r.start("source", srcCtx, func(ctx context.Context) error {
+		if !d.runsSource() {
+			<-ctx.Done()
+			return nil
+		}
 		if err := d.runSource(ctx); err != nil {
 			var se *postgres.SlotError
 			if errors.As(err, &se) {
@@ -101,17 +105,14 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 		}
 		return nil
 	})
-	sink := r.start("sink", sinkCtx, func(ctx context.Context) error {
-		if err := d.sink.Run(ctx); err != nil {
-			return fmt.Errorf("sink: %w", err)
-		}
-		return nil
-	})
+	sink := r.start("sink", sinkCtx, d.runSink)
 	aux := []*stage{
 		r.start("monitor", auxCtx, d.monitor.run),
 		r.start("stats", auxCtx, d.sampler.run),
-		r.start("resume", auxCtx, func(ctx context.Context) error { return d.emitter.resumeLoop(ctx, d.resumeEvery) }),
 		r.start("reconcile", auxCtx, d.reconcileLoop),
+	}
+	if d.runsSource() {
+		aux = append(aux, r.start("resume", auxCtx, func(ctx context.Context) error { return d.emitter.resumeLoop(ctx, d.resumeEvery) }))
 	}
 	if d.cfg.Admin.Enabled() {
 		srv, err := d.adminServer(d.cfg.Admin.Listen)

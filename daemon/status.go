@@ -20,6 +20,9 @@ type SlotStatus = postgres.SlotStatus
 type Status struct {
 	Pipeline string `json:"pipeline"`
 	Version  string `json:"version"`
+	// Role is the process's role (config role): all, source or sink. A
+	// sink process lists only the tables it runs now.
+	Role string `json:"role,omitempty"`
 	// State is one of the State* constants; Ready mirrors /readyz.
 	State  string        `json:"state"`
 	Ready  bool          `json:"ready"`
@@ -120,7 +123,7 @@ func (d *Daemon) lifecycleState() string {
 		return s
 	}
 	switch {
-	case d.reader.Stats().Streaming.Load():
+	case d.reader.Stats().Streaming.Load(), !d.runsSource():
 		return StateStreaming
 	case d.loading():
 		return StateLoading
@@ -138,7 +141,7 @@ func (d *Daemon) Status() Status {
 	state := d.lifecycleState()
 	load := ss.SnapshotProgress()
 	st := Status{
-		Pipeline: d.cfg.Pipeline, Version: Version, State: state, Ready: ready(state),
+		Pipeline: d.cfg.Pipeline, Version: Version, Role: d.cfg.Role, State: state, Ready: ready(state),
 		Uptime: time.Since(d.started).Round(time.Second).String(),
 		Source: SourceStatus{
 			Slot: slotName(d.cfg), Streaming: ss.Streaming.Load(), Events: ss.Events.Load(), SnapshotRows: ss.SnapshotRows.Load(),
@@ -158,6 +161,9 @@ func (d *Daemon) Status() Status {
 	}
 	sources := d.sourceTables()
 	for _, t := range d.sink.Stats() {
+		if !d.showsTable(t.Topic) {
+			continue
+		}
 		w := d.monitor.watch(t.Topic)
 		src := sources[t.Topic]
 		ts := TableStatus{Table: t.Table, Source: src, Topic: t.Topic, Rows: t.Rows.Load(), Commits: t.Commits.Load(),
