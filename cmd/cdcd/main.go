@@ -41,6 +41,7 @@ Usage:
   cdcd validate -c FILE [-print]        check a config file; print every problem with its line
                                         (-print: the effective config, defaults filled, secrets redacted)
   cdcd log SUBCOMMAND [-c FILE] ...     inspect the embedded log (topics, describe, consume, groups, ...)
+  cdcd log migrate -c FILE              move the embedded log to Kafka (FILE names Kafka)
   cdcd schema SUBCOMMAND [-c FILE] ...  inspect the schema registry; resolve refused schemas
   cdcd compact [-c FILE] TABLE          merge every small file of a table now (the daemon compacts in tiers on its own)
   cdcd snapshot [-c FILE] [--replace | --where SQL] TABLE...  re-read tables while they stream (--replace: repair the mirror)
@@ -75,6 +76,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "demo":
 		return demoCmd(ctx, args[1:], stdout, stderr, logger)
 	case "log":
+		if len(args) > 1 && args[1] == "migrate" {
+			return logMigrateCmd(ctx, args[2:], stdout, stderr, logger)
+		}
 		largs, err := withLogDir(args[1:])
 		if err != nil {
 			fmt.Fprintln(stderr, err)
