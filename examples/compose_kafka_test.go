@@ -11,9 +11,11 @@ import (
 	"github.com/cdcd-dev/cdcd/config"
 )
 
-// TestComposeKafkaProfile: the kafka profile adds Redpanda and a cdcd on
-// it, whose mounted config validates, names Redpanda's Kafka API and
-// schema registry, and waits for both; without the profile neither runs.
+// TestComposeKafkaProfile: the kafka profile adds Redpanda and the
+// pipeline on it as a source process and two sink processes, whose mounted
+// config validates for each role, names Redpanda's Kafka API and schema
+// registry and the shared lake, and which wait for what they need; without
+// the profile none runs.
 func TestComposeKafkaProfile(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -30,7 +32,7 @@ func TestComposeKafkaProfile(t *testing.T) {
 		}
 		return p
 	}
-	if p := load(); p.Services["redpanda"].Name != "" || p.Services["cdcd-kafka"].Name != "" {
+	if p := load(); p.Services["redpanda"].Name != "" || p.Services["cdcd-kafka"].Name != "" || p.Services["cdcd-kafka-sink-1"].Name != "" {
 		t.Fatal("the kafka profile's services run without the profile")
 	}
 	p := load("kafka")
@@ -38,40 +40,70 @@ func TestComposeKafkaProfile(t *testing.T) {
 	if !ok || !slices.Contains(rp.Command, "--advertise-kafka-addr=internal://redpanda:9092") || rp.HealthCheck == nil {
 		t.Fatalf("redpanda: %+v", rp)
 	}
-	ck, ok := p.Services["cdcd-kafka"]
-	if !ok {
-		t.Fatal("cdcd-kafka is missing")
-	}
-	for _, dep := range []string{"postgres", "redpanda"} {
-		if d, ok := ck.DependsOn[dep]; !ok || d.Condition != types.ServiceConditionHealthy {
-			t.Errorf("cdcd-kafka does not wait for %s to be healthy", dep)
+	// One source and two sink processes on one config, each its role from
+	// CDCD_ROLE, its own data_dir volume and admin port, one shared lake.
+	want := map[string]string{"cdcd-kafka": "source", "cdcd-kafka-sink-1": "sink", "cdcd-kafka-sink-2": "sink"}
+	ports, dataVolumes := map[string]string{}, map[string]string{}
+	for name, role := range want {
+		ck, ok := p.Services[name]
+		if !ok {
+			t.Fatalf("%s is missing", name)
 		}
-	}
-	var cfgPath string
-	for _, v := range ck.Volumes {
-		if v.Type == types.VolumeTypeBind && v.Target == "/etc/cdcd/cdcd.yaml" {
-			cfgPath = v.Source
+		deps := []string{"redpanda"}
+		if role == "source" {
+			deps = append(deps, "postgres")
 		}
-		if v.Type == types.VolumeTypeVolume {
-			if _, ok := p.Volumes[v.Source]; !ok {
-				t.Errorf("cdcd-kafka mounts the undeclared volume %s", v.Source)
+		for _, dep := range deps {
+			if d, ok := ck.DependsOn[dep]; !ok || d.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s does not wait for %s to be healthy", name, dep)
 			}
 		}
-	}
-	env := func(name string) (string, bool) {
-		v, ok := ck.Environment[name]
-		if !ok || v == nil {
-			return "", false
+		var cfgPath string
+		lake := false
+		for _, v := range ck.Volumes {
+			if v.Type == types.VolumeTypeBind && v.Target == "/etc/cdcd/cdcd.yaml" {
+				cfgPath = v.Source
+			}
+			if v.Type == types.VolumeTypeVolume {
+				if _, ok := p.Volumes[v.Source]; !ok {
+					t.Errorf("%s mounts the undeclared volume %s", name, v.Source)
+				}
+				switch v.Target {
+				case "/var/lib/cdcd":
+					if other := dataVolumes[v.Source]; other != "" {
+						t.Errorf("%s and %s share the data_dir volume %s", name, other, v.Source)
+					}
+					dataVolumes[v.Source] = name
+				case "/var/lib/cdcd-lake":
+					lake = v.Source == "cdcd-kafka-lake"
+				}
+			}
 		}
-		return *v, true
-	}
-	cfg, err := config.Load(cfgPath, config.WithLookupEnv(env))
-	if err != nil {
-		t.Fatalf("the kafka profile's config: %v", err)
-	}
-	if cfg.Log.Backend != "kafka" || !slices.Equal(cfg.Log.Kafka.Brokers, []string{"redpanda:9092"}) ||
-		cfg.SchemaRegistry.URL != "http://redpanda:8081" || cfg.Pipeline == "shop" {
-		t.Errorf("backend %s, brokers %v, registry %s, pipeline %s (must differ from the embedded demo's)",
-			cfg.Log.Backend, cfg.Log.Kafka.Brokers, cfg.SchemaRegistry.URL, cfg.Pipeline)
+		if !lake {
+			t.Errorf("%s does not mount the shared lake cdcd-kafka-lake at /var/lib/cdcd-lake", name)
+		}
+		for _, pt := range ck.Ports {
+			if other := ports[pt.Published]; other != "" {
+				t.Errorf("%s and %s publish the same port %s", name, other, pt.Published)
+			}
+			ports[pt.Published] = name
+		}
+		env := func(k string) (string, bool) {
+			v, ok := ck.Environment[k]
+			if !ok || v == nil {
+				return "", false
+			}
+			return *v, true
+		}
+		cfg, err := config.Load(cfgPath, config.WithLookupEnv(env))
+		if err != nil {
+			t.Fatalf("%s's config: %v", name, err)
+		}
+		if cfg.Role != role || cfg.Log.Backend != "kafka" || !slices.Equal(cfg.Log.Kafka.Brokers, []string{"redpanda:9092"}) ||
+			cfg.SchemaRegistry.URL != "http://redpanda:8081" || cfg.Pipeline == "shop" ||
+			cfg.Sink.Iceberg.Catalog.URI != "sqlite:///var/lib/cdcd-lake/catalog.db" {
+			t.Errorf("%s: role %s, backend %s, brokers %v, registry %s, pipeline %s (must differ from the embedded demo's), catalog %s",
+				name, cfg.Role, cfg.Log.Backend, cfg.Log.Kafka.Brokers, cfg.SchemaRegistry.URL, cfg.Pipeline, cfg.Sink.Iceberg.Catalog.URI)
+		}
 	}
 }
