@@ -119,6 +119,8 @@ func decodeFloat8(b []byte) (any, error) { return boxed(checkedFloat8(b)) }
 
 func readFloat8(b []byte) float64 { return math.Float64frombits(binary.BigEndian.Uint64(b)) }
 
+// DecodeString reads text as it is (text, varchar, json, enums, and every
+// type pgoutput sends as text).
 func DecodeString(b []byte) (any, error) { return string(b), nil }
 
 func decodeBytes(b []byte) (any, error) { return append([]byte{}, b...), nil }

@@ -88,6 +88,8 @@ type CopyParser struct {
 	done   bool // trailer seen
 }
 
+// Write parses the tuples b completes and keeps a partial one for the next
+// call; an error from Row or from malformed data ends the parse.
 func (p *CopyParser) Write(b []byte) (int, error) {
 	data := b
 	if len(p.buf) > 0 {

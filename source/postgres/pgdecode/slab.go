@@ -4,6 +4,9 @@ import (
 	"unsafe"
 )
 
+// Slab holds the initial load's scalar values for the rows' interface
+// values to point into.
+//
 // The initial load decodes millions of rows into []any, and boxing a value
 // in an interface allocates it on its own (an int64, a float64, a string's
 // header and its bytes): five to eight small allocations a row, and the
