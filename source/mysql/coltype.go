@@ -45,6 +45,8 @@ type colType struct {
 	// binaryJSON marks MySQL's JSON type, which the binlog carries as a
 	// binary document (MariaDB's JSON is text).
 	binaryJSON bool
+	// HasDefault: the column has a non-NULL DEFAULT (information schema).
+	HasDefault bool
 }
 
 // errUnsupportedType is wrapped by every "type not supported" error.
@@ -252,14 +254,14 @@ func (t *colType) defaultSourceType() string {
 // MariaDB CHECK (json_valid(col)) makes a longtext a JSON column).
 type infoColumn struct {
 	Name, DataType, ColumnType, Charset, Extra string
-	Nullable                                   bool
+	Nullable, HasDefault                       bool
 	Precision, Scale, FSP, OctetLength         int64
 	JSONCheck                                  bool
 }
 
 // fromInfo describes a column as the information schema gives it.
 func fromInfo(c infoColumn) (colType, error) {
-	t := colType{Name: c.Name, Nullable: c.Nullable, SourceType: c.ColumnType, Charset: c.Charset,
+	t := colType{Name: c.Name, Nullable: c.Nullable, SourceType: c.ColumnType, Charset: c.Charset, HasDefault: c.HasDefault,
 		Unsigned:  strings.Contains(c.ColumnType, "unsigned"),
 		Generated: strings.Contains(strings.ToUpper(c.Extra), "GENERATED")}
 	dt := strings.ToLower(c.DataType)

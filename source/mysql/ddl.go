@@ -8,6 +8,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // stmtKind is what a binlogged statement means to the reader. cdcd parses
@@ -202,7 +203,35 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 		if err != nil {
 			return &connError{err}
 		}
+		if err := s.reReadAdded(ctx, d, nd); err != nil {
+			return err
+		}
 		s.captured[qn] = nd
 	}
 	return nil
+}
+
+// reReadAdded queues a snapshot of a table a DDL statement added columns
+// with a default to: the rows already there hold the default (MariaDB's
+// instant ADD COLUMN, or a copy that the binlog does not carry), and no
+// row event is ever sent for them.
+func (s *streamer) reReadAdded(ctx context.Context, old, cur *tableDesc) error {
+	var cols []string
+	for _, c := range cur.cols {
+		if c.HasDefault && !c.Generated && old.table.ColumnIndex(c.Name) < 0 {
+			cols = append(cols, c.Name)
+		}
+	}
+	if len(cols) == 0 {
+		return nil
+	}
+	qn := cur.qualified()
+	s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
+		"table", qn, "columns", cols)
+	if s.r.inc.Queued(qn) {
+		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns were added lack their default; "+
+			"when it ends, run cdcd snapshot -c FILE "+qn, "table", qn, "columns", cols)
+		return nil
+	}
+	return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
 }

@@ -269,7 +269,7 @@ func describeTable(ctx context.Context, db *sql.DB, flavor, dbName, name string)
 	qn := dbName + "." + name
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IFNULL(CHARACTER_SET_NAME, ''), EXTRA,
 		IS_NULLABLE = 'YES', IFNULL(NUMERIC_PRECISION, 0), IFNULL(NUMERIC_SCALE, 0), IFNULL(DATETIME_PRECISION, 0),
-		IFNULL(CHARACTER_OCTET_LENGTH, 0)
+		IFNULL(CHARACTER_OCTET_LENGTH, 0), IFNULL(COLUMN_DEFAULT, 'NULL') <> 'NULL'
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, dbName, name)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: describe %s: %w", qn, err)
@@ -278,7 +278,7 @@ func describeTable(ctx context.Context, db *sql.DB, flavor, dbName, name string)
 	for rows.Next() {
 		var c infoColumn
 		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Extra, &c.Nullable, &c.Precision, &c.Scale,
-			&c.FSP, &c.OctetLength); err != nil {
+			&c.FSP, &c.OctetLength, &c.HasDefault); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("mysql: describe %s: %w", qn, err)
 		}
