@@ -132,27 +132,31 @@ func (in *incStream) committed(xid uint32, lsn uint64) {
 }
 
 // message handles a logical decoding message; true when it was a
-// watermark of this pipeline.
-func (in *incStream) message(m *pglogrepl.LogicalDecodingMessageV2) bool {
+// watermark (a message with its prefix).
+func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMessageV2) (bool, error) {
 	if in == nil || m.Prefix != watermarkPrefix {
-		return false
+		return false, nil
 	}
 	slot, id, ok := strings.Cut(string(m.Content), " ")
 	if !ok || slot != in.s.r.cfg.Slot {
-		return true // another pipeline's
+		return true, nil // another pipeline's
 	}
 	s := in.s
 	if !s.inTx {
-		return true // written transactional; never outside a transaction
+		return true, nil // written transactional; never outside a transaction
 	}
 	lsn := s.tx.commitLSN
 	rows := in.eng.Watermark(id, pgpos.New(lsn, 0))
 	if len(rows) == 0 {
-		return true
+		return true, nil
 	}
 	t := s.r.known.intern(rows[0].Table)
 	for i := range rows {
 		rows[i].Table, rows[i].LSN = t, lsn
+	}
+	rows, err := in.submit(ctx, rows)
+	if err != nil {
+		return true, err
 	}
 	// A chunk is a batch of its own: flushed next (its rows are in memory
 	// already; adding up their bytes cost 5% of a snapshot's CPU).
@@ -161,7 +165,33 @@ func (in *incStream) message(m *pglogrepl.LogicalDecodingMessageV2) bool {
 		s.batchAt = time.Now()
 	}
 	s.batch = append(s.batch, rows...)
-	return true
+	return true, nil
+}
+
+// submit hands a chunk's rows but the last to an Emitter that pipelines
+// (source.Pipeliner), behind the batch so far, without waiting for them to
+// be durable: the stream goes on while the log syncs. The last row stays in
+// the batch, so the watermark's transaction is confirmed only after the
+// next flush's Emit, whose sync covers everything submitted before it. It
+// returns what is left for the batch.
+func (in *incStream) submit(ctx context.Context, rows []source.Change) ([]source.Change, error) {
+	s := in.s
+	p, ok := s.emit.(source.Pipeliner)
+	if !ok || len(rows) < 2 {
+		return rows, nil
+	}
+	if len(s.batch) > 0 {
+		if err := p.Submit(ctx, s.batch); err != nil {
+			return nil, err
+		}
+		s.r.stats.Events.Add(int64(len(s.batch)))
+		clear(s.batch)
+		s.batch, s.batchSize = s.batch[:0], 0
+	}
+	if err := p.Submit(ctx, rows[:len(rows)-1]); err != nil {
+		return nil, err
+	}
+	return rows[len(rows)-1:], nil
 }
 
 // observe passes the changes batch[from:] through the engine (windows,

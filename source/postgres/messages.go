@@ -147,8 +147,8 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 		}
 		return s.truncate(&m.TruncateMessage)
 	case *pglogrepl.LogicalDecodingMessageV2:
-		if s.inc.message(m) {
-			return nil
+		if ok, err := s.inc.message(ctx, m); ok || err != nil {
+			return err
 		}
 		if m.Transactional && s.inTx {
 			return s.transactionalMessage(m, skip(m.Xid))
