@@ -46,6 +46,10 @@ type suite struct {
 	version int
 	kills   int // the CI default
 	points  []string
+	// snapshots runs the incremental-snapshot phase (snapshots_test.go):
+	// a table added to the running pipeline, another re-snapshotted on
+	// demand, both under the workload and the kills.
+	snapshots bool
 }
 
 var upsertPoints = []string{"after-data-file", "after-puffin-file", "before-catalog-commit", "after-catalog-commit", "after-compaction-commit"}
@@ -54,6 +58,7 @@ var suites = []suite{
 	{name: "upsert-v3", mode: "upsert", version: 3, kills: 20, points: upsertPoints},
 	{name: "upsert-v2", mode: "upsert", version: 2, kills: 6, points: upsertPoints},
 	{name: "changelog", mode: "append", version: 3, kills: 6, points: []string{"before-catalog-commit", "after-catalog-commit"}},
+	{name: "snapshots", mode: "upsert", version: 3, kills: 6, points: upsertPoints, snapshots: true},
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -121,7 +126,13 @@ func TestCrash(t *testing.T) {
 	}
 }
 
-func writeConfig(t *testing.T, s suite, dir, dsn, slot, admin string) string {
+// writeConfig writes the daemon's config capturing captured (names in
+// tables) and returns its path.
+func writeConfig(t *testing.T, s suite, dir, dsn, slot, admin string, captured []string) string {
+	qualified := make([]string, len(captured))
+	for i, n := range captured {
+		qualified[i] = "public." + n
+	}
 	cfg := fmt.Sprintf(`pipeline: crash
 data_dir: %q
 source:
@@ -129,10 +140,10 @@ source:
     dsn: %q
     slot: %s
     publication: %s
-    tables: [public.acct, public.item, public.bulk, public.evt]
+    tables: [%s]
     snapshot: initial
     heartbeat_interval: 300ms
-log:
+%slog:
   partitions: 4
 sink:
   iceberg:
@@ -145,7 +156,7 @@ admin:
   listen: %q
 shutdown:
   deadline: 20s
-`, dir, dsn+"&logical_decoding_work_mem=64kB", slot, slot, s.mode, s.version, admin)
+`, dir, dsn+"&logical_decoding_work_mem=64kB", slot, slot, strings.Join(qualified, ", "), incrementalConfig(s), s.mode, s.version, admin)
 	path := filepath.Join(dir, "cdcd.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -180,7 +191,8 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 
 	dir := t.TempDir()
 	admin := cdcdtest.FreeAddr(t)
-	cfgPath := writeConfig(t, s, dir, dsn, names.Slot, admin)
+	cfgPath := writeConfig(t, s, dir, dsn, names.Slot, admin, capturedAtStart(s))
+	phase := newSnapshotPhase(s, bin, cfgPath, kills)
 	logFile, err := os.Create(filepath.Join(dir, "daemon.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +267,10 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 			random++
 		}
 		fmt.Fprintf(logFile, "---- crash suite: kill %d/%d (failpoint %q)\n", i+1, kills, armed)
+		if phase.addNow(i) {
+			writeConfig(t, s, dir, dsn, names.Slot, admin, tables)
+			fmt.Fprintf(logFile, "---- crash suite: %s added to the config\n", phase.added)
+		}
 		select {
 		case err := <-workErr:
 			t.Fatal(err)
@@ -269,7 +285,14 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 			}
 			armed = fmt.Sprintf("sink.%s@%d", p, 1+rng.IntN(3))
 		}
+		if phase.replaceNow(i) {
+			armed = "" // the request needs a daemon that answers
+		}
 		c = cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
+		if phase.replaceNow(i) {
+			phase.requestReplace(t, c)
+			fmt.Fprintf(logFile, "---- crash suite: replacing snapshot of %s requested\n", phase.replaced)
+		}
 	}
 	close(stopWork)
 	if err := <-workErr; err != nil {
@@ -306,7 +329,7 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 				t.Fatalf("table %s paused: %s", tb.Table, tb.PausedReason)
 			}
 		}
-		return st.CaughtUp(lsn)
+		return st.CaughtUp(lsn) && phase.settled(t, st)
 	})
 	caughtUp := time.Now()
 	if rc != nil {
@@ -449,6 +472,7 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		t.Log(l)
 	}
 	t.Logf("what the daemon went through: %s", logEvents(string(b)))
+	phase.check(t, string(b))
 	// Nothing in this workload should pause a table, even for a while
 	// (a table that failed and was retried 30 s later): say why.
 	shown := 0

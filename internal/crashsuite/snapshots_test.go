@@ -1,0 +1,137 @@
+package crashsuite
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/cdcdtest"
+)
+
+// The snapshots phase (issue 17): while the workload runs and the daemon
+// is killed, a table is added to the config (snapshotted by the next
+// start) and another is re-snapshotted on demand (cdcd snapshot
+// --replace). The snapshots read slowly in small chunks, so the kills land
+// in them; each start resumes them. The round's checks then hold as for
+// the other configurations: every table equal to its source, nothing
+// duplicated, the key index right, the slot never ahead of the log.
+type snapshotPhase struct {
+	on           bool
+	bin, cfgPath string
+	addAt        int    // the added table is in the config from the start after this kill
+	replaceAt    int    // the replacing snapshot is requested at the start after this kill
+	added        string // of tables
+	replaced     string
+}
+
+// snapshotChunkRows and snapshotRowsPerSecond make the snapshots of the
+// preloaded tables (thousands of rows) last seconds, as long as a few
+// kills.
+const (
+	snapshotChunkRows     = 200
+	snapshotRowsPerSecond = 1500
+)
+
+func newSnapshotPhase(s suite, bin, cfgPath string, kills int) *snapshotPhase {
+	if !s.snapshots {
+		return &snapshotPhase{addAt: -1, replaceAt: -1}
+	}
+	return &snapshotPhase{on: true, bin: bin, cfgPath: cfgPath, addAt: min(1, kills-1), replaceAt: kills / 2,
+		added: "bulk", replaced: "acct"}
+}
+
+// capturedAtStart is what the config captures at the first start: all
+// tables, but the one the snapshots phase adds later.
+func capturedAtStart(s suite) []string {
+	if !s.snapshots {
+		return tables
+	}
+	return slices.DeleteFunc(slices.Clone(tables), func(n string) bool { return n == "bulk" })
+}
+
+// incrementalConfig is the source's incremental-snapshot settings.
+func incrementalConfig(s suite) string {
+	if !s.snapshots {
+		return ""
+	}
+	return fmt.Sprintf("    incremental: {chunk_rows: %d, max_rows_per_second: %d}\n", snapshotChunkRows, snapshotRowsPerSecond)
+}
+
+func (p *snapshotPhase) addNow(kill int) bool     { return p.on && kill == p.addAt }
+func (p *snapshotPhase) replaceNow(kill int) bool { return p.on && kill == p.replaceAt }
+
+// requestReplace asks the daemon c for a replacing snapshot with the
+// CLI, as a user would, retrying while it starts.
+func (p *snapshotPhase) requestReplace(t *testing.T, c *cdcdtest.Child) {
+	t.Helper()
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if c.Exited() {
+			t.Fatalf("cdcd exited before the snapshot could be requested: %v", c.ExitErr())
+		}
+		cmd := exec.Command(p.bin, "snapshot", "-c", p.cfgPath, "--replace", "public."+p.replaced)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err = cmd.Run(); err == nil {
+			return
+		}
+		out = b.Bytes()
+	}
+	t.Fatalf("cdcd snapshot --replace public.%s: %v: %s", p.replaced, err, out)
+}
+
+// settled reports whether no snapshot is queued or running; a failed one
+// fails the test.
+func (p *snapshotPhase) settled(t *testing.T, st daemon.Status) bool {
+	for _, s := range st.Snapshots {
+		if s.State == "failed" {
+			t.Fatalf("snapshot of %s failed: %s", s.Table, s.Error)
+		}
+		if s.Finished.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// check requires, from the daemon's log, that both snapshots ran to the
+// end once each (resumed across kills, not started over) and that a kill
+// met at least one of them.
+func (p *snapshotPhase) check(t *testing.T, daemonLog string) {
+	t.Helper()
+	if !p.on {
+		return
+	}
+	killedIn := 0
+	for _, name := range []string{p.added, p.replaced} {
+		table := "table=public." + name
+		started, done := 0, 0
+		running := false
+		for line := range strings.Lines(daemonLog) {
+			switch {
+			case strings.Contains(line, `msg="snapshot started"`) && strings.Contains(line, table+" "):
+				started++
+				running = true
+			case strings.Contains(line, `msg="snapshot done"`) && strings.Contains(line, table+" "):
+				done++
+				running = false
+			case strings.HasPrefix(line, "---- crash suite: kill") && running:
+				killedIn++
+			}
+		}
+		if started != 1 || done != 1 {
+			t.Errorf("the snapshot of public.%s started %d times and finished %d times, want once each", name, started, done)
+		}
+	}
+	if killedIn == 0 {
+		t.Errorf("no kill met a running snapshot")
+	}
+	t.Logf("snapshots: public.%s added at the start after kill %d, public.%s replaced from the start after kill %d; %d kills met a running snapshot",
+		p.added, p.addAt+1, p.replaced, p.replaceAt+1, killedIn)
+}
