@@ -35,11 +35,12 @@ type mirror struct {
 	errs    []string
 	notify  chan struct{}
 	history map[string][]string // key (rendered) -> what happened to it
+	faults  map[string][]string // table -> reasons it was stopped for
 }
 
 func newMirror(parts int32) *mirror {
 	return &mirror{parts: parts, last: map[string][]source.Position{}, rows: map[string]map[string][]any{},
-		deleted: map[string][]any{}, history: map[string][]string{}, resets: map[string]int{}, notify: make(chan struct{}, 1)}
+		deleted: map[string][]any{}, history: map[string][]string{}, resets: map[string]int{}, faults: map[string][]string{}, notify: make(chan struct{}, 1)}
 }
 
 func (m *mirror) Emit(_ context.Context, batch []source.Change) error {
@@ -57,6 +58,10 @@ func (m *mirror) Emit(_ context.Context, batch []source.Change) error {
 
 func (m *mirror) apply(c *source.Change) {
 	qn := c.Table.QualifiedName()
+	if c.Fault != nil && c.Before == nil && c.After == nil { // the whole table stops, as the emitter pauses it
+		m.faults[qn] = append(m.faults[qn], c.Fault.Reason)
+		return
+	}
 	last := m.last[qn]
 	if last == nil {
 		last = make([]source.Position, m.parts)
