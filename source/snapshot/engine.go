@@ -184,7 +184,8 @@ type Engine struct {
 	state  State
 	logger *slog.Logger
 
-	saveMu sync.Mutex // serialises saves (each marshals the newest state)
+	saveMu sync.Mutex // serialises saves (each marshals the newest state) and loads
+	loaded bool       // guarded by saveMu: the saved state was read
 
 	mu      sync.Mutex
 	runs    []*run
@@ -212,6 +213,23 @@ func New(cfg Config, state State, logger *slog.Logger) *Engine {
 // Load (re)reads the saved state, dropping what a session that ended kept
 // in memory beyond it. Call it before a session's stream starts.
 func (e *Engine) Load(ctx context.Context) error {
+	e.saveMu.Lock()
+	defer e.saveMu.Unlock()
+	return e.loadLocked(ctx)
+}
+
+// loadedLocked reads the saved state when nothing has yet: a request can
+// come (the admin API, the signal table) before the source's first session
+// starts, and a save without the state would drop the runs saved before a
+// restart. Called with saveMu held.
+func (e *Engine) loadedLocked(ctx context.Context) error {
+	if e.loaded {
+		return nil
+	}
+	return e.loadLocked(ctx)
+}
+
+func (e *Engine) loadLocked(ctx context.Context) error {
 	b, err := e.state.Load(ctx, e.cfg.StateKey)
 	if err != nil {
 		return err
@@ -233,6 +251,7 @@ func (e *Engine) Load(ctx context.Context) error {
 	clear(e.shapes)
 	e.session = newID()
 	e.active.Store(len(e.runs) > 0)
+	e.loaded = true
 	return nil
 }
 
@@ -241,6 +260,9 @@ func (e *Engine) Load(ctx context.Context) error {
 func (e *Engine) Submit(ctx context.Context, reqs ...Request) error {
 	e.saveMu.Lock()
 	defer e.saveMu.Unlock()
+	if err := e.loadedLocked(ctx); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	for _, req := range reqs {
 		if err := e.acceptLocked(req); err != nil {
@@ -350,6 +372,9 @@ func (e *Engine) Signalled(ctx context.Context, id string) (bool, error) {
 func (e *Engine) update(ctx context.Context, fn func()) error {
 	e.saveMu.Lock()
 	defer e.saveMu.Unlock()
+	if err := e.loadedLocked(ctx); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	fn()
 	b, err := e.marshalLocked()

@@ -463,3 +463,31 @@ func TestUnchangedBeforeTheBound(t *testing.T) {
 		t.Fatalf("emitted %v: key 9 was never read", got)
 	}
 }
+
+// TestRequestBeforeLoad: a request that comes after a restart but before
+// the source's first session has loaded the saved state (the admin API
+// answers first) keeps the runs saved before the restart.
+func TestRequestBeforeLoad(t *testing.T) {
+	st := &memState{}
+	e := New(Config{StateKey: "inc"}, st, slog.New(slog.DiscardHandler))
+	if err := e.Submit(t.Context(), Request{Table: "public.a", Replace: true, Origin: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := New(Config{StateKey: "inc"}, st, slog.New(slog.DiscardHandler))
+	if err := restarted.Submit(t.Context(), Request{Table: "public.b", Origin: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Submit(t.Context(), Request{Table: "public.a"}); err == nil {
+		t.Error("a second run of public.a was accepted: the saved one was not seen")
+	}
+	if err := restarted.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for _, p := range restarted.Progress() {
+		tables = append(tables, p.Table)
+	}
+	if !slices.Equal(tables, []string{"public.a", "public.b"}) {
+		t.Errorf("runs after the restart: %v, want public.a (saved before it) and public.b", tables)
+	}
+}
