@@ -207,6 +207,13 @@ func (s *session) prepareSlot(ctx context.Context) (uint64, error) {
 			// The last run stopped before the load emitted anything: start
 			// over on a new slot, whose exported snapshot is exact.
 			s.logger.Info("initial load did not start before the last stop; creating the slot again")
+			// Recorded as being created before it is dropped: a stop from
+			// here until the new slot is recorded finds no slot, or one it
+			// made, and creates it again (not "the slot is gone").
+			s.st.SlotCreated, s.st.Creating = false, s.cfg.Slot
+			if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
+				return 0, err
+			}
 			if err := pglogrepl.DropReplicationSlot(ctx, s.repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
 				return 0, fmt.Errorf("postgres: drop unused slot %s: %w", s.cfg.Slot, err)
 			}
