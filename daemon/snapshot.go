@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -190,7 +192,8 @@ func (d *Daemon) applyIncremental(src string, ts *TableStatus) {
 	if !ok {
 		return
 	}
-	ts.Snapshot = SnapshotStatus{Rows: p.Rows, Estimated: p.Estimated, Percent: p.Percent, Done: false}
+	ts.Snapshot = SnapshotStatus{Rows: p.Rows, Estimated: p.Estimated, Percent: p.Percent, Incremental: p.State,
+		RowsPerSecond: math.Round(p.RowsPerSecond), ETASeconds: p.ETA.Round(time.Second).Seconds()}
 }
 
 // snapshotCollector exports incremental snapshots' progress.
@@ -203,10 +206,11 @@ var (
 	descIncEst     = desc("cdcd_table_incremental_snapshot_rows_estimated", "Rows PostgreSQL estimated when the table's incremental snapshot started.", "table")
 	descIncRunning = desc("cdcd_table_incremental_snapshot_running", "1 while the table's incremental snapshot runs, 0 while it waits in the queue or is paused.", "table")
 	descIncRate    = desc("cdcd_table_incremental_snapshot_rows_per_second", "Rows per second the table's incremental snapshot read since it started in this process.", "table")
+	descIncETA     = desc("cdcd_table_incremental_snapshot_eta_seconds", "Seconds the table's incremental snapshot needs at its rate to read the rows estimated; 0 when unknown.", "table")
 )
 
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descIncRows, descIncEst, descIncRunning, descIncRate} {
+	for _, d := range []*prometheus.Desc{descIncRows, descIncEst, descIncRunning, descIncRate, descIncETA} {
 		ch <- d
 	}
 }
@@ -227,5 +231,6 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, descIncEst, float64(p.Estimated), name)
 		gauge(ch, descIncRunning, b2f(p.State == "running"), name)
 		gauge(ch, descIncRate, p.RowsPerSecond, name)
+		gauge(ch, descIncETA, p.ETA.Seconds(), name)
 	}
 }

@@ -104,7 +104,8 @@ type TableStatus struct {
 	CommitError string `json:"commit_error,omitempty"`
 }
 
-// SnapshotStatus is one table's initial-load progress.
+// SnapshotStatus is one table's initial-load progress, or its incremental
+// snapshot's while one is queued or runs.
 type SnapshotStatus struct {
 	// Rows loaded since start; Estimated from pg_class.reltuples (0 when
 	// unknown); Percent is 100 once the load is over, -1 when unknown.
@@ -112,6 +113,12 @@ type SnapshotStatus struct {
 	Estimated int64   `json:"estimated"`
 	Percent   float64 `json:"percent"`
 	Done      bool    `json:"done"`
+	// Incremental: the rate and the time left at it (0 when unknown) of
+	// the table's incremental snapshot, and its state (queued, running,
+	// paused).
+	Incremental   string  `json:"incremental,omitempty"`
+	RowsPerSecond float64 `json:"rows_per_second,omitempty"`
+	ETASeconds    float64 `json:"eta_seconds,omitempty"`
 }
 
 func formatLSN(v uint64) string { return fmt.Sprintf("%X/%X", v>>32, uint32(v)) }

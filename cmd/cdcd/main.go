@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/daemon"
@@ -202,6 +203,10 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	term := newTermLine(stderr)
+	if term != nil {
+		logger = newLogger(term) // the log above the progress line
+	}
 	applyMemoryLimit()
 	stopProfiles := startProfiles(logger)
 	defer stopProfiles()
@@ -210,7 +215,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 		logger.Error("cannot start", "err", err)
 		return exitFailure
 	}
+	stopProgress := term.follow(ctx, d.Status, time.Second)
 	err = d.Run(ctx, daemon.WithHardStop(hardStopOf(ctx)))
+	stopProgress()
 	if errors.Is(err, daemon.ErrHardStop) {
 		// Components may still be running: exit without waiting for them.
 		logger.Error("hard stop", "err", err, "what_to_do", "nothing: restarting is safe")
@@ -234,7 +241,12 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logge
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	err := demo.Run(ctx, demo.Options{DataDir: *dir, Keep: *keep, Out: stdout}, logger)
+	opts := demo.Options{DataDir: *dir, Keep: *keep, Out: stdout}
+	if term := newTermLine(stdout); term != nil {
+		opts.Out = term // the narrative above the progress line
+		opts.Progress = func(status func() daemon.Status) func() { return term.follow(ctx, status, time.Second) }
+	}
+	err := demo.Run(ctx, opts, logger)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		logger.Error("demo failed", "err", err)
 		return exitFailure

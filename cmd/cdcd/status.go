@@ -211,15 +211,24 @@ func renderTrouble(w io.Writer, st daemon.Status, now time.Time) bool {
 	return trouble
 }
 
-// progressBar draws a table's initial-load progress.
+// progressBar draws a table's initial-load progress, or its incremental
+// snapshot's with the rows read, the rate and the time left.
 func progressBar(s daemon.SnapshotStatus) string {
 	const width = 20
-	if s.Percent < 0 {
-		return fmt.Sprintf("%s rows loaded", thousands(s.Rows))
+	bar := fmt.Sprintf("%s rows loaded", thousands(s.Rows))
+	if s.Percent >= 0 {
+		pct := math.Floor(s.Percent) // 99.9% is not done
+		filled := int(pct / 100 * width)
+		bar = fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct)
 	}
-	pct := math.Floor(s.Percent) // 99.9% is not done
-	filled := int(pct / 100 * width)
-	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct)
+	if s.Incremental == "" {
+		return bar
+	}
+	bar = fmt.Sprintf("snapshot %s %s", s.Incremental, bar)
+	if s.Percent >= 0 {
+		bar += fmt.Sprintf(" %s rows", thousands(s.Rows))
+	}
+	return bar + rateText(s.RowsPerSecond, s.ETASeconds)
 }
 
 // ago renders an RFC 3339 time as "3s ago"; "never" when empty.

@@ -29,6 +29,9 @@ type Options struct {
 	Keep bool
 	// Out receives the narrative and the summary.
 	Out io.Writer
+	// Progress, when set, shows the daemon's progress (cdcd demo on a
+	// terminal) until the func it returns is called.
+	Progress func(status func() daemon.Status) (stop func())
 }
 
 // marker is the file that says a directory holds a demo, so Run only ever
@@ -86,6 +89,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		return err
 	}
 	defer d.Close()
+	if opts.Progress != nil {
+		defer opts.Progress(d.Status)()
+	}
 	dctx, stopDaemon := context.WithCancel(ctx)
 	defer stopDaemon()
 	done := make(chan error, 1)
