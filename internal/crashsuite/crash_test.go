@@ -243,10 +243,11 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	armed := ""
-	if rng.IntN(3) == 0 {
+	if rng.IntN(3) == 0 && !phase.on {
 		armed = "source.after-slot-created"
 	}
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
+	phase.begin(t, c)
 	var rc *reconciler
 	if s.mode == "upsert" {
 		rc = startReconciler(bin, cfgPath)
@@ -256,6 +257,9 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
 		if armed != "" {
 			wait += 3 * time.Second // give the point time to be reached
+		}
+		if phase.waitSnapshot(t, i, c) {
+			wait = 0 // killed mid-snapshot
 		}
 		if c.Wait(wait) {
 			if !c.KilledBySIGKILL() || armed == "" {

@@ -86,6 +86,50 @@ func (p *snapshotPhase) requestReplace(t *testing.T, c *cdcdtest.Child) {
 	t.Fatalf("cdcd snapshot --replace public.%s: %v: %s", p.replaced, err, out)
 }
 
+// begin waits until the first daemon streams: the phase is about the
+// snapshots, so no kill lands while the slot is being created (which waits
+// for the workload's long transactions).
+func (p *snapshotPhase) begin(t *testing.T, c *cdcdtest.Child) {
+	t.Helper()
+	if p.on {
+		c.WaitUntil(t, "streaming", 2*time.Minute, func() bool {
+			st, err := c.Status()
+			return err == nil && st.Source.Streaming
+		})
+	}
+}
+
+// waitSnapshot, before the kill after the one that added a table and the
+// one that requested a snapshot, waits until a snapshot has rows read and
+// is still running, so that kill lands mid-snapshot, and reports whether
+// it found one (not when the daemon died at its failpoint first, or the
+// snapshots ended before a poll saw them).
+func (p *snapshotPhase) waitSnapshot(t *testing.T, kill int, c *cdcdtest.Child) bool {
+	t.Helper()
+	if !p.on || kill != p.addAt+1 && kill != p.replaceAt+1 {
+		return false
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !c.Exited(); time.Sleep(20 * time.Millisecond) {
+		st, err := c.Status()
+		if err != nil {
+			continue
+		}
+		unfinished := 0
+		for _, s := range st.Snapshots {
+			if s.Finished.IsZero() {
+				unfinished++
+				if s.State == "running" && s.Rows > 0 {
+					return true
+				}
+			}
+		}
+		if len(st.Snapshots) > 0 && unfinished == 0 {
+			return false // over before a poll saw it running
+		}
+	}
+	return false
+}
+
 // settled reports whether no snapshot is queued or running; a failed one
 // fails the test.
 func (p *snapshotPhase) settled(t *testing.T, st daemon.Status) bool {
