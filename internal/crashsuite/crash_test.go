@@ -249,7 +249,10 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	phase.begin(t, c)
 	var rc *reconciler
-	if s.mode == "upsert" {
+	// Not beside the snapshots phase: while a snapshot replaces a table,
+	// cdcd reconcile reported rows one update behind that the mirror no
+	// longer had once it settled.
+	if s.mode == "upsert" && !s.snapshots {
 		rc = startReconciler(bin, cfgPath)
 	}
 	random, byPoint := 0, 0
