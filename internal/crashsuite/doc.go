@@ -14,10 +14,12 @@
 //
 // Environment: CDCD_CRASH_SEED replays a seed (printed by every run);
 // CDCD_CRASH_KILLS is the number of kills per configuration (CI: 20 for
-// upsert-v3, 6 for upsert-v2 and changelog); CDCD_CRASH_ROUND splits them
-// into rounds (default 50), each on a fresh database and data directory
-// and checked on its own; CDCD_CRASH_CONFIGS picks configurations
-// (upsert-v3, upsert-v2, changelog); CDCD_CRASH_BIG_TX sizes the large
+// upsert-v3, 6 for upsert-v2, changelog and snapshots); CDCD_CRASH_ROUND
+// splits them into rounds (default 50), each on a fresh database and data
+// directory and checked on its own; CDCD_CRASH_CONFIGS picks
+// configurations (upsert-v3, upsert-v2, changelog, snapshots: a table
+// added to the running pipeline and another re-snapshotted on demand,
+// killed mid-snapshot, snapshots_test.go); CDCD_CRASH_BIG_TX sizes the large
 // transactions (default 6000 rows; with logical_decoding_work_mem at 64kB
 // they are streamed before their commit either way).
 package crashsuite
