@@ -33,9 +33,12 @@ import (
 // attempt, in order per aggregate.
 
 const (
-	obxProducers    = 4
-	obxAggregates   = 3 // per producer
-	obxHookTimeout  = 300 * time.Millisecond
+	obxProducers  = 4
+	obxAggregates = 3 // per producer
+	// obxHookTimeout is the relay's request timeout: long against the
+	// loaded machine's scheduling delays, so a request the receiver
+	// answered in time rarely timed out at the relay.
+	obxHookTimeout  = 800 * time.Millisecond
 	obxHookSecret   = "whsec_b3V0Ym94LWtpbGwtdGVzdA=="
 	obxMessagePref  = "shop.events"
 	obxKillsDefault = 6
@@ -109,12 +112,15 @@ type hookLog struct {
 }
 
 type hookCall struct {
-	ev          obxEvent
-	id          string
-	arrived     time.Time
-	answered    time.Time
-	status      int
-	stalled     bool // answered after the relay's timeout: the relay gave up on it
+	ev       obxEvent
+	id       string
+	arrived  time.Time
+	answered time.Time
+	status   int
+	// stalled: answered after the relay's timeout, or after the relay
+	// closed the connection (it timed out before the handler even ran):
+	// the relay gave up on it.
+	stalled     bool
 	badSigOrKey bool
 }
 
@@ -138,6 +144,13 @@ func (h *hookLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(obxHookTimeout + 200*time.Millisecond)
 	case roll < 40:
 		time.Sleep(time.Duration(roll) * time.Millisecond)
+	}
+	// A relay that timed out closes the connection, which cancels the
+	// request's context; give the server a moment to notice.
+	select {
+	case <-r.Context().Done():
+		c.stalled = true
+	case <-time.After(20 * time.Millisecond):
 	}
 	w.WriteHeader(c.status)
 	c.answered = time.Now()
