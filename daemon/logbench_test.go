@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
+	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres"
 )
@@ -85,12 +86,18 @@ func BenchmarkLoadIntoLog(b *testing.B) {
 // (postgres.DecodeLoop) over the same slot contents, in the same run:
 // CDCD_BENCH_ROWS inserts (default 1M) in transactions of 1,000.
 func BenchmarkStreamIntoLog(b *testing.B) {
+	benchStream(b, func(tb testing.TB) (*emitter, log.Log) { return newTestEmitter(tb, "bench", 8) })
+}
+
+// benchStream is BenchmarkStreamIntoLog over the emitter (of table bench, 8
+// partitions) and log newEmitter makes for each round.
+func benchStream(b *testing.B, newEmitter func(testing.TB) (*emitter, log.Log)) {
 	rows := benchRowCount()
 	ctx := b.Context()
 	dsn, conn := benchDB(b, benchTable)
 	names := pgtest.Names(b)
 	for i := 0; b.Loop(); i++ {
-		e, lg := newTestEmitter(b, "bench", 8)
+		e, lg := newEmitter(b)
 		ours, plain := fmt.Sprintf("%s_ours_%d", names.Slot, i), fmt.Sprintf("%s_plain_%d", names.Slot, i)
 		cfg := postgres.Config{DSN: dsn, Slot: ours, Publication: names.Publication, Tables: []string{"bench"},
 			SpillDir: b.TempDir(), HeartbeatInterval: -1}
