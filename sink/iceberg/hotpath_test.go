@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/iceberg-go"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // TestUnscaledInt64AgreesWithBig: the decimal fast path gives what the
@@ -153,4 +156,83 @@ func mustUnscaled(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return u.String()
+}
+
+// TestMergeRunsIsAStableSort: mergeRuns orders like a stable sort (equal
+// elements in their input order) for inputs of any number of ascending
+// runs, with many equal keys, including none and one run.
+func TestMergeRunsIsAStableSort(t *testing.T) {
+	type el struct{ key, at int }
+	byKey := func(a, b el) int { return a.key - b.key }
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := range 2000 {
+		n := rng.IntN(300)
+		if round < 3 {
+			n = round
+		}
+		in := make([]el, n)
+		key := 0
+		for i := range in {
+			if rng.IntN(1+round%40) == 0 { // start a new run lower down
+				key = rng.IntN(50)
+			}
+			key += rng.IntN(3) // equal keys within and across runs
+			in[i] = el{key, i}
+		}
+		want := slices.Clone(in)
+		slices.SortStableFunc(want, byKey)
+		got := mergeRuns(slices.Clone(in), byKey)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: %v\nsorted %v\nwant   %v", round, in, got, want)
+		}
+	}
+}
+
+// TestInt64KeyFastPath: a bigint key read straight from the Avro key
+// encodes as the decoding path encodes it, for edge and random values;
+// keys of other shapes take the decoding path.
+func TestInt64KeyFastPath(t *testing.T) {
+	sc, err := upsertSchema(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := keyFields(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upsert{keys: keys}
+	rng := rand.New(rand.NewPCG(9, 10))
+	vals := []int64{0, -1, 1, 63, 64, -64, -65, 1 << 62, -(1 << 63), 1<<63 - 1}
+	for range 2000 {
+		vals = append(vals, int64(rng.Uint64()))
+	}
+	for _, v := range vals {
+		key, err := schema.AppendKey(nil, kv, []any{v, nil, nil})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &change{table: kv, key: key}
+		fast, ok := u.int64Key(c)
+		if !ok {
+			t.Fatalf("%d: fast path not taken", v)
+		}
+		slow, err := encodeKey(nil, []any{v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(fast, slow) {
+			t.Fatalf("%d: fast path %x, decoding path %x", v, fast, slow)
+		}
+		if got, err := u.keyOfChange(c); err != nil || !bytes.Equal(got, slow) {
+			t.Fatalf("%d: keyOfChange %x, %v; want %x", v, got, err, slow)
+		}
+	}
+	// A text key, or a bigint key that is nullable, decodes.
+	text := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{{Name: "id", Kind: schema.String}}, Key: []int{0}}
+	nullable := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{{Name: "id", Kind: schema.Int64, Nullable: true}}, Key: []int{0}}
+	for _, tb := range []*schema.Table{text, nullable} {
+		if _, ok := u.int64Key(&change{table: tb, key: []byte{2}}); ok {
+			t.Errorf("%v: fast path taken", tb.Columns[0])
+		}
+	}
 }

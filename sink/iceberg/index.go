@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -193,13 +194,18 @@ func (x *keyIndex) getMany(keys [][]byte, found func(key []byte, loc location) e
 	if len(keys) == 0 || x.last == nil {
 		return nil
 	}
-	sorted := append([][]byte(nil), keys...)
-	sort.Slice(sorted, func(i, j int) bool { return string(sorted[i]) < string(sorted[j]) })
-	// Keys above the greatest indexed key are new: no seek.
-	sorted = sorted[:sort.Search(len(sorted), func(i int) bool { return bytes.Compare(sorted[i], x.last) > 0 })]
+	// Keys above the greatest indexed key are new: no seek, and no sort
+	// (a load's keys all are).
+	sorted := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		if bytes.Compare(k, x.last) <= 0 {
+			sorted = append(sorted, k)
+		}
+	}
 	if len(sorted) == 0 {
 		return nil
 	}
+	slices.SortFunc(sorted, bytes.Compare)
 	parts := min(runtime.GOMAXPROCS(0), 4, (len(sorted)+getManyPart-1)/getManyPart)
 	vals := make([][]byte, len(sorted)) // index values, nil: absent
 	if parts <= 1 {

@@ -3,9 +3,10 @@ package iceberg
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
@@ -153,6 +154,9 @@ func (u *upsert) keyOfChange(c *change) ([]byte, error) {
 		}
 		return u.keyOf(c.table, row)
 	}
+	if k, ok := u.int64Key(c); ok {
+		return k, nil
+	}
 	kv, err := schema.DecodeKey(c.table, c.key)
 	if err != nil {
 		return nil, err
@@ -176,6 +180,24 @@ func (u *upsert) keyOfChange(c *change) ([]byte, error) {
 	return encodeKey(nil, vals)
 }
 
+// int64Key encodes the key of a change whose key is one NOT NULL bigint
+// column (the common case) straight from its Avro key, which is then the
+// value's zigzag varint alone: no decoded values, one allocation.
+func (u *upsert) int64Key(c *change) ([]byte, bool) {
+	if len(u.keys) != 1 || len(c.table.Key) != 1 {
+		return nil, false
+	}
+	col := &c.table.Columns[c.table.Key[0]]
+	if col.Kind != schema.Int64 || col.Nullable || col.Name != u.keys[0].Name {
+		return nil, false
+	}
+	v, n := binary.Varint(c.key)
+	if n <= 0 || n != len(c.key) {
+		return nil, false
+	}
+	return appendKeyInt(make([]byte, 0, 9), v), true
+}
+
 // keyState is one key's fold over a commit's changes.
 type keyState struct {
 	key     []byte
@@ -187,11 +209,14 @@ type keyState struct {
 	table *schema.Table
 	row   []any
 	from  []byte
+	// one holds changes while the key has a single one (most keys).
+	one [1]*change
 }
 
 // fold groups the buffer's changes per key in source order; a key's last
-// change decides whether it lives.
-func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
+// change decides whether it lives. It returns the keys' states by key and
+// in the order the keys first appear.
+func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 	order := make([]*change, 0, len(buf))
 	for i := range buf {
 		if !buf[i].skip && buf[i].op() != 't' {
@@ -200,11 +225,10 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 	}
 	// Source order across partitions: one key's changes keep their order
 	// either way; references between keys (a key change) need it.
-	sort.SliceStable(order, func(i, j int) bool {
-		return bytes.Compare(order[i].position(), order[j].position()) < 0
-	})
-	states := map[string]*keyState{}
-	var keys []string
+	order = mergeRuns(order, func(a, b *change) int { return bytes.Compare(a.position(), b.position()) })
+	states := make(map[string]*keyState, len(order))
+	slab := make([]keyState, 0, len(order)) // never grows: the pointers stay
+	keys := make([]*keyState, 0, len(order))
 	for _, c := range order {
 		k, err := u.keyOfChange(c)
 		if err != nil {
@@ -212,19 +236,67 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []string, error) {
 		}
 		st := states[string(k)]
 		if st == nil {
-			st = &keyState{key: k}
+			slab = append(slab, keyState{key: k})
+			st = &slab[len(slab)-1]
+			st.changes = st.one[:0]
 			states[string(k)] = st
-			keys = append(keys, string(k))
+			keys = append(keys, st)
 		}
 		st.changes = append(st.changes, c)
 		st.live = c.op() != 'd'
 	}
-	for _, k := range keys {
-		if err := u.materialize(states, states[k]); err != nil {
+	for _, st := range keys {
+		if err := u.materialize(states, st); err != nil {
 			return nil, nil, err
 		}
 	}
 	return states, keys, nil
+}
+
+// mergeRuns sorts a stably by cmp, merging its ascending runs: the buffer
+// is a sequence of fetches, each from one partition, whose positions grow
+// with its offsets, so a commit's changes form few runs and merging them
+// costs a pass per doubling of the run length, where a stable sort moves
+// each change log(n) times over. Equal changes keep their order. The
+// result is a or a slice of the same length.
+func mergeRuns[T any](a []T, cmp func(x, y T) int) []T {
+	bounds := []int{0}
+	for i := 1; i < len(a); i++ {
+		if cmp(a[i-1], a[i]) > 0 {
+			bounds = append(bounds, i)
+		}
+	}
+	if len(bounds) == 1 {
+		return a
+	}
+	bounds = append(bounds, len(a))
+	buf := make([]T, len(a))
+	for len(bounds) > 2 {
+		next := bounds[:0:0]
+		for i := 0; i+1 < len(bounds); i += 2 {
+			lo, mid := bounds[i], bounds[i+1]
+			next = append(next, lo)
+			if i+2 == len(bounds) { // an odd run out: carried over
+				copy(buf[lo:mid], a[lo:mid])
+				continue
+			}
+			hi := bounds[i+2]
+			l, r, k := lo, mid, lo
+			for l < mid && r < hi {
+				if cmp(a[r], a[l]) < 0 {
+					buf[k], r = a[r], r+1
+				} else {
+					buf[k], l = a[l], l+1
+				}
+				k++
+			}
+			k += copy(buf[k:], a[l:mid])
+			copy(buf[k:], a[r:hi])
+		}
+		next = append(next, len(a))
+		a, buf, bounds = buf, a, next
+	}
+	return a
 }
 
 // materialize decodes a live key's last row, taking unchanged values from
@@ -240,7 +312,10 @@ func (u *upsert) materialize(states map[string]*keyState, st *keyState) error {
 	if err != nil {
 		return err
 	}
-	row := append([]any(nil), env.After...)
+	row := env.After // decoded for this call: the key's own to fill
+	if last.env != nil {
+		row = slices.Clone(row) // a test's envelope, shared
+	}
 	st.table, st.row = last.table, row
 	for _, v := range row {
 		if schema.IsUnchanged(v) {
@@ -330,7 +405,7 @@ func (p *plan) empty() bool {
 
 // stage folds buf and writes its data files and deletes against tbl.
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
-	states, keys, err := u.fold(buf)
+	_, keys, err := u.fold(buf)
 	if err != nil {
 		return nil, badData(err)
 	}
@@ -351,10 +426,10 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}()
 	// Where each key's current row is, and which positions that deletes.
 	deleted := map[string][]int64{}
-	locs := make(map[string]location, len(keys))
+	locs := make(map[string]location)
 	lookup := make([][]byte, len(keys))
-	for i, k := range keys {
-		lookup[i] = []byte(k)
+	for i, st := range keys {
+		lookup[i] = st.key
 	}
 	err = u.idx.getMany(lookup, func(k []byte, loc location) error {
 		if _, live := u.data[loc.file]; !live {
@@ -369,15 +444,15 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	if err != nil {
 		return nil, err
 	}
-	if err := u.resolveUnchanged(fs, tbl, states, keys, locs); err != nil {
+	if err := u.resolveUnchanged(fs, tbl, keys, locs); err != nil {
 		return nil, err
 	}
-	if err := u.writeRows(w, wfs, tbl, states, keys, p); err != nil {
+	if err := u.writeRows(w, wfs, tbl, keys, p); err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
-		if !states[k].live {
-			p.batch.del([]byte(k))
+	for _, st := range keys {
+		if !st.live {
+			p.batch.del(st.key)
 		}
 	}
 	if err := u.writeDeletes(ctx, w, fs, wfs, tbl, deleted, p); err != nil {
@@ -404,10 +479,9 @@ func (st *keyState) unchangedColumns() []int {
 
 // resolveUnchanged fills unchanged values from the current rows of the
 // keys they come from (the key's own, or an old key's before a key change).
-func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[string]*keyState, keys []string, locs map[string]location) error {
+func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*keyState, locs map[string]location) error {
 	byFile := map[string]map[int64]bool{}
-	for _, k := range keys {
-		st := states[k]
+	for _, st := range keys {
 		need := st.unchangedColumns()
 		if len(need) == 0 {
 			continue
@@ -445,8 +519,7 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 			current[location{path, pos}] = r
 		}
 	}
-	for _, k := range keys {
-		st := states[k]
+	for _, st := range keys {
 		need := st.unchangedColumns()
 		if len(need) == 0 {
 			continue
@@ -471,17 +544,20 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 
 // writeRows writes every live key's row into new data files, sorted by key,
 // and stages their index entries.
-func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, states map[string]*keyState, keys []string, p *plan) error {
+func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, p *plan) error {
 	live := make([]*keyState, 0, len(keys))
-	for _, k := range keys {
-		if st := states[k]; st.live {
+	for _, st := range keys {
+		if st.live {
 			live = append(live, st)
 		}
 	}
 	if len(live) == 0 {
 		return nil
 	}
-	sort.Slice(live, func(i, j int) bool { return compareKeys(live[i].key, live[j].key) < 0 })
+	byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }
+	if !slices.IsSortedFunc(live, byKey) {
+		slices.SortFunc(live, byKey)
+	}
 	fsch, err := newFileSchema(tbl.Schema())
 	if err != nil {
 		return err
