@@ -29,6 +29,10 @@ type MySQL struct {
 	// missing (or GRANT SELECT, INSERT, UPDATE on it). Default
 	// <the dsn's database, else the first table's>.cdcd_watermark.
 	WatermarkTable string `yaml:"watermark_table"`
+	// ReadOnly: snapshots write nothing to the source (no watermark
+	// table); their chunks are bracketed by binlog positions of consistent
+	// snapshots. MariaDB only.
+	ReadOnly bool `yaml:"read_only"`
 	// Incremental configures the snapshots (chunk_rows,
 	// max_rows_per_second; signal_table is PostgreSQL's only for now).
 	Incremental Incremental `yaml:"incremental"`

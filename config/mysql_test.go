@@ -61,6 +61,9 @@ func TestMySQLSource(t *testing.T) {
 			t.Errorf("%s: snapshot %s, watermark table %s, chunk rows %d; want initial, %s", doc, m.Snapshot, m.WatermarkTable, m.Incremental.ChunkRows, want)
 		}
 	}
+	if c, err := Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x@h/s', tables: [a.b], read_only: true}\n"), "cdcd.yaml", testEnv); err != nil || !c.Source.MySQL.ReadOnly {
+		t.Errorf("read_only: %v", err)
+	}
 	_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], incremental: {signal_table: a.s}}\n"), "cdcd.yaml", testEnv)
 	if !errors.Is(err, ErrNotAvailable) {
 		t.Errorf("a signal table for MySQL: %v, want ErrNotAvailable", err)

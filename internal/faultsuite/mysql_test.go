@@ -60,10 +60,21 @@ func newMyPipeline(t *testing.T, ddl []string, tables []string, extra string) *m
 	p.Warehouse = filepath.Join(p.DataDir, "warehouse")
 	p.Admin = cdcdtest.FreeAddr(t)
 	p.sql(ddl...)
+	if strings.Contains(extra, "read_only: true") {
+		p.writeMyConfig() // no watermark table: nothing is written to the source
+		return p.openLog()
+	}
 	p.sql("CREATE TABLE cdcd_watermark (id VARCHAR(64) NOT NULL PRIMARY KEY, mark VARCHAR(255) NOT NULL, "+
 		"written TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
 		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON `%s`.`cdcd_watermark` TO '%s'@'%%'", name, mariadbserver.ReplUser))
 	p.writeMyConfig()
+	return p.openLog()
+}
+
+// openLog opens the daemon's log file, printed when the test fails.
+func (p *myPipeline) openLog() *myPipeline {
+	t := p.t
+	var err error
 	if p.logFile, err = os.OpenFile(filepath.Join(p.Dir, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +260,32 @@ func (p *myPipeline) myRows(table string, n int) {
 			vals = append(vals, fmt.Sprintf("(%d, 'a', %d, 'row %d', %d.25, '2024-02-29 12:00:00.%06d')", i, i, i, i, i))
 		}
 		p.sql("INSERT INTO " + table + " VALUES " + strings.Join(vals, ", "))
+	}
+}
+
+// TestMySQLReadOnlyLoad: with read_only: true nothing is written to the
+// source (no watermark table exists); the load under writes and kills
+// still ends in an equal mirror.
+func TestMySQLReadOnlyLoad(t *testing.T) {
+	t.Parallel()
+	const n = 6000
+	p := newMyPipeline(t, []string{"CREATE TABLE orders " + myOrdersDDL}, []string{"orders"},
+		"    read_only: true\n    incremental: {chunk_rows: 200, max_rows_per_second: 2000}\n")
+	p.myRows("orders", n)
+	stopW := p.myHammer("orders", n, 21)
+	p.start()
+	for i := 0; i < 2; i++ {
+		time.Sleep(time.Duration(700+rand.IntN(800)) * time.Millisecond)
+		p.kill()
+		p.start()
+	}
+	p.waitLoaded(p.name + ".orders")
+	stopW()
+	p.waitMirror("orders")
+	var n2 int
+	if err := p.db.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'cdcd_watermark'",
+		p.name).Scan(&n2); err != nil || n2 != 0 {
+		t.Errorf("a watermark table exists in read-only mode (%d, %v)", n2, err)
 	}
 }
 

@@ -157,7 +157,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	case stmtBegin, stmtInTx:
 		return nil
 	case stmtCommit, stmtRollback:
-		return s.commit()
+		return s.commit(ctx)
 	}
 	if !s.tx.active {
 		return nil
@@ -181,7 +181,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 			return err
 		}
 	}
-	return s.commit()
+	return s.commit(ctx)
 }
 
 // refresh reads again the information schema of the captured tables a DDL

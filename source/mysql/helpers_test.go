@@ -33,6 +33,7 @@ type dedupe struct {
 	dropped   int
 	failAfter int // fail the batch after this many (0: never)
 	batches   int
+	slow      time.Duration // each batch takes this long (a stream that lags)
 	notify    chan struct{}
 }
 
@@ -43,6 +44,9 @@ func newDedupe(parts int32) *dedupe {
 }
 
 func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
+	if d.slow > 0 {
+		time.Sleep(d.slow)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.batches++

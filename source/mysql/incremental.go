@@ -37,7 +37,13 @@ type myDatabase struct {
 	db     *sql.DB
 	flavor string
 	wm     *Watermarks
-	wmErr  error // why there is no wm
+	wmErr  error    // why there is no wm
+	ro     *roState // read-only: watermarks at GTID positions (readonly.go)
+}
+
+// querier runs a query on a pool or one connection.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 var _ snapshot.Database = (*myDatabase)(nil)
@@ -105,38 +111,53 @@ func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 		q += " WHERE (" + where + ")"
 	}
 	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT 1"
-	raw := make([]sql.RawBytes, len(keys))
-	ptrs := make([]any, len(keys))
-	for i := range raw {
-		ptrs[i] = &raw[i]
-	}
-	rows, err := d.db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, queryError(name, where, err)
-	}
-	defer rows.Close()
 	p := &snapshot.Plan{}
-	if rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, queryError(name, where, err)
+	read := func(db querier) error { return readUpper(ctx, db, desc, q, name, where, p) }
+	if d.ro != nil {
+		set, err := d.consistentRead(ctx, read)
+		if err != nil {
+			return nil, err
 		}
-		vals := make([]any, len(keys))
-		for i, k := range desc.table.Key {
-			if vals[i], err = fromText(&desc.cols[k], raw[i]); err != nil {
-				return nil, &ValueError{Table: name, Column: desc.cols[k].Name, Type: desc.cols[k].SourceType, Err: err}
-			}
-		}
-		p.Upper = keyText(desc, vals)
+		d.roPlan(set, p)
+	} else if err := read(d.db); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, queryError(name, where, err)
-	}
-	rows.Close()
 	if err := d.db.QueryRowContext(ctx, "SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
 		desc.db, desc.name).Scan(&p.Estimate); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("mysql: estimate the rows of %s: %w", name, err)
 	}
 	return p, nil
+}
+
+// readUpper reads a plan's upper bound with query q into p.
+func readUpper(ctx context.Context, db querier, desc *tableDesc, q, name, where string, p *snapshot.Plan) error {
+	keys := desc.table.Key
+	raw := make([]sql.RawBytes, len(keys))
+	ptrs := make([]any, len(keys))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return queryError(name, where, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return queryError(name, where, err)
+		}
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			if vals[i], err = fromText(&desc.cols[k], raw[i]); err != nil {
+				return &ValueError{Table: name, Column: desc.cols[k].Name, Type: desc.cols[k].SourceType, Err: err}
+			}
+		}
+		p.Upper = keyText(desc, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return queryError(name, where, err)
+	}
+	return nil
 }
 
 // ReadChunk implements snapshot.Database. The table is described again
@@ -150,7 +171,25 @@ func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if err != nil {
 		return nil, err
 	}
-	rows, err := d.db.QueryContext(ctx, text, args...)
+	var res *snapshot.Chunk
+	read := func(db querier) (err error) {
+		res, err = readRows(ctx, db, desc, name, q, text, args)
+		return err
+	}
+	if d.ro != nil {
+		set, err := d.consistentRead(ctx, read)
+		if err != nil {
+			return nil, err
+		}
+		d.roChunk(set, res)
+		return res, nil
+	}
+	return res, read(d.db)
+}
+
+// readRows runs a chunk's query.
+func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any) (*snapshot.Chunk, error) {
+	rows, err := db.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, queryError(name, q.Where, err)
 	}
@@ -191,6 +230,9 @@ func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 
 // WriteWatermark implements snapshot.Database.
 func (d *myDatabase) WriteWatermark(ctx context.Context, id string) error {
+	if d.ro != nil {
+		return d.roWatermark(ctx, id)
+	}
 	if d.wm == nil {
 		why := "source.mysql.watermark_table is not set"
 		if d.wmErr != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -115,8 +114,13 @@ func (r *Reader) snapshotsPending() bool {
 // called on the stream's goroutine; all are no-ops on nil.
 type incStream struct {
 	eng     *snapshot.Engine
-	wmTable string // db.table of the watermark table; "" when not captured
-	id      string // the pipeline's row in it
+	wmTable string     // db.table of the watermark table; "" when not captured
+	id      string     // the pipeline's row in it
+	ro      *gtidMarks // read-only: watermarks at GTID positions
+	resets  *resetPlacements
+	// roOrd and roSeq number the read-only marks met after one transaction.
+	roOrd uint64
+	roSeq uint32
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -134,11 +138,24 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 	}
 	in := &incStream{eng: r.inc, id: r.watermarkID()}
 	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr}
-	if wmErr == nil && r.cfg.WatermarkTable != "" {
+	switch {
+	case r.cfg.ReadOnly && flavor != FlavorMariaDB:
+		if r.snapshotsPending() {
+			db.Close()
+			return nil, &PreconditionError{What: "read-only snapshots need MariaDB (its consistent snapshots name their binlog position); " +
+				"this server is " + flavor, Fix: "set source.mysql.read_only: false and grant the watermark table, or snapshot: never"}
+		}
+	case r.cfg.ReadOnly:
+		in.ro, in.resets = &gtidMarks{}, &resetPlacements{state: r.state}
+		my.ro = &roState{marks: in.ro, resets: in.resets}
+	case wmErr == nil && r.cfg.WatermarkTable != "":
 		in.wmTable = r.cfg.WatermarkTable
 		my.wm = &Watermarks{db: db, qn: r.cfg.WatermarkTable, id: in.id}
 		dbName, name, _ := splitTable(r.cfg.WatermarkTable)
 		my.wm.table = quoteIdent(dbName) + "." + quoteIdent(name)
+	}
+	if my.ro == nil && r.cfg.ReadOnly {
+		my.wmErr = fmt.Errorf("read-only snapshots need MariaDB")
 	}
 	if flavor == FlavorMySQL && r.snapshotsPending() {
 		if err := checkOrderedCommits(ctx, db); err != nil {
@@ -240,11 +257,11 @@ func (in *incStream) observe(batch []source.Change, from int) []source.Change {
 	return in.eng.Observe(batch, from)
 }
 
-// checkpoint saves the snapshots' progress that is durable: every
-// transaction up to ordinal ord.
-func (in *incStream) checkpoint(ctx context.Context, ord uint64) error {
+// checkpoint saves the snapshots' progress that is durable: everything
+// emitted up to durable.
+func (in *incStream) checkpoint(ctx context.Context, durable source.Position) error {
 	if in == nil {
 		return nil
 	}
-	return in.eng.Checkpoint(ctx, Position(ord, math.MaxUint32))
+	return in.eng.Checkpoint(ctx, durable)
 }

@@ -134,6 +134,17 @@ func (e *env) hammer(t *testing.T, table string, n int, seed uint64, stop <-chan
 // load began with a reset marker.
 func TestIncrementalLoad(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"watermark table", "read-only"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testIncrementalLoad(t, mode == "read-only")
+		})
+	}
+}
+
+// testIncrementalLoad is TestIncrementalLoad with watermark rows or, read
+// only, watermarks at GTID positions (no grant on any table but SELECT).
+func testIncrementalLoad(t *testing.T, readOnly bool) {
 	e := newEnv(t)
 	const n = 3000
 	e.exec(t, "CREATE TABLE t (id INT NOT NULL, g VARCHAR(8) NOT NULL, v INT, note VARCHAR(40), PRIMARY KEY (id, g))")
@@ -142,10 +153,19 @@ func TestIncrementalLoad(t *testing.T) {
 		vals = append(vals, fmt.Sprintf("(%d, 'a', %d, 'row %d')", i, i, i))
 	}
 	e.exec(t, "INSERT INTO t VALUES "+strings.Join(vals, ", "))
-	wt := e.grantWatermarks(t)
+	wt := ""
+	if !readOnly {
+		wt = e.grantWatermarks(t)
+	}
 	table := e.name + ".t"
 	st := newMemState()
 	d := newDedupe(4)
+	if readOnly {
+		// A stream that lags meets several watermarks after one
+		// transaction; each chunk's rows must still take positions of
+		// their own.
+		d.slow = 15 * time.Millisecond
+	}
 	stopW := make(chan struct{})
 	wg := e.hammer(t, "t", n, 7, stopW)
 	var once sync.Once
@@ -153,7 +173,9 @@ func TestIncrementalLoad(t *testing.T) {
 	t.Cleanup(stopWriter)
 	// Throttled, so the load spans the restarts.
 	var r0 *Reader
-	opts := func(c *Config) { c.WatermarkTable, c.Load, c.ChunkRows, c.MaxRowsPerSecond = wt, true, 97, 1200 }
+	opts := func(c *Config) {
+		c.WatermarkTable, c.ReadOnly, c.Load, c.ChunkRows, c.MaxRowsPerSecond = wt, readOnly, true, 97, 1200
+	}
 	for round := 0; round < 4; round++ {
 		if round > 0 && loaded(r0, table) {
 			t.Fatalf("the load finished before restart %d: make it slower", round)
@@ -218,4 +240,93 @@ func loaded(r *Reader, table string) bool {
 		}
 	}
 	return true
+}
+
+// TestReadOnlyLoadQuiet: read-only watermarks on a server nothing else
+// writes to all stand at one binlog position; every chunk's rows still
+// reach the log (each mark takes a position of its own).
+func TestReadOnlyLoadQuiet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE q (id BIGINT UNSIGNED PRIMARY KEY, b VARBINARY(8), d DECIMAL(30,2), at DATETIME(6))")
+	var vals []string
+	for i := range 1000 {
+		vals = append(vals, fmt.Sprintf("(%d, x'%04x', %d.50, '2024-01-01 00:00:00.%06d')", uint64(1)<<63+uint64(i), i, i, i))
+	}
+	e.exec(t, "INSERT INTO q VALUES "+strings.Join(vals, ", "))
+	d := newDedupe(3)
+	r, _ := e.reader(t, newMemState(), d, "q", func(c *Config) { c.ReadOnly, c.Load, c.ChunkRows = true, true, 37 })
+	table := e.name + ".q"
+	want := e.sourceRows(t, r, table)
+	d.waitFor(t, "the folded changes equal to the table", func(cs []source.Change) bool {
+		return diffRows(fold(cs, table), want) == ""
+	})
+}
+
+// TestReadOnlyResetAfterCrash: a read-only load whose process dies after
+// its upper bound was saved but before its reset marker was known durable
+// places the marker where it was before, not a second time later (a second
+// truncate would empty the rows streamed in between, above the bound).
+func TestReadOnlyResetAfterCrash(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 2000
+	e.exec(t, "CREATE TABLE t (id INT NOT NULL, g VARCHAR(8) NOT NULL, v INT, note VARCHAR(40), PRIMARY KEY (id, g))")
+	var vals []string
+	for i := range n {
+		vals = append(vals, fmt.Sprintf("(%d, 'a', %d, 'row %d')", i, i, i))
+	}
+	e.exec(t, "INSERT INTO t VALUES "+strings.Join(vals, ", "))
+	table := e.name + ".t"
+	st := newMemState()
+	d := newDedupe(3)
+	stopW := make(chan struct{})
+	wg := e.hammer(t, "t", n, 9, stopW)
+	var once sync.Once
+	stopWriter := func() { once.Do(func() { close(stopW); wg.Wait() }) }
+	t.Cleanup(stopWriter)
+	opts := func(c *Config) {
+		c.ReadOnly, c.Load, c.ChunkRows, c.MaxRowsPerSecond, c.CheckpointInterval = true, true, 50, 500, time.Second
+	}
+	_, stop := e.reader(t, st, d, "t", opts)
+	// The crash: the state as it was when the bound was saved and the
+	// reset not yet durable; the log keeps what came after.
+	var crashed *memState
+	deadline := time.Now().Add(60 * time.Second)
+	for crashed == nil {
+		st.mu.Lock()
+		inc := string(st.m["mysql/incremental"])
+		if strings.Contains(inc, `"planned":true`) && !strings.Contains(inc, `"reset_done":true`) {
+			crashed = newMemState()
+			for k, v := range st.m {
+				crashed.m[k] = append([]byte(nil), v...)
+			}
+		}
+		st.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("never saw the bound saved before the reset was durable")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(700 * time.Millisecond) // rows above the bound stream meanwhile
+	if err := stop(); err != nil && err != context.Canceled {
+		t.Fatal(err)
+	}
+	r, stop2 := e.reader(t, crashed, d, "t", opts)
+	defer stop2()
+	deadline = time.Now().Add(120 * time.Second)
+	for !loaded(r, table) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the load did not finish: %+v", r.Snapshots().Progress())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopWriter()
+	e.exec(t, "UPDATE t SET note = 'last' WHERE id = 1")
+	want := e.sourceRows(t, r, table)
+	var diff string
+	d.waitFor(t, "the folded changes equal to the table", func(cs []source.Change) bool {
+		diff = diffRows(fold(cs, table), want)
+		return diff == ""
+	})
 }

@@ -37,6 +37,10 @@ type Config struct {
 	// rows are read from the binlog and handed to the snapshot engine,
 	// never emitted. Empty: no snapshots.
 	WatermarkTable string
+	// ReadOnly makes snapshots write nothing to the source: watermarks are
+	// GTID positions of consistent snapshots (MariaDB only; readonly.go),
+	// and WatermarkTable is not used.
+	ReadOnly bool
 	// Load makes a new pipeline snapshot every table, and a running one
 	// every table added to Tables, while the binlog streams (incremental,
 	// lock-free); without it they are captured from now on.
@@ -238,7 +242,7 @@ func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) 
 	out := map[string]*tableDesc{}
 	var errs []error
 	names := r.cfg.Tables
-	if r.cfg.WatermarkTable != "" {
+	if r.cfg.WatermarkTable != "" && !r.cfg.ReadOnly {
 		wmErr = ensureWatermarkTable(ctx, db, r.cfg.WatermarkTable)
 		if wmErr == nil {
 			names = append(names[:len(names):len(names)], r.cfg.WatermarkTable)

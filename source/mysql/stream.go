@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -50,8 +51,10 @@ type streamer struct {
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
-	durable        checkpoint
-	durableLive    bool
+	durable     checkpoint
+	durableLive bool
+	flushedPos  source.Position // the last change emitted
+
 	saved          uint64
 	nextCheckpoint time.Time
 }
@@ -114,6 +117,9 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 	defer rd.stop()
 	for {
 		if err := s.inc.err(); err != nil {
+			return err
+		}
+		if err := s.inc.meetMarks(ctx, s); err != nil {
 			return err
 		}
 		if err := s.maybeFlush(ctx, false); err != nil {
@@ -202,6 +208,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	if err := s.emit.Emit(ctx, s.batch); err != nil {
 		return err
 	}
+	s.flushedPos = append(s.flushedPos[:0], s.batch[len(s.batch)-1].Pos...)
 	s.r.stats.Events.Add(int64(len(s.batch)))
 	s.r.stats.LastCommitted.Store(s.batch[len(s.batch)-1].CommitTime.UnixMilli())
 	clear(s.batch)
@@ -220,7 +227,11 @@ func (s *streamer) checkpoint(ctx context.Context) error {
 	}
 	// The snapshots' progress first: saved, it never claims more than the
 	// log holds; the GTID set saved after it may lag behind it.
-	if err := s.inc.checkpoint(ctx, cp.Ordinal); err != nil {
+	durable := Position(cp.Ordinal, math.MaxUint32-1)
+	if s.flushedPos.Compare(durable) > 0 {
+		durable = s.flushedPos // rows placed after a transaction (read-only watermarks)
+	}
+	if err := s.inc.checkpoint(ctx, durable); err != nil {
 		return err
 	}
 	if cp.Ordinal <= s.saved {
@@ -256,7 +267,7 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 	if g, ok, err := gtidOf(ev.Event); err != nil {
 		return err
 	} else if ok {
-		return s.begin(g, ev)
+		return s.begin(ctx, g, ev)
 	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
@@ -268,7 +279,7 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 	case *replication.RowsEvent:
 		return s.rows(ev.Header, e)
 	case *replication.XIDEvent:
-		return s.commit()
+		return s.commit(ctx)
 	case *replication.QueryEvent:
 		return s.query(ctx, e)
 	case *replication.TransactionPayloadEvent:
@@ -282,13 +293,13 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 }
 
 // begin starts the transaction of a GTID event.
-func (s *streamer) begin(g txGTID, ev *replication.BinlogEvent) error {
+func (s *streamer) begin(ctx context.Context, g txGTID, ev *replication.BinlogEvent) error {
 	if s.tx.active {
 		// The server writes whole event groups; a group without its end
 		// event is one this reader does not know how to end.
 		s.r.logger.Warn("a transaction began before the last one ended; taking the last one as committed",
 			"gtid", g.String(), "last", s.tx.gtid.String())
-		if err := s.commit(); err != nil {
+		if err := s.commit(ctx); err != nil {
 			return err
 		}
 	}
@@ -301,7 +312,7 @@ func (s *streamer) begin(g txGTID, ev *replication.BinlogEvent) error {
 }
 
 // commit ends the current transaction: its GTID joins the live set.
-func (s *streamer) commit() error {
+func (s *streamer) commit(ctx context.Context) error {
 	if !s.tx.active {
 		return nil
 	}
@@ -316,7 +327,7 @@ func (s *streamer) commit() error {
 	if len(s.batch) == 0 {
 		s.durableLive = true // nothing of it is pending
 	}
-	return nil
+	return s.inc.meetMarks(ctx, s)
 }
 
 // quietHandler passes go-mysql's warnings and errors on and drops its
