@@ -182,6 +182,8 @@ func WriteText(w io.Writer, reps []*TableReport) {
 		switch {
 		case r.Error != "":
 			result = "not compared"
+		case !r.Equal() && r.EqualNow():
+			result = "repaired"
 		case !r.Equal():
 			result = "DIFFERS"
 		}
@@ -207,8 +209,30 @@ func WriteText(w io.Writer, reps []*TableReport) {
 				fmt.Fprintf(w, "  … and %d more\n", more)
 			}
 		}
+		if rp := r.Repaired; rp != nil {
+			writeRepair(w, r.Iceberg, rp)
+		}
 		for _, s := range r.Skipped {
 			fmt.Fprintf(w, "%s: column %s not compared: %s\n", r.Iceberg, s.Column, s.Why)
+		}
+	}
+}
+
+// writeRepair says what a repair did and found after.
+func writeRepair(w io.Writer, name string, rp *Repaired) {
+	how := fmt.Sprintf("cdcd snapshot --where on the %d keys found", rp.Keys)
+	if rp.Replace {
+		how = "cdcd snapshot --replace of the whole table (" + rp.Why + ")"
+	}
+	switch a := rp.After; {
+	case rp.Error != "":
+		fmt.Fprintf(w, "%s: repair by %s failed: %s\n", name, how, rp.Error)
+	case a.Equal():
+		fmt.Fprintf(w, "%s: repaired by %s; compared again: equal (%d rows)\n", name, how, a.Rows)
+	default:
+		fmt.Fprintf(w, "%s: repaired by %s; compared again, it still differs:\n", name, how)
+		for _, line := range a.Differences() {
+			fmt.Fprintf(w, "  %s\n", line)
 		}
 	}
 }
