@@ -123,7 +123,7 @@ const (
 type version struct {
 	SubjectVersion
 	deleted bool
-	norm    string // Schema normalized, for matching
+	norm    string // Schema in canonical form, for matching
 }
 
 // rejection is the last schema a subject refused.
@@ -146,7 +146,7 @@ type Registry struct {
 
 	mu       sync.Mutex
 	byID     map[uint32]string
-	idOf     map[string]uint32 // schema text -> id
+	idOf     map[string]uint32 // canonical form -> id
 	parsed   map[uint32]avro.Schema
 	subjects map[string][]version // by version number, ascending
 	global   Compatibility
@@ -237,7 +237,7 @@ func (r *Registry) apply(key, value []byte) error {
 
 // putLocked adds or replaces a version.
 func (r *Registry) putLocked(v version) {
-	v.norm = normalize(v.Schema)
+	v.norm = canonical(v.Schema)
 	if _, ok := r.byID[v.ID]; !ok {
 		r.byID[v.ID] = v.Schema
 	}
@@ -306,10 +306,11 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (uint32
 
 func (r *Registry) register(ctx context.Context, subject, schema string, force bool) (uint32, error) {
 	schema = normalize(schema)
+	key := canonical(schema)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range r.subjects[subject] {
-		if v.norm == schema && !v.deleted {
+		if v.norm == key && !v.deleted {
 			delete(r.rejected, subject) // the subject's writer moved on
 			return v.ID, nil
 		}
@@ -324,7 +325,7 @@ func (r *Registry) register(ctx context.Context, subject, schema string, force b
 			return 0, ierr
 		}
 	}
-	id, ok := r.idOf[schema]
+	id, ok := r.idOf[key]
 	if ok {
 		schema = r.byID[id] // an id has one text
 	} else {
@@ -494,7 +495,7 @@ func (r *Registry) Version(subject string, ver int) (SubjectVersion, error) {
 
 // Lookup returns the live version of subject that has schema.
 func (r *Registry) Lookup(subject, schema string) (SubjectVersion, error) {
-	schema = normalize(schema)
+	key := canonical(schema)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	live := r.liveLocked(subject)
@@ -502,7 +503,7 @@ func (r *Registry) Lookup(subject, schema string) (SubjectVersion, error) {
 		return SubjectVersion{}, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
 	}
 	for _, v := range live {
-		if v.norm == schema {
+		if v.norm == key {
 			return v.SubjectVersion, nil
 		}
 	}
