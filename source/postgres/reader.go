@@ -84,7 +84,7 @@ type Config struct {
 	// before column c existed c's Default (defaults.go); when it does not
 	// (or is nil), a table a column is added to with a default is read
 	// again.
-	KeepsDefault func(c schema.Column) bool
+	KeepsDefault func(c schema.Column) bool `json:"-"`
 	// Incremental configures incremental snapshots (incremental_stream.go).
 	Incremental IncrementalConfig
 }
