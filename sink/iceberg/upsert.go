@@ -599,10 +599,21 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		o.d, o.pending = nil, nil
 		return nil
 	}
+	// Each table version's column of each field, found once (by name: a
+	// scan of the columns per field and row before).
+	colsOf := map[*schema.Table][]int{}
 	for _, st := range live {
+		cols := colsOf[st.table]
+		if cols == nil {
+			cols = make([]int, len(fields))
+			for fi, f := range fields {
+				cols[fi] = st.table.ColumnIndex(f.Name)
+			}
+			colsOf[st.table] = cols
+		}
 		vals := make([]any, len(fields))
-		for fi, f := range fields {
-			if ci := st.table.ColumnIndex(f.Name); ci >= 0 {
+		for fi, ci := range cols {
+			if ci >= 0 {
 				vals[fi] = st.row[ci]
 			} else {
 				vals[fi] = defaults[fi]
