@@ -165,19 +165,26 @@ func (m *migration) register(ctx context.Context, v schema.SubjectVersion) (uint
 }
 
 // reframe returns b with the schema id of its Confluent frame replaced by
-// the external one; b itself when it is not framed by a known schema.
-func (m *migration) reframe(ctx context.Context, b []byte) ([]byte, error) {
+// the external one; b itself when it is not framed by a known schema. A
+// schema whose versions were all deleted from the embedded registry is
+// registered under subject (the record's topic and part, Confluent's
+// TopicNameStrategy).
+func (m *migration) reframe(ctx context.Context, b []byte, subject string) ([]byte, error) {
 	if len(b) < 5 || b[0] != 0 {
 		return b, nil
 	}
 	old := binary.BigEndian.Uint32(b[1:5])
 	id, ok := m.ids[old]
 	if !ok {
-		uses, err := m.reg.Usages(old)
-		if err != nil || len(uses) == 0 {
+		text, err := m.reg.SchemaByID(old)
+		if err != nil {
 			return b, nil // not a schema id of this registry: not a frame
 		}
-		if id, err = m.register(ctx, uses[0]); err != nil {
+		v := schema.SubjectVersion{Subject: subject, ID: old, Schema: text}
+		if uses, err := m.reg.Usages(old); err == nil && len(uses) > 0 {
+			v = uses[0]
+		}
+		if id, err = m.register(ctx, v); err != nil {
 			return nil, err
 		}
 	}
@@ -278,10 +285,10 @@ func (m *migration) copyPartition(ctx context.Context, topic string, p log.Parti
 		}
 		batch := make([]log.Record, len(recs))
 		for i, r := range recs {
-			if r.Key, err = m.reframe(ctx, r.Key); err != nil {
+			if r.Key, err = m.reframe(ctx, r.Key, topic+"-key"); err != nil {
 				return nil, err
 			}
-			if r.Value, err = m.reframe(ctx, r.Value); err != nil {
+			if r.Value, err = m.reframe(ctx, r.Value, topic+"-value"); err != nil {
 				return nil, err
 			}
 			r.Partition = p.Partition
