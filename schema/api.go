@@ -113,10 +113,28 @@ func NewHandler(reg *Registry) http.Handler {
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := h.mux.Handler(r); pattern == "" {
+		if allowed := h.allowed(r); len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			respondError(w, codeMethodNotAllowed, "HTTP 405 Method Not Allowed")
+			return
+		}
 		respondError(w, codeNotFound, "HTTP 404 Not Found")
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// allowed returns the methods the API serves at r's path.
+func (h *apiHandler) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		alt := r.Clone(r.Context())
+		alt.Method = m
+		if _, pattern := h.mux.Handler(alt); pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func respond(w http.ResponseWriter, v any) { respondStatus(w, http.StatusOK, v) }
