@@ -106,6 +106,11 @@ func NewHandler(reg *Registry) http.Handler {
 	m.HandleFunc("GET /config/{subject}", h.getConfig)
 	m.HandleFunc("PUT /config/{subject}", h.putConfig)
 	m.HandleFunc("DELETE /config/{subject}", h.deleteConfig)
+	// The mode is always READWRITE: cdcd's registry is written by its
+	// pipeline and has no import or read-only mode to switch to.
+	readWrite := func(w http.ResponseWriter, _ *http.Request) { respond(w, map[string]string{"mode": "READWRITE"}) }
+	m.HandleFunc("GET /mode", readWrite)
+	m.HandleFunc("GET /mode/{subject}", readWrite)
 	m.HandleFunc("GET /cdcd/rejected", h.rejected)
 	m.HandleFunc("POST /cdcd/subjects/{subject}/accept", h.accept)
 	return h
