@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -141,9 +142,9 @@ func TestSchemaEvolution(t *testing.T) {
 	exec(`INSERT INTO kv VALUES ('flowing', 42, '\x01')`)
 	kvWant["kv/flowing"] = "flowing|42|01"
 	var paused daemon.PausedTable
-	waitFor(t, "acct paused", func() bool {
+	waitFor(t, "acct paused, its refused change held", func() bool {
 		st := d.Status()
-		if len(st.Paused) == 1 {
+		if len(st.Paused) == 1 && st.Paused[0].Held >= 1 {
 			paused = st.Paused[0]
 			return true
 		}
@@ -180,14 +181,26 @@ func TestSchemaEvolution(t *testing.T) {
 		return len(st.Paused) == 1 && st.Paused[0].Held >= paused.Held+1
 	}, done)
 
-	// 4. The operator accepts the schema: acct resumes where it stopped.
+	// 4. The operator sees the refused schema (`cdcd schema rejected`; the
+	// registry learns it again from the restarted daemon's first retry) and
+	// accepts it: acct resumes where it stopped.
+	waitFor(t, "the refusal listed again after the restart", func() bool {
+		resp, err := http.Get("http://" + admin + "/cdcd/rejected")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(b), "e2e.public.acct-value")
+	}, done)
 	resp, err := http.Post("http://"+admin+"/cdcd/subjects/e2e.public.acct-value/accept", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("accept: %s", resp.Status)
+		t.Fatalf("accept: %s %s", resp.Status, body)
 	}
 	waitFor(t, "acct resumed", func() bool { return len(d.Status().Paused) == 0 }, done)
 	m3 := mark()

@@ -294,8 +294,14 @@ func rowOf(c *source.Change) []any {
 	return c.Before
 }
 
-// resumeLoop retries the paused tables every interval until ctx ends.
+// resumeLoop retries the paused tables at once and then every interval
+// until ctx ends. The first try also records again, in the registry, the
+// refusals of tables paused before a restart (it keeps them in memory), so
+// `cdcd schema rejected` and `accept` see them soon after the start.
 func (e *emitter) resumeLoop(ctx context.Context, every time.Duration) error {
+	if err := e.tryResume(ctx); err != nil && ctx.Err() == nil {
+		e.logger.Warn("resuming a paused table failed; will retry", "err", err)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
