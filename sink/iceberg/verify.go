@@ -2,9 +2,11 @@ package iceberg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/apache/iceberg-go/table"
 )
@@ -37,6 +39,9 @@ func VerifyIndex(ctx context.Context, tbl *table.Table, indexDir string) (*Index
 		return nil, fmt.Errorf("iceberg: key index of %s: %w", name, err)
 	}
 	idx, err := openIndex(dir, indexOptions{})
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("iceberg: the key index of %s is locked by a running cdcd: stop the daemon first (%w)", name, err)
+	}
 	if err != nil {
 		return nil, err
 	}
