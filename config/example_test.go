@@ -53,6 +53,7 @@ sink: {iceberg: {mode: append}}
 	// Output:
 	// pipeline: shop
 	// data_dir: /var/lib/cdcd
+	// role: all
 	// source:
 	//   postgres:
 	//     dsn: "host=db user=cdc password=*** dbname=shop"

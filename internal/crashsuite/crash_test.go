@@ -378,7 +378,7 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 			t.Errorf("live check: %s", v)
 		}
 	}
-	if want := int(time.Since(began) / (300 * time.Millisecond)); lc.checks < want {
+	if want := lc.wantChecks(); lc.checks < want {
 		t.Errorf("only %d live checks (%d misses, last error %v), want at least %d", lc.checks, lc.misses, lc.lastError, want)
 	}
 

@@ -165,6 +165,7 @@ type liveCheck struct {
 	checks    int // samples with both readings
 	misses    int // samples where the log could not be read
 	first     uint64
+	slotSeen  time.Time // the first sample that found the slot
 	ahead     []sample
 	maxAhead  uint64
 	lastError error
@@ -200,6 +201,9 @@ func (lc *liveCheck) once(ctx context.Context) {
 	}
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	if lc.slotSeen.IsZero() {
+		lc.slotSeen = time.Now()
+	}
 	if err != nil {
 		lc.misses++
 		lc.lastError = err
@@ -225,6 +229,18 @@ func (lc *liveCheck) once(ctx context.Context) {
 		lc.ahead = append(lc.ahead, sample{time.Now(), confirmed, newest})
 		lc.maxAhead = max(lc.maxAhead, confirmed-newest)
 	}
+}
+
+// wantChecks is the fewest samples the run should have taken: one per
+// 300 ms from when the slot first existed (kills while it is created, and a
+// long transaction its creation waits for, may leave none for a while).
+func (lc *liveCheck) wantChecks() int {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.slotSeen.IsZero() {
+		return 0
+	}
+	return int(time.Since(lc.slotSeen) / (300 * time.Millisecond))
 }
 
 func (lc *liveCheck) finish() {
