@@ -29,10 +29,7 @@ import (
 // in the changelog exactly once, in order per key.
 func TestKafkaKillNine(t *testing.T) {
 	t.Parallel()
-	brokers, kc := kafkatest.Brokers(t)
-	if kc == nil {
-		t.Skip("faults need kfake")
-	}
+	brokers, kc := kafkatest.Fake(t)
 	dsn := pgtest.NewDB(t)
 	names := pgtest.Names(t)
 	conn, err := pgx.Connect(t.Context(), dsn)

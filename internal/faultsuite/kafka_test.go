@@ -294,10 +294,7 @@ func workload(t *testing.T, p *pipeline, stop *atomic.Bool) <-chan error {
 // its source: nothing lost, nothing twice.
 func TestKafkaRolesKillNine(t *testing.T) {
 	t.Parallel()
-	brokers, kc := kafkatest.Brokers(t, kfake.GroupMinSessionTimeout(time.Second))
-	if kc == nil {
-		t.Skip("faults need kfake")
-	}
+	brokers, kc := kafkatest.Fake(t, kfake.GroupMinSessionTimeout(time.Second))
 	p := newPipeline(t, pipelineOptions{
 		DDL: `CREATE TABLE a (id int PRIMARY KEY, v text, n int);
 		      CREATE TABLE b (id int PRIMARY KEY, v text, n int);

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/log/kafka/kafkatest"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -206,10 +207,7 @@ func TestLastRecordPastAbortedTransactions(t *testing.T) {
 // TestTxnRetriesProduceErrors: produce errors abort the transaction, which
 // is produced again: every record once.
 func TestTxnRetriesProduceErrors(t *testing.T) {
-	brokers, c := testBrokers(t)
-	if c == nil {
-		t.Skip("faults need kfake")
-	}
+	brokers, c := kafkatest.Fake(t)
 	l := openLog(t, Options{Brokers: brokers, TransactionalID: "pipe-d"})
 	topic := newTopic(t, l, "orders", 1)
 	ctx := ctxT(t)
@@ -239,10 +237,7 @@ func TestTxnRetriesProduceErrors(t *testing.T) {
 func TestTxnUnconfirmedCommit(t *testing.T) {
 	for _, applied := range []bool{true, false} {
 		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
-			brokers, c := testBrokers(t)
-			if c == nil {
-				t.Skip("faults need kfake")
-			}
+			brokers, c := kafkatest.Fake(t)
 			txnID := fmt.Sprintf("pipe-e-%v", applied)
 			l := openLog(t, Options{Brokers: brokers, TransactionalID: txnID})
 			topic := newTopic(t, l, "orders", 1)
@@ -308,10 +303,7 @@ func loseCommitAnswer(t *testing.T, c *kfake.Cluster, brokers []string, txnID st
 // NOT_LEADER and timeouts, a transactional producer and a reader go on:
 // the reader sees every record once, in order.
 func TestThroughBrokerFaults(t *testing.T) {
-	brokers, c := testBrokers(t)
-	if c == nil {
-		t.Skip("faults need kfake")
-	}
+	brokers, c := kafkatest.Fake(t)
 	l := openLog(t, Options{Brokers: brokers, TransactionalID: "pipe-f"})
 	reader := openLog(t, Options{Brokers: brokers})
 	topic := newTopic(t, l, "orders", 2)
