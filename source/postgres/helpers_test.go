@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,9 +117,28 @@ func (d *dedupe) waitFor(t *testing.T, what string, ok func([]source.Change) boo
 		case <-d.notify:
 		case <-time.After(50 * time.Millisecond):
 		case <-deadline:
-			t.Fatalf("timed out waiting for %s; %d changes kept", what, len(got))
+			d.mu.Lock()
+			batches, dropped := d.batches, d.dropped
+			d.mu.Unlock()
+			t.Logf("goroutines of this package at the timeout:\n%s", packageStacks())
+			t.Fatalf("timed out waiting for %s; %d changes kept (%d batches emitted, %d changes dropped as repeats)",
+				what, len(got), batches, dropped)
 		}
 	}
+}
+
+// packageStacks returns the stacks of the goroutines running this
+// package's code: what a reader stuck without a word was waiting for.
+func packageStacks() string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "cdcd/source/postgres.") && !strings.Contains(g, "testing.tRunner") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // keyOf renders a change's key for maps.
