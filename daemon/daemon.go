@@ -108,6 +108,10 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			return nil, err
 		}
 		d.topics = append(d.topics, topic)
+		if reg, ok := d.reg.(*schema.Registry); ok { // an external registry is its owner's to guard
+			reg.Protect(topic+"-key", name)
+			reg.Protect(topic+"-value", name)
+		}
 		ins, itbl := ice.TableIdent(name)
 		tc := iceberg.TableConfig{Topic: topic, Ident: table.Identifier{ins, itbl}}
 		for _, f := range ice.PartitionSpec(name) {

@@ -15,16 +15,18 @@ import (
 // content type and error codes, plus two cdcd routes for the operator's
 // "accept the new version".
 //
-//	GET    /subjects                                     ["a-value", ...]
+//	GET    /subjects[?subjectPrefix=P]                   ["a-value", ...]
 //	GET    /subjects/{s}/versions                        [1, 2]
 //	GET    /subjects/{s}/versions/{v|latest}             {"subject","version","id","schema"}
 //	GET    /subjects/{s}/versions/{v|latest}/schema      the schema text itself
+//	GET    /subjects/{s}/versions/{v|latest}/referencedby  []       (no references here)
 //	POST   /subjects/{s}/versions     {"schema": TEXT}   {"id": N}          (409 if incompatible)
 //	POST   /subjects/{s}              {"schema": TEXT}   {"subject","version","id","schema"}
-//	DELETE /subjects/{s}                                 [1, 2]     (soft delete)
-//	DELETE /subjects/{s}/versions/{v|latest}             2          (soft delete)
+//	DELETE /subjects/{s}[?permanent=true]                [1, 2]     (soft delete; permanent: after one)
+//	DELETE /subjects/{s}/versions/{v|latest}[?permanent=true]  2    (likewise)
 //	POST   /compatibility/subjects/{s}/versions/{v|latest}  {"schema"}  {"is_compatible": bool, "messages": [...]}
 //	POST   /compatibility/subjects/{s}/versions              ... against what the level selects
+//	GET    /schemas[?subjectPrefix=P&latestOnly=true&offset=N&limit=N]  [{"subject","version","id","schema"}]
 //	GET    /schemas/ids/{id}                             {"schema": TEXT}
 //	GET    /schemas/ids/{id}/schema                      the schema text itself
 //	GET    /schemas/ids/{id}/versions                    [{"subject","version"}]
@@ -32,17 +34,27 @@ import (
 //	GET    /schemas/types                                ["AVRO"]
 //	GET    /config                                       {"compatibilityLevel": "BACKWARD"}
 //	PUT    /config                    {"compatibility": L}  {"compatibility": L}
+//	DELETE /config                                       {"compatibilityLevel": L}  (back to BACKWARD)
 //	GET    /config/{s}[?defaultToGlobal=true]            {"compatibilityLevel": L}   (40408 if unset)
 //	PUT    /config/{s}                {"compatibility": L}  {"compatibility": L}
-//	DELETE /config/{s}                                   {"compatibility": L}   (the level removed)
+//	DELETE /config/{s}                                   {"compatibilityLevel": L}   (the level removed)
 //	GET    /cdcd/rejected                                [{"subject","schema","level","version","messages"}]
 //	POST   /cdcd/subjects/{s}/accept                     {"subject","version","id","schema"}
 //
+// Listings and lookups (GET /subjects, …/versions, …/versions/{v},
+// /schemas, /schemas/ids/{id}/versions and …/subjects, POST
+// /subjects/{s}) take deleted=true to include soft-deleted versions and
+// subjects; GET /subjects and …/versions take deletedOnly=true too.
+//
 // Errors are {"error_code": N, "message": TEXT} with HTTP status N's first
 // three digits: 40401 subject not found, 40402 version not found, 40403
-// schema not found, 40408 subject compatibility not configured, 409
-// incompatible schema, 42201 invalid schema, 42202 invalid version, 42203
-// invalid compatibility level, 50001 store error.
+// schema not found, 40404 subject soft-deleted already, 40405 subject not
+// soft-deleted before a permanent delete, 40406 version soft-deleted
+// already, 40407 version not soft-deleted before a permanent delete, 40408
+// subject compatibility not configured, 409 incompatible schema, 42201
+// invalid schema, 42202 invalid version, 42203 invalid compatibility
+// level, 42205 operation not permitted (a delete of a subject the running
+// pipeline writes), 50001 store error.
 
 // apiContentType is the content type of every response body (Confluent's).
 const apiContentType = "application/vnd.schemaregistry.v1+json"
@@ -55,6 +67,10 @@ const (
 	codeSubjectNotFound   = 40401
 	codeVersionNotFound   = 40402
 	codeSchemaNotFound    = 40403
+	codeSubjectDeleted    = 40404
+	codeSubjectNotDeleted = 40405
+	codeVersionDeleted    = 40406
+	codeVersionNotDeleted = 40407
 	codeNotConfigured     = 40408
 	codeIncompatible      = 409
 	codeInvalidSchema     = 42201
@@ -91,11 +107,13 @@ func NewHandler(reg *Registry) http.Handler {
 	m.HandleFunc("POST /subjects/{subject}/versions", h.register)
 	m.HandleFunc("GET /subjects/{subject}/versions/{version}", h.version)
 	m.HandleFunc("GET /subjects/{subject}/versions/{version}/schema", h.versionSchema)
+	m.HandleFunc("GET /subjects/{subject}/versions/{version}/referencedby", h.referencedBy)
 	m.HandleFunc("DELETE /subjects/{subject}/versions/{version}", h.deleteVersion)
 	m.HandleFunc("POST /subjects/{subject}", h.lookup)
 	m.HandleFunc("DELETE /subjects/{subject}", h.deleteSubject)
 	m.HandleFunc("POST /compatibility/subjects/{subject}/versions/{version}", h.compatibility)
 	m.HandleFunc("POST /compatibility/subjects/{subject}/versions", h.compatibility)
+	m.HandleFunc("GET /schemas", h.schemas)
 	m.HandleFunc("GET /schemas/ids/{id}", h.schemaByID)
 	m.HandleFunc("GET /schemas/ids/{id}/schema", h.schemaTextByID)
 	m.HandleFunc("GET /schemas/ids/{id}/versions", h.usages)
@@ -103,6 +121,7 @@ func NewHandler(reg *Registry) http.Handler {
 	m.HandleFunc("GET /schemas/types", func(w http.ResponseWriter, _ *http.Request) { respond(w, []string{"AVRO"}) })
 	m.HandleFunc("GET /config", h.getConfig)
 	m.HandleFunc("PUT /config", h.putConfig)
+	m.HandleFunc("DELETE /config", h.deleteConfig)
 	m.HandleFunc("GET /config/{subject}", h.getConfig)
 	m.HandleFunc("PUT /config/{subject}", h.putConfig)
 	m.HandleFunc("DELETE /config/{subject}", h.deleteConfig)
@@ -165,7 +184,18 @@ func respondError(w http.ResponseWriter, code int, format string, args ...any) {
 // writeRegistryError maps the registry's errors to Confluent's codes.
 func respondRegistryError(w http.ResponseWriter, err error) {
 	var ierr *IncompatibleError
+	var perr *ProtectedError
 	switch {
+	case errors.As(err, &perr):
+		respondError(w, codeNotPermitted, "Operation not permitted: %v", perr)
+	case errors.Is(err, ErrSubjectSoftDeleted):
+		respondError(w, codeSubjectDeleted, "Subject was soft deleted. Set permanent=true to delete permanently. %v", err)
+	case errors.Is(err, ErrSubjectNotSoftDeleted):
+		respondError(w, codeSubjectNotDeleted, "Subject was not deleted first before being permanently deleted. %v", err)
+	case errors.Is(err, ErrVersionSoftDeleted):
+		respondError(w, codeVersionDeleted, "Version was soft deleted. Set permanent=true to delete permanently. %v", err)
+	case errors.Is(err, ErrVersionNotSoftDeleted):
+		respondError(w, codeVersionNotDeleted, "Version was not deleted first before being permanently deleted. %v", err)
 	case errors.As(err, &ierr):
 		respondError(w, codeIncompatible, "Schema being registered is incompatible with an earlier schema for subject %q, details: [%s]",
 			ierr.Subject, strings.Join(ierr.Messages(), ", "))
@@ -263,8 +293,47 @@ func parseID(w http.ResponseWriter, r *http.Request) (uint32, bool) {
 	return uint32(id), true
 }
 
-func (h *apiHandler) subjects(w http.ResponseWriter, _ *http.Request) {
-	respond(w, nonNil(h.reg.Subjects()))
+func (h *apiHandler) subjects(w http.ResponseWriter, r *http.Request) {
+	respond(w, nonNil(h.reg.SubjectsMatching(r.URL.Query().Get("subjectPrefix"), showOf(r))))
+}
+
+// showOf reads the deleted and deletedOnly query parameters (deletedOnly
+// wins when both are set, as in Confluent's registry).
+func showOf(r *http.Request) Show {
+	q := r.URL.Query()
+	switch {
+	case q.Get("deletedOnly") == "true":
+		return ShowDeleted
+	case q.Get("deleted") == "true":
+		return ShowAll
+	}
+	return ShowLive
+}
+
+// schemas serves GET /schemas: every subject version, optionally by
+// subject prefix, newest only, and paged by offset and limit.
+func (h *apiHandler) schemas(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	show := ShowLive
+	if q.Get("deleted") == "true" {
+		show = ShowAll
+	}
+	all := h.reg.Schemas(q.Get("subjectPrefix"), show, q.Get("latestOnly") == "true")
+	offset, _ := strconv.Atoi(q.Get("offset"))
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = len(all)
+	}
+	all = all[min(max(offset, 0), len(all)):]
+	respond(w, nonNil(all[:min(limit, len(all))]))
+}
+
+// referencedBy serves …/referencedby: the ids of schemas that reference
+// the version. This registry takes no references, so none do.
+func (h *apiHandler) referencedBy(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.lookupVersion(w, r); ok {
+		respond(w, []uint32{})
+	}
 }
 
 func nonNil[T any](s []T) []T {
@@ -275,7 +344,7 @@ func nonNil[T any](s []T) []T {
 }
 
 func (h *apiHandler) versions(w http.ResponseWriter, r *http.Request) {
-	vs, err := h.reg.Versions(r.PathValue("subject"))
+	vs, err := h.reg.VersionsMatching(r.PathValue("subject"), showOf(r))
 	if err != nil {
 		respondRegistryError(w, err)
 		return
@@ -309,7 +378,7 @@ func (h *apiHandler) lookupVersion(w http.ResponseWriter, r *http.Request) (Subj
 	if !ok {
 		return SubjectVersion{}, false
 	}
-	sv, err := h.reg.Version(r.PathValue("subject"), ver)
+	sv, err := h.reg.VersionMatching(r.PathValue("subject"), ver, deletedToo(r))
 	if err != nil {
 		respondRegistryError(w, err)
 		return SubjectVersion{}, false
@@ -337,7 +406,7 @@ func (h *apiHandler) lookup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sv, err := h.reg.Lookup(r.PathValue("subject"), schema)
+	sv, err := h.reg.LookupMatching(r.PathValue("subject"), schema, deletedToo(r))
 	if err != nil {
 		respondRegistryError(w, err)
 		return
@@ -345,12 +414,20 @@ func (h *apiHandler) lookup(w http.ResponseWriter, r *http.Request) {
 	respond(w, sv)
 }
 
-func (h *apiHandler) deleteSubject(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("permanent") == "true" {
-		respondError(w, codeNotPermitted, "Operation not permitted: this registry only soft-deletes")
-		return
+// deletedToo is ShowAll when the request says deleted=true.
+func deletedToo(r *http.Request) Show {
+	if r.URL.Query().Get("deleted") == "true" {
+		return ShowAll
 	}
-	vs, err := h.reg.DeleteSubject(r.Context(), r.PathValue("subject"))
+	return ShowLive
+}
+
+func (h *apiHandler) deleteSubject(w http.ResponseWriter, r *http.Request) {
+	del := h.reg.DeleteSubject
+	if r.URL.Query().Get("permanent") == "true" {
+		del = h.reg.PurgeSubject
+	}
+	vs, err := del(r.Context(), r.PathValue("subject"))
 	if err != nil {
 		respondRegistryError(w, err)
 		return
@@ -359,15 +436,15 @@ func (h *apiHandler) deleteSubject(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *apiHandler) deleteVersion(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("permanent") == "true" {
-		respondError(w, codeNotPermitted, "Operation not permitted: this registry only soft-deletes")
-		return
-	}
 	ver, ok := parseVersion(w, r)
 	if !ok {
 		return
 	}
-	v, err := h.reg.DeleteVersion(r.Context(), r.PathValue("subject"), ver)
+	del := h.reg.DeleteVersion
+	if r.URL.Query().Get("permanent") == "true" {
+		del = h.reg.PurgeVersion
+	}
+	v, err := del(r.Context(), r.PathValue("subject"), ver)
 	if err != nil {
 		respondRegistryError(w, err)
 		return
@@ -438,7 +515,7 @@ func (h *apiHandler) usages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	us, err := h.reg.Usages(id)
+	us, err := h.reg.UsagesMatching(id, deletedToo(r))
 	if err != nil {
 		respondError(w, codeSchemaNotFound, "Schema %d not found", id)
 		return
@@ -459,7 +536,7 @@ func (h *apiHandler) usageSubjects(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	us, err := h.reg.Usages(id)
+	us, err := h.reg.UsagesMatching(id, deletedToo(r))
 	if err != nil {
 		respondError(w, codeSchemaNotFound, "Schema %d not found", id)
 		return
@@ -514,7 +591,12 @@ func (h *apiHandler) deleteConfig(w http.ResponseWriter, r *http.Request) {
 		respondRegistryError(w, err)
 		return
 	}
-	respond(w, configPut{prev.String()})
+	// Confluent answers its Config ("compatibilityLevel"); some clients
+	// (franz-go's sr) read "compatibility": both are given.
+	respond(w, struct {
+		configGet
+		configPut
+	}{configGet{prev.String()}, configPut{prev.String()}})
 }
 
 // RejectedSchema is one element of GET /cdcd/rejected: the last schema a

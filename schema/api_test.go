@@ -153,7 +153,7 @@ func TestAPIWithFranzGoClient(t *testing.T) {
 	if vs, _ := cl.SubjectVersions(ctx, "orders-value"); !reflect.DeepEqual(vs, []int{1, 2}) {
 		t.Fatalf("after delete: %v", vs)
 	}
-	if err := cl.DeleteSchema(ctx, "orders-value", 1, sr.HardDelete); errorCode(err) != 42205 {
+	if err := cl.DeleteSchema(ctx, "orders-value", 1, sr.HardDelete); errorCode(err) != 40407 { // not soft-deleted first
 		t.Fatalf("hard delete: %v", err)
 	}
 	if vs, err := cl.DeleteSubject(ctx, "orders-key", sr.SoftDelete); err != nil || !reflect.DeepEqual(vs, []int{1}) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hamba/avro/v2"
@@ -33,6 +34,21 @@ var (
 	ErrNotConfigured = errors.New("schema: subject has no compatibility level of its own")
 	// ErrNothingRejected: the subject has no rejected schema to accept.
 	ErrNothingRejected = errors.New("schema: no rejected schema for the subject")
+	// ErrSubjectSoftDeleted: a soft delete of a subject whose versions are
+	// all soft-deleted already (a permanent delete is what remains).
+	ErrSubjectSoftDeleted = errors.New("schema: subject was soft-deleted")
+	// ErrSubjectNotSoftDeleted: a permanent delete of a subject that still
+	// has live versions (soft-delete it first).
+	ErrSubjectNotSoftDeleted = errors.New("schema: subject was not soft-deleted first")
+	// ErrVersionSoftDeleted: a soft delete of a version soft-deleted
+	// already.
+	ErrVersionSoftDeleted = errors.New("schema: version was soft-deleted")
+	// ErrVersionNotSoftDeleted: a permanent delete of a live version
+	// (soft-delete it first).
+	ErrVersionNotSoftDeleted = errors.New("schema: version was not soft-deleted first")
+	// ErrProtected: a delete of a subject the running pipeline writes; the
+	// error is a *ProtectedError.
+	ErrProtected = errors.New("schema: subject is written by the running pipeline")
 )
 
 // Client is what the pipeline needs from a schema registry: the emitter
@@ -153,19 +169,23 @@ type Registry struct {
 	levels   map[string]Compatibility
 	rejected map[string]rejection
 	nextID   uint32
+	// protected names the subjects the running pipeline writes, with the
+	// table each belongs to: deletes of them are refused (see Protect).
+	protected map[string]string
 }
 
 // OpenRegistry loads every record of store.
 func OpenRegistry(ctx context.Context, store Store) (*Registry, error) {
 	r := &Registry{
-		store:    store,
-		byID:     map[uint32]string{},
-		idOf:     map[string]uint32{},
-		parsed:   map[uint32]avro.Schema{},
-		subjects: map[string][]version{},
-		levels:   map[string]Compatibility{},
-		rejected: map[string]rejection{},
-		nextID:   1,
+		store:     store,
+		byID:      map[uint32]string{},
+		idOf:      map[string]uint32{},
+		parsed:    map[uint32]avro.Schema{},
+		subjects:  map[string][]version{},
+		levels:    map[string]Compatibility{},
+		rejected:  map[string]rejection{},
+		protected: map[string]string{},
+		nextID:    1,
 	}
 	if err := store.Load(ctx, r.apply); err != nil {
 		return nil, err
@@ -189,7 +209,7 @@ func (r *Registry) apply(key, value []byte) error {
 			return fmt.Errorf("schema: registry record key %s has no version", key)
 		}
 		if len(value) == 0 { // a tombstone: hard delete
-			r.subjects[subject] = slices.DeleteFunc(r.subjects[subject], func(v version) bool { return v.Version == *k.Version })
+			r.dropLocked(subject, *k.Version)
 			return nil
 		}
 		var v schemaValue
@@ -229,7 +249,11 @@ func (r *Registry) apply(key, value []byte) error {
 			}
 		}
 		if k.KeyType == keyClearSubject {
-			r.subjects[subject] = slices.DeleteFunc(vs, func(x version) bool { return x.Version <= v.Version })
+			for _, x := range slices.Clone(vs) {
+				if x.Version <= v.Version {
+					r.dropLocked(subject, x.Version)
+				}
+			}
 		}
 	}
 	return nil
@@ -271,16 +295,9 @@ func (r *Registry) resetLocked(subject string) {
 	}
 }
 
-// live returns the subject's versions that are not deleted, oldest first.
-func (r *Registry) liveLocked(subject string) []version {
-	var out []version
-	for _, v := range r.subjects[subject] {
-		if !v.deleted {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+// liveLocked returns the subject's versions that are not deleted, oldest
+// first.
+func (r *Registry) liveLocked(subject string) []version { return r.shownLocked(subject, ShowLive) }
 
 // normalize removes insignificant whitespace from a schema's JSON text.
 func normalize(schema string) string {
@@ -345,16 +362,11 @@ func (r *Registry) register(ctx context.Context, subject, schema string, force b
 
 // appendSchemaLocked stores v and then applies it.
 func (r *Registry) appendSchemaLocked(ctx context.Context, v version) error {
-	subject, ver := v.Subject, v.Version
-	key, err := json.Marshal(storeKey{KeyType: keySchema, Subject: &subject, Version: &ver, Magic: 1})
-	if err != nil {
-		return err
-	}
 	value, err := json.Marshal(schemaValue{Subject: v.Subject, Version: v.Version, ID: v.ID, Schema: v.Schema, Deleted: v.deleted})
 	if err != nil {
 		return err
 	}
-	if err := r.store.Append(ctx, key, value); err != nil {
+	if err := r.store.Append(ctx, schemaKey(v.Subject, v.Version), value); err != nil {
 		return err
 	}
 	r.putLocked(v)
@@ -445,13 +457,53 @@ func (r *Registry) SchemaByID(id uint32) (string, error) {
 	return s, nil
 }
 
+// Show selects versions by their deletion state, as Confluent's deleted
+// and deletedOnly query parameters do.
+type Show int
+
+const (
+	// ShowLive: live versions only (the default everywhere).
+	ShowLive Show = iota
+	// ShowAll: live and soft-deleted versions (deleted=true).
+	ShowAll
+	// ShowDeleted: soft-deleted versions only (deletedOnly=true).
+	ShowDeleted
+)
+
+func (s Show) has(v version) bool {
+	switch s {
+	case ShowAll:
+		return true
+	case ShowDeleted:
+		return v.deleted
+	}
+	return !v.deleted
+}
+
+// shownLocked returns the versions of subject that show selects, oldest
+// first.
+func (r *Registry) shownLocked(subject string, show Show) []version {
+	var out []version
+	for _, v := range r.subjects[subject] {
+		if show.has(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Subjects returns the subjects with at least one live version, sorted.
-func (r *Registry) Subjects() []string {
+func (r *Registry) Subjects() []string { return r.SubjectsMatching("", ShowLive) }
+
+// SubjectsMatching returns the subjects starting with prefix that have at
+// least one version show selects, sorted: with ShowAll, soft-deleted
+// subjects are listed too.
+func (r *Registry) SubjectsMatching(prefix string, show Show) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for s := range r.subjects {
-		if len(r.liveLocked(s)) > 0 {
+		if strings.HasPrefix(s, prefix) && len(r.shownLocked(s, show)) > 0 {
 			out = append(out, s)
 		}
 	}
@@ -461,14 +513,20 @@ func (r *Registry) Subjects() []string {
 
 // Versions returns the live versions of subject, oldest first.
 func (r *Registry) Versions(subject string) ([]SubjectVersion, error) {
+	return r.VersionsMatching(subject, ShowLive)
+}
+
+// VersionsMatching returns the versions of subject show selects, oldest
+// first; ErrUnknownSubject if there are none.
+func (r *Registry) VersionsMatching(subject string, show Show) ([]SubjectVersion, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	live := r.liveLocked(subject)
-	if len(live) == 0 {
+	shown := r.shownLocked(subject, show)
+	if len(shown) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
 	}
-	out := make([]SubjectVersion, len(live))
-	for i, v := range live {
+	out := make([]SubjectVersion, len(shown))
+	for i, v := range shown {
 		out[i] = v.SubjectVersion
 	}
 	return out, nil
@@ -476,16 +534,22 @@ func (r *Registry) Versions(subject string) ([]SubjectVersion, error) {
 
 // Version returns one live version of subject; ver may be LatestVersion.
 func (r *Registry) Version(subject string, ver int) (SubjectVersion, error) {
+	return r.VersionMatching(subject, ver, ShowLive)
+}
+
+// VersionMatching returns one version of subject among those show
+// selects; ver may be LatestVersion (the newest of them).
+func (r *Registry) VersionMatching(subject string, ver int, show Show) (SubjectVersion, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	live := r.liveLocked(subject)
-	if len(live) == 0 {
+	shown := r.shownLocked(subject, show)
+	if len(shown) == 0 {
 		return SubjectVersion{}, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
 	}
 	if ver == LatestVersion {
-		return live[len(live)-1].SubjectVersion, nil
+		return shown[len(shown)-1].SubjectVersion, nil
 	}
-	for _, v := range live {
+	for _, v := range shown {
 		if v.Version == ver {
 			return v.SubjectVersion, nil
 		}
@@ -495,23 +559,33 @@ func (r *Registry) Version(subject string, ver int) (SubjectVersion, error) {
 
 // Lookup returns the live version of subject that has schema.
 func (r *Registry) Lookup(subject, schema string) (SubjectVersion, error) {
+	return r.LookupMatching(subject, schema, ShowLive)
+}
+
+// LookupMatching returns the newest version of subject that has schema
+// among those show selects.
+func (r *Registry) LookupMatching(subject, schema string, show Show) (SubjectVersion, error) {
 	key := canonical(schema)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	live := r.liveLocked(subject)
-	if len(live) == 0 {
+	shown := r.shownLocked(subject, show)
+	if len(shown) == 0 {
 		return SubjectVersion{}, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
 	}
-	for _, v := range live {
-		if v.norm == key {
-			return v.SubjectVersion, nil
+	for i := len(shown) - 1; i >= 0; i-- {
+		if shown[i].norm == key {
+			return shown[i].SubjectVersion, nil
 		}
 	}
 	return SubjectVersion{}, fmt.Errorf("%w: not registered under %s", ErrUnknownSchema, subject)
 }
 
 // Usages returns the live subject versions that use schema id.
-func (r *Registry) Usages(id uint32) ([]SubjectVersion, error) {
+func (r *Registry) Usages(id uint32) ([]SubjectVersion, error) { return r.UsagesMatching(id, ShowLive) }
+
+// UsagesMatching returns the subject versions show selects that use
+// schema id, by subject and version.
+func (r *Registry) UsagesMatching(id uint32, show Show) ([]SubjectVersion, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.byID[id]; !ok {
@@ -520,18 +594,45 @@ func (r *Registry) Usages(id uint32) ([]SubjectVersion, error) {
 	var out []SubjectVersion
 	for _, vs := range r.subjects {
 		for _, v := range vs {
-			if v.ID == id && !v.deleted {
+			if v.ID == id && show.has(v) {
 				out = append(out, v.SubjectVersion)
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Subject != out[j].Subject {
-			return out[i].Subject < out[j].Subject
-		}
-		return out[i].Version < out[j].Version
-	})
+	sortVersions(out)
 	return out, nil
+}
+
+// Schemas returns the versions show selects of every subject starting
+// with prefix, by subject and version; latestOnly keeps each subject's
+// newest of them (Confluent's GET /schemas).
+func (r *Registry) Schemas(prefix string, show Show, latestOnly bool) []SubjectVersion {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []SubjectVersion
+	for s := range r.subjects {
+		if !strings.HasPrefix(s, prefix) {
+			continue
+		}
+		shown := r.shownLocked(s, show)
+		if latestOnly && len(shown) > 0 {
+			shown = shown[len(shown)-1:]
+		}
+		for _, v := range shown {
+			out = append(out, v.SubjectVersion)
+		}
+	}
+	sortVersions(out)
+	return out
+}
+
+func sortVersions(vs []SubjectVersion) {
+	sort.Slice(vs, func(i, j int) bool {
+		if vs[i].Subject != vs[j].Subject {
+			return vs[i].Subject < vs[j].Subject
+		}
+		return vs[i].Version < vs[j].Version
+	})
 }
 
 // Compatibility returns the level that applies to subject ("" for the
@@ -601,52 +702,6 @@ func configKey(subject string) []byte {
 	}
 	b, _ := json.Marshal(k) // strings and ints only
 	return b
-}
-
-// DeleteVersion soft-deletes one version of subject (ver may be
-// LatestVersion), as Confluent's DELETE does: the version leaves listings
-// and compatibility checks, its number is not reused, and its id still
-// resolves. It returns the version number deleted.
-func (r *Registry) DeleteVersion(ctx context.Context, subject string, ver int) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	live := r.liveLocked(subject)
-	if len(live) == 0 {
-		return 0, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
-	}
-	if ver == LatestVersion {
-		ver = live[len(live)-1].Version
-	}
-	for _, v := range live {
-		if v.Version == ver {
-			v.deleted = true
-			if err := r.appendSchemaLocked(ctx, v); err != nil {
-				return 0, fmt.Errorf("schema: delete %s v%d: %w", subject, ver, err)
-			}
-			return ver, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %s version %d", ErrUnknownVersion, subject, ver)
-}
-
-// DeleteSubject soft-deletes every live version of subject and returns
-// their numbers.
-func (r *Registry) DeleteSubject(ctx context.Context, subject string) ([]int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	live := r.liveLocked(subject)
-	if len(live) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownSubject, subject)
-	}
-	var out []int
-	for _, v := range live {
-		v.deleted = true
-		if err := r.appendSchemaLocked(ctx, v); err != nil {
-			return out, fmt.Errorf("schema: delete %s v%d: %w", subject, v.Version, err)
-		}
-		out = append(out, v.Version)
-	}
-	return out, nil
 }
 
 // Rejected returns the last schema Register refused for subject and why,
