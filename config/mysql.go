@@ -34,7 +34,7 @@ type MySQL struct {
 	// snapshots. MariaDB only.
 	ReadOnly bool `yaml:"read_only"`
 	// Incremental configures the snapshots (chunk_rows,
-	// max_rows_per_second; signal_table is PostgreSQL's only for now).
+	// max_rows_per_second, signal_table as "database.table").
 	Incremental Incremental `yaml:"incremental"`
 }
 
@@ -108,9 +108,12 @@ func (v *validator) mysqlSource(m *MySQL) {
 	if m.Incremental.MaxRowsPerSecond < 0 {
 		v.fail(p+"incremental.max_rows_per_second", ErrInvalid, "must not be negative (0: unthrottled), got %d", m.Incremental.MaxRowsPerSecond)
 	}
-	if m.Incremental.SignalTable != "" {
-		v.fail(p+"incremental.signal_table", ErrNotAvailable, "not available yet for MySQL: start snapshots with cdcd snapshot -c FILE TABLE "+
-			"or POST /cdcd/snapshot")
+	if sig := m.Incremental.SignalTable; sig != "" {
+		if db, tbl, ok := strings.Cut(sig, "."); !ok || db == "" || tbl == "" || strings.Contains(tbl, ".") {
+			v.fail(p+"incremental.signal_table", ErrInvalid, "%s is not a table name: write database.table", shortQuote(sig))
+		} else if sig == m.WatermarkTable {
+			v.fail(p+"incremental.signal_table", ErrInvalid, "%s is also the watermark table: give the signal table a table of its own", sig)
+		}
 	}
 	if len(m.Tables) == 0 && v.c.Outbox == nil { // an outbox relay may run alone
 		v.fail(p+"tables", ErrInvalid, "at least one table is required, e.g. tables: [shop.orders]")
@@ -128,6 +131,10 @@ func (v *validator) mysqlSource(m *MySQL) {
 			continue
 		}
 		seen[t] = i
+		if t == m.Incremental.SignalTable {
+			v.fail(path, ErrInvalid, "%s is the signal table (source.mysql.incremental.signal_table): its rows are read, not mirrored; "+
+				"use a table of its own", t)
+		}
 		if t == m.WatermarkTable {
 			v.fail(path, ErrInvalid, "%s is the watermark table (source.mysql.watermark_table): its rows are cdcd's, not mirrored; "+
 				"set watermark_table to a table of its own", t)

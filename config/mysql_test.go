@@ -64,8 +64,14 @@ func TestMySQLSource(t *testing.T) {
 	if c, err := Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x@h/s', tables: [a.b], read_only: true}\n"), "cdcd.yaml", testEnv); err != nil || !c.Source.MySQL.ReadOnly {
 		t.Errorf("read_only: %v", err)
 	}
-	_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], incremental: {signal_table: a.s}}\n"), "cdcd.yaml", testEnv)
-	if !errors.Is(err, ErrNotAvailable) {
-		t.Errorf("a signal table for MySQL: %v, want ErrNotAvailable", err)
+	if c, err := Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', tables: [a.b], incremental: {signal_table: a.s}}\n"), "cdcd.yaml", testEnv); err != nil || c.Source.MySQL.Incremental.SignalTable != "a.s" {
+		t.Errorf("a signal table for MySQL: %v", err)
+	}
+	for _, bad := range []string{"tables: [a.b], incremental: {signal_table: s}", "tables: [a.b, a.s], incremental: {signal_table: a.s}",
+		"tables: [a.b], watermark_table: a.w, incremental: {signal_table: a.w}"} {
+		_, err = Parse([]byte("pipeline: shop\nsource:\n  mysql: {dsn: 'mysql://x', "+bad+"}\n"), "cdcd.yaml", testEnv)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "signal_table") && !strings.Contains(err.Error(), "signal table") {
+			t.Errorf("%s: %v, want ErrInvalid naming the signal table", bad, err)
+		}
 	}
 }

@@ -36,7 +36,7 @@ const lagPoll = 10 * time.Second
 
 func newMySQLSource(m *config.MySQL, state mysql.State, logger *slog.Logger) *mysqlSource {
 	return &mysqlSource{r: mysql.New(mysql.Config{DSN: m.DSN, ServerID: uint32(m.ServerID), Flavor: m.Flavor, Tables: m.Tables,
-		WatermarkTable: m.WatermarkTable, ReadOnly: m.ReadOnly, Load: m.Snapshot == config.SnapshotInitial,
+		WatermarkTable: m.WatermarkTable, SignalTable: m.Incremental.SignalTable, ReadOnly: m.ReadOnly, Load: m.Snapshot == config.SnapshotInitial,
 		ChunkRows: m.Incremental.ChunkRows, MaxRowsPerSecond: m.Incremental.MaxRowsPerSecond}, state, logger)}
 }
 

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -167,7 +168,8 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	}
 	switch st.kind {
 	case stmtTruncate:
-		if desc := s.captured[st.db+"."+st.table]; desc != nil && !s.inc.isWatermarkTable(desc.qualified()) {
+		if desc := s.captured[st.db+"."+st.table]; desc != nil && !s.inc.isWatermarkTable(desc.qualified()) &&
+			!s.inc.isSignalTable(desc.qualified()) {
 			t := desc.table
 			if v := s.latest[desc.qualified()]; v != nil {
 				t = v.table
@@ -222,10 +224,10 @@ func (s *streamer) reReadAdded(ctx context.Context, old, cur *tableDesc) error {
 			cols = append(cols, c.Name)
 		}
 	}
-	if len(cols) == 0 {
+	qn := cur.qualified()
+	if len(cols) == 0 || !slices.Contains(s.r.cfg.Tables, qn) { // not the watermark or signal table
 		return nil
 	}
-	qn := cur.qualified()
 	s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
 		"table", qn, "columns", cols)
 	if s.r.inc.Queued(qn) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -113,11 +114,14 @@ func (r *Reader) snapshotsPending() bool {
 // table's rows, the windows, the engine's checkpoints. Its methods are
 // called on the stream's goroutine; all are no-ops on nil.
 type incStream struct {
-	eng     *snapshot.Engine
-	wmTable string     // db.table of the watermark table; "" when not captured
-	id      string     // the pipeline's row in it
-	ro      *gtidMarks // read-only: watermarks at GTID positions
-	resets  *resetPlacements
+	eng      *snapshot.Engine
+	wmTable  string   // db.table of the watermark table; "" when not captured
+	sigTable string   // db.table of the signal table; "" when none
+	tables   []string // the pipeline's tables (a signal's data-collections)
+	logger   *slog.Logger
+	id       string     // the pipeline's row in it
+	ro       *gtidMarks // read-only: watermarks at GTID positions
+	resets   *resetPlacements
 	// roOrd and roSeq number the read-only marks met after one transaction.
 	roOrd uint64
 	roSeq uint32
@@ -136,7 +140,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 	if err != nil {
 		return nil, err
 	}
-	in := &incStream{eng: r.inc, id: r.watermarkID()}
+	in := &incStream{eng: r.inc, id: r.watermarkID(), sigTable: r.cfg.SignalTable, tables: r.cfg.Tables, logger: r.logger}
 	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr}
 	switch {
 	case r.cfg.ReadOnly && flavor != FlavorMariaDB:

@@ -37,6 +37,10 @@ type Config struct {
 	// rows are read from the binlog and handed to the snapshot engine,
 	// never emitted. Empty: no snapshots.
 	WatermarkTable string
+	// SignalTable, "database.table", is a Debezium-compatible signal table
+	// (signal.go): its inserted rows start, stop, pause and resume
+	// snapshots; never emitted. Empty: none.
+	SignalTable string
 	// ReadOnly makes snapshots write nothing to the source: watermarks are
 	// GTID positions of consistent snapshots (MariaDB only; readonly.go),
 	// and WatermarkTable is not used.
@@ -250,6 +254,14 @@ func (r *Reader) describeTables(ctx context.Context, db *sql.DB, flavor string) 
 			errs = append(errs, wmErr)
 		} else {
 			r.logger.Warn("snapshots cannot run: no watermark table", "err", wmErr)
+		}
+	}
+	if r.cfg.SignalTable != "" {
+		d, err := describeSignalTable(ctx, db, flavor, r.cfg.SignalTable)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			out[d.qualified()] = d
 		}
 	}
 	for _, name := range names {

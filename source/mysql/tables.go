@@ -167,6 +167,10 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 }
 
 func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
+	if s.inc.signal(v, op, after) {
+		s.tx.idx++
+		return
+	}
 	if wm, rows := s.inc.watermark(v, after, Position(s.tx.ord, s.tx.idx)); wm {
 		s.tx.idx++
 		for _, c := range rows {
