@@ -3,6 +3,8 @@ package iceberg
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
@@ -31,6 +33,14 @@ func (h tableHandle) Rewriter(ctx context.Context) (compactor.Rewriter, error) {
 	}
 	sc := tbl.Schema()
 	rw := &rewriter{tbl: tbl, fs: fs, wfs: wfs, keys: w.up.keys, fields: sc.Fields()}
+	fileSc := sc
+	if tbl.Metadata().Version() >= 3 {
+		// Row lineage: every row copied keeps its _row_id and
+		// _last_updated_sequence_number, written into the new file.
+		rw.lineage = true
+		rw.fields = append(rw.fields, iceberg.RowID(), iceberg.LastUpdatedSequenceNumber())
+		fileSc = iceberg.SchemaWithRowLineage(sc)
+	}
 	rw.keyIdx = make([]int, len(rw.keys))
 	for i, k := range rw.keys {
 		for j, f := range rw.fields {
@@ -39,7 +49,7 @@ func (h tableHandle) Rewriter(ctx context.Context) (compactor.Rewriter, error) {
 			}
 		}
 	}
-	if rw.fsch, err = newFileSchema(sc); err != nil {
+	if rw.fsch, err = newFileSchema(fileSc); err != nil {
 		return nil, err
 	}
 	if rw.part, err = newPartitioner(sc, tbl.Spec()); err != nil {
@@ -64,6 +74,59 @@ type rewriter struct {
 	fsch   *fileSchema
 	part   *partitioner
 	lp     table.LocationProvider
+
+	// lineage: fields ends with _row_id and _last_updated_sequence_number
+	// (v3), filled for rows whose file leaves them null from the file's
+	// first_row_id and data sequence number (lineageOf).
+	lineage  bool
+	loadOnce sync.Once
+	lineages map[string]fileLineage
+	loadErr  error
+}
+
+// fileLineage is what a data file's null lineage values inherit (the
+// spec's First Row ID and Sequence Number Inheritance).
+type fileLineage struct {
+	firstRowID *int64
+	seq        int64
+}
+
+// lineageOf returns df's lineage in the rewritten snapshot, reading its
+// data manifests once (the writer's own DataFiles lack both: they are
+// assigned when a commit writes its manifest list).
+func (rw *rewriter) lineageOf(df iceberg.DataFile) (fileLineage, error) {
+	rw.loadOnce.Do(func() {
+		rw.lineages = map[string]fileLineage{}
+		snap := rw.tbl.CurrentSnapshot()
+		if snap == nil {
+			return
+		}
+		mfs, err := snap.Manifests(rw.fs)
+		if err != nil {
+			rw.loadErr = fmt.Errorf("iceberg: read manifest list: %w", err)
+			return
+		}
+		for _, mf := range mfs {
+			if mf.ManifestContent() != iceberg.ManifestContentData {
+				continue
+			}
+			for e, err := range mf.Entries(rw.fs, true) {
+				if err != nil {
+					rw.loadErr = fmt.Errorf("iceberg: read manifest %s: %w", mf.FilePath(), err)
+					return
+				}
+				rw.lineages[e.DataFile().FilePath()] = fileLineage{firstRowID: e.DataFile().FirstRowID(), seq: e.SequenceNum()}
+			}
+		}
+	})
+	if rw.loadErr != nil {
+		return fileLineage{}, rw.loadErr
+	}
+	l, ok := rw.lineages[df.FilePath()]
+	if !ok || l.firstRowID == nil {
+		return fileLineage{}, fmt.Errorf("iceberg: %s has no row lineage in snapshot %d: its rows would get new row ids", df.FilePath(), rw.tbl.CurrentSnapshot().SnapshotID)
+	}
+	return l, nil
 }
 
 func (rw *rewriter) Open(df iceberg.DataFile) (compactor.Rows, error) {
@@ -76,8 +139,17 @@ func (rw *rewriter) Open(df iceberg.DataFile) (compactor.Rows, error) {
 		closeFile()
 		return nil, err
 	}
-	return &sortedRows{rows: rows, closeFile: closeFile, keys: rw.keys, keyIdx: rw.keyIdx,
-		vals: make([]any, len(rw.fields)), kv: make([]any, len(rw.keys))}, nil
+	sr := &sortedRows{rows: rows, closeFile: closeFile, keys: rw.keys, keyIdx: rw.keyIdx,
+		vals: make([]any, len(rw.fields)), kv: make([]any, len(rw.keys))}
+	if rw.lineage {
+		l, err := rw.lineageOf(df)
+		if err != nil {
+			sr.Close()
+			return nil, err
+		}
+		sr.lineage = &l
+	}
+	return sr, nil
 }
 
 func (rw *rewriter) Create(name string, first []any) (compactor.FileWriter, error) {
@@ -106,6 +178,9 @@ type sortedRows struct {
 	pos       int64
 	vals, kv  []any
 	key       []byte
+	// lineage, when set, fills the last two of vals (_row_id,
+	// _last_updated_sequence_number) where the file holds null.
+	lineage *fileLineage
 }
 
 func (r *sortedRows) Next() (bool, error) {
@@ -114,6 +189,15 @@ func (r *sortedRows) Next() (bool, error) {
 		return false, err
 	}
 	r.pos = pos
+	if l := r.lineage; l != nil {
+		n := len(r.vals)
+		if r.vals[n-2] == nil {
+			r.vals[n-2] = *l.firstRowID + pos
+		}
+		if r.vals[n-1] == nil {
+			r.vals[n-1] = l.seq
+		}
+	}
 	for i, fi := range r.keyIdx {
 		v, err := keyValue(r.keys[i].Type, r.vals[fi])
 		if err != nil {
