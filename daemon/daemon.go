@@ -173,6 +173,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			MaxRows:   int64(ice.Compaction.MaxInputRows),
 			OrphanAge: ice.Compaction.OrphanAge,
 		},
+		OnCommit: d.committed,
 	}, d.cat, d.lg, d.reg, logger)
 	d.monitor = newMonitor(d)
 	d.emitter.onPause = d.monitor.poke

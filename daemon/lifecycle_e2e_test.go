@@ -122,7 +122,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
 	families := []string{"cdcd_table_events_in_total{table=\"mirror.acct\"}", "cdcd_consumer_lag_records{", "cdcd_consumer_lag_seconds{",
-		"cdcd_slot_lag_bytes{", "cdcd_slot_confirmed_flush_lsn{", "cdcd_slot_wal_status{slot=", "cdcd_commit_duration_seconds_bucket{",
+		"cdcd_slot_lag_bytes{", "cdcd_slot_confirmed_flush_lsn_bytes{", "cdcd_source_flushed_lsn_bytes ", "cdcd_slot_wal_status{slot=", "cdcd_commit_duration_seconds_bucket{",
 		"cdcd_commit_files_bucket{", "cdcd_commit_bytes_bucket{", "cdcd_log_end_offset{", "cdcd_table_events_out_total{"}
 	var scrape string
 	waitFor(t, "every metric family", func() bool {

@@ -32,8 +32,8 @@ var (
 	descState      = desc("cdcd_state", "The daemon's lifecycle state: 1 for the current one.", "state")
 	descSrcEvents  = desc("cdcd_source_events_total", "Changes the source streamed into the log.")
 	descSrcSnap    = desc("cdcd_source_snapshot_rows_total", "Rows the initial load put into the log.")
-	descSrcFlushed = desc("cdcd_source_flushed_lsn", "LSN last confirmed to PostgreSQL as flushed (durable in the log).")
-	descSrcRecv    = desc("cdcd_source_received_lsn", "Newest WAL position received from PostgreSQL.")
+	descSrcFlushed = desc("cdcd_source_flushed_lsn_bytes", "WAL position (LSN, a byte offset in the WAL) last confirmed to PostgreSQL as flushed (durable in the log).")
+	descSrcRecv    = desc("cdcd_source_received_lsn_bytes", "Newest WAL position (LSN, a byte offset in the WAL) received from PostgreSQL.")
 	descSrcStream  = desc("cdcd_source_streaming", "1 once the initial load is done and the slot streams.")
 
 	descTblIn       = desc("cdcd_table_events_in_total", "Changes of the table appended to the log since start.", "table")
@@ -57,7 +57,7 @@ var (
 	descSlotLag     = desc("cdcd_slot_lag_bytes", "pg_current_wal_lsn() - confirmed_flush_lsn.", "slot")
 	descSlotLagSec  = desc("cdcd_slot_lag_seconds", "Age of the oldest WAL the slot has not confirmed (a lower bound, at the poll interval's resolution).", "slot")
 	descSlotRetain  = desc("cdcd_slot_retained_wal_bytes", "pg_current_wal_lsn() - restart_lsn: WAL the slot keeps on the server.", "slot")
-	descSlotConf    = desc("cdcd_slot_confirmed_flush_lsn", "The slot's confirmed_flush_lsn.", "slot")
+	descSlotConf    = desc("cdcd_slot_confirmed_flush_lsn_bytes", "The slot's confirmed_flush_lsn (a byte offset in the WAL).", "slot")
 	descSlotSafe    = desc("cdcd_slot_safe_wal_size_bytes", "The slot's safe_wal_size; absent when max_slot_wal_keep_size is -1 or the slot is lost.", "slot")
 	descSlotMaxKeep = desc("cdcd_slot_max_wal_keep_bytes", "The server's max_slot_wal_keep_size; absent when unlimited (-1).", "slot")
 	descSlotStatus  = desc("cdcd_slot_wal_status", "The slot's wal_status: 1 for the current one.", "slot", "status")
@@ -195,13 +195,11 @@ func (c *collector) collectSlot(ch chan<- prometheus.Metric) {
 	}
 }
 
-// sampler feeds the commit histograms. The sink counts commits and keeps
-// the last one's duration (TableStats); each snapshot's summary says what
-// the commit added. Every sampleInterval the sampler looks for tables
-// whose commit count moved, observes the last commit's duration, and reads
-// the new snapshots' summaries (added files, bytes and records) from the
-// catalog. With more than one commit of a table per interval, the
-// duration histogram sees the last of them; the others are exact.
+// sampler feeds the commit histograms. The sink calls committed after
+// every commit that lands, which observes its duration; each snapshot's
+// summary says what the commit added: every sampleInterval the sampler
+// looks for tables whose commit count moved and reads the new snapshots'
+// summaries (added files, bytes and records) from the catalog.
 type sampler struct {
 	d        *Daemon
 	duration *prometheus.HistogramVec
@@ -230,11 +228,19 @@ func newSampler(d *Daemon) *sampler {
 	}
 	return &sampler{
 		d:        d,
-		duration: h("cdcd_commit_duration_seconds", "Duration of the table's commits (the last one per second, see README).", prometheus.ExponentialBuckets(0.025, 2, 14)),
+		duration: h("cdcd_commit_duration_seconds", "Duration of each commit to the table that landed (retries included).", prometheus.ExponentialBuckets(0.025, 2, 14)),
 		files:    h("cdcd_commit_files", "Files (data and delete files) each commit added to the table.", prometheus.ExponentialBuckets(1, 2, 12)),
 		bytes:    h("cdcd_commit_bytes", "Bytes of the files each commit added to the table.", prometheus.ExponentialBuckets(1024, 4, 14)),
 		records:  h("cdcd_commit_records", "Records each commit added to the table (data rows and deletes).", prometheus.ExponentialBuckets(1, 4, 14)),
 		seen:     map[string]*sampled{},
+	}
+}
+
+// committed observes one landed commit of ts that took took (the sink's
+// OnCommit hook).
+func (d *Daemon) committed(ts *iceberg.TableStats, took time.Duration) {
+	if s := d.sampler; s != nil {
+		s.duration.WithLabelValues(ts.Table).Observe(took.Seconds())
 	}
 }
 
@@ -269,9 +275,6 @@ func (s *sampler) sample(ctx context.Context, ts *iceberg.TableStats) {
 	n := ts.Commits.Load()
 	if st.init && n == st.commits {
 		return
-	}
-	if st.init {
-		s.duration.WithLabelValues(ts.Table).Observe(time.Duration(ts.LastCommitDur.Load()).Seconds())
 	}
 	ident, ok := s.d.idents[ts.Topic]
 	if !ok {

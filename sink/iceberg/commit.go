@@ -133,10 +133,13 @@ func (w *tableWriter) settleWithin(ctx context.Context, id string, b *backoff) (
 // committedNow makes a landed commit of the buffer up to next the writer's
 // state.
 func (w *tableWriter) committedNow(ctx context.Context, next []int64, started time.Time) {
-	rows := 0
+	rows, reads := 0, 0
 	for i := range w.buf {
 		if !w.buf[i].skip {
 			rows++
+			if w.buf[i].op() == 'r' {
+				reads++
+			}
 		}
 	}
 	clear(w.buf)
@@ -147,10 +150,15 @@ func (w *tableWriter) committedNow(ctx context.Context, next []int64, started ti
 		w.next[p] = max(w.next[p], next[p])
 	}
 	w.publishCommitted()
+	took := time.Since(started)
 	w.stats.Rows.Add(int64(rows))
+	w.stats.SnapshotRows.Add(int64(reads))
 	w.stats.Commits.Add(1)
 	w.stats.LastCommit.Store(time.Now().UnixMilli())
-	w.stats.LastCommitDur.Store(int64(time.Since(started)))
+	w.stats.LastCommitDur.Store(int64(took))
+	if f := w.s.cfg.OnCommit; f != nil {
+		f(w.stats, took)
+	}
 	w.stats.healthy()
 	w.removeUnsettled(ctx)
 	if w.resumed {

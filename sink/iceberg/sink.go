@@ -97,6 +97,11 @@ type Config struct {
 	// and a commit of an owner whose epoch is no longer the table's newest
 	// is refused (ErrFenced; owner.go).
 	Shared bool
+	// OnCommit, when set, is called after every data commit that lands,
+	// with the table's stats and how long the commit took (the daemon's
+	// commit-duration histogram). It runs on the table's loop: it must not
+	// block.
+	OnCommit func(stats *TableStats, took time.Duration)
 }
 
 // Table modes.
@@ -115,6 +120,10 @@ type TableStats struct {
 	SnapshotID    atomic.Int64
 	// Committed is the next offset per partition the table holds.
 	Committed atomic.Pointer[[]int64]
+	// SnapshotRows are the rows among Rows that snapshot reads brought (op
+	// r: initial loads, incremental snapshots): a load's progress into the
+	// table.
+	SnapshotRows atomic.Int64
 	// Paused holds why the table is paused (nil while it runs), since
 	// PausedAt (unix ms); PausedFix what to do about it. A paused table
 	// is looked at again every RetryInterval and runs again once the
