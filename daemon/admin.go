@@ -64,7 +64,7 @@ func (d *Daemon) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &collector{d: d})
 	reg.MustRegister(d.sampler.collectors()...)
-	reg.MustRegister(snapshotCollector{d}, outboxCollector{d}, reconcileCollector{d})
+	reg.MustRegister(snapshotCollector{d}, outboxCollector{d}, reconcileCollector{d}, loadCollector{d})
 	return reg
 }
 

@@ -52,13 +52,14 @@ type Daemon struct {
 	resumeEvery time.Duration
 
 	// Operator parts (lifecycle.go, monitor.go, metrics.go, alerts.go).
-	intake  *intake                     // the source's Emitter: counts, drain context
-	outbox  *outboxRelay                // in front of intake; nil without an outbox block (outbox.go)
-	idents  map[string]table.Identifier // topic -> Iceberg table
-	monitor *monitor                    // slot poller, table lags, alerts
-	sampler *sampler                    // commit histograms
-	recon   reconciles                  // reconcile_run.go
-	life    atomic.Value                // string: a State* constant
+	intake   *intake                     // the source's Emitter: counts, drain context
+	outbox   *outboxRelay                // in front of intake; nil without an outbox block (outbox.go)
+	idents   map[string]table.Identifier // topic -> Iceberg table
+	monitor  *monitor                    // slot poller, table lags, alerts
+	sampler  *sampler                    // commit histograms
+	progress *loadProgress               // loads' progress into Iceberg (progress.go)
+	recon    reconciles                  // reconcile_run.go
+	life     atomic.Value                // string: a State* constant
 	// owners runs the tables of a sink process (role: sink;
 	// kafka_owners.go); nil otherwise.
 	owners atomic.Pointer[tableOwners]
@@ -178,6 +179,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	d.monitor = newMonitor(d)
 	d.emitter.onPause = d.monitor.poke
 	d.sampler = newSampler(d)
+	d.progress = newLoadProgress()
 	return d, nil
 }
 

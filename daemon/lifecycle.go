@@ -109,6 +109,7 @@ func (d *Daemon) Run(ctx context.Context, opts ...RunOption) error {
 	aux := []*stage{
 		r.start("monitor", auxCtx, d.monitor.run),
 		r.start("stats", auxCtx, d.sampler.run),
+		r.start("progress", auxCtx, d.runProgress),
 		r.start("reconcile", auxCtx, d.reconcileLoop),
 	}
 	if d.runsSource() {

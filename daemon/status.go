@@ -119,6 +119,17 @@ type SnapshotStatus struct {
 	Incremental   string  `json:"incremental,omitempty"`
 	RowsPerSecond float64 `json:"rows_per_second,omitempty"`
 	ETASeconds    float64 `json:"eta_seconds,omitempty"`
+	// The load's progress into the Iceberg table (daemon/progress.go):
+	// Committed are the rows loads committed to it since start,
+	// CommittedPercent their share of the rows the load read (of the rows
+	// it is expected to read while it reads; 100 once AllCommitted, -1
+	// unknown), CommitRowsPerSecond their rate over the last half minute
+	// and CommitETASeconds the time left at it (0 when unknown or done).
+	Committed           int64   `json:"committed"`
+	CommittedPercent    float64 `json:"committed_percent"`
+	AllCommitted        bool    `json:"all_committed"`
+	CommitRowsPerSecond float64 `json:"commit_rows_per_second,omitempty"`
+	CommitETASeconds    float64 `json:"commit_eta_seconds,omitempty"`
 }
 
 func formatLSN(v uint64) string { return fmt.Sprintf("%X/%X", v>>32, uint32(v)) }
@@ -194,6 +205,7 @@ func (d *Daemon) Status() Status {
 			ts.Snapshot.Percent = -1
 		}
 		d.applyIncremental(src, &ts)
+		applyLoad(&ts.Snapshot, d.loadView(t, src, ts.Lag))
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}

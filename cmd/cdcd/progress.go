@@ -112,7 +112,8 @@ func (t *termLine) follow(ctx context.Context, status func() daemon.Status, inte
 }
 
 // progressText is the status line for st: the initial load's progress and
-// each unfinished incremental snapshot's; "" when none runs.
+// each unfinished incremental snapshot's as read, then each table's load
+// as committed to Iceberg until all of it is; "" when no load runs.
 func progressText(st daemon.Status) string {
 	var parts []string
 	if st.State == daemon.StateLoading {
@@ -128,6 +129,17 @@ func progressText(st daemon.Status) string {
 			p += fmt.Sprintf(" (%.0f%%)", math.Floor(s.Percent))
 		}
 		parts = append(parts, p+rateText(s.RowsPerSecond, s.ETA.Seconds()))
+	}
+	for _, t := range st.Tables {
+		s := t.Snapshot
+		if s.AllCommitted || s.Committed == 0 && s.Rows == 0 {
+			continue
+		}
+		p := fmt.Sprintf("%s into iceberg: %s rows", t.Table, thousands(s.Committed))
+		if s.CommittedPercent >= 0 {
+			p += fmt.Sprintf(" (%.0f%%)", math.Floor(s.CommittedPercent))
+		}
+		parts = append(parts, p+rateText(s.CommitRowsPerSecond, s.CommitETASeconds))
 	}
 	return strings.Join(parts, " | ")
 }

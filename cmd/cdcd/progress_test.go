@@ -57,8 +57,14 @@ func TestProgressText(t *testing.T) {
 			{Table: "public.a", State: "running", Rows: 500, Percent: 25.9, RowsPerSecond: 100, ETA: 15 * time.Second},
 			{Table: "public.b", State: "queued", Percent: -1},
 			{Table: "public.c", State: "done", Rows: 9, Percent: 100, Finished: time.Now()},
+		},
+		Tables: []daemon.TableStatus{
+			{Table: "cdc.a", Snapshot: daemon.SnapshotStatus{Rows: 500, Committed: 120, CommittedPercent: 6.2, CommitRowsPerSecond: 40, CommitETASeconds: 47}},
+			{Table: "cdc.c", Snapshot: daemon.SnapshotStatus{Rows: 9, Committed: 9, CommittedPercent: 100, AllCommitted: true}},
+			{Table: "cdc.idle", Snapshot: daemon.SnapshotStatus{AllCommitted: false}},
 		}}
-	want := "initial load: 123,456 rows, 4,000 rows/s, about 1m35s left | snapshot public.a running: 500 rows (25%), 100 rows/s, about 15s left | snapshot public.b queued: 0 rows"
+	want := "initial load: 123,456 rows, 4,000 rows/s, about 1m35s left | snapshot public.a running: 500 rows (25%), 100 rows/s, about 15s left | snapshot public.b queued: 0 rows" +
+		" | cdc.a into iceberg: 120 rows (6%), 40 rows/s, about 47s left"
 	if got := progressText(st); got != want {
 		t.Errorf("progressText:\n got %q\nwant %q", got, want)
 	}
@@ -67,14 +73,27 @@ func TestProgressText(t *testing.T) {
 	}
 }
 
-// TestProgressBarIncremental: cdcd status's SNAPSHOT column for a table
-// whose incremental snapshot runs says so, with rows, rate and time left.
-func TestProgressBarIncremental(t *testing.T) {
-	got := progressBar(daemon.SnapshotStatus{Rows: 500, Estimated: 2000, Percent: 25, Incremental: "running", RowsPerSecond: 100, ETASeconds: 15})
-	if want := "snapshot running [#####...............]  25% 500 rows, 100 rows/s, about 15s left"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if got := progressBar(daemon.SnapshotStatus{Rows: 7, Percent: 100, Done: true}); got != "[####################] 100%" {
-		t.Errorf("a finished initial load: %q", got)
+// TestProgressBar: cdcd status's SNAPSHOT column shows the load as far as
+// Iceberg — the share committed, and while it reads how much it read —
+// with the commit rate and time left (the read's before a commit landed);
+// a table whose read is over but whose rows are not all committed is not
+// at 100%.
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		s    daemon.SnapshotStatus
+		want string
+	}{
+		{daemon.SnapshotStatus{Rows: 500, Estimated: 2000, Percent: 25, Incremental: "running", RowsPerSecond: 100, ETASeconds: 15, CommittedPercent: 0},
+			"snapshot running [....................]   0% in iceberg, read 25%, 100 rows/s, about 15s left"},
+		{daemon.SnapshotStatus{Rows: 500, Estimated: 2000, Percent: 25, Incremental: "running", RowsPerSecond: 100, ETASeconds: 15,
+			Committed: 400, CommittedPercent: 20, CommitRowsPerSecond: 80, CommitETASeconds: 20},
+			"snapshot running [####................]  20% in iceberg, read 25%, 80 rows/s, about 20s left"},
+		{daemon.SnapshotStatus{Rows: 1000, Percent: 100, Done: true, Committed: 130, CommittedPercent: 13, CommitRowsPerSecond: 50, CommitETASeconds: 17.4},
+			"[##..................]  13% in iceberg, 50 rows/s, about 17s left"},
+		{daemon.SnapshotStatus{Rows: 7, Percent: 100, Done: true, Committed: 7, CommittedPercent: 100, AllCommitted: true}, "[####################] 100%"},
+	} {
+		if got := progressBar(c.s); got != c.want {
+			t.Errorf("progressBar(%+v)\n got %q\nwant %q", c.s, got, c.want)
+		}
 	}
 }

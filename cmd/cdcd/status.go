@@ -211,24 +211,40 @@ func renderTrouble(w io.Writer, st daemon.Status, now time.Time) bool {
 	return trouble
 }
 
-// progressBar draws a table's initial-load progress, or its incremental
-// snapshot's with the rows read, the rate and the time left.
+// progressBar draws a table's load — the initial load's or an incremental
+// snapshot's — as far as Iceberg: the share of its rows committed to the
+// table, while it reads how much it has read, and the commit rate and
+// time left (the read's while no commit has landed yet).
 func progressBar(s daemon.SnapshotStatus) string {
-	const width = 20
-	bar := fmt.Sprintf("%s rows loaded", thousands(s.Rows))
-	if s.Percent >= 0 {
-		pct := math.Floor(s.Percent) // 99.9% is not done
-		filled := int(pct / 100 * width)
-		bar = fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct)
+	if s.AllCommitted && s.Incremental == "" {
+		return drawBar(100)
 	}
-	if s.Incremental == "" {
-		return bar
+	bar := thousands(s.Committed) + " rows in iceberg"
+	if s.CommittedPercent >= 0 {
+		bar = drawBar(s.CommittedPercent) + " in iceberg"
 	}
-	bar = fmt.Sprintf("snapshot %s %s", s.Incremental, bar)
-	if s.Percent >= 0 {
-		bar += fmt.Sprintf(" %s rows", thousands(s.Rows))
+	if s.Incremental != "" {
+		bar = "snapshot " + s.Incremental + " " + bar
+	}
+	if s.Incremental != "" || !s.Done {
+		if s.Percent >= 0 {
+			bar += fmt.Sprintf(", read %.0f%%", math.Floor(s.Percent))
+		} else {
+			bar += ", read " + thousands(s.Rows) + " rows"
+		}
+	}
+	if s.CommitRowsPerSecond > 0 {
+		return bar + rateText(s.CommitRowsPerSecond, s.CommitETASeconds)
 	}
 	return bar + rateText(s.RowsPerSecond, s.ETASeconds)
+}
+
+// drawBar is "[#####...............]  25%" (99.9% is not done).
+func drawBar(percent float64) string {
+	const width = 20
+	pct := math.Floor(percent)
+	filled := int(pct / 100 * width)
+	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct)
 }
 
 // ago renders an RFC 3339 time as "3s ago"; "never" when empty.
