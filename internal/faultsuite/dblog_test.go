@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/cdcdtest"
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -344,4 +347,64 @@ func TestSnapshotDuringDDL(t *testing.T) {
 	}
 	p.waitCaughtUp()
 	p.requireMirror()
+}
+
+// TestKilledDuringInitialLoad: the daemon dies (a failpoint) in the middle
+// of the COPY initial load of a table with a TOASTed column. Before it
+// starts again, rows of chunks not loaded yet are updated without touching
+// that column, and two of them are deleted, so the stream replays updates
+// whose unchanged value only the row as it was can give. The restarted
+// daemon finishes the load with an incremental snapshot of the table; it
+// never pauses it, and the Iceberg table ends equal to the source. (Here
+// the sink folds each update with its delete in one commit, so the old
+// resumption passed too; TestLoadResumedIncrementally in source/postgres,
+// which checks every change, is the one that reproduces the pause.)
+func TestKilledDuringInitialLoad(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{DDL: `CREATE TABLE doc (id int PRIMARY KEY, v text, big text);
+		ALTER TABLE doc ALTER COLUMN big SET STORAGE EXTERNAL;
+		INSERT INTO doc SELECT g, 'v' || g, CASE WHEN g > 59900 THEN repeat(chr(97 + g % 26), 2100) END
+			FROM generate_series(1, 60000) g;
+		ANALYZE doc`, Tables: []string{"public.doc"}, SourceExtra: "incremental: {chunk_rows: 5000}"})
+	p.startArmed("source.load-chunk-emitted")
+	if code := p.exited(3 * time.Minute); code == 0 {
+		t.Fatal("the daemon did not die at the failpoint")
+	}
+	p.exec(`UPDATE doc SET v = 'kept big' WHERE id > 59900`)
+	p.exec(`DELETE FROM doc WHERE id IN (59950, 59951)`)
+	p.start()
+	if done := p.snapshotsDone(1, 3*time.Minute); len(done) != 1 || done[0].Origin != "load-resumed" || !done[0].Replace {
+		t.Errorf("snapshots %+v, want one replacing public.doc", done)
+	}
+	p.waitCaughtUp()
+	p.requireMirror()
+	if !p.logContains("resuming the initial load") {
+		t.Error("the daemon's log does not tell of the resumed load")
+	}
+}
+
+// The cdcd binary built with failpoints, once per test binary.
+var fpBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// startArmed starts the daemon built with failpoints, points armed (the
+// syntax of failpoint.Env).
+func (p *pipeline) startArmed(points string) {
+	p.t.Helper()
+	fpBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "cdcd-faultsuite-fpbin-")
+		if err != nil {
+			fpBuild.err = err
+			return
+		}
+		fpBuild.bin, fpBuild.err = cdcdtest.Build(dir, failpoint.BuildTag)
+	})
+	if fpBuild.err != nil {
+		p.t.Fatal(fpBuild.err)
+	}
+	fmt.Fprintf(p.logFile, "---- faultsuite: start with failpoints %s\n", points)
+	p.child = cdcdtest.Start(p.t, fpBuild.bin, p.CfgPath, p.Admin, p.logFile, failpoint.Env+"="+points)
 }

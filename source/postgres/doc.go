@@ -39,7 +39,7 @@
 //	  │     crash before ............. drop the slot, create it (nothing emitted)
 //	  ▼
 //	LOADING (Load: the plan and the chunks done)
-//	  │     crash .................... resume in a new snapshot (see Initial load)
+//	  │     crash .................... finish by incremental snapshots (see Initial load)
 //	  │ every chunk in the log
 //	  ▼
 //	STREAMING (SnapshotDone; Confirmed advances)
@@ -120,16 +120,17 @@
 // The plan and the number of chunks done are saved in the State (the
 // daemon keeps it in the log). A load that stops before its plan is saved
 // has emitted nothing and starts over on a new slot. A load that stops
-// later is resumed: the exported snapshot died with its connection, so the
-// chunks not done are read in a new snapshot S2, taken after cp, and still
-// positioned at cp − 1, before the stream. A chunk that was partly in the
-// log is read again; in each partition the log holds a prefix of the
-// chunk's rows in key order, and the dedupe drops the rows at or below the
-// partition's newest position, so no row is emitted twice, whatever S2
-// shows. Rows read in S2 may be newer than cp (an update after cp, a row
-// inserted after cp); the stream then replays every change since cp on top
-// of them, in commit order, so every key ends in its current state — only
-// the intermediate states of the resumed chunks' keys, between their r row
-// and the stream passing S2's moment, are "from the future". Watermark-
-// based reads (DBLog) can remove that window; they are a later step.
+// later cannot go on in its snapshot, which died with its connection, and
+// the stream replays every change since cp. Reading the chunks not done
+// in a new snapshot S2, positioned at cp − 1, gave rows newer than the
+// changes replayed after them: an update whose unchanged TOASTed value the
+// sink takes from the row, for a row S2 no longer held (deleted after the
+// update), left the sink nothing to take it from, and the table paused.
+// So the load is finished by the incremental snapshot engine
+// (package source/snapshot): the tables wholly in the log stream on, and
+// every other one gets a replacing run (origin load-resumed) queued before
+// the load is marked done. Until its reset marker, the changes of such a
+// table that carry unchanged values are dropped (the marker empties the
+// table anyway); from the marker on, the run reads the table in step with
+// the stream (session.go's resumeLoad, snapshot.go).
 package postgres

@@ -211,8 +211,7 @@ func qualify(name string) string {
 // initial load (LoadResets), at (consistent point − 1, seq) ‖ 0x00: after
 // the previous chunk's rows and before this one's (every encoded key is
 // longer than one byte), a load position like theirs (longer than 12
-// bytes), the same position when a resumed load emits it again
-// (partitions that hold it drop it).
+// bytes).
 func (r *Reader) loadReset(ctx context.Context, rel *relation, cp uint64, seq int, started time.Time,
 	emit func(context.Context, []source.Change) error) error {
 	if !r.cfg.Incremental.LoadResets || rel == nil {

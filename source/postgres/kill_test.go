@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -228,78 +229,78 @@ func (ke *killEnv) rowsInLog(t *testing.T) int {
 	return countRecords(t, ke.dir, topicPrefix+"public.kv")
 }
 
-// verify checks the log: no key loaded twice; per key, the streamed changes
-// are exactly the workload's, in order; every transaction's changes are
-// there once, indexes 0..n-1; and the log replays to the table's content.
-func (ke *killEnv) verify(t *testing.T, w *workload) {
-	t.Helper()
-	recs, _, err := durable(t.Context(), ke.dir, topicPrefix+"public.kv")
+// kvReplay is the kill tests' log replayed per partition, as the sink
+// would apply it: a truncate (a reset marker) empties its partition.
+type kvReplay struct {
+	state     map[int64]int64     // the rows the log replays to
+	streamed  map[int64][]string  // per key, the streamed changes in order
+	byLSN     map[uint64][]uint32 // per transaction, the change indexes
+	loaded    map[int64]int       // per key, its rows from the COPY load
+	read, all int                 // op r rows (COPY and incremental), records
+	err       error               // the first record that could not be read
+}
+
+// replayKV reads the durable kv records; rows positioned below cp are the
+// COPY load's.
+func replayKV(ctx context.Context, dir string, cp uint64) (*kvReplay, error) {
+	recs, _, err := durable(ctx, dir, topicPrefix+"public.kv")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	reads := map[int64]int{}
-	streamed := map[int64][]string{}
-	state := map[int64]int64{}
-	byLSN := map[uint64][]uint32{}
-	total := 0
+	rp := &kvReplay{state: map[int64]int64{}, streamed: map[int64][]string{}, byLSN: map[uint64][]uint32{}, loaded: map[int64]int{}}
 	for _, part := range recs {
+		state := map[int64]int64{}
 		for i, r := range part {
-			total++
+			rp.all++
 			pos := source.Position(r.Header(headerPos))
 			if i > 0 && pos.Compare(source.Position(part[i-1].Header(headerPos))) <= 0 {
-				t.Fatalf("partition %d: position does not increase at offset %d", r.Partition, r.Offset)
+				return nil, fmt.Errorf("partition %d: position does not increase at offset %d", r.Partition, r.Offset)
 			}
 			env, err := schema.DecodeEnvelope(kvTable, r.Value[5:])
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
+			}
+			if env.Op == 't' {
+				clear(state)
+				continue
 			}
 			row := env.After
 			if row == nil {
 				row = env.Before
 			}
 			id := row[0].(int64)
+			lsn, idx, err := pgpos.Parse(pos)
+			if err != nil {
+				return nil, err
+			}
 			switch env.Op {
 			case 'r':
-				if reads[id]++; reads[id] > 1 {
-					t.Fatalf("key %d loaded twice", id)
+				rp.read++
+				if lsn < cp {
+					rp.loaded[id]++
 				}
 				state[id] = row[1].(int64)
 				continue
 			case 'c':
-				streamed[id] = append(streamed[id], fmt.Sprintf("c:%d", row[1].(int64)))
+				rp.streamed[id] = append(rp.streamed[id], fmt.Sprintf("c:%d", row[1].(int64)))
 				state[id] = row[1].(int64)
 			case 'u':
-				streamed[id] = append(streamed[id], fmt.Sprintf("u:%d", row[1].(int64)))
+				rp.streamed[id] = append(rp.streamed[id], fmt.Sprintf("u:%d", row[1].(int64)))
 				state[id] = row[1].(int64)
 			case 'd':
-				streamed[id] = append(streamed[id], "d")
+				rp.streamed[id] = append(rp.streamed[id], "d")
 				delete(state, id)
 			}
-			lsn, idx, err := pgpos.Parse(pos)
-			if err != nil {
-				t.Fatal(err)
-			}
-			byLSN[lsn] = append(byLSN[lsn], idx)
+			rp.byLSN[lsn] = append(rp.byLSN[lsn], idx)
 		}
+		maps.Copy(rp.state, state)
 	}
-	for id, want := range w.want {
-		if !slices.Equal(streamed[id], want) {
-			t.Fatalf("key %d: log has %v, the workload committed %v", id, streamed[id], want)
-		}
-	}
-	for id, got := range streamed {
-		if _, ok := w.want[id]; !ok {
-			t.Fatalf("key %d: log has changes %v the workload never made", id, got)
-		}
-	}
-	for lsn, idx := range byLSN {
-		slices.Sort(idx)
-		for i, x := range idx {
-			if x != uint32(i) {
-				t.Fatalf("transaction %X: change indexes %v... are not 0..%d once each", lsn, idx[:min(len(idx), 10)], len(idx)-1)
-			}
-		}
-	}
+	return rp, nil
+}
+
+// kvRows reads the kv table.
+func (ke *killEnv) kvRows(t *testing.T) map[int64]int64 {
+	t.Helper()
 	rows, err := ke.conn.Query(t.Context(), `SELECT id, v FROM kv`)
 	if err != nil {
 		t.Fatal(err)
@@ -312,15 +313,72 @@ func (ke *killEnv) verify(t *testing.T, w *workload) {
 		}
 		table[id] = v
 	}
-	if len(table) != len(state) {
-		t.Fatalf("log replays to %d rows, the table has %d", len(state), len(table))
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// waitReplays waits until the log replays to the table's content (an
+// incremental snapshot still running lacks rows).
+func (ke *killEnv) waitReplays(t *testing.T) {
+	t.Helper()
+	table := ke.kvRows(t)
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		rp, err := replayKV(t.Context(), ke.dir, ke.cp.Load())
+		if err == nil && maps.Equal(rp.state, table) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never replayed to the table (%d rows): %v", len(table), err)
+		}
+	}
+}
+
+// verify checks the log: no key loaded twice by the COPY load; per key,
+// the streamed changes are exactly the workload's, in order; every
+// transaction's changes are there once, indexes 0..n-1; and the log
+// replays to the table's content.
+func (ke *killEnv) verify(t *testing.T, w *workload) {
+	t.Helper()
+	rp, err := replayKV(t.Context(), ke.dir, ke.cp.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range rp.loaded {
+		if n > 1 {
+			t.Fatalf("key %d loaded %d times by the COPY load", id, n)
+		}
+	}
+	for id, want := range w.want {
+		if !slices.Equal(rp.streamed[id], want) {
+			t.Fatalf("key %d: log has %v, the workload committed %v", id, rp.streamed[id], want)
+		}
+	}
+	for id, got := range rp.streamed {
+		if _, ok := w.want[id]; !ok {
+			t.Fatalf("key %d: log has changes %v the workload never made", id, got)
+		}
+	}
+	for lsn, idx := range rp.byLSN {
+		slices.Sort(idx)
+		for i, x := range idx {
+			if x != uint32(i) {
+				t.Fatalf("transaction %X: change indexes %v... are not 0..%d once each", lsn, idx[:min(len(idx), 10)], len(idx)-1)
+			}
+		}
+	}
+	table := ke.kvRows(t)
+	if len(table) != len(rp.state) {
+		t.Fatalf("log replays to %d rows, the table has %d", len(rp.state), len(table))
 	}
 	for id, v := range table {
-		if got, ok := state[id]; !ok || got != v {
+		if got, ok := rp.state[id]; !ok || got != v {
 			t.Fatalf("key %d: log replays to %d (present %t), the table has %d", id, got, ok, v)
 		}
 	}
-	t.Logf("verified %d records, %d loaded rows, %d transactions, %d keys", total, len(reads), len(byLSN), len(table))
+	t.Logf("verified %d records, %d rows read (%d by the COPY load), %d transactions, %d keys",
+		rp.all, rp.read, len(rp.loaded), len(rp.byLSN), len(table))
 }
 
 // runWorkload runs w until stop is closed; the returned channel reports
@@ -345,9 +403,11 @@ func runWorkload(w *workload, stop <-chan struct{}, pause time.Duration) <-chan 
 	return done
 }
 
-// TestKillNineDuringInitialLoad kills the reader process twice during the
-// initial load (while the table takes writes) and once while streaming;
-// after the restarts the log holds every row and change exactly once.
+// TestKillNineDuringInitialLoad kills the reader process during the COPY
+// initial load (while the table takes writes), then twice more while the
+// incremental snapshot that finishes the interrupted load runs or the
+// slot streams; after the restarts the log holds every change exactly
+// once, no row twice from the COPY load, and replays to the table.
 func TestKillNineDuringInitialLoad(t *testing.T) {
 	t.Parallel()
 	const rows = 120_000
@@ -380,6 +440,7 @@ func TestKillNineDuringInitialLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	ke.waitCaughtUp(t, w.lastLSN)
+	ke.waitReplays(t) // the resumed load's incremental snapshot is done
 	ke.proc.stop(t)
 	cancel()
 	if v := ke.bad.Load(); v != nil {

@@ -219,7 +219,7 @@ func (s *session) prepareSlot(ctx context.Context) (uint64, error) {
 			}
 			return s.createSlot(ctx)
 		}
-		if err := s.load(ctx, ""); err != nil {
+		if err := s.resumeLoad(ctx); err != nil {
 			return 0, err
 		}
 	}

@@ -8,9 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // loadProgress is the initial load's durable progress, kept in the
@@ -31,9 +33,8 @@ type loadProgress struct {
 
 func (r *Reader) planKey() string { return r.stateKey() + "/load-plan" }
 
-// load runs or resumes the initial load. snapshot names the snapshot the
-// slot exported; empty when resuming, which then reads the remaining
-// chunks in a fresh snapshot (see the package doc for why that is safe).
+// load runs the initial load in snapshot, the one the slot exported
+// (resumeLoad finishes a load a stop interrupted).
 func (s *session) load(ctx context.Context, snapshot string) error {
 	lp := s.st.Load
 	coord, err := pgx.Connect(ctx, s.cfg.DSN)
@@ -46,15 +47,8 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 		return fmt.Errorf("postgres: snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if snapshot != "" {
-		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
-			return fmt.Errorf("postgres: import snapshot %s: %w", snapshot, err)
-		}
-	} else {
-		if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapshot); err != nil {
-			return fmt.Errorf("postgres: export snapshot: %w", err)
-		}
-		s.logger.Info("resuming the initial load in a new snapshot", "chunks_done", lp.Done, "rows_done", lp.Rows)
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
+		return fmt.Errorf("postgres: import snapshot %s: %w", snapshot, err)
 	}
 	// The rows' txId, as Debezium gives snapshot reads one: the snapshot's
 	// next transaction id (what txid_current() would have returned in it,
@@ -118,6 +112,56 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 		return fmt.Errorf("postgres: end snapshot transaction: %w", err)
 	}
 	s.logger.Info("initial load done", "rows", lp.Rows, "chunks", plan.chunks(), "elapsed", time.Since(began).Round(time.Millisecond))
+	s.st.SnapshotDone, s.st.Load = true, nil
+	if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
+		return err
+	}
+	return s.state.Save(ctx, s.planKey(), nil)
+}
+
+// resumeLoad finishes an initial load a stop interrupted. Its exported
+// snapshot died with its connection, and the stream replays every change
+// since the consistent point, so the tables the load had not wholly put
+// in the log get replacing incremental snapshots (package
+// source/snapshot): each begins with a reset marker, which empties the
+// table in the sink, and reads it again in step with the stream. The
+// tables wholly loaded stream on. Reading the remaining chunks in a fresh
+// snapshot instead, positioned before the stream, gave rows newer than the
+// changes replayed after them: an update whose unchanged TOASTed value the
+// sink takes from the row, for a row that snapshot no longer held, left it
+// nothing to take the value from (the table paused).
+//
+// The runs are saved before the load is marked done: a stop in between
+// finds them queued and does not ask again.
+func (s *session) resumeLoad(ctx context.Context) error {
+	lp := s.st.Load
+	var plan loadPlan
+	if _, err := loadJSON(ctx, s.state, s.planKey(), &plan); err != nil {
+		return err
+	}
+	loaded := map[string]bool{}
+	seq := 0
+	for _, tp := range plan.Tables {
+		seq += len(tp.Bounds) + 1
+		loaded[tp.Table] = seq <= lp.Done
+	}
+	var reqs []snapshot.Request
+	var tables []string
+	for _, t := range s.tables {
+		q := t.qualified()
+		if loaded[q] || s.inc.Queued(q) {
+			continue
+		}
+		reqs = append(reqs, snapshot.Request{Table: q, Replace: true, Origin: "load-resumed"})
+		tables = append(tables, q)
+	}
+	s.logger.Warn("resuming the initial load: the tables it had not wholly loaded are snapshotted again, incrementally, while the stream goes on",
+		"chunks_done", lp.Done, "rows_done", lp.Rows, "tables", tables)
+	if len(reqs) > 0 {
+		if err := s.inc.Submit(ctx, reqs...); err != nil {
+			return err
+		}
+	}
 	s.st.SnapshotDone, s.st.Load = true, nil
 	if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
 		return err
@@ -257,6 +301,7 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 			}
 			outs[seq] = nil
 			<-inflight
+			failpoint.Hit("source.load-chunk-emitted")
 			if seq+1 == total {
 				if err := le.flush(gctx, true, true); err != nil {
 					return err

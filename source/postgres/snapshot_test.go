@@ -7,7 +7,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
@@ -84,106 +83,6 @@ func TestChunkedParallelLoad(t *testing.T) {
 	if p.Done != 27000 || p.Estimated < 20000 || p.RowsPerSecond <= 0 || p.ETA != 0 {
 		t.Errorf("progress %+v", p)
 	}
-}
-
-// TestLoadResumesPerChunk: the load stops twice part-way (a chunk half in
-// the log), tables change meanwhile; the resumed load never emits a row
-// the log holds, skips finished chunks, and what the log ends up with
-// replays to the table's final content.
-func TestLoadResumesPerChunk(t *testing.T) {
-	t.Parallel()
-	e := setup(t, `CREATE TABLE nums (id bigint PRIMARY KEY, v text);
-		INSERT INTO nums SELECT g, 'v' || g FROM generate_series(1, 30000) g; ANALYZE nums`)
-	d := newDedupe(4)
-	cfg := e.config(t, []string{"nums"}, true)
-	cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval = 1000, 3, 200, time.Millisecond
-	run := func(failAfter int) error {
-		d.mu.Lock()
-		d.failAfter, d.batches = failAfter, 0
-		d.mu.Unlock()
-		r := New(cfg, e.state, discard)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx, d) }()
-		for {
-			select {
-			case err := <-done:
-				return err
-			case <-time.After(10 * time.Millisecond):
-				if r.Stats().Streaming.Load() {
-					return nil
-				}
-			}
-		}
-	}
-	if err := run(17); !errors.Is(err, errPlannedFailure) {
-		t.Fatalf("first run: %v", err)
-	}
-	var st sourceState
-	if _, err := loadJSON(t.Context(), e.state, "postgres/"+e.names.Slot, &st); err != nil || st.Load == nil || !st.Load.Planned {
-		t.Fatalf("state after the first stop: %+v %v", st, err)
-	}
-	firstDone := st.Load.Done
-	e.exec(t, `UPDATE nums SET v = 'changed' WHERE id % 997 = 0`)
-	e.exec(t, `DELETE FROM nums WHERE id % 1009 = 0`)
-	e.exec(t, `INSERT INTO nums SELECT g, 'new' FROM generate_series(30001, 30500) g`)
-	if err := run(23); !errors.Is(err, errPlannedFailure) {
-		t.Fatalf("second run: %v", err)
-	}
-	if _, err := loadJSON(t.Context(), e.state, "postgres/"+e.names.Slot, &st); err != nil || st.Load.Done <= firstDone {
-		t.Fatalf("the resumed load made no progress: %+v %v", st.Load, err)
-	}
-	e.exec(t, `UPDATE nums SET v = 'changed again' WHERE id % 499 = 0`)
-	e.startReader(t, []string{"nums"}, true, d, func(c *Config) {
-		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax, c.StatusInterval = cfg.SnapshotChunkRows, cfg.SnapshotWorkers, cfg.BatchMax, cfg.StatusInterval
-	})
-	e.exec(t, `INSERT INTO nums VALUES (0, 'last')`)
-	kept := d.waitFor(t, "the last insert", func(cs []source.Change) bool {
-		return len(cs) > 0 && cs[len(cs)-1].After != nil && cs[len(cs)-1].After[0] == int64(0)
-	})
-
-	reads := map[int64]int{}
-	state := map[int64]string{}
-	for _, ch := range kept {
-		switch ch.Op {
-		case source.OpRead:
-			id := ch.After[0].(int64)
-			reads[id]++
-			if reads[id] > 1 {
-				t.Fatalf("row %d loaded twice", id)
-			}
-			if _, ok := state[id]; !ok {
-				state[id] = ch.After[1].(string)
-			}
-		case source.OpCreate, source.OpUpdate:
-			state[ch.After[0].(int64)] = ch.After[1].(string)
-		case source.OpDelete:
-			delete(state, ch.Before[0].(int64))
-		}
-	}
-	rows, err := e.conn.Query(t.Context(), `SELECT id, v FROM nums`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var v string
-		if err := rows.Scan(&id, &v); err != nil {
-			t.Fatal(err)
-		}
-		want[id] = v
-	}
-	if len(state) != len(want) {
-		t.Fatalf("replayed log has %d rows, the table %d", len(state), len(want))
-	}
-	for id, v := range want {
-		if state[id] != v {
-			t.Fatalf("row %d: log replays to %q, table has %q", id, state[id], v)
-		}
-	}
-	t.Logf("%d changes kept, %d dropped as already held", len(kept), d.dropped)
 }
 
 // failingState fails the first Save of one key, as a crash at that point.

@@ -31,7 +31,7 @@ type Request struct {
 	// Replace begins the run with a reset marker: the sink empties the
 	// table, and the run fills it again.
 	Replace bool `json:"replace,omitempty"`
-	// Origin says who asked: added, initial, cli, api, signal.
+	// Origin says who asked: added, initial, load-resumed, cli, api, signal.
 	Origin string `json:"origin,omitempty"`
 }
 

@@ -285,11 +285,17 @@ func containsShape(s []*schema.Table, t *schema.Table) bool {
 // from; it puts the change's key in the re-read set where no range chunk
 // will read it.
 func (e *Engine) dropLocked(r *run, c *source.Change) bool {
-	if !carriesUnchanged(c) || r.tbl == nil || r.tbl.KeyText == nil {
+	if !carriesUnchanged(c) {
 		return false
 	}
 	if !r.resetSeen && !r.rec.ResetDone {
-		return true // before the reset marker: the truncate drops it anyway
+		// Before the reset marker the truncate drops it anyway, and the
+		// sink may have no row for it (a run queued before the stream
+		// replays the changes it follows, as an interrupted load's is).
+		return true
+	}
+	if r.tbl == nil || r.tbl.KeyText == nil {
+		return false
 	}
 	ownID, own, ok := changeKey(c)
 	if !ok {
