@@ -166,7 +166,11 @@ func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) er
 	wfs, _ := fs.(icebergio.WriteFileIO)
 	p := &plan{batch: w.up.idx.newBatch(), newDVs: map[string]iceberg.DataFile{}, bitmaps: map[string]*dv.RoaringPositionBitmap{},
 		added: r.New, removedData: r.Old}
-	obsolete := w.up.obsoletePosDeletes(r.Old, r.New)
+	obsolete, err := w.prunePosDeletes(fs, wfs, r.Old, r.New, p)
+	if err != nil {
+		p.batch.discard()
+		return abandon(err)
+	}
 	p.removedDVs = append(p.removedDVs, obsolete...)
 	for _, df := range r.Old {
 		if d, ok := w.up.dvs[df.FilePath()]; ok {
