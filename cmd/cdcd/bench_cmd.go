@@ -21,6 +21,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logg
 	fs := flag.NewFlagSet("cdcd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o bench.Options
+	fs.StringVar(&o.Source, "source", "postgres", "postgres, or mariadb: a throwaway MariaDB, the load against SELECT * and streaming against a plain BinlogSyncer loop")
 	fs.StringVar(&o.DSN, "dsn", "", "database to use (wal_level=logical); default: start a throwaway PostgreSQL 15")
 	fs.IntVar(&o.Rows, "rows", 5_000_000, "rows of the initial load")
 	fs.Float64Var(&o.Scale, "scale", 1, "size of the streaming workload: 1 is 2M inserts, 500k updates, 200k deletes")
@@ -37,6 +38,14 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logg
 	var env multiFlag
 	fs.Var(&env, "child-env", "NAME=VALUE for the daemon's environment, e.g. GOMEMLIMIT=250MiB (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	switch o.Source {
+	case "postgres":
+		o.Source = ""
+	case bench.SourceMariaDB:
+	default:
+		fmt.Fprintf(stderr, "cdcd bench: -source must be postgres or mariadb, got %q\n", o.Source)
 		return exitUsage
 	}
 	self, err := os.Executable()

@@ -50,6 +50,8 @@ import (
 
 // Options configures Run.
 type Options struct {
+	// Source is "postgres" (default) or SourceMariaDB (mariadb.go).
+	Source string
 	// DSN is the database to use; empty starts a throwaway PostgreSQL 15.
 	// The database needs wal_level=logical; the benchmark replaces its
 	// table public.bench and uses the slots cdcd_bench and cdcd_bench_raw.
@@ -237,6 +239,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			b.cleanup[i]()
 		}
 	}()
+	if opts.Source == SourceMariaDB {
+		return b.runMariaDB(ctx, plan)
+	}
 	if err := b.startDatabase(ctx); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,10 @@ const (
 
 // Print writes the result table; markdown writes it as a Markdown table.
 func (r *Result) Print(w io.Writer, markdown bool) {
+	if r.Options.Source == SourceMariaDB {
+		r.printMariaDB(w, markdown)
+		return
+	}
 	o := r.Options
 	cp := r.CopyMedian()
 	fmt.Fprintf(w, "\ncdcd bench: load %d rows; streaming %d events (scale %g, %d-row transactions); latency at %d events/s for %v; commit_interval %v\n",

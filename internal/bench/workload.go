@@ -77,7 +77,11 @@ func (p streamPlan) finalRows() int { return p.rows + (p.insertTx-p.deleteTx)*p.
 
 // statements returns the workload's transactions in order: each kind
 // spread evenly over the sequence.
-func (p streamPlan) statements() []string {
+func (p streamPlan) statements() []string { return p.statementsFrom(insertSQL, updateSQL, deleteSQL) }
+
+// statementsFrom is statements with other SQL templates taking the same
+// arguments (MariaDB's).
+func (p streamPlan) statementsFrom(insertSQL, updateSQL, deleteSQL string) []string {
 	type tx struct {
 		at  float64
 		sql string

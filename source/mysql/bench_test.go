@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/replication"
-
 	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
 	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
 	"github.com/cdcd-dev/cdcd/source"
@@ -56,10 +54,9 @@ func BenchmarkStreaming(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ci, _ := parseDSN(srv.ReplDSN(name))
 	for b.Loop() {
 		t0, c0 := time.Now(), cpuTime()
-		if err := rawLoop(ci, mariadbtest.ServerID(b), start, rows); err != nil {
+		if _, err := DecodeLoop(context.Background(), srv.ReplDSN(name), mariadbtest.ServerID(b), FlavorMariaDB, start, int64(rows)); err != nil {
 			b.Fatal(err)
 		}
 		raw := float64(rows) / time.Since(t0).Seconds()
@@ -102,33 +99,6 @@ type counting struct {
 func (c *counting) Emit(_ context.Context, batch []source.Change) error {
 	if atomic.AddInt64(&c.n, int64(len(batch))) >= c.want {
 		c.done()
-	}
-	return nil
-}
-
-// rawLoop reads the binlog from start with a plain BinlogSyncer, decoding
-// every event, until it has seen rows row changes.
-func rawLoop(ci connInfo, serverID uint32, start string, rows int) error {
-	set, err := parseGTIDSet(FlavorMariaDB, start)
-	if err != nil {
-		return err
-	}
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: serverID, Flavor: FlavorMariaDB,
-		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password, Logger: slog.New(slog.DiscardHandler)})
-	defer syncer.Close()
-	bs, err := syncer.StartSyncGTID(set)
-	if err != nil {
-		return err
-	}
-	seen := 0
-	for seen < rows {
-		ev, err := bs.GetEvent(context.Background())
-		if err != nil {
-			return err
-		}
-		if re, ok := ev.Event.(*replication.RowsEvent); ok {
-			seen += len(re.Rows)
-		}
 	}
 	return nil
 }
