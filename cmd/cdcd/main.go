@@ -37,7 +37,7 @@ const (
 const usage = `cdcd — change data capture from PostgreSQL into Apache Iceberg
 
 Usage:
-  cdcd demo [--data-dir DIR] [--keep]  start a throwaway PostgreSQL, capture a small shop, show the tables
+  cdcd demo [--data-dir DIR] [--keep] [--mysql]  start a throwaway PostgreSQL (or MariaDB), capture a small shop, show the tables
   cdcd run -c FILE                      run the pipeline the config file describes
   cdcd validate -c FILE [-print]        check a config file; print every problem with its line
                                         (-print: the effective config, defaults filled, secrets redacted)
@@ -238,10 +238,11 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logge
 	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", "./cdcd-demo", "where the demo keeps the log, catalog and warehouse (emptied first)")
 	keep := fs.Bool("keep", false, "keep capturing after the summary until Ctrl-C")
+	my := fs.Bool("mysql", false, "the shop in a throwaway MariaDB (from the local binaries) instead of PostgreSQL")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	opts := demo.Options{DataDir: *dir, Keep: *keep, Out: stdout}
+	opts := demo.Options{DataDir: *dir, Keep: *keep, MySQL: *my, Out: stdout}
 	if term := newTermLine(stdout); term != nil {
 		opts.Out = term // the narrative above the progress line
 		opts.Progress = func(status func() daemon.Status) func() { return term.follow(ctx, status, time.Second) }

@@ -25,6 +25,8 @@ type Options struct {
 	// DataDir receives the config, log, catalog, warehouse and the daemon's
 	// log file. A directory that is not empty must hold a previous demo.
 	DataDir string
+	// MySQL runs the shop in a throwaway MariaDB instead (mysql.go).
+	MySQL bool
 	// Keep leaves the pipeline capturing after the summary until ctx ends.
 	Keep bool
 	// Out receives the narrative and the summary.
@@ -44,6 +46,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	dir, err := prepareDir(opts.DataDir)
 	if err != nil {
 		return err
+	}
+	if opts.MySQL {
+		return runMySQL(ctx, opts, dir)
 	}
 	out := opts.Out
 	p := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
