@@ -65,6 +65,11 @@ func reconcileTables(ctx context.Context, cfg *config.Config, opts ReconcileOpti
 	if err != nil {
 		return nil, err
 	}
+	busy := newBusyState(cfg, ch)
+	for i := range specs {
+		name := specs[i].Source
+		specs[i].Busy = func(ctx context.Context) (string, error) { return busy.why(ctx, name) }
+	}
 	src, err := openReconcileSource(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -249,10 +249,7 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	phase.begin(t, c)
 	var rc *reconciler
-	// Not beside the snapshots phase: while a snapshot replaces a table,
-	// cdcd reconcile reported rows one update behind that the mirror no
-	// longer had once it settled.
-	if s.mode == "upsert" && !s.snapshots {
+	if s.mode == "upsert" {
 		rc = startReconciler(bin, cfgPath)
 	}
 	random, byPoint := 0, 0

@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -78,4 +80,23 @@ func (e *Engine) logProgress() {
 		e.logger.Info("snapshot progress", "table", p.Table, "rows", p.Rows, "estimated", p.Estimated,
 			"percent", p.Percent, "rows_per_second", int64(p.RowsPerSecond), "eta", p.ETA.Round(time.Second))
 	}
+}
+
+// SavedRuns lists the runs queued or running in an engine's saved state
+// (the value stored under Config.StateKey; nil: none), for readers outside
+// the engine (cdcd reconcile leaves a table being replaced out of its
+// round). A run stays in the saved state until its rows are durable.
+func SavedRuns(state []byte) ([]Request, error) {
+	if state == nil {
+		return nil, nil
+	}
+	var s saved
+	if err := json.Unmarshal(state, &s); err != nil {
+		return nil, fmt.Errorf("snapshot: saved state: %w", err)
+	}
+	out := make([]Request, len(s.Runs))
+	for i, r := range s.Runs {
+		out[i] = r.Request
+	}
+	return out, nil
 }
