@@ -86,3 +86,55 @@ func TestReconcileFromDaemon(t *testing.T) {
 	p.waitCaughtUp()
 	p.requireMirror()
 }
+
+// TestReconcileSchedule: with reconcile.interval set, the daemon compares
+// its tables on its own, every interval: the first scheduled round finds
+// the damage (GET /cdcd/reconcile, the metrics, the CdcdReconcileDiffers
+// alert); after a repair the next scheduled round finds the table equal and
+// the alert stays resolved.
+func TestReconcileSchedule(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{DDL: fmt.Sprintf(ledgerDDL, "ledger", 2000), Tables: []string{"public.ledger"},
+		Extra: "reconcile: {interval: 1m}\n"})
+	p.start()
+	p.waitCaughtUp()
+	p.stop()
+	p.damageDV("public.ledger", 11)
+	p.start()
+	p.waitCaughtUp()
+	began := time.Now()
+	// No POST: the schedule's round.
+	var rep *reconcile.TableReport
+	p.child.WaitUntil(t, "the scheduled reconcile", 3*time.Minute, func() bool {
+		code, out := p.adminRequest("GET", "/cdcd/reconcile", nil, "")
+		var st daemon.ReconcileState
+		if code != 200 || json.Unmarshal([]byte(out), &st) != nil || st.Running || len(st.Tables) == 0 {
+			return false
+		}
+		rep = st.Tables[0]
+		return true
+	})
+	if took := time.Since(began); took < 30*time.Second {
+		t.Errorf("the first scheduled reconcile came %s after the start; want about the interval (1m)", took)
+	}
+	requireFound(t, rep, []string{"11"}, nil, nil)
+	p.requireAlert(daemon.AlertReconcileDiffers, "cdc.ledger", "1 keys", "--repair public.ledger")
+	p.requireMetric(`cdcd_reconcile_equal{table="cdc.ledger"} 0`)
+	p.requireMetric(`cdcd_reconcile_runs_total{result="differs"} 1`)
+
+	if rep = p.reconcileFromDaemon(`{"repair": true}`, "cdc.ledger"); !rep.EqualNow() {
+		t.Fatalf("the daemon's repair: %+v", rep.Repaired)
+	}
+	p.requireMetric(`cdcd_reconcile_runs_total{result="equal"} 1`)
+	p.child.WaitUntil(t, "the next scheduled reconcile", 3*time.Minute, func() bool {
+		_, out := p.adminRequest("GET", "/metrics", nil, "")
+		return strings.Contains(out, `cdcd_reconcile_runs_total{result="equal"} 2`+"\n")
+	})
+	p.requireMetric(`cdcd_reconcile_equal{table="cdc.ledger"} 1`)
+	p.requireMetric(`cdcd_reconcile_keys{kind="missing",table="cdc.ledger"} 0`)
+	for _, a := range p.status().Alerts {
+		if a.Name == daemon.AlertReconcileDiffers {
+			t.Errorf("alert %s still fires after a scheduled round found the table equal: %s", a.Name, a.Summary)
+		}
+	}
+}
