@@ -14,12 +14,18 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/bench"
 )
 
+const benchUsage = `usage: cdcd bench [flags]
+
+The end-to-end benchmark: an initial load, a streaming workload and a latency phase
+through a real daemon, each against the raw limit measured in the same run (COPY
+binary, a plain decode loop). See BENCHMARKS.md.
+`
+
 // benchCmd is `cdcd bench`: the end-to-end benchmark against the raw
 // limits (internal/bench). The daemon runs as a child: this binary with
 // `run -c FILE`.
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("cdcd bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var o bench.Options
 	fs.StringVar(&o.Source, "source", "postgres", "postgres, or mariadb: a throwaway MariaDB, the load against SELECT * and streaming against a plain BinlogSyncer loop")
 	fs.StringVar(&o.DSN, "dsn", "", "database to use (wal_level=logical); default: start a throwaway PostgreSQL 15")
@@ -37,7 +43,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logg
 	md := fs.Bool("markdown", false, "print the result table again as Markdown")
 	var env multiFlag
 	fs.Var(&env, "child-env", "NAME=VALUE for the daemon's environment, e.g. GOMEMLIMIT=250MiB (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	pos, code, done := commandFlags(fs, args, benchUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, benchUsage, stderr) {
 		return exitUsage
 	}
 	switch o.Source {

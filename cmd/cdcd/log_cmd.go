@@ -60,11 +60,12 @@ type logCLI struct {
 // logCommand implements `cdcd log ...`; args exclude "log" itself. It
 // returns the process exit code.
 func logCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, logUsage)
-		if len(args) == 0 {
-			return logExitUsage
-		}
+		return logExitUsage
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, logUsage)
 		return logExitOK
 	}
 	c := &logCLI{stdin: stdin, stdout: stdout, stderr: stderr}
@@ -107,22 +108,23 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // flags makes a subcommand's flag set with the common flags on it.
 func (c *logCLI) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("cdcd log "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
 	fs.StringVar(&c.dataDir, "data-dir", "./cdcd-data", "cdcd data directory; the log is `DIR`/log")
 	fs.StringVar(&c.logDir, "log-dir", "", "the log `DIR`ectory itself (overrides --data-dir)")
 	return fs
 }
 
-// parse parses args and rejects leftovers.
+// parse parses args (parseFlags: -h prints the usage on stdout) and
+// rejects positional arguments.
 func (c *logCLI) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	pos, err := parseFlags(fs, args, logUsage, c.stdout)
+	if err != nil {
+		if errors.Is(err, errHelp) {
 			return err
 		}
 		return usageError{err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q (this command takes only flags)", pos[0])
 	}
 	return nil
 }

@@ -23,14 +23,16 @@ The pipeline must be stopped; the Kafka topics must be new or empty.
 // logMigrateCmd runs `cdcd log migrate`.
 func logMigrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("cdcd log migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, migrateUsage) }
 	path := fs.String("c", "", "config file naming the Kafka backend")
 	logDir := fs.String("log-dir", "", "the embedded log directory (default <data_dir>/log)")
-	if err := fs.Parse(args); err != nil {
+	pos, code, done := commandFlags(fs, args, migrateUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, migrateUsage, stderr) {
 		return exitUsage
 	}
-	if *path == "" || fs.NArg() > 0 {
+	if *path == "" {
 		fmt.Fprint(stderr, migrateUsage)
 		return exitUsage
 	}

@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	logger := newLogger(stderr)
 	switch args[0] {
 	case "run":
-		return runCmd(ctx, args[1:], stderr, logger)
+		return runCmd(ctx, args[1:], stdout, stderr, logger)
 	case "validate":
 		return validateCmd(args[1:], stdout, stderr)
 	case "demo":
@@ -103,6 +103,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr, logger)
 	case "version", "--version":
+		if len(args) > 1 && isHelp(args[1]) {
+			fmt.Fprint(stdout, versionUsage)
+			return exitOK
+		}
 		fmt.Fprintln(stdout, "cdcd", daemon.Version)
 		return exitOK
 	case "help", "-h", "--help":
@@ -151,26 +155,41 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
-	fs := flag.NewFlagSet("cdcd "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file (YAML)")
-	if err := fs.Parse(args); err != nil {
-		return "", false
-	}
-	if *path == "" {
-		fmt.Fprintf(stderr, "cdcd %s: -c FILE is required\n", name)
-		return "", false
-	}
-	return *path, true
-}
+const runUsage = `usage: cdcd run -c FILE
+
+Runs the pipeline the config file describes until SIGINT or SIGTERM (a graceful
+stop; a second signal stops at once). Exit codes: 0 a clean stop, 1 the pipeline
+failed (the log says what to do), 2 bad usage or an invalid config, 3 a hard stop.
+`
+
+const validateUsage = `usage: cdcd validate -c FILE [-print]
+
+Checks a config file and prints every problem with its key path, line and column
+(exit 2), or "FILE: ok". -print prints the effective config instead: every default
+filled in, secrets redacted.
+`
+
+const demoUsage = `usage: cdcd demo [--data-dir DIR] [--keep] [--mysql]
+
+Starts a throwaway PostgreSQL (--mysql: MariaDB) from the local binaries, creates a small shop, mirrors
+it into Iceberg (initial load, then streaming under a short workload), and prints
+what landed. --keep keeps it capturing until Ctrl-C.
+`
+
+const versionUsage = `usage: cdcd version
+
+Prints cdcd's version.
+`
 
 func validateCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdcd validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("c", "", "config file (YAML)")
 	print := fs.Bool("print", false, "print the effective config: every default filled in, secrets redacted")
-	if err := fs.Parse(args); err != nil {
+	pos, code, done := commandFlags(fs, args, validateUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, validateUsage, stderr) {
 		return exitUsage
 	}
 	if *path == "" {
@@ -193,12 +212,21 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.Logger) int {
-	path, ok := configFlag("run", args, stderr)
-	if !ok {
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
+	fs := flag.NewFlagSet("cdcd run", flag.ContinueOnError)
+	path := fs.String("c", "", "config file (YAML)")
+	pos, code, done := commandFlags(fs, args, runUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, runUsage, stderr) {
 		return exitUsage
 	}
-	cfg, err := config.Load(path)
+	if *path == "" {
+		fmt.Fprint(stderr, "cdcd run: -c FILE is required\n\n"+runUsage)
+		return exitUsage
+	}
+	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
@@ -235,11 +263,14 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer, logger *slog.L
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("cdcd demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", "./cdcd-demo", "where the demo keeps the log, catalog and warehouse (emptied first)")
 	keep := fs.Bool("keep", false, "keep capturing after the summary until Ctrl-C")
 	my := fs.Bool("mysql", false, "the shop in a throwaway MariaDB (from the local binaries) instead of PostgreSQL")
-	if err := fs.Parse(args); err != nil {
+	pos, code, done := commandFlags(fs, args, demoUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, demoUsage, stderr) {
 		return exitUsage
 	}
 	opts := demo.Options{DataDir: *dir, Keep: *keep, MySQL: *my, Out: stdout}

@@ -18,18 +18,23 @@ import (
 	"github.com/cdcd-dev/cdcd/daemon"
 )
 
+const compactUsage = `usage: cdcd compact [-c FILE | --admin HOST:PORT] TABLE
+
+Asks the running daemon to merge every small file of TABLE (namespace.table, table
+or topic) now; the daemon also compacts in tiers on its own.
+`
+
 // compactCommand is `cdcd compact [-c FILE | --admin ADDR] TABLE`: ask the
 // running daemon to compact a table now.
 func compactCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdcd compact", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "", "config file (for admin.listen)")
 	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if _, code, done := commandFlags(fs, args, compactUsage, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: cdcd compact [-c FILE | --admin HOST:PORT] TABLE   (namespace.table, table or topic)")
+		fmt.Fprint(stderr, "cdcd compact: name one TABLE\n\n"+compactUsage)
 		return exitUsage
 	}
 	ac, err := adminURL(*admin, *cfgPath)
@@ -65,16 +70,23 @@ func maintenanceCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	if len(args) > 0 && args[0] == "verify" {
 		return verifyCommand(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, maintenanceUsage)
+		return exitOK
+	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, maintenanceUsage)
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("cdcd maintenance status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "", "config file (for admin.listen)")
 	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
 	asJSON := fs.Bool("json", false, "print the JSON the daemon serves")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, code, done := commandFlags(fs, args[1:], maintenanceUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if !noArgs(fs, pos, maintenanceUsage, stderr) {
 		return exitUsage
 	}
 	ac, err := adminURL(*admin, *cfgPath)
@@ -153,10 +165,9 @@ func size(b int64) string {
 // stopped. Exit 0 when every index is right, 1 when one is not.
 func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdcd maintenance verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "", "config file")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if _, code, done := commandFlags(fs, args, maintenanceUsage, stdout, stderr); done {
+		return code
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, maintenanceUsage)

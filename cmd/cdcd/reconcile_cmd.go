@@ -47,7 +47,6 @@ config.`
 // reconcileCommand is `cdcd reconcile`.
 func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writer, logger *slog.Logger) int {
 	fs := flag.NewFlagSet("cdcd reconcile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "", "config file")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	rate := fs.Int("max-rows-per-second", 0, "throttle the source reads (default: reconcile.max_rows_per_second)")
@@ -55,8 +54,11 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	repair := fs.Bool("repair", false, "re-snapshot the keys found different through the running daemon, then compare them again")
 	admin := fs.String("admin", "", "--repair: the daemon's admin address, HOST:PORT (default: admin.listen of -c FILE)")
 	repairTimeout := fs.Duration("repair-timeout", time.Hour, "--repair: how long to wait for each table's snapshot")
-	tables, err := parseInterleaved(fs, args)
-	if err != nil || *cfgPath == "" {
+	tables, code, done := commandFlags(fs, args, reconcileUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if *cfgPath == "" {
 		fmt.Fprintln(stderr, reconcileUsage)
 		return exitUsage
 	}

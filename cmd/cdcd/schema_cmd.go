@@ -64,11 +64,12 @@ var errUsage = errors.New("usage")
 // schemaCommand implements `cdcd schema ...`; args exclude "schema". It
 // returns the process exit code.
 func schemaCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, schemaUsage)
-		if len(args) == 0 {
-			return schemaExitUsage
-		}
+		return schemaExitUsage
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, schemaUsage)
 		return schemaExitOK
 	}
 	c := &schemaCLI{stdin: stdin, stdout: stdout, stderr: stderr}
@@ -104,25 +105,17 @@ func schemaCommand(ctx context.Context, args []string, stdin io.Reader, stdout, 
 // the client. It returns the positional arguments.
 func (c *schemaCLI) flags(name string, args []string, def func(fs *flag.FlagSet)) ([]string, error) {
 	fs := flag.NewFlagSet("cdcd schema "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
 	admin := fs.String("admin", "", "admin listener of the daemon, HOST:PORT or URL (default: admin.listen of -c, else 127.0.0.1:8089)")
 	cfgPath := fs.String("c", "", "config file to read admin.listen from")
 	if def != nil {
 		def(fs)
 	}
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+	pos, err := parseFlags(fs, args, schemaUsage, c.stdout)
+	if err != nil {
+		if errors.Is(err, errHelp) {
+			return nil, err
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {

@@ -36,22 +36,25 @@ func snapshotCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		switch args[0] {
 		case "status", "stop", "pause", "resume":
 			verb, args = args[0], args[1:]
-		case "-h", "--help", "help":
+		case "-h", "-help", "--help", "help":
 			fmt.Fprintln(stdout, snapshotUsage)
 			return exitOK
 		}
 	}
 	fs := flag.NewFlagSet("cdcd snapshot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfgPath := fs.String("c", "", "config file (for admin.listen)")
 	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
 	where := fs.String("where", "", "read only the rows matching this SQL condition")
 	replace := fs.Bool("replace", false, "replace the table's contents (a reset marker first): the repair of an untrusted mirror")
 	asJSON := fs.Bool("json", false, "status: print the JSON the daemon serves")
-	tables, err := parseInterleaved(fs, args)
-	if err != nil {
-		fmt.Fprintln(stderr, snapshotUsage)
-		return exitUsage
+	tables, code, done := commandFlags(fs, args, snapshotUsage, stdout, stderr)
+	if done {
+		return code
+	}
+	if verb == "status" || verb == "pause" || verb == "resume" {
+		if !noArgs(fs, tables, snapshotUsage, stderr) {
+			return exitUsage
+		}
 	}
 	ac, err := adminURL(*admin, *cfgPath)
 	if err != nil {
@@ -76,22 +79,6 @@ func snapshotCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		return exitUsage
 	}
 	return c.post(stdout, "/cdcd/snapshot", daemon.SnapshotRequest{Tables: tables, Where: *where, Replace: *replace}, http.StatusAccepted)
-}
-
-// parseInterleaved parses flags that may come after positional arguments
-// (cdcd snapshot -c FILE TABLE --where ...) and returns the positionals.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 // snapshotClient calls the daemon's snapshot endpoints.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,19 +31,14 @@ be reached, 2 bad usage.
 // statusCommand implements `cdcd status`; args exclude "status".
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cdcd status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, statusUsage) }
 	admin := fs.String("admin", "", "admin listener of the daemon, HOST:PORT or URL")
 	cfgPath := fs.String("c", "", "config file to read admin.listen from")
 	raw := fs.Bool("json", false, "print the /status JSON as it is")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	pos, code, done := commandFlags(fs, args, statusUsage, stdout, stderr)
+	if done {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "cdcd status: unexpected argument %q\n\n%s", fs.Arg(0), statusUsage)
+	if !noArgs(fs, pos, statusUsage, stderr) {
 		return exitUsage
 	}
 	ac, err := adminURL(*admin, *cfgPath)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,7 +38,7 @@ Exit codes: 0 done (resumed, or paused again by the next faulty change: shown),
 // tableCommand implements `cdcd table ...`; args exclude "table".
 func tableCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "skip" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		if len(args) > 0 && isHelp(args[0]) {
 			fmt.Fprint(stdout, tableUsage)
 			return exitOK
 		}
@@ -47,15 +46,10 @@ func tableCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("cdcd table skip", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tableUsage) }
 	cfgPath := fs.String("c", "", "config file (for admin.listen)")
 	admin := fs.String("admin", "", "the daemon's admin address, HOST:PORT")
-	if err := parseInterspersed(fs, args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if _, code, done := commandFlags(fs, args[1:], tableUsage, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprint(stderr, "cdcd table skip: name one TABLE\n\n"+tableUsage)
@@ -84,22 +78,6 @@ func tableCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "what to do: %s\n", p.Resolve)
 	}
 	return exitOK
-}
-
-// parseInterspersed parses flags that may come after positional arguments.
-func parseInterspersed(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	return fs.Parse(append([]string{"--"}, pos...))
 }
 
 // postSkip asks the daemon at base to skip what stops table.
