@@ -70,10 +70,15 @@ func (mr *mirrorRow) scan(ctx context.Context, live *iceberg.LiveSnapshot, fn fu
 	})
 }
 
-// settleSegment compares a segment's blocks with the mirror and reads the
-// blocks that differ (or could not be compared) key by key.
-func (tr *tableRun) settleSegment(ctx context.Context, seg *segment) error {
-	st, err := tr.settle(ctx, seg.reads)
+// settleSegment compares a segment's blocks with the mirror (the rows
+// read ahead, or a read of the mirror now) and reads the blocks that
+// differ (or could not be compared) key by key.
+func (tr *tableRun) settleSegment(ctx context.Context, seg *segment, ahead *aheadRows) error {
+	var live *iceberg.LiveSnapshot
+	if ahead != nil {
+		live = ahead.live
+	}
+	st, err := tr.settle(ctx, seg.reads, live)
 	if err != nil {
 		return err
 	}
@@ -92,17 +97,24 @@ func (tr *tableRun) settleSegment(ctx context.Context, seg *segment) error {
 		sum  uint64
 	}
 	sums := make([]sum, n)
-	mr := newMirrorRow(tr.t)
-	err = mr.scan(ctx, st.live, func(mr *mirrorRow) error {
-		i, ok := seg.blockOf(tr.t, mr.key())
-		if ok {
+	if ahead != nil {
+		ahead.sum(tr.t, seg, func(i int, h uint64) {
 			sums[i].rows++
-			sums[i].sum += tr.r.src.RowHash(mr.buf)
+			sums[i].sum += h
+		})
+	} else {
+		mr := newMirrorRow(tr.t)
+		err = mr.scan(ctx, st.live, func(mr *mirrorRow) error {
+			i, ok := seg.blockOf(tr.t, mr.key())
+			if ok {
+				sums[i].rows++
+				sums[i].sum += tr.r.src.RowHash(mr.buf)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	var drill []Range
 	var drillRows int64

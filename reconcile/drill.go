@@ -22,7 +22,7 @@ func (tr *tableRun) drill(ctx context.Context, ranges []Range, _ []retryKey) err
 	if err != nil {
 		return err
 	}
-	st, err := tr.settle(ctx, []*Read{read})
+	st, err := tr.settle(ctx, []*Read{read}, nil)
 	if err != nil {
 		return err
 	}

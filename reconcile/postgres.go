@@ -33,7 +33,10 @@ type Postgres struct {
 	cfg     PostgresConfig
 	read    *pgx.Conn // ranges (the replica when configured)
 	primary *pgx.Conn // the slot; the same as read without a replica
-	pid     int       // read's backend, for its CPU time
+	// sums reads Sums on a connection of its own (the replica when
+	// configured), so it runs while the other methods do.
+	sums    *pgx.Conn
+	pids    []int // read's and sums' backends, for their CPU time
 	cpu0    time.Duration
 	replica bool
 }
@@ -59,12 +62,35 @@ func OpenPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 			return nil, fmt.Errorf("reconcile: connect to the replica (reconcile.replica_dsn): %w", err)
 		}
 	}
-	if err := p.read.QueryRow(ctx, "SELECT pg_backend_pid(), pg_is_in_recovery()").Scan(&p.pid, &p.replica); err != nil {
+	readDSN := cfg.DSN
+	if cfg.ReadDSN != "" {
+		readDSN = cfg.ReadDSN
+	}
+	if p.sums, err = connect(ctx, readDSN, cfg.StatementTimeout); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("reconcile: connect to the source: %w", err)
+	}
+	var pid, sumsPid int
+	if err := p.read.QueryRow(ctx, "SELECT pg_backend_pid(), pg_is_in_recovery()").Scan(&pid, &p.replica); err != nil {
 		p.Close()
 		return nil, err
 	}
-	p.cpu0 = ProcessCPU(p.pid)
+	if err := p.sums.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&sumsPid); err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.pids = []int{pid, sumsPid}
+	p.cpu0 = p.backendCPU()
 	return p, nil
+}
+
+// backendCPU is the CPU time of the reads' backends.
+func (p *Postgres) backendCPU() time.Duration {
+	var d time.Duration
+	for _, pid := range p.pids {
+		d += ProcessCPU(pid)
+	}
+	return d
 }
 
 func connect(ctx context.Context, dsn string, timeout time.Duration) (*pgx.Conn, error) {
@@ -85,7 +111,10 @@ func connect(ctx context.Context, dsn string, timeout time.Duration) (*pgx.Conn,
 func (p *Postgres) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if p.read != p.primary {
+	if p.sums != nil {
+		p.sums.Close(ctx)
+	}
+	if p.read != nil && p.read != p.primary {
 		p.read.Close(ctx)
 	}
 	p.primary.Close(ctx)
@@ -94,10 +123,10 @@ func (p *Postgres) Close() {
 // CPU is the CPU time the server spent on the reads since Open (0 when
 // the server's processes cannot be seen from here).
 func (p *Postgres) CPU() time.Duration {
-	if p.cpu0 == 0 && p.pid == 0 {
+	if len(p.pids) == 0 {
 		return 0
 	}
-	return ProcessCPU(p.pid) - p.cpu0
+	return p.backendCPU() - p.cpu0
 }
 
 // ProcessCPU reads a process's user and system time from /proc (0 when it

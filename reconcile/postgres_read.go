@@ -43,12 +43,12 @@ const walLSN = `CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE
 // begin opens a read: Low is read before the transaction's snapshot is
 // taken, High and the snapshot's in-progress transactions by the
 // statement that takes it.
-func (p *Postgres) begin(ctx context.Context) (pgx.Tx, *Read, error) {
+func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, *Read, error) {
 	var low, high, snap string
-	if err := p.read.QueryRow(ctx, "SELECT "+walLSN).Scan(&low); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT "+walLSN).Scan(&low); err != nil {
 		return nil, nil, fmt.Errorf("reconcile: read the WAL position: %w", err)
 	}
-	tx, err := p.read.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,9 +156,10 @@ type Block struct {
 
 // Sums reads up to rows rows after key after (nil: from the first), in
 // key order, summed per block of blockRows rows, in one snapshot. The
-// last block of a read that reached the end has no upper bound.
+// last block of a read that reached the end has no upper bound. It has a
+// connection of its own: it may run while the other methods do.
 func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error) {
-	tx, r, err := p.begin(ctx)
+	tx, r, err := begin(ctx, p.sums)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,7 +248,7 @@ type KeyRow struct {
 // Rows reads every row of the ranges with its columns' hashes, in one
 // snapshot.
 func (p *Postgres) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *Read, error) {
-	tx, r, err := p.begin(ctx)
+	tx, r, err := begin(ctx, p.read)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
@@ -19,6 +21,7 @@ type Source interface {
 	Describe(ctx context.Context, name string, mirror []MirrorColumn, mask map[string]string) (*Table, error)
 	// Sums reads up to rows rows after key after (literals; nil: from the
 	// first) in key order, summed per block of blockRows rows, in one read.
+	// It may run while another method does (the mirror is read meanwhile).
 	Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error)
 	// Rows reads the rows of the ranges key by key, in one read.
 	Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *Read, error)
@@ -217,11 +220,11 @@ type retryKey struct{ key, lit Key }
 func (tr *tableRun) run(ctx context.Context) error {
 	var after, afterLit Key
 	for {
-		seg, err := tr.readSegment(ctx, after, afterLit)
+		seg, ahead, err := tr.readSegment(ctx, after, afterLit)
 		if err != nil {
 			return err
 		}
-		if err := tr.settleSegment(ctx, seg); err != nil {
+		if err := tr.settleSegment(ctx, seg, ahead); err != nil {
 			return err
 		}
 		last := seg.blocks[len(seg.blocks)-1]
@@ -270,14 +273,31 @@ type segment struct {
 	rows            int64
 }
 
-func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key) (*segment, error) {
-	cfg := tr.r.cfg
+// readSegment reads a segment from the source and, meanwhile, the
+// mirror's rows after its lower bound (ahead.go; nil when over budget).
+func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key) (*segment, *aheadRows, error) {
 	seg := &segment{lower: after, lowerLit: afterLit}
+	var ahead *aheadRows
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return tr.readSums(gctx, seg, afterLit) })
+	g.Go(func() (err error) {
+		ahead, err = tr.readAhead(gctx, after, 2*tr.r.cfg.SegmentRows)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return seg, ahead, nil
+}
+
+// readSums reads up to SegmentRows rows from the source into seg's blocks.
+func (tr *tableRun) readSums(ctx context.Context, seg *segment, afterLit Key) error {
+	cfg := tr.r.cfg
 	for seg.rows < int64(cfg.SegmentRows) {
 		began := time.Now()
 		blocks, read, err := tr.r.src.Sums(ctx, tr.t, afterLit, cfg.ChunkRows, cfg.BlockRows)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		seg.reads = append(seg.reads, read)
 		for _, b := range blocks {
@@ -292,7 +312,7 @@ func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key) (*segm
 		afterLit = last.LastLit
 		throttle(ctx, cfg.MaxRowsPerSecond, cfg.ChunkRows, began)
 	}
-	return seg, nil
+	return nil
 }
 
 // throttle sleeps so reads of n rows started at began come at most
@@ -323,7 +343,10 @@ type settled struct {
 // seen and reads the mirror, then finds what cannot be compared: keys
 // changed in the log since the first read began or not applied to the
 // mirror, and reads whose in-progress transactions committed.
-func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error) {
+//
+// ahead, when set, is the mirror read already (beside the reads): it is
+// not read again.
+func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.LiveSnapshot) (*settled, error) {
 	low, high := reads[0].Low, reads[0].High
 	for _, rd := range reads[1:] {
 		low, high = minPos(low, rd.Low), maxPos(high, rd.High)
@@ -365,9 +388,11 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error)
 	}
 	var info log.TopicInfo
 	for {
-		live, err := tr.spec.Mirror.Live(ctx)
-		if err != nil {
-			return nil, err
+		live := ahead
+		if live == nil {
+			if live, err = tr.spec.Mirror.Live(ctx); err != nil {
+				return nil, err
+			}
 		}
 		if info, err = tr.r.log.Describe(ctx, tr.spec.Topic); err != nil {
 			return nil, err
@@ -377,7 +402,7 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read) (*settled, error)
 			return nil, fmt.Errorf("%w: %s: the Iceberg table's offsets belong to another log (topic id %s, the log's %s); the sink pauses it: re-snapshot it (cdcd snapshot --replace %s)",
 				ErrNotComparable, tr.t.Name, live.TopicID, info.ID, tr.t.Name)
 		}
-		if !running || caughtUp(live.Offsets, target) || time.Now().After(deadline) {
+		if ahead != nil || !running || caughtUp(live.Offsets, target) || time.Now().After(deadline) {
 			break
 		}
 		if err := sleep(ctx, cfg.Poll); err != nil {
