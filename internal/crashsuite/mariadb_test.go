@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,18 +24,67 @@ import (
 	sinkice "github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
-// TestCrashMariaDB is the crash suite's MariaDB configuration: a seeded
+// mariaConfig is one configuration of the MariaDB crash suite.
+type mariaConfig struct {
+	name  string
+	mode  string // upsert | append
+	kills int    // the CI default (CDCD_CRASH_KILLS overrides it)
+	// points are the failpoints a restart may arm (mariaPoints, or
+	// CDCD_CRASH_POINTS).
+	points []string
+}
+
+// envPoints (comma-separated failpoint names) replaces mariaPoints.
+const envPoints = "CDCD_CRASH_POINTS"
+
+var mariaConfigs = []mariaConfig{
+	{name: "upsert", mode: "upsert", kills: 10},
+	{name: "changelog", mode: "append", kills: 6},
+}
+
+// mariaPoints are the failpoints a restart may arm: the MySQL reader's
+// (the batch durable in the log with the checkpoint behind it, the
+// snapshots' progress saved ahead of the GTID set, the GTID set saved, a
+// watermark written with its chunk not yet emitted) and the sink's.
+var mariaPoints = []string{"source.mysql.after-emit", "source.mysql.before-checkpoint", "source.mysql.after-checkpoint",
+	"source.mysql.after-watermark", "sink.after-data-file", "sink.before-catalog-commit", "sink.after-catalog-commit"}
+
+// TestCrashMariaDB is the crash suite's MariaDB configurations: a seeded
 // workload of transactions (inserts, updates, deletes, key changes, a
 // composite key) on a MariaDB server of its own while the daemon loads the
-// tables lock-free and streams, killed with SIGKILL at random moments
-// (CDCD_CRASH_KILLS, default 10) and restarted; then every Iceberg table
-// must equal its source by iceberg-go's scan, each key once.
+// tables lock-free and streams, killed with SIGKILL at random moments and
+// at armed failpoints of the reader and the sink, and restarted. Then every
+// Iceberg table must equal its source by iceberg-go's scan, each key once
+// (upsert), or, as a changelog, hold every record of the log exactly once
+// and fold into the source (changelog); and every table's metadata must
+// hold cdcd's invariants, its offsets ending at the log's end.
 func TestCrashMariaDB(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	kills := envInt(t, envKills, 10)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	if v := os.Getenv(envSeed); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, v, err)
+		}
+	}
+	t.Logf("seed %d (replay: %s=%d)", seed, envSeed, seed)
+	bin, err := cdcdtest.Build(t.TempDir(), failpoint.BuildTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := mariaPoints
+	if v := os.Getenv(envPoints); v != "" {
+		points = strings.Split(v, ",")
+	}
 	srv := mariadbtest.NewServer(t, mariadbserver.Options{})
+	for _, c := range mariaConfigs {
+		c.points = points
+		t.Run(c.name, func(t *testing.T) { runMariaDB(t, bin, srv, c, seed, envInt(t, envKills, c.kills)) })
+	}
+}
+
+// runMariaDB runs one configuration on a database of its own.
+func runMariaDB(t *testing.T, bin string, srv *mariadbserver.Server, mc mariaConfig, seed uint64, kills int) {
+	rng := rand.New(rand.NewPCG(seed, 3))
 	db, err := mariadbserver.OpenDSN(mariadbtest.NewDBOn(t, srv))
 	if err != nil {
 		t.Fatal(err)
@@ -81,19 +132,15 @@ log:
 sink:
   iceberg:
     namespace: mirror
+    mode: %s
     commit_interval: 250ms
     compaction: {interval: 400ms, min_files: 3}
 admin:
   listen: %q
 shutdown:
   deadline: 20s
-`, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, mariadbtest.ServerID(t), name, name, admin)
+`, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, mariadbtest.ServerID(t), name, name, mc.mode, admin)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	binDir := t.TempDir()
-	bin, err := cdcdtest.Build(binDir, failpoint.BuildTag)
-	if err != nil {
 		t.Fatal(err)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -118,28 +165,78 @@ shutdown:
 		defer wg.Done()
 		mariadbWorkload(t, db, seed, stop)
 	}()
+	armed := ""
 	child := cdcdtest.Start(t, bin, cfgPath, admin, logFile)
+	random, byPoint := 0, 0
 	for k := 0; k < kills; k++ {
-		time.Sleep(time.Duration(400+rng.IntN(1200)) * time.Millisecond)
-		fmt.Fprintf(logFile, "---- crash: kill -9 (%d)\n", k+1)
-		child.Kill()
-		child = cdcdtest.Start(t, bin, cfgPath, admin, logFile)
+		wait := time.Duration(400+rng.IntN(1200)) * time.Millisecond
+		if armed != "" {
+			wait += 3 * time.Second // time to reach the point
+		}
+		if child.Wait(wait) {
+			if !child.KilledBySIGKILL() || armed == "" {
+				t.Fatalf("cdcd exited on its own (armed failpoint %q): %v", armed, child.ExitErr())
+			}
+			byPoint++
+		} else {
+			child.Kill()
+			random++
+		}
+		fmt.Fprintf(logFile, "---- crash: kill -9 (%d, failpoint %q)\n", k+1, armed)
+		armed = ""
+		if rng.IntN(5) < 3 {
+			armed = fmt.Sprintf("%s@%d", mc.points[rng.IntN(len(mc.points))], 1+rng.IntN(3))
+		}
+		child = cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	}
 	close(stop)
 	wg.Wait()
+	if armed != "" { // the last start may still die at its point
+		child.Kill()
+		fmt.Fprintf(logFile, "---- crash: final restart\n")
+		child = cdcdtest.Start(t, bin, cfgPath, admin, logFile)
+	}
 	child.WaitUntil(t, "the loads done", 5*time.Minute, func() bool {
 		st, err := child.Status()
 		return err == nil && loadsDone(st)
 	})
-	deadline := time.Now().Add(3 * time.Minute)
-	for _, tb := range []string{"acct", "item"} {
-		for d := mariadbDiff(t, dir, db, name, tb); !d.Equal(); d = mariadbDiff(t, dir, db, name, tb) {
-			if time.Now().After(deadline) || child.Exited() {
-				t.Fatalf("the mirror of %s never equalled it (daemon exited: %v): %s", tb, child.Exited(), d)
+	// A last change of each table to wait for: every earlier one is in the
+	// log before it, and so in Iceberg once it is.
+	exec("INSERT INTO acct VALUES (-1, 0.00, 'last')", "INSERT INTO item VALUES ('zz', -1, 0, NULL)")
+	if mc.mode == "upsert" {
+		deadline := time.Now().Add(3 * time.Minute)
+		for _, tb := range []string{"acct", "item"} {
+			for d := mariadbDiff(t, dir, db, name, tb); !d.Equal(); d = mariadbDiff(t, dir, db, name, tb) {
+				if time.Now().After(deadline) || child.Exited() {
+					t.Fatalf("the mirror of %s never equalled it (daemon exited: %v): %s", tb, child.Exited(), d)
+				}
+				time.Sleep(time.Second)
 			}
-			time.Sleep(time.Second)
 		}
+	} else {
+		child.WaitUntil(t, "caught up", 3*time.Minute, func() bool {
+			time.Sleep(time.Second) // each look scans both tables
+			st, err := child.Status()
+			return err == nil && st.CaughtUp(0) && changelogHolds(t, dir, name, "acct", "-1") && changelogHolds(t, dir, name, "item", "-1")
+		})
 	}
+	if err := child.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !child.Wait(30*time.Second) || child.ExitCode() != 0 {
+		t.Fatalf("cdcd did not stop cleanly within 30s of SIGTERM: %v", child.ExitErr())
+	}
+	summary := checkMariaDBTables(t, dir, db, name, mc.mode)
+	b, _ := os.ReadFile(logFile.Name())
+	fired := strings.Count(string(b), "failpoint: killing the process at")
+	if fired < byPoint || fired > random+byPoint+1 {
+		t.Errorf("%d deaths at failpoints and %d SIGKILLs by the test, but the log shows %d failpoints firing", byPoint, random, fired)
+	}
+	t.Logf("%s seed %d: %d kills (%d SIGKILLs by the test, %d failpoints fired)", mc.name, seed, random+byPoint, random, fired)
+	for _, l := range summary {
+		t.Log(l)
+	}
+	t.Logf("what the daemon went through: %s", logEvents(string(b)))
 }
 
 // loadsDone reports whether every table's load is over.

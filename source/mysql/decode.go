@@ -154,26 +154,28 @@ func fromText(t *colType, b []byte) (any, error) {
 	if b == nil {
 		return nil, nil
 	}
-	s := string(b)
+	// string(b) only where the string is kept: a conversion that does not
+	// escape (the parses) needs no allocation for short values.
 	switch t.Base {
 	case "tinyint", "smallint", "mediumint", "int", "bigint", "year":
 		if t.Base == "bigint" && t.Unsigned {
+			s := string(b)
 			if _, err := strconv.ParseUint(s, 10, 64); err != nil {
 				return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
 			}
 			return s, nil
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
+		n, err := strconv.ParseInt(string(b), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
 		}
 		return n, nil
 	case "decimal":
-		return normalizeDecimal(s)
+		return normalizeDecimal(string(b))
 	case "float", "double":
-		f, err := strconv.ParseFloat(s, 64)
+		f, err := strconv.ParseFloat(string(b), 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %v", errBadValue, s, err)
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
 		}
 		if t.Base == "float" {
 			return float32(f), nil
@@ -187,12 +189,12 @@ func fromText(t *colType, b []byte) (any, error) {
 		copy(out[max(0, len(out)-len(b)):], b)
 		return out, nil
 	case "date", "time", "datetime", "timestamp":
-		return parseTemporal(t.Base, s)
+		return parseTemporal(t.Base, string(b))
 	case "char", "varchar", "text", "enum", "set", "json":
 		if !utf8.Valid(b) {
 			return nil, fmt.Errorf("%w: text that is not UTF-8", errBadValue)
 		}
-		return s, nil
+		return string(b), nil
 	case "binary", "varbinary", "blob", "geometry":
 		return append([]byte{}, b...), nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 )
@@ -208,6 +209,9 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	if err := s.emit.Emit(ctx, s.batch); err != nil {
 		return err
 	}
+	// Durable in the log, the checkpoint behind it: a restart reads the
+	// batch's transactions again and the log drops what it holds.
+	failpoint.Hit("source.mysql.after-emit")
 	s.flushedPos = append(s.flushedPos[:0], s.batch[len(s.batch)-1].Pos...)
 	s.r.stats.Events.Add(int64(len(s.batch)))
 	s.r.stats.LastCommitted.Store(s.batch[len(s.batch)-1].CommitTime.UnixMilli())
@@ -237,9 +241,11 @@ func (s *streamer) checkpoint(ctx context.Context) error {
 	if cp.Ordinal <= s.saved {
 		return nil
 	}
+	failpoint.Hit("source.mysql.before-checkpoint") // the snapshots' progress saved ahead of the GTID set
 	if err := s.r.saveCheckpoint(ctx, cp); err != nil {
 		return err
 	}
+	failpoint.Hit("source.mysql.after-checkpoint")
 	s.saved = cp.Ordinal
 	return nil
 }

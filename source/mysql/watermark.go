@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/source"
 )
 
@@ -66,6 +67,7 @@ func (w *Watermarks) Write(ctx context.Context, mark string) error {
 	if err != nil {
 		return fmt.Errorf("mysql: write the watermark %s into %s: %w", mark, w.qn, err)
 	}
+	failpoint.Hit("source.mysql.after-watermark") // a window open (or a chunk read) with nothing emitted
 	return nil
 }
 
