@@ -173,7 +173,9 @@ const demoUsage = `usage: cdcd demo [--data-dir DIR] [--keep] [--mysql]
 
 Starts a throwaway PostgreSQL (--mysql: MariaDB) from the local binaries, creates a small shop, mirrors
 it into Iceberg (initial load, then streaming under a short workload), and prints
-what landed. --keep keeps it capturing until Ctrl-C.
+what landed. Its admin listener stays on while it runs (the URL and the token for
+writes are printed), so cdcd status, /metrics and the registry can be tried on it.
+--keep keeps it capturing until Ctrl-C.
 `
 
 const versionUsage = `usage: cdcd version

@@ -73,8 +73,12 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	}
 	p("PostgreSQL is up on port %d with database shop (tables public.customers and public.orders, a few rows each).", srv.Port())
 
+	adm, err := newAdmin()
+	if err != nil {
+		return err
+	}
 	cfgPath := filepath.Join(dir, "cdcd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(demoConfig(dir, dsn)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(demoConfig(dir, dsn, adm)), 0o644); err != nil {
 		return err
 	}
 	cfg, err := config.Load(cfgPath)
@@ -101,6 +105,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	defer stopDaemon()
 	done := make(chan error, 1)
 	go func() { done <- d.Run(dctx) }()
+	adm.print(out, cfgPath, "shop.orders")
 
 	if err := waitStreaming(ctx, d, done); err != nil {
 		return err
@@ -121,7 +126,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	}
 	printNext(out, cfgPath)
 	if opts.Keep {
-		p("\nStill capturing (connect with: psql %q). Press Ctrl-C to stop.", dsn)
+		p("\nStill capturing (connect with: psql %q); the admin listener is on http://%s. Press Ctrl-C to stop.", dsn, adm.addr)
 		<-ctx.Done()
 	}
 	stopDaemon()
@@ -157,7 +162,7 @@ func prepareDir(dir string) (string, error) {
 	return abs, os.WriteFile(filepath.Join(abs, marker), []byte("made by cdcd demo; emptied by the next run\n"), 0o644)
 }
 
-func demoConfig(dir, dsn string) string {
+func demoConfig(dir, dsn string, adm admin) string {
 	return fmt.Sprintf(`# Written by cdcd demo: the pipeline that captured the demo shop.
 pipeline: demo
 data_dir: %q
@@ -180,9 +185,7 @@ sink:
     mode: upsert          # a mirror of each table; append writes a changelog instead
     commit_interval: 1s
 
-admin:
-  listen: "off"
-`, dir, dsn, "sqlite://"+filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"))
+%s`, dir, dsn, "sqlite://"+filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), adm.block())
 }
 
 // waitStreaming returns once the initial load is done and the slot streams.

@@ -1,7 +1,8 @@
 package demo
 
 import (
-	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"regexp"
@@ -20,9 +21,16 @@ func TestDemo(t *testing.T) {
 	if err := pgserver.CheckInstalled(""); err != nil {
 		dbtest.MissingBinaries(t, err)
 	}
-	var out bytes.Buffer
+	out := &syncBuffer{}
 	dir := filepath.Join(t.TempDir(), "demo")
-	if err := Run(t.Context(), Options{DataDir: dir, Out: &out}, slog.New(slog.DiscardHandler)); err != nil {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- Run(ctx, Options{DataDir: dir, Out: out, Keep: true}, slog.New(slog.DiscardHandler)) }()
+	waitOutput(t, out, "Still capturing", ran)
+	checkAdmin(t, out.String(), "demo.public.orders-value", "shop.orders")
+	cancel()
+	if err := <-ran; !errors.Is(err, context.Canceled) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	text := out.String()
@@ -43,12 +51,12 @@ func TestDemo(t *testing.T) {
 		t.Errorf("summary lacks the deletion vectors:\n%s", text)
 	}
 	for _, want := range []string{"Point cdcd at your own database", "a few rows"} {
-		if !bytes.Contains(out.Bytes(), []byte(want)) {
+		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q", want)
 		}
 	}
 	// A second run reuses its own directory; a foreign one is refused.
-	if err := Run(t.Context(), Options{DataDir: t.TempDir() + "/..", Out: &out}, slog.New(slog.DiscardHandler)); err == nil {
+	if err := Run(t.Context(), Options{DataDir: t.TempDir() + "/..", Out: out}, slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("demo emptied a directory it did not make")
 	}
 }

@@ -58,8 +58,12 @@ func runMySQL(ctx context.Context, opts Options, dir string) error {
 	defer db.Close()
 	p("MariaDB is up on port %d with database shop (tables shop.customers and shop.orders, a few rows each).", srv.Port())
 	dsn := (&url.URL{Scheme: "mysql", User: url.User(mariadbserver.RootUser), Host: srv.Addr(), Path: "/shop"}).String()
+	adm, err := newAdmin()
+	if err != nil {
+		return err
+	}
 	cfgPath := filepath.Join(dir, "cdcd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(mysqlDemoConfig(dir, dsn)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(mysqlDemoConfig(dir, dsn, adm)), 0o644); err != nil {
 		return err
 	}
 	cfg, err := config.Load(cfgPath)
@@ -84,6 +88,7 @@ func runMySQL(ctx context.Context, opts Options, dir string) error {
 	defer stopDaemon()
 	done := make(chan error, 1)
 	go func() { done <- d.Run(dctx) }()
+	adm.print(out, cfgPath, "shop.shop_orders")
 
 	if err := waitStreaming(ctx, d, done); err != nil {
 		return err
@@ -136,7 +141,7 @@ func createMySQLShop(ctx context.Context, srv *mariadbserver.Server) (*sql.DB, e
 	return db, nil
 }
 
-func mysqlDemoConfig(dir, dsn string) string {
+func mysqlDemoConfig(dir, dsn string, adm admin) string {
 	return fmt.Sprintf(`# Written by cdcd demo --mysql: the pipeline that captured the demo shop.
 pipeline: demo
 data_dir: %q
@@ -159,9 +164,7 @@ sink:
     mode: upsert          # a mirror of each table; append writes a changelog instead
     commit_interval: 1s
 
-admin:
-  listen: "off"
-`, dir, dsn, strings.Join(mysqlTables, ", "), "sqlite://"+filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"))
+%s`, dir, dsn, strings.Join(mysqlTables, ", "), "sqlite://"+filepath.Join(dir, "catalog.db"), "file://"+filepath.Join(dir, "warehouse"), adm.block())
 }
 
 // mysqlWorkload is workload's MariaDB twin; it returns the server's GTID
