@@ -32,6 +32,11 @@ type mariaConfig struct {
 	// points are the failpoints a restart may arm (mariaPoints, or
 	// CDCD_CRASH_POINTS).
 	points []string
+	// snapshots: the pipeline starts with acct alone; item is added to
+	// its config after the first kill, and acct is re-snapshotted on
+	// demand (cdcd snapshot --replace) after the third; the kill after
+	// each lands mid-snapshot (mariadb_snap_test.go).
+	snapshots bool
 }
 
 // envPoints (comma-separated failpoint names) replaces mariaPoints.
@@ -40,6 +45,7 @@ const envPoints = "CDCD_CRASH_POINTS"
 var mariaConfigs = []mariaConfig{
 	{name: "upsert", mode: "upsert", kills: 10},
 	{name: "changelog", mode: "append", kills: 6},
+	{name: "snapshots", mode: "upsert", kills: 6, snapshots: true},
 }
 
 // mariaPoints are the failpoints a restart may arm: the MySQL reader's
@@ -119,14 +125,24 @@ func runMariaDB(t *testing.T, bin string, srv *mariadbserver.Server, mc mariaCon
 	dir := t.TempDir()
 	admin := cdcdtest.FreeAddr(t)
 	cfgPath := filepath.Join(dir, "cdcd.yaml")
-	cfg := fmt.Sprintf(`pipeline: crashmy
+	serverID := mariadbtest.ServerID(t)
+	rate := 4000
+	if mc.snapshots {
+		rate = 1500 // slow enough that the kills meet the snapshots
+	}
+	writeCfg := func(tables ...string) {
+		t.Helper()
+		for i, tb := range tables {
+			tables[i] = name + "." + tb
+		}
+		cfg := fmt.Sprintf(`pipeline: crashmy
 data_dir: %q
 source:
   mysql:
     dsn: "mysql://%s:%s@%s/%s"
     server_id: %d
-    tables: [%s.acct, %s.item]
-    incremental: {chunk_rows: 250, max_rows_per_second: 4000}
+    tables: [%s]
+    incremental: {chunk_rows: 250, max_rows_per_second: %d}
 log:
   partitions: 4
 sink:
@@ -139,9 +155,15 @@ admin:
   listen: %q
 shutdown:
   deadline: 20s
-`, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, mariadbtest.ServerID(t), name, name, mc.mode, admin)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+`, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, serverID, strings.Join(tables, ", "), rate, mc.mode, admin)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mc.snapshots {
+		writeCfg("acct")
+	} else {
+		writeCfg("acct", "item")
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -167,11 +189,14 @@ shutdown:
 	}()
 	armed := ""
 	child := cdcdtest.Start(t, bin, cfgPath, admin, logFile)
-	random, byPoint := 0, 0
+	random, byPoint, midSnapshot := 0, 0, 0
 	for k := 0; k < kills; k++ {
 		wait := time.Duration(400+rng.IntN(1200)) * time.Millisecond
 		if armed != "" {
 			wait += 3 * time.Second // time to reach the point
+		}
+		if mc.snapshots && (k == 2 || k == 4) && snapshotRunning(child) {
+			wait, midSnapshot = 0, midSnapshot+1
 		}
 		if child.Wait(wait) {
 			if !child.KilledBySIGKILL() || armed == "" {
@@ -187,7 +212,18 @@ shutdown:
 		if rng.IntN(5) < 3 {
 			armed = fmt.Sprintf("%s@%d", mc.points[rng.IntN(len(mc.points))], 1+rng.IntN(3))
 		}
+		if mc.snapshots && k == 1 {
+			writeCfg("acct", "item")
+			fmt.Fprintf(logFile, "---- crash: %s.item added to the config\n", name)
+		}
+		if mc.snapshots && k == 3 {
+			armed = "" // the request needs a daemon that answers
+		}
 		child = cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
+		if mc.snapshots && k == 3 {
+			requestMyReplace(t, bin, cfgPath, child, name+".acct")
+			fmt.Fprintf(logFile, "---- crash: replacing snapshot of %s.acct requested\n", name)
+		}
 	}
 	close(stop)
 	wg.Wait()
@@ -198,7 +234,7 @@ shutdown:
 	}
 	child.WaitUntil(t, "the loads done", 5*time.Minute, func() bool {
 		st, err := child.Status()
-		return err == nil && loadsDone(st)
+		return err == nil && loadsDone(st) && snapshotsSettled(t, st)
 	})
 	// A last change of each table to wait for: every earlier one is in the
 	// log before it, and so in Iceberg once it is.
@@ -237,6 +273,9 @@ shutdown:
 		t.Log(l)
 	}
 	t.Logf("what the daemon went through: %s", logEvents(string(b)))
+	if mc.snapshots {
+		checkMySnapshots(t, string(b), name, midSnapshot)
+	}
 }
 
 // loadsDone reports whether every table's load is over.
