@@ -358,6 +358,7 @@ func (c *logCLI) consume(ctx context.Context, args []string) error {
 	offset := fs.Int64("offset", -1, "start at this offset (requires --partition)")
 	timestamp := fs.String("timestamp", "", "start at the first record at or after this RFC3339 `time`")
 	maxRecs := fs.Int("max", 0, "stop after this many records (0: all)")
+	raw := fs.Bool("raw", false, "print partition, offset, timestamp, key and value as bytes, tab-separated (no Avro decoding)")
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
@@ -393,6 +394,14 @@ func (c *logCLI) consume(ctx context.Context, args []string) error {
 		}
 		w := bufio.NewWriter(c.stdout)
 		defer w.Flush()
+		print := printRaw
+		if !*raw {
+			dec, err := newAvroDecoder(ctx, l)
+			if err != nil {
+				return err
+			}
+			print = dec.print
+		}
 		printed := 0
 		for _, p := range info.Partitions {
 			if *partition >= 0 && p.Partition != int32(*partition) {
@@ -409,7 +418,7 @@ func (c *logCLI) consume(ctx context.Context, args []string) error {
 					return err
 				}
 			}
-			n, err := c.consumePartition(ctx, l, w, *topic, p, from, *maxRecs-printed, *maxRecs > 0)
+			n, err := c.consumePartition(ctx, l, w, print, *topic, p, from, *maxRecs-printed, *maxRecs > 0)
 			printed += n
 			if err != nil {
 				return err
@@ -425,7 +434,8 @@ func (c *logCLI) consume(ctx context.Context, args []string) error {
 // consumePartition prints records of one partition from offset to its end
 // (at most limit when bounded) and returns how many it printed. Offsets
 // the log lost are reported on stderr and stepped over.
-func (c *logCLI) consumePartition(ctx context.Context, l *log.Embedded, w *bufio.Writer, topic string, p log.PartitionInfo, from int64, limit int, bounded bool) (int, error) {
+func (c *logCLI) consumePartition(ctx context.Context, l *log.Embedded, w *bufio.Writer, print func(*bufio.Writer, *log.Record),
+	topic string, p log.PartitionInfo, from int64, limit int, bounded bool) (int, error) {
 	n := 0
 	for off := from; off < p.End && (!bounded || n < limit); {
 		recs, err := l.Fetch(ctx, topic, p.Partition, off, log.FetchOptions{})
@@ -442,16 +452,22 @@ func (c *logCLI) consumePartition(ctx context.Context, l *log.Embedded, w *bufio
 		if len(recs) == 0 {
 			break
 		}
-		for _, r := range recs {
+		for i := range recs {
 			if bounded && n >= limit {
 				break
 			}
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\n", r.Partition, r.Offset, r.Timestamp.UTC().Format(time.RFC3339Nano), printable(r.Key), printable(r.Value))
+			print(w, &recs[i])
 			n++
 		}
 		off = recs[len(recs)-1].Offset + 1
 	}
 	return n, nil
+}
+
+// printRaw prints r as partition, offset, timestamp, key and value,
+// tab-separated (--raw).
+func printRaw(w *bufio.Writer, r *log.Record) {
+	fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\n", r.Partition, r.Offset, r.Timestamp.UTC().Format(time.RFC3339Nano), printable(r.Key), printable(r.Value))
 }
 
 // printable shows bytes as text when they are printable UTF-8, else Go-quoted;

@@ -55,7 +55,7 @@ func TestLogCLI(t *testing.T) {
 	mustRun(t, in.String(), "produce", "--topic", "orders", dd)
 	mustRun(t, "a|1\nb|2\na|DELETE\n", "produce", "--topic", "state", "--separator", "|", "--null", "DELETE", dd)
 
-	out = mustRun(t, "", "consume", "--topic", "orders", "--from-beginning", dd)
+	out = mustRun(t, "", "consume", "--raw", "--topic", "orders", "--from-beginning", dd)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 30 {
 		t.Fatalf("consumed %d lines:\n%s", len(lines), out)
@@ -73,11 +73,11 @@ func TestLogCLI(t *testing.T) {
 			t.Fatalf("key %s in partition %s, want %s", key, f[0], want)
 		}
 	}
-	out = mustRun(t, "", "consume", "--topic", "state", "--from-beginning", dd)
+	out = mustRun(t, "", "consume", "--raw", "--topic", "state", "--from-beginning", dd)
 	if !strings.HasSuffix(out, "\ta\tnull\n") {
 		t.Fatalf("tombstone not printed as null:\n%s", out)
 	}
-	out = mustRun(t, "", "consume", "--topic", "orders", "--partition", "0", "--offset", "1", "--max", "2", dd)
+	out = mustRun(t, "", "consume", "--raw", "--topic", "orders", "--partition", "0", "--offset", "1", "--max", "2", dd)
 	if n := strings.Count(out, "\n"); n != 2 || !strings.HasPrefix(out, "0\t1\t") {
 		t.Fatalf("--offset 1 --max 2 =\n%s", out)
 	}
@@ -154,7 +154,7 @@ func TestLogCLIWhileDaemonRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ld := "--log-dir=" + dir
-	if out := mustRun(t, "", "consume", "--topic", "t", "--from-beginning", ld); !strings.HasSuffix(out, "\tk\tv\n") {
+	if out := mustRun(t, "", "consume", "--raw", "--topic", "t", "--from-beginning", ld); !strings.HasSuffix(out, "\tk\tv\n") {
 		t.Fatalf("consume beside the daemon = %q", out)
 	}
 	code, _, errOut := runLog(t, "k:v\n", "produce", "--topic", "t", ld)
