@@ -168,11 +168,13 @@ func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRow
 	args = append(args, rows, blockRows)
 	n := len(args)
 	nk := len(t.Key)
+	// The keys' texts are rendered for each block's last row only.
 	q := fmt.Sprintf(`WITH c AS MATERIALIZED (
-		SELECT row_number() OVER (ORDER BY %[1]s) - 1 AS rn, %[2]s, hashtextextended(%[3]s, 0) AS h
+		SELECT row_number() OVER (ORDER BY %[1]s) - 1 AS _cdcd_rn, %[1]s, hashtextextended(%[3]s, 0) AS _cdcd_h
 		FROM (SELECT * FROM %[4]s WHERE %[5]s ORDER BY %[1]s LIMIT $%[6]d) s)
-	SELECT g.n, g.s::text, c.* FROM (SELECT rn / $%[7]d AS b, count(*) AS n, sum(h) AS s, max(rn) AS last FROM c GROUP BY 1) g
-	JOIN c ON c.rn = g.last ORDER BY g.b`, keyOrder(t), keySelect(t), pgRowText(t), t.SQL, where, n-1, n)
+	SELECT g._cdcd_n, g._cdcd_s::text, %[2]s FROM (SELECT _cdcd_rn / $%[7]d AS _cdcd_b, count(*) AS _cdcd_n, sum(_cdcd_h) AS _cdcd_s,
+		max(_cdcd_rn) AS _cdcd_last FROM c GROUP BY 1) g
+	JOIN c ON c._cdcd_rn = g._cdcd_last ORDER BY g._cdcd_b`, keyOrder(t), keySelect(t), pgRowText(t), t.SQL, where, n-1, n)
 	res, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
@@ -190,8 +192,8 @@ func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRow
 			res.Close()
 			return nil, nil, err
 		}
-		// vals[2] is rn, then nk literals, nk canonical texts, h.
-		b.LastLit, b.Last = textsOf(vals[3:3+nk]), textsOf(vals[3+nk:3+2*nk])
+		// Then nk literals, nk canonical texts.
+		b.LastLit, b.Last = textsOf(vals[2:2+nk]), textsOf(vals[2+nk:2+2*nk])
 		total += b.Rows
 		blocks = append(blocks, b)
 	}
