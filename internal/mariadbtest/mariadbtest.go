@@ -85,7 +85,7 @@ func Server(t testing.TB) *mariadbserver.Server {
 	}
 	if !shared.started {
 		shared.started = true
-		shared.srv, shared.err = mariadbserver.Start(context.Background(), mariadbserver.Options{})
+		shared.srv, shared.err = mariadbserver.Start(context.Background(), testOptions(mariadbserver.Options{}))
 	}
 	if shared.err != nil {
 		unavailable(t, shared.err)
@@ -97,7 +97,7 @@ func Server(t testing.TB) *mariadbserver.Server {
 // --max-binlog-size), and stops it in t.Cleanup. It does not need Main.
 func NewServer(t testing.TB, opts mariadbserver.Options) *mariadbserver.Server {
 	t.Helper()
-	srv, err := mariadbserver.Start(context.Background(), opts)
+	srv, err := mariadbserver.Start(context.Background(), testOptions(opts))
 	if err != nil {
 		unavailable(t, err)
 	}
@@ -162,4 +162,14 @@ func unavailable(t testing.TB, err error) {
 		dbtest.MissingBinaries(t, err)
 	}
 	t.Fatal(err)
+}
+
+// testOptions gives a test's server a start bound of 3 minutes unless the
+// test set one: tests run in parallel on small machines, where
+// mariadb-install-db alone took over the default minute under load.
+func testOptions(o mariadbserver.Options) mariadbserver.Options {
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 3 * time.Minute
+	}
+	return o
 }
