@@ -113,11 +113,11 @@ func (d *avroDecoder) record(r *log.Record) consumedRecord {
 
 // print writes r as one JSON line.
 func (d *avroDecoder) print(w *bufio.Writer, r *log.Record) {
-	b, err := json.Marshal(d.record(r))
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // values as they are: <, > and & too
+	if err := enc.Encode(d.record(r)); err != nil {
+		_ = enc.Encode(map[string]any{"partition": r.Partition, "offset": r.Offset, "error": err.Error()})
 	}
-	w.Write(append(b, '\n'))
 }
 
 // field renders a key or value: null, the decoded Avro record, JSON, or a

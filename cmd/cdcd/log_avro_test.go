@@ -79,10 +79,10 @@ func TestLogConsumeAvro(t *testing.T) {
 	}
 	recs := []log.Record{
 		{Key: key, Value: val, Partition: 0, Headers: []log.Header{{Key: "cdcd.txid", Value: []byte("9")}, {Key: "cdcd.pos", Value: []byte{0, 1, 0xff}}}},
-		{Key: key, Value: nil, Partition: 0},                                     // a tombstone
-		{Key: []byte("order-7"), Value: []byte(`{"total": 12.5}`), Partition: 0}, // outbox-like JSON
-		{Key: []byte{0xff, 0xfe}, Value: []byte("plain text"), Partition: 0},     // neither
-		{Key: schema.AppendFrame(nil, 9999), Value: []byte("x"), Partition: 0},   // an unknown id
+		{Key: key, Value: nil, Partition: 0}, // a tombstone
+		{Key: []byte("order-7"), Value: []byte(`{"total": 12.5, "note": "a<b & c"}`), Partition: 0}, // outbox-like JSON
+		{Key: []byte{0xff, 0xfe}, Value: []byte("plain text"), Partition: 0},                        // neither
+		{Key: schema.AppendFrame(nil, 9999), Value: []byte("x"), Partition: 0},                      // an unknown id
 	}
 	if err := l.Produce(ctx, topic, recs); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestLogConsumeAvro(t *testing.T) {
 	case first.ValueSchema != valID:
 		t.Errorf("value_schema_id %d, want %d", first.ValueSchema, valID)
 	}
-	for i, want := range []string{`"value":null`, `"key":"order-7","value":{"total":12.5}`, `"key":"base64://4=","value":"plain text"`} {
+	for i, want := range []string{`"value":null`, `"key":"order-7","value":{"total":12.5,"note":"a<b & c"}`, `"key":"base64://4=","value":"plain text"`} {
 		if !strings.Contains(lines[i+1], want) {
 			t.Errorf("line %d = %s, want %s", i+2, lines[i+1], want)
 		}
