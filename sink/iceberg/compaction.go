@@ -48,6 +48,7 @@ func (w *tableWriter) finishCompaction(ctx context.Context) error {
 	err := w.comp.Finish(ctx)
 	st := w.comp.Stats()
 	w.stats.Compaction.Store(&st)
+	w.publishMaintenance() // the files as the rewrite left them, not as of the last commit
 	return err
 }
 
