@@ -215,6 +215,7 @@ func (r *Reader) stateKey() string { return "postgres/" + r.cfg.Slot }
 // *PublicationError, *TableError, *ValueError and the Emitter's own.
 func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 	backoff := r.cfg.ReconnectMin
+	failed := 0 // connection attempts in a row that failed (unreachable.go)
 	for {
 		began := time.Now()
 		err := r.session(ctx, e)
@@ -229,13 +230,10 @@ func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		r.stats.Reconnects.Add(1)
-		if slotInUse(err) {
-			r.logger.Warn("the replication slot is in use by another process; retrying", "err", err, "in", wait.Round(time.Millisecond),
-				"what_to_do", "if another cdcd or consumer streams from this slot, give this pipeline a slot of its own (source.postgres.slot); "+
-					"a connection of this pipeline that went away lets go of it within wal_sender_timeout")
-		} else {
-			r.logger.Warn("connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		if failed = failed + 1; !isConnectError(err) {
+			failed = 0
 		}
+		r.logRetry(err, failed, wait)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
