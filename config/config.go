@@ -91,6 +91,11 @@ type Log struct {
 	// Retention of table topics; default 168h; an explicit 0 keeps records
 	// forever.
 	Retention time.Duration `yaml:"retention"`
+	// Tombstones: after each delete, a record with the deleted row's key
+	// and no value, as Debezium's connectors write it
+	// (tombstones.on.delete), so a compacted topic can forget the key;
+	// default true.
+	Tombstones bool `yaml:"tombstones"`
 	// Kafka configures backend kafka (see kafka.go).
 	Kafka *Kafka `yaml:"kafka"`
 }

@@ -59,6 +59,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	orDefault(&c.Log.Backend, defaultBackend, explicit("log.backend"))
 	orDefault(&c.Log.Partitions, defaultPartitions, explicit("log.partitions"))
 	orDefault(&c.Log.Retention, defaultRetention, explicit("log.retention"))
+	orDefault(&c.Log.Tombstones, true, explicit("log.tombstones"))
 	c.kafkaDefaults(explicit)
 	if c.Sink.Iceberg == nil {
 		c.Sink.Iceberg = &Iceberg{}

@@ -71,6 +71,7 @@ sink: {iceberg: {mode: append}}
 	//   backend: embedded
 	//   partitions: 8
 	//   retention: 168h
+	//   tombstones: true
 	// sink:
 	//   iceberg:
 	//     catalog:

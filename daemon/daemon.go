@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	}
 	d.emitter = &emitter{
 		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: db, connector: connector,
-		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), logger: logger.With("component", "emitter"),
+		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), tombstones: cfg.Log.Tombstones, logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
 		masker: newMasker(cfg), free: make(chan *batchRecords, 2),
 		// An initial load keeps up to 4 batches in the log's hands while

@@ -58,6 +58,9 @@ type emitter struct {
 	connector  string
 	topicOf    func(namespace, table string) string
 	partitions int32
+	// tombstones: a delete's record is followed by a tombstone of its key
+	// (log.tombstones).
+	tombstones bool
 	logger     *slog.Logger
 
 	mu     sync.Mutex // Emit and resume
@@ -371,7 +374,8 @@ type batchRecords struct {
 	arena   []byte
 	headers []log.Header
 	one     [1]log.Record
-	now     int64 // Unix nanoseconds
+	two     [2]log.Record // a change's records: itself and its tombstone
+	now     int64         // Unix nanoseconds
 	byTopic map[string]*topicRecords
 	order   []*topicRecords // the topics of this batch, in order of their first record
 }
@@ -551,8 +555,16 @@ func (e *emitter) records(b *batchRecords, tc *tableCodec, c *source.Change) ([]
 		return nil, err
 	}
 	key := b.cut(start)
-	b.one[0] = log.Record{Key: key, Value: value, Headers: headers, Timestamp: ts, Partition: partitionOf(key, e.partitions)}
-	return b.one[:], nil
+	p := partitionOf(key, e.partitions)
+	b.two[0] = log.Record{Key: key, Value: value, Headers: headers, Timestamp: ts, Partition: p}
+	if c.Op == source.OpDelete && e.tombstones {
+		// Debezium's tombstone: the key, no value. It carries the
+		// delete's headers: the position keeps the partition's newest
+		// stored position that of the delete (restart deduplication).
+		b.two[1] = log.Record{Key: key, Headers: headers, Timestamp: ts, Partition: p}
+		return b.two[:], nil
+	}
+	return b.two[:1], nil
 }
 
 var keyChangeMark = []byte("1")

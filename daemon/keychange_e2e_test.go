@@ -326,7 +326,7 @@ admin:
 				t.Fatal(err)
 			}
 			for _, r := range recs {
-				if r.Header(daemon.HeaderKeyChange) != nil {
+				if r.Header(daemon.HeaderKeyChange) != nil && r.Value != nil { // not the delete's tombstone
 					marked++
 				}
 				off = r.Offset + 1

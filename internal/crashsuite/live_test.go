@@ -88,6 +88,7 @@ type topicLog struct {
 	end  []int64
 	lsns [][]uint64 // [partition][offset]
 	load [][]bool   // [partition][offset]: a row of the initial load
+	tomb [][]bool   // [partition][offset]: a delete's tombstone (no row)
 }
 
 // readLog reads every table topic whole (the daemon stopped).
@@ -107,7 +108,8 @@ func readLog(ctx context.Context, dataDir string) (map[string]*topicLog, error) 
 		if err != nil {
 			return nil, err
 		}
-		tl := &topicLog{end: make([]int64, len(info.Partitions)), lsns: make([][]uint64, len(info.Partitions)), load: make([][]bool, len(info.Partitions))}
+		tl := &topicLog{end: make([]int64, len(info.Partitions)), lsns: make([][]uint64, len(info.Partitions)), load: make([][]bool, len(info.Partitions)),
+			tomb: make([][]bool, len(info.Partitions))}
 		for _, p := range info.Partitions {
 			if p.Start != 0 {
 				return nil, fmt.Errorf("%s/%d starts at %d: retention removed records", topic, p.Partition, p.Start)
@@ -133,6 +135,7 @@ func readLog(ctx context.Context, dataDir string) (map[string]*topicLog, error) 
 					// A load row's position extends the 12 bytes of a
 					// streamed change (package pgpos).
 					tl.load[p.Partition] = append(tl.load[p.Partition], len(recs[i].Header(daemon.HeaderPosition)) > 12)
+					tl.tomb[p.Partition] = append(tl.tomb[p.Partition], recs[i].Value == nil)
 					off++
 				}
 			}

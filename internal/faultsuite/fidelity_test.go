@@ -1,8 +1,12 @@
 package faultsuite
 
 import (
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cdcd-dev/cdcd/log"
 )
 
 // TestPipelineSubjectsKept (issue 22): the registry's HTTP API refuses to
@@ -10,7 +14,9 @@ import (
 // pipeline mirrors (Confluent's registry would let it, and a later
 // version would then be registered unchecked), saying which table and
 // what to do; a foreign subject follows Confluent's two-step deletion.
-// The mirror goes on, across a restart, with the schemas it had.
+// The mirror goes on, across a restart, with the schemas it had; each
+// delete left a tombstone in the log (log.tombstones, on by default), which
+// the sink passes over.
 func TestPipelineSubjectsKept(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t, pipelineOptions{
@@ -53,6 +59,9 @@ func TestPipelineSubjectsKept(t *testing.T) {
 	p.waitCaughtUp()
 	p.requireMirror("public.a")
 	p.stop()
+	if n := countTombstones(t, p, "fault.public.a"); n != 5 {
+		t.Errorf("the log holds %d tombstones; 5 rows were deleted", n)
+	}
 	p.start()
 	p.exec(`ALTER TABLE a ADD COLUMN w int; INSERT INTO a VALUES (100, 'new', 1)`)
 	p.waitCaughtUp()
@@ -66,4 +75,35 @@ func containsAll(s string, words ...string) bool {
 		}
 	}
 	return true
+}
+
+// countTombstones counts the records of topic without a value in the
+// stopped pipeline's log.
+func countTombstones(t *testing.T, p *pipeline, topic string) int {
+	t.Helper()
+	lg, err := log.Open(filepath.Join(p.DataDir, "log"), log.Options{ReadOnly: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	info, err := lg.DescribeTopic(p.ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, part := range info.Partitions {
+		for off := part.Start; off < part.End; {
+			recs, err := lg.Fetch(p.ctx, topic, part.Partition, off, log.FetchOptions{})
+			if err != nil || len(recs) == 0 {
+				t.Fatalf("%s/%d at %d: %d records, %v", topic, part.Partition, off, len(recs), err)
+			}
+			for _, r := range recs {
+				if r.Value == nil {
+					n++
+				}
+				off = r.Offset + 1
+			}
+		}
+	}
+	return n
 }

@@ -140,7 +140,14 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 	for i := range recs {
 		rec := &recs[i]
 		if rec.Value == nil {
+			// A delete's tombstone (log.tombstones) makes no row. It is
+			// buffered as skipped, as a truncate's extra copies are, so its
+			// offset is committed even when it ends the partition: the
+			// table would otherwise stay a record behind until the next
+			// change.
 			f.next[p] = rec.Offset + 1
+			cur.changes = append(cur.changes, change{partition: p, offset: rec.Offset, skip: true,
+				info: schema.EnvelopeInfo{Position: rec.Header(schema.HeaderPosition)}})
 			continue
 		}
 		c, err := w.decode(rec)
