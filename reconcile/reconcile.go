@@ -354,7 +354,9 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.Li
 	cfg := tr.r.cfg
 	deadline := time.Now().Add(cfg.SettleTimeout)
 	st := &settled{u: newUnsettled(), racy: map[int]bool{}}
-	// The log: every change before high.
+	// The log: every change before high. A running reader confirms soon
+	// after the message Covered writes: the first polls come sooner.
+	poll := backoff{max: cfg.Poll}
 	running := false
 	for {
 		covered, live, err := tr.r.src.Covered(ctx, high)
@@ -374,7 +376,7 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.Li
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("reconcile: %s: the pipeline did not bring its log past the read's position within %s (it is behind: cdcd status)", tr.t.Name, cfg.SettleTimeout)
 		}
-		if err := sleep(ctx, cfg.Poll); err != nil {
+		if err := sleep(ctx, poll.next()); err != nil {
 			return nil, err
 		}
 	}
@@ -387,6 +389,7 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.Li
 		return nil, err
 	}
 	var info log.TopicInfo
+	poll = backoff{max: cfg.Poll}
 	for {
 		live := ahead
 		if live == nil {
@@ -405,7 +408,7 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.Li
 		if ahead != nil || !running || caughtUp(live.Offsets, target) || time.Now().After(deadline) {
 			break
 		}
-		if err := sleep(ctx, cfg.Poll); err != nil {
+		if err := sleep(ctx, poll.next()); err != nil {
 			return nil, err
 		}
 	}
@@ -452,6 +455,14 @@ func caughtUp(offsets []int64, info log.TopicInfo) bool {
 		}
 	}
 	return true
+}
+
+// backoff is a poll's interval: 10ms, doubling up to max.
+type backoff struct{ cur, max time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.cur = min(max(2*b.cur, 10*time.Millisecond), b.max)
+	return b.cur
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
