@@ -14,6 +14,11 @@ type EnvelopeInfo struct {
 	TxID, LSN uint64
 	// Position aliases the scanned buffer.
 	Position []byte
+	// After is the after-image's Avro bytes (its union branch, then the
+	// row record), aliasing the scanned buffer, so a reader can decode the
+	// row without the rest of the envelope; nil without an after-image and
+	// in cdcd's legacy layout (whose fields are all unions).
+	After []byte
 }
 
 // ScanEnvelope reads an envelope of t like DecodeEnvelope, but skips the
@@ -38,7 +43,10 @@ func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
 // scan reads Debezium's layout.
 func (r *reader) scan(t *Table, e *EnvelopeInfo) {
 	e.HasBefore = r.skipRow(t, false)
-	e.HasAfter = r.skipRow(t, false)
+	after := r.buf
+	if e.HasAfter = r.skipRow(t, false); e.HasAfter && r.err == nil {
+		e.After = after[:len(after)-len(r.buf)]
+	}
 	r.bytes() // version
 	r.bytes() // connector
 	r.bytes() // name

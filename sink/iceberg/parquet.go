@@ -575,6 +575,11 @@ func (d *dataFileWriter) add(vals []any) error {
 			return err
 		}
 	}
+	return d.added(start)
+}
+
+// added takes the values appended to d.vals from start on as one row.
+func (d *dataFileWriter) added(start int) error {
 	for _, v := range d.vals[start:] {
 		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
 			d.pendingBytes += len(v.ByteArray())

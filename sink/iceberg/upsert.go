@@ -209,6 +209,10 @@ type keyState struct {
 	table *schema.Table
 	row   []any
 	from  []byte
+	// direct: the final image is this change's after-image, whole (no
+	// unchanged values), left undecoded (row is nil): writeRows decodes it
+	// straight into Parquet values (rowCodec) where it can.
+	direct *change
 	// one holds changes while the key has a single one (most keys).
 	one [1]*change
 }
@@ -306,6 +310,10 @@ func (u *upsert) materialize(states map[string]*keyState, st *keyState) error {
 	last := st.changes[len(st.changes)-1]
 	if !st.live {
 		st.table = last.table
+		return nil
+	}
+	if last.env == nil && last.info.Unchanged == 0 && last.info.After != nil {
+		st.table, st.direct = last.table, last
 		return nil
 	}
 	env, err := last.envelope()
@@ -599,10 +607,67 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		o.d, o.pending = nil, nil
 		return nil
 	}
+	// fileFor is the open file of partition key, started when needed.
+	fileFor := func(values map[int]any, key string) (*open, error) {
+		o := files[key]
+		if o == nil {
+			o = &open{values: values}
+			files[key] = o
+			order = append(order, key)
+		}
+		if o.d == nil {
+			partPath := ""
+			if part.partitioned() {
+				partPath = part.path(values)
+			}
+			o.path = w.files.data(tbl, partPath, "parquet")
+			var err error
+			if o.d, err = streamDataFile(fsch, wfs, o.path); err != nil {
+				return nil, err
+			}
+		}
+		return o, nil
+	}
+	added := func(o *open, st *keyState) error {
+		o.pending = append(o.pending, st)
+		if o.d.size() >= w.s.cfg.TargetFileSize {
+			return flush(o)
+		}
+		return nil
+	}
 	// Each table version's column of each field, found once (by name: a
-	// scan of the columns per field and row before).
+	// scan of the columns per field and row before); its codec, if any.
 	colsOf := map[*schema.Table][]int{}
+	codecs := map[*schema.Table]*rowCodec{}
 	for _, st := range live {
+		if st.direct != nil && !part.partitioned() {
+			c, seen := codecs[st.table]
+			if !seen {
+				c = newRowCodec(st.table, fsch, defaults)
+				codecs[st.table] = c
+			}
+			if c != nil {
+				o, err := fileFor(nil, "")
+				if err != nil {
+					return err
+				}
+				// A row the codec refuses takes the generic path, which
+				// names what is wrong with it.
+				if o.d.addAvro(c, st.direct.info.After) == nil {
+					if err := added(o, st); err != nil {
+						return err
+					}
+					continue
+				}
+			}
+		}
+		if st.row == nil {
+			env, err := st.direct.envelope()
+			if err != nil {
+				return badData(err)
+			}
+			st.row = env.After
+		}
 		cols := colsOf[st.table]
 		if cols == nil {
 			cols = make([]int, len(fields))
@@ -623,30 +688,15 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		if err != nil {
 			return badData(fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err))
 		}
-		o := files[key]
-		if o == nil {
-			o = &open{values: values}
-			files[key] = o
-			order = append(order, key)
-		}
-		if o.d == nil {
-			partPath := ""
-			if part.partitioned() {
-				partPath = part.path(values)
-			}
-			o.path = w.files.data(tbl, partPath, "parquet")
-			if o.d, err = streamDataFile(fsch, wfs, o.path); err != nil {
-				return err
-			}
+		o, err := fileFor(values, key)
+		if err != nil {
+			return err
 		}
 		if err := o.d.add(vals); err != nil {
 			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
 		}
-		o.pending = append(o.pending, st)
-		if o.d.size() >= w.s.cfg.TargetFileSize {
-			if err := flush(o); err != nil {
-				return err
-			}
+		if err := added(o, st); err != nil {
+			return err
 		}
 	}
 	for _, key := range order {
