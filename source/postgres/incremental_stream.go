@@ -30,6 +30,9 @@ type IncrementalConfig struct {
 	LoadResets bool
 	// ChunkRows is the most rows a chunk reads; default 8192.
 	ChunkRows int
+	// SplitRows is the smallest range chunk read in two halves at once (on
+	// two connections, in one snapshot); default 4096, negative: never.
+	SplitRows int
 	// MaxRowsPerSecond throttles a snapshot; 0 does not.
 	MaxRowsPerSecond int
 	// SignalTable ("schema.table") is a Debezium-compatible signal table

@@ -322,7 +322,9 @@ func TestIncrementalReplaceUnderWorkload(t *testing.T) {
 	t.Parallel()
 	e := setup(t, incrementalTable)
 	m := newMirror(4)
-	_, r := e.startReader(t, []string{"hot"}, false, m, func(c *Config) { c.Incremental.ChunkRows = 100 })
+	_, r := e.startReader(t, []string{"hot"}, false, m, func(c *Config) {
+		c.Incremental.ChunkRows, c.Incremental.SplitRows = 100, 100 // halves read at once
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
@@ -433,7 +435,9 @@ func TestIncrementalCompositeKeys(t *testing.T) {
 		INSERT INTO ck_icu SELECT r, g, 'v', repeat('x', 3000) FROM generate_series(1, 400) g, unnest(ARRAY['a', 'B', 'é', 'Z', 'ä']) r;
 		INSERT INTO ck_c SELECT region, id, v, big FROM ck_icu`)
 	m := newMirror(4)
-	_, r := e.startReader(t, []string{"ck_icu", "ck_c"}, false, m, func(c *Config) { c.Incremental.ChunkRows = 150 })
+	_, r := e.startReader(t, []string{"ck_icu", "ck_c"}, false, m, func(c *Config) {
+		c.Incremental.ChunkRows, c.Incremental.SplitRows = 150, 100 // halves read at once
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i, table := range []string{"ck_icu", "ck_c"} {
