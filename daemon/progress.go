@@ -46,9 +46,10 @@ type loadView struct {
 // active reports whether a load's rows are on their way into the table.
 func (v loadView) active() bool { return !v.done && (v.read > 0 || v.committed > 0) }
 
-// loadView computes t's load progress; lag is the records of its topic the
-// table has not committed (-1 unknown).
-func (d *Daemon) loadView(t *iceberg.TableStats, src string, lag int64) loadView {
+// loadView computes t's load progress; lag gives the records of its topic
+// the table has not committed (-1 unknown), asked only when the counts
+// cannot tell whether the load is all committed (the log may be Kafka).
+func (d *Daemon) loadView(t *iceberg.TableStats, src string, lag func() int64) loadView {
 	v := loadView{committed: t.SnapshotRows.Load(), total: -1}
 	if c := d.intake.tables[src]; c != nil {
 		v.read = c.SnapshotRows.Load()
@@ -67,7 +68,7 @@ func (d *Daemon) loadView(t *iceberg.TableStats, src string, lag int64) loadView
 			v.total = max(v.read, est)
 		}
 	}
-	v.done = v.readDone && (v.committed >= v.read || lag == 0)
+	v.done = v.readDone && (v.committed >= v.read || lag() == 0)
 	v.rate = d.progress.rate(t.Topic)
 	switch {
 	case v.done:
@@ -173,7 +174,7 @@ func (d *Daemon) sampleProgress(now time.Time) {
 	sources := d.sourceTables()
 	for _, t := range d.sink.Stats() {
 		d.progress.sample(t.Topic, now, t.SnapshotRows.Load())
-		v := d.loadView(t, sources[t.Topic], d.lag(t))
+		v := d.loadView(t, sources[t.Topic], func() int64 { return d.lag(t) })
 		d.progress.mu.Lock()
 		tr := d.progress.trackLocked(t.Topic)
 		began, logged := tr.began, tr.logged
@@ -224,7 +225,7 @@ func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		var s SnapshotStatus
-		applyLoad(&s, d.loadView(t, sources[t.Topic], d.lag(t)))
+		applyLoad(&s, d.loadView(t, sources[t.Topic], func() int64 { return d.lag(t) }))
 		counter(ch, descLoadCommitted, float64(s.Committed), t.Table)
 		if s.CommittedPercent >= 0 {
 			gauge(ch, descLoadRatio, s.CommittedPercent/100, t.Table)

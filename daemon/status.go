@@ -205,7 +205,7 @@ func (d *Daemon) Status() Status {
 			ts.Snapshot.Percent = -1
 		}
 		d.applyIncremental(src, &ts)
-		applyLoad(&ts.Snapshot, d.loadView(t, src, ts.Lag))
+		applyLoad(&ts.Snapshot, d.loadView(t, src, func() int64 { return ts.Lag }))
 		if ms := t.LastCommit.Load(); ms > 0 {
 			ts.LastCommit = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 		}
