@@ -63,6 +63,7 @@ type fakeDB struct {
 	// badReads those reads (by index).
 	inconsistent int
 	badReads     map[int]bool
+	written      []string // watermark ids, in order
 }
 
 func newFakeDB(n int) *fakeDB {
@@ -142,6 +143,9 @@ func (db *fakeDB) ReadChunk(_ context.Context, _ string, _ *Table, q ChunkQuery)
 }
 
 func (db *fakeDB) WriteWatermark(_ context.Context, id string) error {
+	db.mu.Lock()
+	db.written = append(db.written, id)
+	db.mu.Unlock()
 	db.stream <- event{watermark: id}
 	return nil
 }
@@ -319,6 +323,74 @@ func TestResumeFromDurable(t *testing.T) {
 	}
 	if q := db2.reads[0]; q.After[0] != "3" || q.Upper[0] != "10" {
 		t.Fatalf("the second session began with %+v", q)
+	}
+}
+
+// TestOldSessionWatermarksIgnored: after a restart, the watermarks the
+// last session wrote (the stream re-sends what was not confirmed) are
+// recognised and ignored — they emit nothing and make no chunk read again;
+// the run resumes after its durable chunk and emits every row after it once.
+func TestOldSessionWatermarksIgnored(t *testing.T) {
+	st := &memState{}
+	db := newFakeDB(10)
+	hold := make(chan struct{})
+	db.duringRead = func(n int) {
+		if n == 2 {
+			<-hold
+		}
+	}
+	e, s, stop := start(t, st, db, 3)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	for len(keysOf(s.rows())) < 6 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.Checkpoint(t.Context(), s.rows()[2].Pos[:8]); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	old := slices.Clone(db.written)
+	db.mu.Unlock()
+	close(hold)
+	stop()
+
+	db2 := newFakeDB(0)
+	db2.rows = db.rows
+	var s2 *streamer
+	var ready sync.WaitGroup
+	ready.Add(1)
+	db2.duringRead = func(n int) {
+		if n != 0 {
+			return
+		}
+		// The old watermarks arrive, and are handled, while the new
+		// session's first chunk is being read.
+		ready.Wait()
+		s2.mu.Lock()
+		want := s2.events + len(old)
+		s2.mu.Unlock()
+		for _, id := range old {
+			db2.stream <- event{watermark: id}
+		}
+		for {
+			s2.mu.Lock()
+			handled := s2.events >= want
+			s2.mu.Unlock()
+			if handled {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	e2, s2, _ := start(t, st, db2, 3)
+	ready.Done()
+	waitDone(t, e2, s2)
+	if got := keysOf(s2.rows()); !slices.Equal(got, []int64{4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("the second session emitted %v, want 4..10 once each (old watermarks %v)", got, old)
+	}
+	if len(db2.reads) != 3 { // 4–6, 7–9, 10: none read again because of an old watermark
+		t.Fatalf("the second session read %d chunks, want 3: %+v", len(db2.reads), db2.reads)
 	}
 }
 
