@@ -498,6 +498,9 @@ func (e *emitter) replayed(r log.Record, kid, vid uint32, last, newest []source.
 	p := log.PartitionFor(r.Key, e.partitions)
 	if last[p] == nil || pos.Compare(last[p]) > 0 {
 		out = append(out, log.Record{Key: key, Value: value, Headers: hs, Timestamp: r.Timestamp, Partition: p})
+		if e.tombstones && string(r.Header(schema.HeaderOp)) == string(source.OpDelete) {
+			out = append(out, log.Record{Key: key, Headers: hs, Timestamp: r.Timestamp, Partition: p}) // as records() does
+		}
 		newest[p] = pos
 	}
 	return out

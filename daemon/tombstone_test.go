@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -52,27 +53,7 @@ func TestTombstonesOnDelete(t *testing.T) {
 			t.Fatal(err)
 		}
 		recs := all(lg)
-		tombs := 0
-		for i, r := range recs {
-			if r.Value != nil {
-				continue
-			}
-			tombs++
-			prev := recs[i-1] // a tombstone is never first: its delete precedes it
-			op := ""
-			if prev.Value != nil {
-				info, err := schema.ScanEnvelope(tbl, prev.Value[5:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				op = string(info.Op)
-			}
-			if op != "d" || prev.Partition != r.Partition || !bytes.Equal(prev.Key, r.Key) || len(r.Key) == 0 ||
-				!bytes.Equal(prev.Header(HeaderPosition), r.Header(HeaderPosition)) {
-				t.Errorf("tombstone %d/%d: after op %q in partition %d, key %x (before it %x), position %x (before it %x)",
-					r.Partition, r.Offset, op, prev.Partition, r.Key, prev.Key, r.Header(HeaderPosition), prev.Header(HeaderPosition))
-			}
-		}
+		tombs := checkTombstones(t, tbl, recs)
 		want, wantRecs := 0, len(changes)
 		if on {
 			want, wantRecs = 2, len(changes)+2
@@ -83,14 +64,67 @@ func TestTombstonesOnDelete(t *testing.T) {
 		if !on {
 			continue
 		}
+		// A paused table's delete, held and replayed, gets its tombstone too.
+		tc, err := e.codec(ctx, tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.refused = errors.New("refused by the test")
+		held := []source.Change{
+			{Table: tbl, Op: source.OpCreate, After: []any{int64(5), "e"}, Pos: pgpos.New(400, 0), LSN: 400, CommitTime: now},
+			{Table: tbl, Op: source.OpDelete, Before: []any{int64(5), nil}, Pos: pgpos.New(400, 1), LSN: 400, CommitTime: now},
+		}
+		if err := e.Emit(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+		if e.paused["p.public.t"] == nil {
+			t.Fatal("the table did not pause")
+		}
+		tc.refused = nil
+		if done, err := e.replay(ctx, e.paused["p.public.t"]); err != nil || !done {
+			t.Fatalf("replay: %v %v", done, err)
+		}
+		recs = all(lg)
+		wantRecs += 3
+		if n := checkTombstones(t, tbl, recs); len(recs) != wantRecs || n != 3 {
+			t.Fatalf("after the replay: %d records with %d tombstones, want %d with 3", len(recs), n, wantRecs)
+		}
+
 		// A restart: the deletes sent again are dropped, tombstones too.
 		e2, _ := newTestEmitter(t, "t", 4)
 		e2.lg, e2.reg, e2.state, e2.tombstones = lg, e.reg, e.state, true
-		if err := e2.Emit(ctx, changes[3:]); err != nil {
+		if err := e2.Emit(ctx, append(changes[3:], held[1])); err != nil {
 			t.Fatal(err)
 		}
 		if got := len(all(lg)); got != wantRecs {
 			t.Errorf("%d records after the deletes were sent again, want %d", got, wantRecs)
 		}
 	}
+}
+
+// checkTombstones checks that each tombstone of recs (partition by
+// partition, in offset order) directly follows a delete of its key with
+// the same position, and counts them.
+func checkTombstones(t *testing.T, tbl *schema.Table, recs []log.Record) int {
+	t.Helper()
+	tombs := 0
+	for i, r := range recs {
+		if r.Value != nil {
+			continue
+		}
+		tombs++
+		op := ""
+		if i > 0 && recs[i-1].Value != nil {
+			info, err := schema.ScanEnvelope(tbl, recs[i-1].Value[5:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			op = string(info.Op)
+		}
+		if op != "d" || recs[i-1].Partition != r.Partition || !bytes.Equal(recs[i-1].Key, r.Key) || len(r.Key) == 0 ||
+			!bytes.Equal(recs[i-1].Header(HeaderPosition), r.Header(HeaderPosition)) {
+			t.Errorf("tombstone %d/%d does not follow a delete of its key at its position (op before it %q)", r.Partition, r.Offset, op)
+		}
+	}
+	return tombs
 }
