@@ -68,7 +68,7 @@ func (d *Daemon) loadView(t *iceberg.TableStats, src string, lag func() int64) l
 			v.total = max(v.read, est)
 		}
 	}
-	v.done = v.readDone && (v.committed >= v.read || lag() == 0)
+	v.done = loadDone(v.readDone, v.read, v.committed, lag)
 	v.rate = d.progress.rate(t.Topic)
 	switch {
 	case v.done:
@@ -82,6 +82,20 @@ func (d *Daemon) loadView(t *iceberg.TableStats, src string, lag func() int64) l
 		v.eta = time.Duration(float64(v.total-v.committed) / v.rate * float64(time.Second))
 	}
 	return v
+}
+
+// loadDone reports whether a table's load is all committed: no load reads
+// it, and every row read is committed. With no load rows at all there is
+// nothing to wait for; rows committed that were not read here (a sink
+// process, a load read before a restart) leave it to the topic's lag.
+func loadDone(readDone bool, read, committed int64, lag func() int64) bool {
+	switch {
+	case !readDone:
+		return false
+	case read == 0 && committed == 0, read > 0 && committed >= read:
+		return true
+	}
+	return lag() == 0
 }
 
 // applyLoad shows v in a table's snapshot status.
