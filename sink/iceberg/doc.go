@@ -92,6 +92,10 @@
 //	'm' "intent"                 -> a compaction's intent while it commits (JSON):
 //	                                {"id": commit id, "old": [paths], "new": [paths]}
 //
+// A commit's entries for keys above every indexed key may arrive as one
+// ingested table file instead (index_ingest.go), written first as
+// <index dir>/ingest.sst.tmp; the layout of the entries is the same.
+//
 // Keys are the primary-key values encoded so that byte order is key order
 // (encodeKey):
 //

@@ -49,6 +49,8 @@ type location struct {
 
 type keyIndex struct {
 	db       *pebble.DB
+	dir      string
+	opts     *pebble.Options
 	ids      map[string]uint32
 	paths    map[uint32]string
 	nextID   uint32
@@ -58,6 +60,9 @@ type keyIndex struct {
 	// in ascending order (serial and time-ordered primary keys, the common
 	// case) cost no seek at all. Deletes leave it as is: still an upper bound.
 	last []byte
+	// ingested counts the entries ingested as table files (index_ingest.go).
+	ingested int64
+	noIngest bool
 }
 
 type quietLogger struct{}
@@ -77,6 +82,8 @@ type indexOptions struct {
 	cacheSize int64
 	// noCompression writes blocks uncompressed (default snappy).
 	noCompression bool
+	// noIngest puts every entry through the batch (index_ingest.go).
+	noIngest bool
 }
 
 func openIndex(dir string, o indexOptions) (*keyIndex, error) {
@@ -99,11 +106,17 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 		}
 	}
 	opts.FS = yieldFS{vfs.Default}
+	opts.EnsureDefaults() // the ingested files' writer options come from opts
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg: open key index %s: %w", dir, err)
 	}
-	x := &keyIndex{db: db, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1}
+	// Under pebble's lock: no other process is ingesting.
+	if err := removeIngestLeftover(dir); err != nil {
+		db.Close()
+		return nil, err
+	}
+	x := &keyIndex{db: db, dir: dir, opts: opts, noIngest: o.noIngest, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1}
 	if err := x.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -249,7 +262,10 @@ const getManyPart = 64
 // seekRange looks up sorted keys with one iterator, storing a copy of each
 // present key's value in vals.
 func (x *keyIndex) seekRange(sorted, vals [][]byte) error {
-	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}})
+	// UseL6Filters: pebble skips the bottom level's bloom filters unless
+	// asked, and reads a data block instead; most keys looked up are new
+	// (inserts), and a load's ingested entries live in the bottom level.
+	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}, UseL6Filters: true})
 	if err != nil {
 		return err
 	}
@@ -280,10 +296,15 @@ type indexBatch struct {
 	ids   map[string]uint32 // files registered by this batch
 	reset bool
 	last  []byte // the greatest key set by this batch
+	// held are entries of keys above every indexed key, ingested as one
+	// table file at apply (index_ingest.go); noIngest: not this batch.
+	held     []heldEntry
+	arena    []byte // the held entries' bytes
+	noIngest bool
 }
 
 func (x *keyIndex) newBatch() *indexBatch {
-	return &indexBatch{x: x, b: x.db.NewBatch(), ids: map[string]uint32{}}
+	return &indexBatch{x: x, b: x.db.NewBatch(), ids: map[string]uint32{}, noIngest: x.noIngest}
 }
 
 func (b *indexBatch) fileID(path string) uint32 {
@@ -304,20 +325,26 @@ func (b *indexBatch) fileID(path string) uint32 {
 
 func (b *indexBatch) set(key []byte, loc location) {
 	id := b.fileID(loc.file)
-	v := binary.AppendUvarint(nil, uint64(id))
-	v = binary.AppendUvarint(v, uint64(loc.pos))
-	_ = b.b.Set(append([]byte{idxPrefixKey}, key...), v, nil)
+	if !b.hold(key, id, loc.pos) {
+		v := binary.AppendUvarint(nil, uint64(id))
+		v = binary.AppendUvarint(v, uint64(loc.pos))
+		_ = b.b.Set(append([]byte{idxPrefixKey}, key...), v, nil)
+	}
 	if bytes.Compare(key, b.last) > 0 {
 		b.last = append(b.last[:0], key...)
 	}
 }
 
 func (b *indexBatch) del(key []byte) {
+	if len(b.held) > 0 && bytes.Compare(key, b.x.last) > 0 {
+		b.release() // the key may be held: the delete must follow its set
+	}
 	_ = b.b.Delete(append([]byte{idxPrefixKey}, key...), nil)
 }
 
 // clear drops every entry and file (a truncate, or a rebuild).
 func (b *indexBatch) clear() {
+	b.release()
 	_ = b.b.DeleteRange([]byte{idxPrefixKey}, []byte{idxPrefixKey + 1}, nil)
 	_ = b.b.DeleteRange([]byte{idxPrefixFile}, []byte{idxPrefixFile + 1}, nil)
 	b.ids = map[string]uint32{}
@@ -330,6 +357,10 @@ func (b *indexBatch) apply(snapshot int64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(snapshot))
 	_ = b.b.Set(idxSnapshotKey, v[:], nil)
+	if err := b.ingestHeld(); err != nil {
+		b.discard()
+		return err
+	}
 	if err := b.b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("iceberg: key index: %w", err)
 	}

@@ -1,0 +1,144 @@
+package iceberg
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
+)
+
+// Bulk-built key index: a commit's entries for keys above every key the
+// index holds (a load, or inserts with serial or time-ordered keys) are
+// written as one sorted table file and ingested by pebble, which places a
+// file that overlaps nothing in the bottom level: those keys never pass
+// through the WAL, the memtable, a flush or a compaction. Everything else
+// (keys at or below the greatest indexed key, deletes, file ids, the
+// snapshot tag) goes through the batch as before.
+//
+// What is durable when: the ingestion is durable when Ingest returns (the
+// file is synced and named in pebble's manifest), before the batch that
+// registers the entries' file ids and tags the index with the new snapshot.
+// A crash between the two leaves the index tagged with the snapshot before
+// a commit that changed rows, so the next start rebuilds it from the table
+// (loadUpsert): the extra entries are never read. A batch that clears the
+// index, or deletes a key held for ingestion, is never split this way.
+
+// ingestMinKeys is the fewest held entries worth a table file of their
+// own: small commits would leave many small files in the bottom level.
+const ingestMinKeys = 8192
+
+// ingestFile is the table file being written for an ingestion, inside the
+// index's directory; pebble moves it into the database (a leftover from a
+// crash is removed at open).
+const ingestFile = "ingest.sst.tmp"
+
+// heldEntry is an index entry held for ingestion: its key (with the
+// prefix) is arena[at:k] and its value arena[k:end] of its batch. Offsets,
+// not slices: a load's commit holds tens of thousands, and a slice of
+// pointer-free entries grows by a plain copy.
+type heldEntry struct{ at, k, end uint32 }
+
+// hold keeps the entry of a key above every indexed key for ingestion;
+// false when the batch cannot ingest (it clears the index or deleted a key
+// above the greatest indexed one: ordering matters then).
+func (b *indexBatch) hold(key []byte, id uint32, pos int64) bool {
+	if b.noIngest || b.reset || bytes.Compare(key, b.x.last) <= 0 {
+		return false
+	}
+	at := len(b.arena)
+	e := append(append(b.arena, idxPrefixKey), key...)
+	k := len(e)
+	e = binary.AppendUvarint(binary.AppendUvarint(e, uint64(id)), uint64(pos))
+	b.arena = e
+	b.held = append(b.held, heldEntry{at: uint32(at), k: uint32(k), end: uint32(len(e))})
+	return true
+}
+
+func (b *indexBatch) heldKey(e heldEntry) []byte { return b.arena[e.at:e.k] }
+func (b *indexBatch) heldVal(e heldEntry) []byte { return b.arena[e.k:e.end] }
+
+// release puts the held entries into the batch, in the order they were
+// set, and stops holding: what follows (a delete, a clear) must apply
+// after them.
+func (b *indexBatch) release() {
+	for _, e := range b.held {
+		_ = b.b.Set(b.heldKey(e), b.heldVal(e), nil)
+	}
+	b.held, b.arena, b.noIngest = nil, nil, true
+}
+
+// ingestHeld writes the held entries into one table file and ingests it,
+// or, when they are too few, puts them into the batch.
+func (b *indexBatch) ingestHeld() error {
+	if len(b.held) < ingestMinKeys {
+		b.release()
+		return nil
+	}
+	held := b.held
+	b.held = nil
+	cmpKey := func(x, y heldEntry) int { return bytes.Compare(b.heldKey(x), b.heldKey(y)) }
+	if !slices.IsSortedFunc(held, cmpKey) {
+		slices.SortStableFunc(held, cmpKey)
+	}
+	// The same key set twice: the last set wins, as in a batch.
+	out := held[:0]
+	for i, e := range held {
+		if i+1 < len(held) && bytes.Equal(b.heldKey(e), b.heldKey(held[i+1])) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return b.x.ingest(out, b.arena)
+}
+
+// ingest writes sorted entries (in arena) into a table file and ingests it.
+func (x *keyIndex) ingest(entries []heldEntry, arena []byte) error {
+	path := filepath.Join(x.dir, ingestFile)
+	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("iceberg: key index: %w", err)
+	}
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), x.opts.MakeWriterOptions(len(x.opts.Levels)-1, x.db.TableFormat()))
+	for _, e := range entries {
+		if err := w.Set(arena[e.at:e.k], arena[e.k:e.end]); err != nil {
+			_ = w.Close()
+			_ = os.Remove(path)
+			return fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil { // syncs the file
+		_ = os.Remove(path)
+		return fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
+	}
+	if err := x.db.Ingest(context.Background(), []string{path}); err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("iceberg: key index: ingest %d entries: %w", len(entries), err)
+	}
+	x.ingested += int64(len(entries))
+	afterIngest()
+	return nil
+}
+
+// afterIngest runs once an ingestion is durable, before the batch that
+// tags it: crash tests stop the process there.
+var afterIngest = func() { failpoint.Hit("sink.after-index-ingest") }
+
+// removeIngestLeftover removes a table file a crash left before its
+// ingestion.
+func removeIngestLeftover(dir string) error {
+	err := os.Remove(filepath.Join(dir, ingestFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("iceberg: key index: %w", err)
+	}
+	return nil
+}

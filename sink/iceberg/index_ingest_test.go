@@ -1,0 +1,265 @@
+package iceberg
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestIndexIngest: a batch's entries for keys above every indexed key are
+// ingested as a table file when there are enough of them, and the index
+// answers exactly as if every change had gone through the batch — with
+// updates and deletes of older keys beside them, a key set twice, a key
+// held for ingestion deleted again in the same batch, too few keys, a
+// clear — across reopening.
+func TestIndexIngest(t *testing.T) {
+	dir := t.TempDir()
+	x, err := openIndex(dir, indexOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { x.close() }()
+	key := func(i int64) []byte {
+		k, err := encodeKey(nil, []any{i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	want := map[int64]location{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	type op struct {
+		id  int64
+		del bool
+	}
+	step := func(name string, snap int64, wipe bool, ops []op, ingested bool) {
+		t.Helper()
+		before := x.ingested
+		b := x.newBatch()
+		if wipe {
+			b.clear()
+			clear(want)
+		}
+		file := fmt.Sprintf("f%d", snap)
+		for i, o := range ops {
+			if o.del {
+				b.del(key(o.id))
+				delete(want, o.id)
+				continue
+			}
+			loc := location{file: file, pos: int64(i)}
+			b.set(key(o.id), loc)
+			want[o.id] = loc
+		}
+		if err := b.apply(snap); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := x.ingested > before; got != ingested {
+			t.Errorf("%s: ingested %v, want %v", name, got, ingested)
+		}
+		check := func(when string) {
+			t.Helper()
+			var keys [][]byte
+			for i := int64(-10); i < 40_000; i++ {
+				keys = append(keys, key(i))
+			}
+			got := map[string]location{}
+			if err := x.getMany(keys, func(k []byte, loc location) error {
+				got[string(k)] = loc
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Errorf("%s, %s: %d keys indexed, want %d", name, when, len(got), len(want))
+			}
+			bad := 0
+			for id, loc := range want {
+				if g, ok := got[string(key(id))]; (!ok || g != loc) && bad < 5 {
+					bad++
+					t.Errorf("%s, %s: key %d at %v (found %v), want %v", name, when, id, g, ok, loc)
+				}
+			}
+			if x.snapshot != snap {
+				t.Errorf("%s, %s: tagged %d, want %d", name, when, x.snapshot, snap)
+			}
+		}
+		check("applied")
+		if err := x.close(); err != nil {
+			t.Fatal(err)
+		}
+		if x, err = openIndex(dir, indexOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		check("reopened")
+	}
+	ids := func(lo, hi int64) []op {
+		var out []op
+		for i := lo; i < hi; i++ {
+			out = append(out, op{id: i})
+		}
+		return out
+	}
+	shuffled := ids(0, 10_000)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	step("a load's first commit, unsorted", 1, false, shuffled, true)
+
+	mixed := ids(10_000, 20_000)
+	for i := 0; i < 200; i++ { // updates and deletes of keys already indexed
+		mixed = append(mixed, op{id: rng.Int64N(10_000), del: i%3 == 0})
+	}
+	mixed = append(mixed, op{id: 15_000}) // set twice: the last set wins
+	step("new keys beside updates and deletes", 2, false, mixed, true)
+
+	held := ids(20_000, 30_000)
+	held = append(held, op{id: 25_000, del: true}, op{id: 25_000}) // deleted, then set again
+	held = append(held, op{id: 27_000, del: true})
+	step("a held key deleted in the same batch", 3, false, held, false)
+
+	step("too few keys", 4, false, ids(30_000, 30_000+ingestMinKeys-1), false)
+	step("a clear, then new keys", 5, true, ids(5_000, 15_000), false)
+	step("after the clear", 6, false, ids(15_000, 26_000), true)
+}
+
+// TestIngestedThenKilled: a commit lands and its index entries are
+// ingested, but the process dies before the batch that registers their
+// files and tags the index with the new snapshot. The next start finds the
+// index behind the table and rebuilds it, so the commits after it update
+// and delete the right rows (no duplicate, no lost row).
+func TestIngestedThenKilled(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	want := model{}
+	var off int64
+	inserts := func(lo, hi int64) {
+		w.buf = w.buf[:0]
+		for id := lo; id < hi; id++ {
+			c := kvInsert(id, fmt.Sprintf("v%d", id), off)
+			want.apply(c)
+			w.buf = append(w.buf, encoded(c))
+			off++
+		}
+		w.next[0] = off
+	}
+	inserts(0, 9000)
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w.up.idx.ingested != 9000 {
+		t.Fatalf("the load's first commit ingested %d entries, want 9000", w.up.idx.ingested)
+	}
+	type killed struct{}
+	afterIngest = func() { panic(killed{}) }
+	defer func() { afterIngest = func() {} }()
+	inserts(9000, 18_000)
+	func() {
+		defer func() {
+			if r := recover(); r != (killed{}) {
+				t.Fatalf("the commit went on past its ingestion: %v", r)
+			}
+		}()
+		_ = w.commit(t.Context())
+	}()
+	afterIngest = func() {}
+	w.close()
+
+	dir := w.s.cfg.IndexDir
+	w = upsertWriter(t, cat, 3, 1)
+	w.s.cfg.IndexDir = dir
+	if err := w.load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w.next[0] != off {
+		t.Fatalf("resumed at %d, want %d: the killed commit did not land", w.next[0], off)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	w.buf = w.buf[:0]
+	for i := 0; i < 300; i++ {
+		id := rng.Int64N(18_000)
+		c := kvInsert(id, fmt.Sprintf("u%d", i), off)
+		c.env.Op = 'u'
+		c.env.Before = []any{id, nil, nil}
+		if i%4 == 0 {
+			c.env.Op, c.env.After = 'd', nil
+		}
+		want.apply(c)
+		w.buf = append(w.buf, encoded(c))
+		off++
+	}
+	w.next[0] = off
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
+	checkInvariants(t, cat, w.cfg.Ident)
+	w.close()
+	chk, err := VerifyIndex(t.Context(), w.tbl, dir)
+	if err != nil || len(chk.Problems) > 0 {
+		t.Fatalf("the index after the restart: %v %v", err, chk.Problems)
+	}
+}
+
+// BenchmarkIndexLoad builds a key index as a load's commits do, with and
+// without ingestion: commits of 50,000 ascending keys, one key in eight
+// (a lagging partition) arriving a commit late, so below the greatest
+// indexed key; each commit looks its keys up first, as stage does. One op
+// is a whole load of CDCD_BENCH_ROWS keys (default 1M); cpu-µs/key counts
+// the whole process (pebble's flushes and compactions included, until the
+// index is closed).
+//
+//	go test ./sink/iceberg -run '^$' -bench IndexLoad -benchtime 1x
+func BenchmarkIndexLoad(b *testing.B) {
+	n := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && v > 0 {
+		n = v
+	}
+	const perCommit = 50_000
+	for _, mode := range []string{"batch", "ingest"} {
+		b.Run(mode, func(b *testing.B) {
+			for range b.N {
+				x, err := openIndex(b.TempDir(), indexOptions{noIngest: mode == "batch"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := now()
+				var late []int64
+				for lo, snap := 0, int64(1); lo < n; lo, snap = lo+perCommit, snap+1 {
+					ids := late
+					late = nil
+					for id := int64(lo); id < int64(min(lo+perCommit, n)); id++ {
+						if id%8 == 3 && lo+perCommit < n {
+							late = append(late, id)
+						} else {
+							ids = append(ids, id)
+						}
+					}
+					keys := make([][]byte, len(ids))
+					for i, id := range ids {
+						keys[i] = appendKeyInt(make([]byte, 0, 9), id)
+					}
+					if err := x.getMany(keys, func([]byte, location) error { return nil }); err != nil {
+						b.Fatal(err)
+					}
+					slices.SortFunc(keys, bytes.Compare) // writeRows sets keys in order
+					batch := x.newBatch()
+					file := fmt.Sprintf("data-%d.parquet", snap)
+					for i, k := range keys {
+						batch.set(k, location{file: file, pos: int64(i)})
+					}
+					if err := batch.apply(snap); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := x.close(); err != nil {
+					b.Fatal(err)
+				}
+				end := now()
+				b.ReportMetric(float64((end.cpu-start.cpu).Microseconds())/float64(n), "cpu-µs/key")
+			}
+		})
+	}
+}
