@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -137,6 +138,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 	default:
 		return 0, fmt.Errorf("iceberg: fetch %s/%d at %d: %w", w.cfg.Topic, p, f.next[p], err)
 	}
+	cur.changes = slices.Grow(cur.changes, len(recs)) // a change is large: grown once, not by doubling
 	for i := range recs {
 		rec := &recs[i]
 		if rec.Value == nil {

@@ -301,6 +301,8 @@ type indexBatch struct {
 	held     []heldEntry
 	arena    []byte // the held entries' bytes
 	noIngest bool
+	// bulk: the batch may ingest its held entries (set by the caller).
+	bulk bool
 }
 
 func (x *keyIndex) newBatch() *indexBatch {
@@ -345,8 +347,13 @@ func (b *indexBatch) del(key []byte) {
 // clear drops every entry and file (a truncate, or a rebuild).
 func (b *indexBatch) clear() {
 	b.release()
-	_ = b.b.DeleteRange([]byte{idxPrefixKey}, []byte{idxPrefixKey + 1}, nil)
-	_ = b.b.DeleteRange([]byte{idxPrefixFile}, []byte{idxPrefixFile + 1}, nil)
+	// An empty index (a new table, a load's reset marker) gets no range
+	// deletion: one would stay in the LSM, every lookup would step through
+	// it, and an ingested file overlapping it could not go below it.
+	if b.x.last != nil || len(b.x.ids) > 0 || !b.b.Empty() {
+		_ = b.b.DeleteRange([]byte{idxPrefixKey}, []byte{idxPrefixKey + 1}, nil)
+		_ = b.b.DeleteRange([]byte{idxPrefixFile}, []byte{idxPrefixFile + 1}, nil)
+	}
 	b.ids = map[string]uint32{}
 	b.reset = true
 	b.last = nil

@@ -33,8 +33,16 @@ import (
 // (loadUpsert): the extra entries are never read. A batch that clears the
 // index, or deletes a key held for ingestion, is never split this way.
 
+// Only bulk batches ingest (indexBatch.bulk: a commit forced by the
+// buffer's limits — a load, or a table catching up on a backlog — and a
+// rebuild), and only when they hold at least ingestMinKeys entries: each
+// ingestion leaves a table file in the bottom level that pebble does not
+// merge with its neighbours until later writes overlap it, so a table
+// committing a few thousand serial keys every interval would gather
+// thousands of small files a day.
+
 // ingestMinKeys is the fewest held entries worth a table file of their
-// own: small commits would leave many small files in the bottom level.
+// own.
 const ingestMinKeys = 8192
 
 // ingestFile is the table file being written for an ingestion, inside the
@@ -80,7 +88,7 @@ func (b *indexBatch) release() {
 // ingestHeld writes the held entries into one table file and ingests it,
 // or, when they are too few, puts them into the batch.
 func (b *indexBatch) ingestHeld() error {
-	if len(b.held) < ingestMinKeys {
+	if !b.bulk || len(b.held) < ingestMinKeys {
 		b.release()
 		return nil
 	}
@@ -125,6 +133,11 @@ func (x *keyIndex) ingest(entries []heldEntry, arena []byte) error {
 		return fmt.Errorf("iceberg: key index: ingest %d entries: %w", len(entries), err)
 	}
 	x.ingested += int64(len(entries))
+	// last stays an upper bound of every key pebble holds, even if the
+	// batch that follows fails.
+	if k := entries[len(entries)-1]; bytes.Compare(arena[k.at+1:k.k], x.last) > 0 {
+		x.last = slices.Clone(arena[k.at+1 : k.k])
+	}
 	afterIngest()
 	return nil
 }

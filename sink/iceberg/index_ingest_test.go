@@ -15,7 +15,7 @@ import (
 // answers exactly as if every change had gone through the batch — with
 // updates and deletes of older keys beside them, a key set twice, a key
 // held for ingestion deleted again in the same batch, too few keys, a
-// clear — across reopening.
+// clear, a batch that is not bulk — across reopening.
 func TestIndexIngest(t *testing.T) {
 	dir := t.TempDir()
 	x, err := openIndex(dir, indexOptions{})
@@ -36,10 +36,12 @@ func TestIndexIngest(t *testing.T) {
 		id  int64
 		del bool
 	}
+	bulk := true
 	step := func(name string, snap int64, wipe bool, ops []op, ingested bool) {
 		t.Helper()
 		before := x.ingested
 		b := x.newBatch()
+		b.bulk = bulk
 		if wipe {
 			b.clear()
 			clear(want)
@@ -123,6 +125,8 @@ func TestIndexIngest(t *testing.T) {
 	step("too few keys", 4, false, ids(30_000, 30_000+ingestMinKeys-1), false)
 	step("a clear, then new keys", 5, true, ids(5_000, 15_000), false)
 	step("after the clear", 6, false, ids(15_000, 26_000), true)
+	bulk = false // a commit on the interval, not a backlog
+	step("not a bulk batch", 7, false, ids(26_000, 36_000), false)
 }
 
 // TestIngestedThenKilled: a commit lands and its index entries are
@@ -146,6 +150,7 @@ func TestIngestedThenKilled(t *testing.T) {
 		w.next[0] = off
 	}
 	inserts(0, 9000)
+	w.catchingUp = true // a load: commits forced by the buffer's limits
 	if err := w.commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +230,11 @@ func BenchmarkIndexLoad(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				clr := x.newBatch() // as a new table's index starts (initUpsert)
+				clr.clear()
+				if err := clr.apply(0); err != nil {
+					b.Fatal(err)
+				}
 				start := now()
 				var late []int64
 				for lo, snap := 0, int64(1); lo < n; lo, snap = lo+perCommit, snap+1 {
@@ -246,6 +256,7 @@ func BenchmarkIndexLoad(b *testing.B) {
 					}
 					slices.SortFunc(keys, bytes.Compare) // writeRows sets keys in order
 					batch := x.newBatch()
+					batch.bulk = true
 					file := fmt.Sprintf("data-%d.parquet", snap)
 					for i, k := range keys {
 						batch.set(k, location{file: file, pos: int64(i)})

@@ -178,6 +178,7 @@ func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 		return err
 	}
 	b = w.up.idx.newBatch()
+	b.bulk = true
 	var rows, inBatch int64
 	err := w.up.liveKeys(ctx, w.tbl, func(k []byte, loc location) error {
 		b.set(k, loc)
@@ -187,6 +188,7 @@ func (w *tableWriter) rebuildIndex(ctx context.Context) error {
 				return err
 			}
 			b, inBatch = w.up.idx.newBatch(), 0
+			b.bulk = true
 		}
 		return nil
 	})
@@ -359,6 +361,7 @@ func (w *tableWriter) adoptUpsert(context.Context) error {
 	if !p.empty() && w.tbl.Metadata().Version() < 3 {
 		w.up.posDeletes = append(w.up.posDeletes, p.deletes...)
 	}
+	p.batch.bulk = w.catchingUp // a backlog: a load's keys are ingested (index_ingest.go)
 	return p.batch.apply(w.tbl.CurrentSnapshot().SnapshotID)
 }
 
