@@ -85,6 +85,8 @@ func originName(origin string) string {
 	switch origin {
 	case "initial":
 		return "the initial load"
+	case "load-resumed":
+		return "the rest of an interrupted initial load"
 	case "added":
 		return "the table was added to the pipeline"
 	case "cli", "api":

@@ -70,6 +70,8 @@ func TestReconcileBusy(t *testing.T) {
 	want("public.a", "replaces its contents (cdcd snapshot --replace)")
 	want(`"public"."a"`, "replaces its contents")
 	want("public.b", "") // a --where run adds rows in the stream's order: nothing is missing
+	save("postgres/s1/incremental", `{"runs":[{"id":"r3","table":"public.a","replace":true,"origin":"load-resumed","started":"2026-01-01T00:00:00Z"}]}`)
+	want("public.a", "the rest of an interrupted initial load")
 	save("postgres/s1/incremental", `{"runs":[]}`)
 	want("public.a", "")
 }
