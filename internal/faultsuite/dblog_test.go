@@ -235,6 +235,14 @@ func TestSnapshotKilledResumes(t *testing.T) {
 			return len(st.Snapshots) > 0 && st.Snapshots[0].Rows > int64(1500*(kill+1))
 		}).Snapshots[0]
 		t.Logf("kill %d at %d rows", kill, progress.Rows)
+		if kill == 0 { // the progress is in the metrics while it runs
+			_, out := p.adminRequest("GET", "/metrics", nil, "")
+			for _, name := range []string{"rows", "rows_estimated", "running", "rows_per_second", "eta_seconds"} {
+				if !strings.Contains(out, "cdcd_table_incremental_snapshot_"+name+"{") {
+					t.Errorf("/metrics has no cdcd_table_incremental_snapshot_%s while the snapshot runs", name)
+				}
+			}
+		}
 		p.kill()
 		p.start()
 	}
