@@ -249,7 +249,7 @@ func (m *mariaRun) streamPhase(ctx context.Context, plan streamPlan) error {
 	m.printf("  decode loop: %.0f events/s", raw.Rate())
 
 	m.printf("Streaming: cdcd from its start until a snapshot holds the last transaction ...")
-	total := m.loaded + events
+	total := m.loaded + plan.records()
 	r, st, err := m.daemonPhase(ctx, "stream", events, phaseTimeout(int(events)), func(st tableState) bool { return st.consumed >= total })
 	if err != nil {
 		return err

@@ -226,7 +226,7 @@ func (b *run) streamPhase(ctx context.Context, plan streamPlan) error {
 	// Every record of the log in the table: a snapshot's source position
 	// alone is no watermark (a commit may hold part of a transaction: the
 	// partitions are read one after another).
-	total := b.loaded + events
+	total := b.loaded + plan.records()
 	m, st, err := b.daemonPhase(ctx, "stream", events, phaseTimeout(int(events)), func(st tableState) bool { return st.consumed >= total })
 	if err != nil {
 		return err

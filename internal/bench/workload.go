@@ -72,6 +72,10 @@ func newStreamPlan(rows, txRows int, scale float64) (streamPlan, error) {
 
 func (p streamPlan) events() int { return (p.insertTx + p.updateTx + p.deleteTx) * p.txRows }
 
+// records is what the workload adds to the log: its events and a tombstone
+// after each delete (log.tombstones, on by default).
+func (p streamPlan) records() int64 { return int64(p.events() + p.deleteTx*p.txRows) }
+
 // finalRows is the table's row count after the workload.
 func (p streamPlan) finalRows() int { return p.rows + (p.insertTx-p.deleteTx)*p.txRows }
 
