@@ -40,8 +40,13 @@ func BenchmarkMariaDB(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, m := range []Measure{res.CopyMedian(), res.Load, res.Decode, res.Stream} {
-			if m.Items <= 0 || m.Wall <= 0 || m.CPU <= 0 || m.PGCPU <= 0 {
+			if m.Items <= 0 || m.Wall <= 0 || m.CPU <= 0 || m.PGCPU < 0 {
 				b.Errorf("%s: a figure is not positive: %+v", m.Name, m)
+			}
+			// The server's CPU for sending a small binlog to the plain loop
+			// can be below the clock tick; every other phase makes it work.
+			if m.PGCPU == 0 && m.Name != res.Decode.Name {
+				b.Errorf("%s: MariaDB's CPU is not positive: %+v", m.Name, m)
 			}
 		}
 		if res.Load.PeakRSS <= 0 || res.Stream.PeakRSS <= 0 {
