@@ -39,7 +39,11 @@ var (
 func openLog(ctx context.Context, cfg *config.Config, logger *slog.Logger) (logBackend, error) {
 	logger = logger.With("component", "log")
 	if cfg.Log.Backend != "kafka" {
-		return log.Open(filepath.Join(cfg.DataDir, "log"), log.Options{}, logger)
+		lg, err := log.Open(filepath.Join(cfg.DataDir, "log"), log.Options{}, logger)
+		if err != nil {
+			return nil, err // not a nil *Embedded in the interface: Close would call it
+		}
+		return lg, nil
 	}
 	opts, err := kafkaOptions(cfg.Log.Kafka)
 	if err != nil {
@@ -50,7 +54,11 @@ func openLog(ctx context.Context, cfg *config.Config, logger *slog.Logger) (logB
 		// producer would fence the pipeline's source.
 		opts.TransactionalID = ""
 	}
-	return kafka.Open(ctx, opts, logger)
+	kl, err := kafka.Open(ctx, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	return kl, nil
 }
 
 // kafkaOptions turns log.kafka into the backend's options.
