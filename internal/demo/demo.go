@@ -77,34 +77,12 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cfgPath := filepath.Join(dir, "cdcd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(demoConfig(dir, dsn, adm)), 0o644); err != nil {
-		return err
-	}
-	cfg, err := config.Load(cfgPath)
+	run, err := startPipeline(ctx, dir, demoConfig(dir, dsn, adm), opts, p)
 	if err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "cdcd.log"))
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	dlog := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	p("Running the pipeline with %s (daemon log: %s).", cfgPath, logFile.Name())
-
-	d, err := daemon.New(ctx, cfg, dlog)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if opts.Progress != nil {
-		defer opts.Progress(d.Status)()
-	}
-	dctx, stopDaemon := context.WithCancel(ctx)
-	defer stopDaemon()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(dctx) }()
+	defer run.release()
+	d, done, cfg, cfgPath := run.d, run.done, run.cfg, run.cfgPath
 	adm.print(out, cfgPath, "shop.orders")
 
 	if err := waitStreaming(ctx, d, done); err != nil {
@@ -129,11 +107,71 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		p("\nStill capturing (connect with: psql %q); the admin listener is on http://%s. Press Ctrl-C to stop.", dsn, adm.addr)
 		<-ctx.Done()
 	}
-	stopDaemon()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+	if err := run.stop(); err != nil {
 		return err
 	}
 	return ctx.Err()
+}
+
+// pipeline is a demo's daemon running in the background.
+type pipeline struct {
+	d       *daemon.Daemon
+	cfg     *config.Config
+	cfgPath string
+	done    chan error // d.Run's result
+	cancel  context.CancelFunc
+	closers []func()
+}
+
+// startPipeline writes the demo's config into dir, opens the daemon with
+// its log in dir/cdcd.log and runs it; release frees what it holds.
+func startPipeline(ctx context.Context, dir, yaml string, opts Options, p func(string, ...any)) (_ *pipeline, err error) {
+	run := &pipeline{cfgPath: filepath.Join(dir, "cdcd.yaml"), done: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			run.release()
+		}
+	}()
+	if err := os.WriteFile(run.cfgPath, []byte(yaml), 0o644); err != nil {
+		return nil, err
+	}
+	if run.cfg, err = config.Load(run.cfgPath); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "cdcd.log"))
+	if err != nil {
+		return nil, err
+	}
+	run.closers = append(run.closers, func() { logFile.Close() })
+	p("Running the pipeline with %s (daemon log: %s).", run.cfgPath, logFile.Name())
+	if run.d, err = daemon.New(ctx, run.cfg, slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))); err != nil {
+		return nil, err
+	}
+	run.closers = append(run.closers, func() { run.d.Close() })
+	if opts.Progress != nil {
+		run.closers = append(run.closers, opts.Progress(run.d.Status))
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	run.cancel = cancel
+	run.closers = append(run.closers, cancel)
+	go func() { run.done <- run.d.Run(dctx) }()
+	return run, nil
+}
+
+// stop ends the daemon's run and returns its error, if any but a cancel.
+func (run *pipeline) stop() error {
+	run.cancel()
+	if err := <-run.done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// release frees what startPipeline took, in the reverse order.
+func (run *pipeline) release() {
+	for i := len(run.closers) - 1; i >= 0; i-- {
+		run.closers[i]()
+	}
 }
 
 // prepareDir empties dir if it holds a previous demo, refuses it if it holds

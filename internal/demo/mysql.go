@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -62,32 +60,12 @@ func runMySQL(ctx context.Context, opts Options, dir string) error {
 	if err != nil {
 		return err
 	}
-	cfgPath := filepath.Join(dir, "cdcd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(mysqlDemoConfig(dir, dsn, adm)), 0o644); err != nil {
-		return err
-	}
-	cfg, err := config.Load(cfgPath)
+	run, err := startPipeline(ctx, dir, mysqlDemoConfig(dir, dsn, adm), opts, p)
 	if err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "cdcd.log"))
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	p("Running the pipeline with %s (daemon log: %s).", cfgPath, logFile.Name())
-	d, err := daemon.New(ctx, cfg, slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if opts.Progress != nil {
-		defer opts.Progress(d.Status)()
-	}
-	dctx, stopDaemon := context.WithCancel(ctx)
-	defer stopDaemon()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(dctx) }()
+	defer run.release()
+	d, done, cfg, cfgPath := run.d, run.done, run.cfg, run.cfgPath
 	adm.print(out, cfgPath, "shop.shop_orders")
 
 	if err := waitStreaming(ctx, d, done); err != nil {
@@ -112,8 +90,7 @@ func runMySQL(ctx context.Context, opts Options, dir string) error {
 		p("\nStill capturing (connect with: mariadb -h %s -P %d -u root shop). Press Ctrl-C to stop.", mariadbserver.Host, srv.Port())
 		<-ctx.Done()
 	}
-	stopDaemon()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+	if err := run.stop(); err != nil {
 		return err
 	}
 	return ctx.Err()
