@@ -280,27 +280,34 @@ func (b *run) waitSlotActive(ctx context.Context, c *child) error {
 	}
 }
 
-// verify compares the table's final row count with PostgreSQL's.
-func (b *run) verify(ctx context.Context, _ streamPlan) error {
-	if err := b.conn.QueryRow(ctx, "SELECT count(*) FROM bench").Scan(&b.res.PGRows); err != nil {
-		return err
-	}
+// countMirror reads the Iceberg table's row count from its snapshot summary
+// and, unless NoScan, by iceberg-go's scan into res; true when both equal
+// res.PGRows, the source's count.
+func (b *run) countMirror(ctx context.Context) (bool, error) {
 	st, err := b.watch.poll(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b.res.SummaryRows, b.res.ScanRows = st.rows, -1
 	if !b.opts.NoScan {
 		b.printf("Verifying: scanning the Iceberg table ...")
 		if b.res.ScanRows, err = b.watch.scanCount(ctx, "id"); err != nil {
-			return fmt.Errorf("bench: scan: %w", err)
+			return false, fmt.Errorf("bench: scan: %w", err)
 		}
 	}
-	if b.res.SummaryRows != b.res.PGRows || (b.res.ScanRows >= 0 && b.res.ScanRows != b.res.PGRows) {
-		return fmt.Errorf("bench: PostgreSQL holds %d rows but the Iceberg table %d (summary), %d (scan)%s",
-			b.res.PGRows, b.res.SummaryRows, b.res.ScanRows, b.differences(ctx))
+	return b.res.SummaryRows == b.res.PGRows && (b.res.ScanRows < 0 || b.res.ScanRows == b.res.PGRows), nil
+}
+
+// verify compares the table's final row count with PostgreSQL's.
+func (b *run) verify(ctx context.Context, _ streamPlan) error {
+	if err := b.conn.QueryRow(ctx, "SELECT count(*) FROM bench").Scan(&b.res.PGRows); err != nil {
+		return err
 	}
-	return nil
+	if equal, err := b.countMirror(ctx); err != nil || equal {
+		return err
+	}
+	return fmt.Errorf("bench: PostgreSQL holds %d rows but the Iceberg table %d (summary), %d (scan)%s",
+		b.res.PGRows, b.res.SummaryRows, b.res.ScanRows, b.differences(ctx))
 }
 
 // differences names some ids that PostgreSQL and Iceberg disagree on.
