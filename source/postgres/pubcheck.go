@@ -204,12 +204,16 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 		for _, tc := range checks {
 			if f := faults[tc.name]; f != nil {
 				batch = append(batch, tableFaultChange(tc.name, lsn, f))
-				r.logger.Error("a captured table stopped receiving all of its changes; it pauses", "table", tc.name,
-					"reason", f.Reason, "what_to_do", f.Fix)
+				r.logFault(tc.name, f)
 			}
 		}
 		if err := e.Emit(ctx, batch); err != nil {
 			return err
+		}
+	}
+	for name := range r.faultsLogged {
+		if faults[name] == nil {
+			delete(r.faultsLogged, name) // resolved: a new fault is news again
 		}
 	}
 	changed := len(ids) != len(st.Tables)
@@ -221,6 +225,23 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 	}
 	st.Tables = ids
 	return saveJSON(ctx, r.state, r.stateKey(), st)
+}
+
+// logFault says at ERROR that table pauses for f, once per fault: every
+// check emits the fault again (the emitter keeps a known pause as it is,
+// and pauses the table anew if it was resumed meanwhile), but only a new
+// reason is news for the operator.
+func (r *Reader) logFault(table string, f *source.Fault) {
+	if r.faultsLogged[table] == f.Reason {
+		r.logger.Debug("a captured table still misses changes; it stays paused", "table", table, "reason", f.Reason)
+		return
+	}
+	if r.faultsLogged == nil {
+		r.faultsLogged = map[string]string{}
+	}
+	r.faultsLogged[table] = f.Reason
+	r.logger.Error("a captured table stopped receiving all of its changes; it pauses", "table", table,
+		"reason", f.Reason, "what_to_do", f.Fix)
 }
 
 // streamError turns an ErrorResponse on the replication stream into an

@@ -61,6 +61,19 @@ func countInserts(c *collector, table string) int {
 	return n
 }
 
+// countTableFaults counts the faults of the whole table emitted for table.
+func countTableFaults(c *collector, table string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ch := range c.changes {
+		if ch.Fault != nil && ch.After == nil && ch.Before == nil && ch.Table.QualifiedName() == table {
+			n++
+		}
+	}
+	return n
+}
+
 func fastChecks(c *Config) { c.PublicationCheckInterval = 100 * time.Millisecond }
 
 // TestPublicationChangedWhileStreaming (issue 24 item 3): a captured table
@@ -70,6 +83,8 @@ func fastChecks(c *Config) { c.PublicationCheckInterval = 100 * time.Millisecond
 func TestPublicationChangedWhileStreaming(t *testing.T) {
 	t.Parallel()
 	e := setup(t, `CREATE TABLE pa (id int PRIMARY KEY); CREATE TABLE pb (id int PRIMARY KEY)`)
+	logs := &syncBuffer{}
+	e.logs = logs
 	c := newCollector()
 	e.startReader(t, []string{"pa", "pb"}, false, c, fastChecks)
 	pub := e.names.Publication
@@ -91,6 +106,21 @@ func TestPublicationChangedWhileStreaming(t *testing.T) {
 	}
 	if n := countInserts(c, "public.pb"); n != 1 {
 		t.Errorf("pb: %d inserts, want 1", n)
+	}
+	// The standing fault is emitted by every check but logged once.
+	for deadline := time.Now().Add(30 * time.Second); countTableFaults(c, "public.pa") < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the checks did not emit pa's fault again")
+		}
+	}
+	errors := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "stopped receiving all of its changes") && strings.Contains(line, "table=public.pa ") {
+			errors++
+		}
+	}
+	if errors != 1 {
+		t.Errorf("pa's standing fault logged at ERROR %d times over %d checks, want once", errors, countTableFaults(c, "public.pa"))
 	}
 
 	e.exec(t, `ALTER PUBLICATION `+pub+` ADD TABLE pa`)

@@ -190,6 +190,9 @@ type Reader struct {
 	sqlASCII bool
 	render   *valueRenderer
 	inc      *snapshot.Engine // incremental snapshots
+	// faultsLogged is the reason last logged per table that fails the
+	// publication check (pubcheck.go), so a standing fault is logged once.
+	faultsLogged map[string]string
 }
 
 var _ source.Source = (*Reader)(nil)

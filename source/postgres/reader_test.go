@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -108,6 +109,8 @@ type env struct {
 	conn  *pgx.Conn
 	names pgtest.TestNames
 	state *memState
+	// logs, when set, receives the readers' log lines too.
+	logs io.Writer
 }
 
 func setup(t testing.TB, ddl string) *env {
@@ -150,7 +153,11 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 	for _, o := range opts {
 		o(&cfg)
 	}
-	r := New(cfg, e.state, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	var w io.Writer = testWriter{t}
+	if e.logs != nil {
+		w = io.MultiWriter(w, e.logs)
+	}
+	r := New(cfg, e.state, slog.New(slog.NewTextHandler(w, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx, c) }()

@@ -1,32 +1,13 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestUnreachableDatabase: a DSN whose server does not answer is retried
 // with backoff and, after a few failed attempts, each one is an ERROR that
@@ -40,7 +21,7 @@ func TestUnreachableDatabase(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	const password = "s3cret-pw-do-not-log"
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	r := New(Config{DSN: "postgres://cdc:" + password + "@" + addr + "/shop?connect_timeout=2", Slot: "s", Publication: "p",
 		Tables: []string{"public.t"}, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 20 * time.Millisecond},
 		&memState{}, slog.New(slog.NewTextHandler(logs, nil)))
