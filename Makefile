@@ -53,8 +53,9 @@ bench-once: ## every benchmark once at a small size (CI)
 bench-e2e: build ## cdcd bench: PostgreSQL -> log -> Iceberg against COPY binary and a plain decode loop (BENCHMARKS.md)
 	./bin/cdcd bench $(BENCH_FLAGS)
 
-# The crash suite's soak: KILLS kills per configuration (upsert-v3,
-# upsert-v2, changelog; pick with CONFIGS=upsert-v3), in rounds of ROUND
+# The crash suite's soak: KILLS kills per configuration (PostgreSQL's
+# upsert-v3, upsert-v2, changelog, snapshots and MariaDB's mariadb-upsert,
+# mariadb-changelog, mariadb-snapshots; pick with CONFIGS=upsert-v3,mariadb-upsert), in rounds of ROUND
 # kills, each round on a fresh database and checked on its own. SEED=N
 # replays a printed seed; BIG_TX sizes the large transactions.
 KILLS   ?= 500
@@ -62,7 +63,7 @@ ROUND   ?= 50
 BIG_TX  ?= 50000
 soak: ## the crash suite with KILLS kills per configuration (see internal/crashsuite)
 	CDCD_CRASH_KILLS=$(KILLS) CDCD_CRASH_ROUND=$(ROUND) CDCD_CRASH_CONFIGS=$(CONFIGS) CDCD_CRASH_SEED=$(SEED) CDCD_CRASH_BIG_TX=$(BIG_TX) \
-		$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./internal/crashsuite/
+		$(GO) test -count=1 -v -timeout 0 -run '^TestCrash(MariaDB)?$$' ./internal/crashsuite/
 
 demo: ## README's first command
 	$(GO) run ./cmd/cdcd demo

@@ -88,11 +88,10 @@ func TestCrash(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (replay: %s=%d)", seed, envSeed, seed)
-	pick := map[string]bool{}
-	for _, n := range strings.Split(os.Getenv(envConfigs), ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			pick[n] = true
-		}
+	picked := pickedConfigs(t)
+	if !slices.ContainsFunc(suites, func(s suite) bool { return picked(s.name) }) {
+		t.Logf("%s picks no PostgreSQL configuration", envConfigs)
+		return
 	}
 	binDir, err := os.MkdirTemp("", "cdcd-crash-bin-")
 	if err != nil {
@@ -104,25 +103,56 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range suites {
-		if len(pick) > 0 && !pick[s.name] {
+		if !picked(s.name) {
 			continue
 		}
 		t.Run(s.name, func(t *testing.T) {
-			kills := envInt(t, envKills, s.kills)
-			round := envInt(t, envRound, 50)
-			for r := 0; kills > 0; r++ {
-				n := min(kills, max(round, 1))
-				kills -= n
-				rs := seed + uint64(r)*1_000_003
-				t.Run(fmt.Sprintf("round%d", r), func(t *testing.T) {
-					t.Logf("seed %d: %s=%d %s=%s %s=%d", rs, envSeed, rs, envConfigs, s.name, envKills, n)
-					runRound(t, bin, s, rs, n)
-				})
-				if t.Failed() {
-					return
-				}
-			}
+			inRounds(t, s.name, seed, envInt(t, envKills, s.kills), func(t *testing.T, seed uint64, kills int) {
+				runRound(t, bin, s, seed, kills)
+			})
 		})
+	}
+}
+
+// pickedConfigs says whether CDCD_CRASH_CONFIGS picks a configuration
+// (every one when it is unset); a name no configuration has fails t.
+func pickedConfigs(t *testing.T) func(name string) bool {
+	var known []string
+	for _, s := range suites {
+		known = append(known, s.name)
+	}
+	for _, c := range mariaConfigs {
+		known = append(known, "mariadb-"+c.name)
+	}
+	pick := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv(envConfigs), ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !slices.Contains(known, n) {
+			t.Fatalf("%s names %q: the configurations are %s", envConfigs, n, strings.Join(known, ", "))
+		}
+		pick[n] = true
+	}
+	return func(name string) bool { return len(pick) == 0 || pick[name] }
+}
+
+// inRounds runs kills kills of configuration name in rounds of
+// CDCD_CRASH_ROUND (default 50), each a subtest with a seed of its own,
+// until one fails.
+func inRounds(t *testing.T, name string, seed uint64, kills int, round func(t *testing.T, seed uint64, kills int)) {
+	size := envInt(t, envRound, 50)
+	for r := 0; kills > 0; r++ {
+		n := min(kills, max(size, 1))
+		kills -= n
+		rs := seed + uint64(r)*1_000_003
+		t.Run(fmt.Sprintf("round%d", r), func(t *testing.T) {
+			t.Logf("seed %d: %s=%d %s=%s %s=%d", rs, envSeed, rs, envConfigs, name, envKills, n)
+			round(t, rs, n)
+		})
+		if t.Failed() {
+			return
+		}
 	}
 }
 

@@ -19,7 +19,8 @@
 // directory and checked on its own; CDCD_CRASH_CONFIGS picks
 // configurations (upsert-v3, upsert-v2, changelog, snapshots: a table
 // added to the running pipeline and another re-snapshotted on demand,
-// killed mid-snapshot, snapshots_test.go); CDCD_CRASH_BIG_TX sizes the large
+// killed mid-snapshot, snapshots_test.go; and TestCrashMariaDB's
+// mariadb-upsert, mariadb-changelog, mariadb-snapshots); CDCD_CRASH_BIG_TX sizes the large
 // transactions (default 6000 rows; with logical_decoding_work_mem at 64kB
 // they are streamed before their commit either way).
 package crashsuite
