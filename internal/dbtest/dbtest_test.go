@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,5 +54,44 @@ func TestUniqueName(t *testing.T) {
 	long := UniqueName("Test"+strings.Repeat("VeryLong_", 20), "slot", 123456)
 	if len(long) > 63 || !strings.HasSuffix(long, "_123456") || strings.Contains(long, "__") {
 		t.Errorf("long name %q (%d bytes)", long, len(long))
+	}
+}
+
+// fakeServer records what the helpers did to it.
+type fakeServer struct{ created, dropped, stopped []string }
+
+func (f *fakeServer) Stop() error { f.stopped = append(f.stopped, "stop"); return nil }
+func (f *fakeServer) CreateDatabase(_ context.Context, name string) error {
+	f.created = append(f.created, name)
+	return nil
+}
+func (f *fakeServer) DropDatabase(_ context.Context, name string) error {
+	f.dropped = append(f.dropped, name)
+	return nil
+}
+func (f *fakeServer) DSN(name string) string { return "fake://" + name }
+
+func TestSharedNeedsMain(t *testing.T) {
+	s := &Shared[*fakeServer]{Name: "faketest", Start: func() (*fakeServer, error) { return &fakeServer{}, nil }}
+	r := &recorder{TB: t}
+	s.Server(r) // the recorder's Fatalf returns, so Server goes on
+	if !strings.Contains(r.failed, "faketest.Main(m)") {
+		t.Errorf("Server without Main: failed %q, want the TestMain line to add", r.failed)
+	}
+}
+
+func TestSharedOwnAndNewDB(t *testing.T) {
+	s := &Shared[*fakeServer]{Name: "faketest"}
+	var srv *fakeServer
+	var dsn string
+	t.Run("inner", func(t *testing.T) {
+		srv = s.Own(t, func() (*fakeServer, error) { return &fakeServer{}, nil })
+		dsn = s.NewDBOn(t, srv)
+		if len(srv.created) != 1 || dsn != "fake://"+srv.created[0] || len(srv.dropped)+len(srv.stopped) != 0 {
+			t.Fatalf("during the test: created %v, dropped %v, stopped %v, dsn %q", srv.created, srv.dropped, srv.stopped, dsn)
+		}
+	})
+	if len(srv.dropped) != 1 || srv.dropped[0] != srv.created[0] || len(srv.stopped) != 1 {
+		t.Errorf("after the test: created %v, dropped %v, stopped %v", srv.created, srv.dropped, srv.stopped)
 	}
 }

@@ -21,10 +21,6 @@ package mariadbtest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,42 +29,17 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
 )
 
-// cleanupTimeout bounds each cleanup step.
-const cleanupTimeout = 30 * time.Second
-
-// shared is the package-wide server, started on first use.
-var shared struct {
-	mu      sync.Mutex
-	inMain  bool // Main is running the tests
-	started bool // Start was attempted; srv or err is set
-	srv     *mariadbserver.Server
-	err     error
+// shared is the package-wide server (server_id 1), started on first use.
+var shared = &dbtest.Shared[*mariadbserver.Server]{
+	Name:         "mariadbtest",
+	Start:        func() (*mariadbserver.Server, error) { return start(mariadbserver.Options{}) },
+	NotInstalled: mariadbserver.ErrNotInstalled,
 }
 
 // Main runs the package's tests, stops the shared server (if a test started
 // it) and exits with the tests' status; a failure to stop makes the run fail.
 // Call it from TestMain, as the package doc shows.
-func Main(m *testing.M) {
-	shared.mu.Lock()
-	shared.inMain = true
-	shared.mu.Unlock()
-
-	code := m.Run()
-
-	shared.mu.Lock()
-	srv := shared.srv
-	shared.srv, shared.err = nil, errors.New("mariadbtest: shared server already stopped by Main")
-	shared.mu.Unlock()
-	if srv != nil {
-		if err := srv.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "mariadbtest:", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { shared.Main(m) }
 
 // Server returns the package's shared server (server_id 1), starting it on
 // first use. Tests sharing it should each work in their own database (NewDB)
@@ -77,36 +48,14 @@ func Main(m *testing.M) {
 // REQUIRES: the package's TestMain calls Main.
 func Server(t testing.TB) *mariadbserver.Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.inMain {
-		t.Fatal("mariadbtest: the package's TestMain must call mariadbtest.Main(m) so the shared MariaDB is stopped: " +
-			"func TestMain(m *testing.M) { mariadbtest.Main(m) }")
-	}
-	if !shared.started {
-		shared.started = true
-		shared.srv, shared.err = mariadbserver.Start(context.Background(), testOptions(mariadbserver.Options{}))
-	}
-	if shared.err != nil {
-		unavailable(t, shared.err)
-	}
-	return shared.srv
+	return shared.Server(t)
 }
 
 // NewServer starts a server of the test's own, with opts (e.g. a small
 // --max-binlog-size), and stops it in t.Cleanup. It does not need Main.
 func NewServer(t testing.TB, opts mariadbserver.Options) *mariadbserver.Server {
 	t.Helper()
-	srv, err := mariadbserver.Start(context.Background(), testOptions(opts))
-	if err != nil {
-		unavailable(t, err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Errorf("mariadbtest: %v", err)
-		}
-	})
-	return srv
+	return shared.Own(t, func() (*mariadbserver.Server, error) { return start(opts) })
 }
 
 // NewDB creates a database with a name unique to this call on the shared
@@ -121,29 +70,12 @@ func NewDB(t testing.TB) (dsn string) {
 // NewDBOn is NewDB on a given server, e.g. one from NewServer.
 func NewDBOn(t testing.TB, srv *mariadbserver.Server) (dsn string) {
 	t.Helper()
-	name := UniqueName(t, "db")
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	if err := srv.CreateDatabase(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		if err := srv.DropDatabase(ctx, name); err != nil {
-			t.Errorf("mariadbtest: %v", err)
-		}
-	})
-	return srv.DSN(name)
+	return shared.NewDBOn(t, srv)
 }
-
-var seq atomic.Uint64
 
 // UniqueName returns "<kind>_<test name>_<n>": lower-case letters, digits
 // and underscores, at most 63 bytes, unique within the test binary.
-func UniqueName(t testing.TB, kind string) string {
-	return dbtest.UniqueName(t.Name(), kind, seq.Add(1))
-}
+func UniqueName(t testing.TB, kind string) string { return dbtest.Unique(t, kind) }
 
 var nextServerID atomic.Uint32
 
@@ -154,22 +86,12 @@ func ServerID(t testing.TB) uint32 {
 	return 1000 + nextServerID.Add(1)
 }
 
-// unavailable ends a test that could not get a server: skip when the
-// binaries are missing (fail under CI=true), fail otherwise.
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if errors.Is(err, mariadbserver.ErrNotInstalled) {
-		dbtest.MissingBinaries(t, err)
-	}
-	t.Fatal(err)
-}
-
-// testOptions gives a test's server a start bound of 3 minutes unless the
-// test set one: tests run in parallel on small machines, where
+// start starts a server with opts, given a start bound of 3 minutes unless
+// the test set one: tests run in parallel on small machines, where
 // mariadb-install-db alone took over the default minute under load.
-func testOptions(o mariadbserver.Options) mariadbserver.Options {
+func start(o mariadbserver.Options) (*mariadbserver.Server, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 3 * time.Minute
 	}
-	return o
+	return mariadbserver.Start(context.Background(), o)
 }

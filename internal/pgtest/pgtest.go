@@ -21,54 +21,23 @@ package pgtest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cdcd-dev/cdcd/internal/dbtest"
 	"github.com/cdcd-dev/cdcd/internal/pgserver"
 )
 
-// cleanupTimeout bounds each cleanup step (drop a database, drop a slot).
-const cleanupTimeout = 30 * time.Second
-
 // shared is the package-wide server, started on first use.
-var shared struct {
-	mu      sync.Mutex
-	inMain  bool // Main is running the tests
-	started bool // Start was attempted; srv or err is set
-	srv     *pgserver.Server
-	err     error
+var shared = &dbtest.Shared[*pgserver.Server]{
+	Name:         "pgtest",
+	Start:        func() (*pgserver.Server, error) { return pgserver.Start(context.Background(), pgserver.Options{}) },
+	NotInstalled: pgserver.ErrNotInstalled,
 }
 
 // Main runs the package's tests, stops the shared server (if a test started
 // it) and exits with the tests' status; a failure to stop makes the run fail.
 // Call it from TestMain, as the package doc shows.
-func Main(m *testing.M) {
-	shared.mu.Lock()
-	shared.inMain = true
-	shared.mu.Unlock()
-
-	code := m.Run()
-
-	shared.mu.Lock()
-	srv := shared.srv
-	shared.srv, shared.err = nil, errors.New("pgtest: shared server already stopped by Main")
-	shared.mu.Unlock()
-	if srv != nil {
-		if err := srv.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "pgtest:", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { shared.Main(m) }
 
 // Server returns the package's shared server, starting it on first use.
 // Tests sharing it should each work in their own database (NewDB) and use
@@ -77,20 +46,7 @@ func Main(m *testing.M) {
 // REQUIRES: the package's TestMain calls Main.
 func Server(t testing.TB) *pgserver.Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.inMain {
-		t.Fatal("pgtest: the package's TestMain must call pgtest.Main(m) so the shared PostgreSQL is stopped: " +
-			"func TestMain(m *testing.M) { pgtest.Main(m) }")
-	}
-	if !shared.started {
-		shared.started = true
-		shared.srv, shared.err = pgserver.Start(context.Background(), pgserver.Options{})
-	}
-	if shared.err != nil {
-		unavailable(t, shared.err)
-	}
-	return shared.srv
+	return shared.Server(t)
 }
 
 // NewServer starts a server of the test's own, with opts (e.g. settings the
@@ -98,16 +54,7 @@ func Server(t testing.TB) *pgserver.Server {
 // Main.
 func NewServer(t testing.TB, opts pgserver.Options) *pgserver.Server {
 	t.Helper()
-	srv, err := pgserver.Start(context.Background(), opts)
-	if err != nil {
-		unavailable(t, err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	return srv
+	return shared.Own(t, func() (*pgserver.Server, error) { return pgserver.Start(context.Background(), opts) })
 }
 
 // NewDB creates a database with a name unique to this call on the shared
@@ -123,20 +70,7 @@ func NewDB(t testing.TB) (dsn string) {
 // NewDBOn is NewDB on a given server, e.g. one from NewServer.
 func NewDBOn(t testing.TB, srv *pgserver.Server) (dsn string) {
 	t.Helper()
-	name := UniqueName(t, "db")
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	if err := srv.CreateDatabase(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		if err := srv.DropDatabase(ctx, name); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	return srv.DSN(name)
+	return shared.NewDBOn(t, srv)
 }
 
 // TestNames are names unique to one call of Names.
@@ -156,37 +90,11 @@ type TestNames struct {
 func Names(t testing.TB) TestNames {
 	t.Helper()
 	n := TestNames{Slot: UniqueName(t, "slot"), Publication: UniqueName(t, "pub")}
-	t.Cleanup(func() {
-		shared.mu.Lock()
-		srv := shared.srv
-		shared.mu.Unlock()
-		if srv == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		if err := srv.DropSlot(ctx, n.Slot); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
+	shared.Cleanup(t, func(ctx context.Context, srv *pgserver.Server) error { return srv.DropSlot(ctx, n.Slot) })
 	return n
 }
-
-var seq atomic.Uint64
 
 // UniqueName returns "<kind>_<test name>_<n>": lower-case letters, digits
 // and underscores, at most 63 bytes (PostgreSQL's identifier and slot name
 // limit), unique within the test binary.
-func UniqueName(t testing.TB, kind string) string {
-	return dbtest.UniqueName(t.Name(), kind, seq.Add(1))
-}
-
-// unavailable ends a test that could not get a server: skip when the
-// binaries are missing (fail under CI=true), fail otherwise.
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if errors.Is(err, pgserver.ErrNotInstalled) {
-		dbtest.MissingBinaries(t, err)
-	}
-	t.Fatal(err)
-}
+func UniqueName(t testing.TB, kind string) string { return dbtest.Unique(t, kind) }
