@@ -1,11 +1,9 @@
 package examples
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/cdcd-dev/cdcd/config"
@@ -17,19 +15,8 @@ import (
 // registry and the shared lake, and which wait for what they need; without
 // the profile none runs.
 func TestComposeKafkaProfile(t *testing.T) {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	load := func(profiles ...string) *types.Project {
-		p, err := loader.LoadWithContext(t.Context(), types.ConfigDetails{
-			WorkingDir:  root,
-			ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "docker-compose.yml")}},
-			Environment: types.Mapping{},
-		}, func(o *loader.Options) { o.SetProjectName("cdcd-demo", true) }, loader.WithProfiles(profiles))
-		if err != nil {
-			t.Fatalf("docker-compose.yml: %v", err)
-		}
+		p, _ := loadCompose(t, profiles...)
 		return p
 	}
 	if p := load(); p.Services["redpanda"].Name != "" || p.Services["cdcd-kafka"].Name != "" || p.Services["cdcd-kafka-sink-1"].Name != "" {

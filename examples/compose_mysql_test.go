@@ -2,12 +2,10 @@ package examples
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/cdcd-dev/cdcd/config"
@@ -19,19 +17,8 @@ import (
 // validates and names that server, user and database; without the profile
 // neither runs.
 func TestComposeMySQLProfile(t *testing.T) {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	load := func(profiles ...string) *types.Project {
-		p, err := loader.LoadWithContext(t.Context(), types.ConfigDetails{
-			WorkingDir:  root,
-			ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "docker-compose.yml")}},
-			Environment: types.Mapping{},
-		}, func(o *loader.Options) { o.SetProjectName("cdcd-demo", true) }, loader.WithProfiles(profiles))
-		if err != nil {
-			t.Fatalf("docker-compose.yml: %v", err)
-		}
+		p, _ := loadCompose(t, profiles...)
 		return p
 	}
 	if p := load(); p.Services["mariadb"].Name != "" || p.Services["cdcd-mysql"].Name != "" {

@@ -22,7 +22,9 @@ import (
 // copies or builds, the mounted files, and the mounted cdcd config, which
 // must validate.
 
-func loadCompose(t *testing.T) (*types.Project, string) {
+// loadCompose loads docker-compose.yml with profiles enabled and returns it
+// with the repository's root.
+func loadCompose(t *testing.T, profiles ...string) (*types.Project, string) {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -32,7 +34,7 @@ func loadCompose(t *testing.T) (*types.Project, string) {
 		WorkingDir:  root,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(root, "docker-compose.yml")}},
 		Environment: types.Mapping{},
-	}, func(o *loader.Options) { o.SetProjectName("cdcd-demo", true) })
+	}, func(o *loader.Options) { o.SetProjectName("cdcd-demo", true) }, loader.WithProfiles(profiles))
 	if err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
