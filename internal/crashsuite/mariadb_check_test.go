@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
@@ -101,25 +100,11 @@ func closeMyCatalog(cat catalog.Catalog) { cat.(interface{ Close() error }).Clos
 // clScan is a changelog table read with iceberg-go's scan, each value
 // rendered as mirror.Render renders it.
 func clScan(ctx context.Context, tbl *table.Table) ([]map[string]string, error) {
-	at, err := tbl.Scan().ToArrowTable(ctx)
+	s, err := scanTable(ctx, tbl)
 	if err != nil {
 		return nil, err
 	}
-	defer at.Release()
-	var rows []map[string]string
-	tr := array.NewTableReader(at, 0)
-	defer tr.Release()
-	for tr.Next() {
-		rec := tr.RecordBatch()
-		for i := 0; i < int(rec.NumRows()); i++ {
-			row := make(map[string]string, rec.NumCols())
-			for j, f := range rec.Schema().Fields() {
-				row[f.Name] = mirror.Render(rec.Column(j), i)
-			}
-			rows = append(rows, row)
-		}
-	}
-	return rows, nil
+	return s.rows, nil
 }
 
 // changelogHolds reports whether the changelog of db.tb has a row whose id

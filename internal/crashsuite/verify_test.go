@@ -2,25 +2,24 @@ package crashsuite
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/cdcd-dev/cdcd/internal/icebergcheck"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcd-dev/cdcd/internal/icebergcheck"
+	"github.com/cdcd-dev/cdcd/internal/mirror"
 	sinkice "github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
 // null renders SQL NULL on both sides.
-const null = "∅"
+const null = mirror.Null
 
 // rowset maps a key (the id column, rendered) to its row: column -> value.
 type rowset map[string]map[string]string
@@ -83,41 +82,6 @@ func sourceRows(ctx context.Context, conn *pgx.Conn, tbl string) (rowset, []stri
 	return out, cols, rows.Err()
 }
 
-// render renders one Arrow value like sourceRows renders PostgreSQL's.
-func render(a arrow.Array, i int) string {
-	if a.IsNull(i) {
-		return null
-	}
-	switch a := a.(type) {
-	case *array.Int32:
-		return strconv.FormatInt(int64(a.Value(i)), 10)
-	case *array.Int64:
-		return strconv.FormatInt(a.Value(i), 10)
-	case *array.String:
-		return a.Value(i)
-	case *array.LargeString:
-		return a.Value(i)
-	case *array.Boolean:
-		return strconv.FormatBool(a.Value(i))
-	case *array.Float64:
-		return strconv.FormatFloat(a.Value(i), 'g', -1, 64)
-	case *array.Decimal128:
-		return a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)
-	case *array.Timestamp:
-		if u := a.DataType().(*arrow.TimestampType).Unit; u != arrow.Microsecond {
-			return fmt.Sprintf("<timestamp in %s>", u)
-		}
-		return strconv.FormatInt(int64(a.Value(i)), 10)
-	case *array.Binary:
-		return hex.EncodeToString(a.Value(i))
-	case *array.LargeBinary:
-		return hex.EncodeToString(a.Value(i))
-	case array.ExtensionArray: // uuid
-		return a.ValueStr(i)
-	}
-	return fmt.Sprintf("<%T>", a)
-}
-
 // scanned is a table read with iceberg-go's scan: every row, by column name.
 type scanned struct {
 	cols []string
@@ -141,7 +105,7 @@ func scanTable(ctx context.Context, tbl *table.Table) (*scanned, error) {
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := make(map[string]string, len(s.cols))
 			for j, name := range s.cols {
-				row[name] = render(rec.Column(j), i)
+				row[name] = mirror.Render(rec.Column(j), i)
 			}
 			s.rows = append(s.rows, row)
 		}
