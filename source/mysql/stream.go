@@ -31,6 +31,10 @@ type streamer struct {
 	byID     map[uint64]*tableVersion // table-map id → version
 	latest   map[string]*tableVersion // db.table → newest version
 
+	// stmtLogged holds the tables whose change logged as a statement
+	// was said in the log (ddl.go).
+	stmtLogged map[string]bool
+
 	// live is the GTID set and ordinal of every transaction committed in
 	// the binlog read so far; tx is the transaction being read.
 	live gtidState
