@@ -21,7 +21,8 @@ import (
 //	              (original name when it had to be sanitized for Avro),
 //	              "cdcd.initial_default" (Column.Default's text, default.go)
 //	record props on the row record: "cdcd.namespace", "cdcd.table",
-//	              "cdcd.key" (key column names in key order)
+//	              "cdcd.key" (key column names in key order), "cdcd.dropped"
+//	              (Table.Dropped, only when there are any)
 //
 // A required field has a default, its type's zero (fillValue), so a NOT
 // NULL column added later keeps the subject BACKWARD compatible.
@@ -37,6 +38,7 @@ const (
 	propNamespace  = "cdcd.namespace"
 	propTable      = "cdcd.table"
 	propKey        = "cdcd.key"
+	propDropped    = "cdcd.dropped"
 	// propNotNull marked NOT NULL columns in the legacy layout, whose row
 	// fields were all nullable.
 	propNotNull = "cdcd.not_null"
@@ -360,6 +362,9 @@ func ValueSchemaFor(t *Table, topic, connector string) (string, error) {
 	row := jsonRecord{Name: "Value", Namespace: ns, Fields: fields, Props: map[string]any{
 		propNamespace: t.Namespace, propTable: t.Name, propKey: key,
 	}}
+	if len(t.Dropped) > 0 {
+		row.Props[propDropped] = t.Dropped
+	}
 	env := jsonRecord{Name: "Envelope", Namespace: ns, Fields: envelopeFields(row, connector),
 		Props: map[string]any{"connect.version": 2}}
 	buf, err := json.Marshal(env)
@@ -414,6 +419,12 @@ func TableFromValueSchema(s string) (*Table, error) {
 			return nil, fmt.Errorf("schema: table %s: key column %q is not a column", t.QualifiedName(), name)
 		}
 		t.Key = append(t.Key, i)
+	}
+	dropped, _ := row.Prop(propDropped).([]any)
+	for _, d := range dropped {
+		if name, ok := d.(string); ok {
+			t.Dropped = append(t.Dropped, name)
+		}
 	}
 	return t, nil
 }

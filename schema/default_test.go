@@ -50,3 +50,39 @@ func TestDefaultRoundTrip(t *testing.T) {
 		t.Error("a string default for an int64 column was rendered")
 	}
 }
+
+// TestDroppedRoundTrip: the columns a version's source dropped travel
+// through the value schema and make a version of their own, so a sink can
+// tell rows written after a drop (NULL there) from rows written before the
+// column was added (its initial default); a version without drops keeps
+// its schema text.
+func TestDroppedRoundTrip(t *testing.T) {
+	tbl := &Table{Namespace: "public", Name: "t", Key: []int{0},
+		Columns: []Column{{Name: "id", Kind: Int64}, {Name: "v", Kind: String, Nullable: true}}}
+	plain, err := ValueSchema(tbl, "p.public.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := *tbl
+	dropped.Dropped = []string{"colour", "size"}
+	vs, err := ValueSchema(&dropped, "p.public.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs == plain {
+		t.Fatal("a version with dropped columns has the schema text of one without")
+	}
+	back, err := TableFromValueSchema(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.WasDropped("colour") || !back.WasDropped("size") || back.WasDropped("v") || !back.Equal(&dropped) {
+		t.Errorf("rebuilt dropped columns %q, want %q", back.Dropped, dropped.Dropped)
+	}
+	if dropped.Equal(tbl) {
+		t.Error("versions that differ in dropped columns are equal")
+	}
+	if back, err = TableFromValueSchema(plain); err != nil || back.Dropped != nil {
+		t.Errorf("a version without drops rebuilt with dropped %q (%v)", back.Dropped, err)
+	}
+}

@@ -9,6 +9,7 @@ package schema
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -142,6 +143,12 @@ type Table struct {
 	Columns   []Column
 	// Key holds indexes into Columns of the primary-key columns, in key order.
 	Key []int
+	// Dropped names the columns earlier versions had and this one lacks
+	// because they were dropped at the source: a sink that keeps them gives
+	// this version's rows NULL there, not the value rows that predate a
+	// column hold (Column.Default). A column missing from a version and not
+	// named here was added after it.
+	Dropped []string
 	// envelope is the layout of the records of the value schema the table
 	// was rebuilt from (TableFromValueSchema); the zero value is the layout
 	// AppendEnvelope writes with PostgreSQL's source record.
@@ -185,8 +192,11 @@ func (t *Table) Equal(o *Table) bool {
 			return false
 		}
 	}
-	return true
+	return slices.Equal(t.Dropped, o.Dropped)
 }
+
+// WasDropped reports whether column name is one of t.Dropped.
+func (t *Table) WasDropped(name string) bool { return slices.Contains(t.Dropped, name) }
 
 // String renders the shape for messages: "public.orders(id int64 key, note string null)".
 func (t *Table) String() string {

@@ -137,7 +137,11 @@ func (b *changelogBuilder) add(c *change) error {
 	for fi, ok := range set {
 		if !ok { // a column the row's version lacks: added later, or dropped
 			f := b.sc.Field(fi)
-			if err := appendValue(b.rb.Field(fi), schema.Column{Name: f.Name}, initialValue(f)); err != nil {
+			var v any
+			if !c.table.WasDropped(f.Name) {
+				v = initialValue(f)
+			}
+			if err := appendValue(b.rb.Field(fi), schema.Column{Name: f.Name}, v); err != nil {
 				return fmt.Errorf("iceberg: %s column %q: initial-default: %w", c.table.QualifiedName(), f.Name, err)
 			}
 		}

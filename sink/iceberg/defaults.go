@@ -2,6 +2,7 @@ package iceberg
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/apache/iceberg-go"
 	"github.com/google/uuid"
@@ -129,6 +130,24 @@ func initialValue(f iceberg.NestedField) any {
 		}
 	}
 	return nil
+}
+
+// rowDefaults is what rows of version t hold in the fields t lacks, given
+// initial (initialValues of fields): the initial-default of a column added
+// after t (the rows predate it at the source), NULL in a column t's source
+// dropped (Table.Dropped), where a reader would otherwise fill in the
+// initial-default of a file lacking it. initial itself when t dropped none.
+func rowDefaults(t *schema.Table, fields []iceberg.NestedField, initial []any) []any {
+	if len(t.Dropped) == 0 {
+		return initial
+	}
+	out := slices.Clone(initial)
+	for i, f := range fields {
+		if t.WasDropped(f.Name) {
+			out[i] = nil
+		}
+	}
+	return out
 }
 
 // initialValues is initialValue of each field.

@@ -637,13 +637,17 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	}
 	// Each table version's column of each field, found once (by name: a
 	// scan of the columns per field and row before); its codec, if any.
-	colsOf := map[*schema.Table][]int{}
+	type versionCols struct {
+		cols     []int // of each field, -1 when the version lacks it
+		defaults []any // rowDefaults
+	}
+	colsOf := map[*schema.Table]versionCols{}
 	codecs := map[*schema.Table]*rowCodec{}
 	for _, st := range live {
 		if st.direct != nil && !part.partitioned() {
 			c, seen := codecs[st.table]
 			if !seen {
-				c = newRowCodec(st.table, fsch, defaults)
+				c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, defaults))
 				codecs[st.table] = c
 			}
 			if c != nil {
@@ -668,20 +672,21 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			}
 			st.row = env.After
 		}
-		cols := colsOf[st.table]
-		if cols == nil {
-			cols = make([]int, len(fields))
+		vc := colsOf[st.table]
+		if vc.cols == nil {
+			vc.cols = make([]int, len(fields))
 			for fi, f := range fields {
-				cols[fi] = st.table.ColumnIndex(f.Name)
+				vc.cols[fi] = st.table.ColumnIndex(f.Name)
 			}
-			colsOf[st.table] = cols
+			vc.defaults = rowDefaults(st.table, fields, defaults)
+			colsOf[st.table] = vc
 		}
 		vals := make([]any, len(fields))
-		for fi, ci := range cols {
+		for fi, ci := range vc.cols {
 			if ci >= 0 {
 				vals[fi] = st.row[ci]
 			} else {
-				vals[fi] = defaults[fi]
+				vals[fi] = vc.defaults[fi]
 			}
 		}
 		values, key, err := part.partition(vals)

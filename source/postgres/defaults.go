@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,14 +68,15 @@ func fillDefaults(ctx context.Context, q querier, ct *catalogTable, rel *relatio
 	return nil
 }
 
-// reReadAdded queues a snapshot of the table when cur adds to prev a column
+// reReadAdded queues a snapshot of the table when cur adds to the columns
+// of the version before it (prev, the reader's record: columns.go) a column
 // with a default whose value the rows already there hold but the sink
 // cannot be given (Config.KeepsDefault), so their changes are read again.
-func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, cur *schema.Table) error {
+func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev []string, cur *schema.Table) error {
 	var cols []string
 	for _, c := range cur.Columns {
 		cc := ct.column(c.Name)
-		if prev.ColumnIndex(c.Name) >= 0 || !(cc.hasDefault || cc.hasMissing) {
+		if slices.Contains(prev, c.Name) || !(cc.hasDefault || cc.hasMissing) {
 			continue
 		}
 		if c.Default != nil && s.r.cfg.KeepsDefault != nil && s.r.cfg.KeepsDefault(c) {

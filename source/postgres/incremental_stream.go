@@ -153,11 +153,14 @@ func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMe
 	if len(rows) == 0 {
 		return true, nil
 	}
-	t := s.r.known.intern(rows[0].Table)
+	t, err := s.r.version(ctx, rows[0].Table, nil)
+	if err != nil {
+		return true, err
+	}
 	for i := range rows {
 		rows[i].Table, rows[i].LSN = t, lsn
 	}
-	rows, err := in.submit(ctx, rows)
+	rows, err = in.submit(ctx, rows)
 	if err != nil {
 		return true, err
 	}

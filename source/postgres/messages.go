@@ -345,12 +345,14 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 		return err
 	}
 	prev := s.r.known[qn]
-	rel.table = s.r.known.intern(rel.table)
+	cur := rel.table
+	if rel.table, err = s.r.version(ctx, cur, func(prevCols []string) error {
+		return s.reReadAdded(ctx, ct, prevCols, cur)
+	}); err != nil {
+		return err
+	}
 	if prev != nil && prev != rel.table {
 		s.r.logger.Info("table changed shape", "table", qn, "from", prev.String(), "to", rel.table.String())
-		if err := s.reReadAdded(ctx, ct, prev, rel.table); err != nil {
-			return err
-		}
 	}
 	s.relations[m.RelationID] = rel
 	return nil

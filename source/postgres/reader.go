@@ -185,6 +185,7 @@ type Reader struct {
 	logger *slog.Logger
 	stats  Stats
 	known  known
+	cols   map[string]*tableColumns // columnsOf: each table's record, nil when none
 	// Per session: the database stores text unchecked (SQL_ASCII), and
 	// the renderer of faulty values.
 	sqlASCII bool
@@ -200,7 +201,7 @@ var _ source.Source = (*Reader)(nil)
 // New returns a Reader; nothing connects until Run.
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
-	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}}
+	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}, cols: map[string]*tableColumns{}}
 	r.inc = newEngine(cfg, state, r.logger)
 	return r
 }

@@ -96,7 +96,9 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 		if err != nil {
 			return err
 		}
-		rel.table = s.known.intern(rel.table)
+		if rel.table, err = s.version(ctx, rel.table, nil); err != nil {
+			return err
+		}
 		rel.checkUTF8 = s.sqlASCII
 		byName[t.qualified()], rels[t.qualified()] = t, rel
 	}

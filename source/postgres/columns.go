@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// The columns of each captured table, kept in the reader's state so that
+// what a new version changed is known across restarts:
+//
+//   - a column added with a default that the destination cannot give to
+//     the rows already there (reReadAdded) is noticed at the first Relation
+//     message after a restart too, when the ALTER came while cdcd was
+//     stopped (or before it had streamed the table since its start);
+//   - a column dropped at the source is named in every later version's
+//     schema.Table.Dropped, so a sink that keeps the column writes NULL
+//     there, not the value rows that predate the column hold.
+
+// tableColumns is a table's record: the column names of its latest version
+// and the columns dropped since they were seen (in the order they went).
+type tableColumns struct {
+	Columns []string `json:"columns"`
+	Dropped []string `json:"dropped,omitempty"`
+}
+
+func (r *Reader) columnsKey(qualified string) string {
+	return r.stateKey() + "/columns/" + qualified
+}
+
+// columnsOf is the table's record, read from the state once; nil when none
+// was saved.
+func (r *Reader) columnsOf(ctx context.Context, qualified string) (*tableColumns, error) {
+	if tc, ok := r.cols[qualified]; ok {
+		return tc, nil
+	}
+	var tc tableColumns
+	found, err := loadJSON(ctx, r.state, r.columnsKey(qualified), &tc)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		r.cols[qualified] = nil
+		return nil, nil
+	}
+	r.cols[qualified] = &tc
+	return &tc, nil
+}
+
+// version interns t (known.intern) after setting its Dropped columns from
+// the table's record. When t's columns differ from the recorded ones, added
+// is called with the recorded ones (when there are any) before t's are
+// recorded, so what it starts is durable first.
+func (r *Reader) version(ctx context.Context, t *schema.Table, added func(prev []string) error) (*schema.Table, error) {
+	qn := t.QualifiedName()
+	rec, err := r.columnsOf(ctx, qn)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		names[i] = c.Name
+	}
+	if rec != nil && slices.Equal(rec.Columns, names) {
+		t.Dropped = rec.Dropped
+		return r.known.intern(t), nil
+	}
+	next := &tableColumns{Columns: names}
+	if rec != nil {
+		for _, d := range slices.Concat(rec.Dropped, rec.Columns) {
+			if !slices.Contains(names, d) && !slices.Contains(next.Dropped, d) {
+				next.Dropped = append(next.Dropped, d)
+			}
+		}
+		if added != nil {
+			if err := added(rec.Columns); err != nil {
+				return nil, err
+			}
+		}
+	}
+	t.Dropped = next.Dropped
+	if err := saveJSON(ctx, r.state, r.columnsKey(qn), next); err != nil {
+		return nil, err
+	}
+	r.cols[qn] = next
+	return r.known.intern(t), nil
+}
