@@ -96,7 +96,7 @@ func TestResumeNoLossNoDup(t *testing.T) {
 	d := newDedupe(4)
 	d.failAfter = 3
 	small := func(c *Config) { c.BatchMax = 25 }
-	_, stop := e.reader(t, st, d, "t", small)
+	r, stop := e.reader(t, st, d, "t", small)
 	insert := func(from, to int) {
 		for i := from; i < to; i += 10 {
 			e.exec(t, "BEGIN")
@@ -114,6 +114,11 @@ func TestResumeNoLossNoDup(t *testing.T) {
 			t.Fatalf("the planned failure did not happen: %d batches, %d kept", d.batches, len(d.kept))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The failed batch's error is on its way out of Run: a cancel before
+	// it arrives would end Run with the cancel's error instead.
+	for r.Stats().Streaming.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := stop(); !errors.Is(err, errPlannedFailure) {
 		t.Fatalf("first run ended with %v, want the planned failure", err)
