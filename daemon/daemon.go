@@ -143,10 +143,11 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	if d.outbox, err = d.newOutboxRelay(ctx, d.intake); err != nil {
 		return nil, err
 	}
+	keepsDefault := func(c schema.Column) bool { return iceberg.HoldsDefault(ice.FormatVersion, c) }
 	if my != nil {
 		captured := *my
 		captured.Tables = readerTables(cfg, my.Tables) // and the outbox table
-		d.reader = newMySQLSource(&captured, d.state, logger)
+		d.reader = newMySQLSource(&captured, keepsDefault, d.state, logger)
 	} else {
 		heartbeat := pg.HeartbeatInterval
 		if heartbeat == 0 {
@@ -156,7 +157,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			DSN: pg.DSN, Slot: pg.Slot, Publication: pg.Publication, Tables: readerTables(cfg, pg.Tables), Messages: readerMessages(cfg),
 			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
 			SpillDir: filepath.Join(cfg.DataDir, "spill"), Incremental: incrementalConfig(pg),
-			KeepsDefault: func(c schema.Column) bool { return iceberg.HoldsDefault(ice.FormatVersion, c) },
+			KeepsDefault: keepsDefault,
 		}, d.state, logger)
 	}
 	d.sink = iceberg.New(iceberg.Config{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcd-dev/cdcd/config"
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/mysql"
 	"github.com/cdcd-dev/cdcd/source/postgres"
@@ -34,10 +35,12 @@ type mysqlSource struct {
 // lagPoll is how often the server's binlog end and retention are read.
 const lagPoll = 10 * time.Second
 
-func newMySQLSource(m *config.MySQL, state mysql.State, logger *slog.Logger) *mysqlSource {
+// newMySQLSource makes the reader; keepsDefault is the sink's answer to
+// mysql.Config.KeepsDefault.
+func newMySQLSource(m *config.MySQL, keepsDefault func(schema.Column) bool, state mysql.State, logger *slog.Logger) *mysqlSource {
 	return &mysqlSource{r: mysql.New(mysql.Config{DSN: m.DSN, ServerID: uint32(m.ServerID), Flavor: m.Flavor, Tables: m.Tables,
 		WatermarkTable: m.WatermarkTable, SignalTable: m.Incremental.SignalTable, ReadOnly: m.ReadOnly, Load: m.Snapshot == config.SnapshotInitial,
-		ChunkRows: m.Incremental.ChunkRows, MaxRowsPerSecond: m.Incremental.MaxRowsPerSecond}, state, logger)}
+		ChunkRows: m.Incremental.ChunkRows, MaxRowsPerSecond: m.Incremental.MaxRowsPerSecond, KeepsDefault: keepsDefault}, state, logger)}
 }
 
 // Snapshots returns the reader's incremental snapshot engine (the initial

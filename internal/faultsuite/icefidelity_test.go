@@ -109,32 +109,3 @@ func (p *pipeline) waitMirror(sourceTable string, timeout time.Duration) {
 		time.Sleep(time.Second)
 	}
 }
-
-// TestAddedColumnDefaultMariaDB: MariaDB's ADD COLUMN … DEFAULT (instant,
-// or a copy the binlog does not carry) gives every existing row the
-// default with no row event for it; the reader reads the table's rows
-// again, and the mirror ends equal to the source. A column added without
-// a default (rows hold NULL, which the mirror has) reads nothing again.
-func TestAddedColumnDefaultMariaDB(t *testing.T) {
-	t.Parallel()
-	p := newMyPipeline(t, []string{"CREATE TABLE orders " + myOrdersDDL}, []string{"orders"}, "")
-	p.myRows("orders", 3000)
-	p.start()
-	p.waitLoaded(p.name + ".orders")
-	p.waitMirror("orders")
-
-	p.sql("ALTER TABLE orders ADD COLUMN plain VARCHAR(10)")
-	p.sql("UPDATE orders SET v = -1 WHERE id < 10")
-	p.waitMirror("orders")
-	if p.logContains("origin=added-default") {
-		t.Error("a column added without a default made the rows be read again")
-	}
-
-	p.sql("ALTER TABLE orders ADD COLUMN c VARCHAR(10) DEFAULT 'red', ADD COLUMN k BIGINT NOT NULL DEFAULT 7",
-		"UPDATE orders SET v = -2 WHERE id BETWEEN 100 AND 200",
-		"INSERT INTO orders (id, g, v) VALUES (5000, 'a', 1)")
-	p.waitMirror("orders")
-	if !p.logContains("origin=added-default") {
-		t.Error("the rows were not read again after columns were added with a default")
-	}
-}

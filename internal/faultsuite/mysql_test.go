@@ -32,6 +32,7 @@ type myPipeline struct {
 	name   string  // the test's database
 	tables []string
 	extra  string // YAML under source.mysql
+	format int    // sink.iceberg.format_version; 0: the default
 }
 
 // newMyPipeline starts a MariaDB server, creates the test's database
@@ -93,6 +94,10 @@ func (p *myPipeline) openLog() *myPipeline {
 func (p *myPipeline) writeMyConfig() {
 	p.t.Helper()
 	p.CfgPath = filepath.Join(p.Dir, "cdcd.yaml")
+	format := ""
+	if p.format != 0 {
+		format = fmt.Sprintf("    format_version: %d\n", p.format)
+	}
 	cfg := fmt.Sprintf(`pipeline: myfault
 data_dir: %q
 source:
@@ -108,12 +113,12 @@ sink:
     warehouse: %q
     namespace: cdc
     commit_interval: 250ms
-admin:
+%sadmin:
   listen: %q
 shutdown:
   deadline: 20s
 `, p.DataDir, mariadbserver.ReplUser, mariadbserver.ReplPassword, p.srv.Addr(), p.name, 4000+p.srv.ServerID(),
-		strings.Join(p.tables, ", "), p.extra, "sqlite://"+p.Catalog, "file://"+p.Warehouse, p.Admin)
+		strings.Join(p.tables, ", "), p.extra, "sqlite://"+p.Catalog, "file://"+p.Warehouse, format, p.Admin)
 	if err := os.WriteFile(p.CfgPath, []byte(cfg), 0o644); err != nil {
 		p.t.Fatal(err)
 	}

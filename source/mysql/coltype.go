@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -45,8 +46,11 @@ type colType struct {
 	// binaryJSON marks MySQL's JSON type, which the binlog carries as a
 	// binary document (MariaDB's JSON is text).
 	binaryJSON bool
-	// HasDefault: the column has a non-NULL DEFAULT (information schema).
+	// HasDefault: rows that predate the column hold a value that is not
+	// NULL in the table model (defaults.go); Default is that value when it
+	// is a constant of a kind schema.Column.Default holds.
 	HasDefault bool
+	Default    any
 }
 
 // errUnsupportedType is wrapped by every "type not supported" error.
@@ -109,6 +113,7 @@ func (t *colType) column() (schema.Column, error) {
 		return c, fmt.Errorf("%w: character set %s (cdcd reads utf8mb4, utf8mb3, ascii and latin1): "+
 			"ALTER TABLE … MODIFY the column to CHARACTER SET utf8mb4, or exclude the table", errUnsupportedType, t.Charset)
 	}
+	c.Default = t.Default
 	return c, nil
 }
 
@@ -254,16 +259,22 @@ func (t *colType) defaultSourceType() string {
 // MariaDB CHECK (json_valid(col)) makes a longtext a JSON column).
 type infoColumn struct {
 	Name, DataType, ColumnType, Charset, Extra string
-	Nullable, HasDefault                       bool
+	Nullable                                   bool
 	Precision, Scale, FSP, OctetLength         int64
 	JSONCheck                                  bool
+	// Default is COLUMN_DEFAULT; QuotedDefault: in MariaDB's form, where a
+	// string literal is quoted and NULL is the text NULL (defaults.go).
+	Default       sql.NullString
+	QuotedDefault bool
 }
 
 // fromInfo describes a column as the information schema gives it.
 func fromInfo(c infoColumn) (colType, error) {
-	t := colType{Name: c.Name, Nullable: c.Nullable, SourceType: c.ColumnType, Charset: c.Charset, HasDefault: c.HasDefault,
-		Unsigned:  strings.Contains(c.ColumnType, "unsigned"),
-		Generated: strings.Contains(strings.ToUpper(c.Extra), "GENERATED")}
+	extra := strings.ToUpper(c.Extra)
+	t := colType{Name: c.Name, Nullable: c.Nullable, SourceType: c.ColumnType, Charset: c.Charset,
+		Unsigned: strings.Contains(c.ColumnType, "unsigned"),
+		// Not MySQL's DEFAULT_GENERATED (an expression default).
+		Generated: strings.Contains(extra, "VIRTUAL GENERATED") || strings.Contains(extra, "STORED GENERATED")}
 	dt := strings.ToLower(c.DataType)
 	switch dt {
 	case "tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "year", "date", "json", "enum", "set",
@@ -305,6 +316,7 @@ func fromInfo(c infoColumn) (colType, error) {
 	if t.Base != "char" && t.Base != "varchar" && t.Base != "text" {
 		t.Charset = ""
 	}
+	t.columnDefault(c)
 	return t, nil
 }
 

@@ -311,15 +311,21 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 }
 
 // reReadAdded queues a snapshot of a table a DDL statement added columns
-// with a default to: the rows already there hold the default (MariaDB's
-// instant ADD COLUMN, or a copy that the binlog does not carry), and no
-// row event is ever sent for them.
+// to whose value the rows already there hold with no row event ever sent
+// for them (defaults.go), unless each such value is a constant the sink
+// gives to rows written before the column existed (Config.KeepsDefault).
 func (s *streamer) reReadAdded(ctx context.Context, old, cur *tableDesc) error {
 	var cols []string
-	for _, c := range cur.cols {
-		if c.HasDefault && !c.Generated && old.table.ColumnIndex(c.Name) < 0 {
-			cols = append(cols, c.Name)
+	for i, c := range cur.cols {
+		if !c.HasDefault || old.table.ColumnIndex(c.Name) >= 0 {
+			continue
 		}
+		if col := cur.table.Columns[i]; col.Default != nil && s.r.cfg.KeepsDefault != nil && s.r.cfg.KeepsDefault(col) {
+			s.r.logger.Info("a column was added with a default that rows already there hold: the sink gives it to them",
+				"table", cur.qualified(), "column", c.Name)
+			continue
+		}
+		cols = append(cols, c.Name)
 	}
 	qn := cur.qualified()
 	if len(cols) == 0 || !slices.Contains(s.r.cfg.Tables, qn) { // not the watermark or signal table

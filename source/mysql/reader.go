@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
@@ -65,6 +66,11 @@ type Config struct {
 	// for: an idle server sends a heartbeat event this often, and a read
 	// that waits three times as long is a dead connection. Default 10s.
 	HeartbeatInterval time.Duration
+	// KeepsDefault reports whether the destination gives the rows written
+	// before a column was added the column's Default (schema.Column.Default);
+	// where it does not, a table whose rows hold the default of a column
+	// added to it is read again (defaults.go). Nil: never.
+	KeepsDefault func(c schema.Column) bool
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to
 	// reconnect after a lost connection or a server restart; defaults
 	// 200ms and 30s.

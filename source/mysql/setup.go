@@ -269,16 +269,16 @@ func describeTable(ctx context.Context, db *sql.DB, flavor, dbName, name string)
 	qn := dbName + "." + name
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IFNULL(CHARACTER_SET_NAME, ''), EXTRA,
 		IS_NULLABLE = 'YES', IFNULL(NUMERIC_PRECISION, 0), IFNULL(NUMERIC_SCALE, 0), IFNULL(DATETIME_PRECISION, 0),
-		IFNULL(CHARACTER_OCTET_LENGTH, 0), IFNULL(COLUMN_DEFAULT, 'NULL') <> 'NULL'
+		IFNULL(CHARACTER_OCTET_LENGTH, 0), COLUMN_DEFAULT
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, dbName, name)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: describe %s: %w", qn, err)
 	}
 	var infos []infoColumn
 	for rows.Next() {
-		var c infoColumn
+		c := infoColumn{QuotedDefault: flavor == FlavorMariaDB}
 		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Extra, &c.Nullable, &c.Precision, &c.Scale,
-			&c.FSP, &c.OctetLength, &c.HasDefault); err != nil {
+			&c.FSP, &c.OctetLength, &c.Default); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("mysql: describe %s: %w", qn, err)
 		}

@@ -1,0 +1,113 @@
+package mysql
+
+import (
+	"database/sql"
+	"fmt"
+	"testing"
+)
+
+// TestColumnDefaults: what the information schema of a real MariaDB gives
+// as the value rows hold in columns added to a table with rows: constants
+// of every form MariaDB prints (quoted and escaped text, numbers, bits,
+// dates), implicit defaults of NOT NULL columns, and the columns whose
+// value is not a constant (expressions, generated, AUTO_INCREMENT,
+// TIMESTAMP), which must make the rows be read again. Each constant is
+// also compared with what the server gives an existing row.
+func TestColumnDefaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE p (id INT PRIMARY KEY)", "INSERT INTO p VALUES (1), (2)",
+		`ALTER TABLE p ADD COLUMN s VARCHAR(20) DEFAULT 'it''s \\ "x"\n', ADD COLUMN n INT NOT NULL DEFAULT -7,
+		ADD COLUMN d DECIMAL(8,2) DEFAULT 1.5, ADD COLUMN f DOUBLE DEFAULT 1e20, ADD COLUMN f2 FLOAT DEFAULT 0.1,
+		ADD COLUMN dt DATETIME DEFAULT current_timestamp(), ADD COLUMN dd DATE DEFAULT '2020-01-02',
+		ADD COLUMN ts TIMESTAMP NULL DEFAULT '2020-01-02 03:04:05', ADD COLUMN b BIT(1) DEFAULT b'1',
+		ADD COLUMN e ENUM('a','b') NOT NULL, ADD COLUMN e2 ENUM('a','b') DEFAULT 'b', ADD COLUMN nn INT NOT NULL,
+		ADD COLUMN sn VARCHAR(5) NOT NULL, ADD COLUMN ex INT DEFAULT (1 + 2), ADD COLUMN nul INT DEFAULT NULL,
+		ADD COLUMN plain INT, ADD COLUMN l1 VARCHAR(5) CHARACTER SET latin1 DEFAULT 'é', ADD COLUMN dn DATE NOT NULL,
+		ADD COLUMN y YEAR DEFAULT 2020, ADD COLUMN r DOUBLE DEFAULT rand(), ADD COLUMN em VARCHAR(5) DEFAULT '',
+		ADD COLUMN tt TINYINT NOT NULL DEFAULT '5', ADD COLUMN g INT AS (id * 2) VIRTUAL,
+		ADD COLUMN bin VARBINARY(4) DEFAULT 'ab', ADD COLUMN dz DATE DEFAULT '0000-00-00'`)
+	desc, err := describeTable(t.Context(), e.db, FlavorMariaDB, e.name, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		col  string
+		has  bool
+		want any // nil: no constant
+	}{
+		{"s", true, "it's \\ \"x\"\n"}, {"n", true, int64(-7)}, {"d", true, "1.50"}, {"f", true, 1e20},
+		{"f2", true, float32(0.1)}, {"dt", true, nil}, {"dd", true, int32(18263)}, {"ts", true, nil},
+		{"b", true, true}, {"e", true, "a"}, {"e2", true, "b"}, {"nn", true, int64(0)}, {"sn", true, ""},
+		{"ex", true, nil}, {"nul", false, nil}, {"plain", false, nil}, {"l1", true, "é"}, {"dn", false, nil},
+		{"y", true, int64(2020)}, {"r", true, nil}, {"em", true, ""}, {"tt", true, int64(5)}, {"g", true, nil},
+		{"bin", true, nil}, {"dz", false, nil},
+	} {
+		i := desc.table.ColumnIndex(tc.col)
+		if i < 0 {
+			t.Fatalf("no column %s", tc.col)
+		}
+		c, col := desc.cols[i], desc.table.Columns[i]
+		if c.HasDefault != tc.has || col.Default != tc.want {
+			t.Errorf("column %s: HasDefault %t, Default %#v; want %t, %#v", tc.col, c.HasDefault, col.Default, tc.has, tc.want)
+		}
+		if tc.want == nil {
+			continue
+		}
+		// The constant is what the server gives the rows already there.
+		var raw sql.RawBytes
+		row, err := e.db.Query(fmt.Sprintf("SELECT %s FROM p WHERE id = 1", selectExpr(&c, quoteIdent(tc.col))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		row.Next()
+		if err := row.Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		got, err := fromText(&c, raw)
+		row.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("column %s: the row holds %#v (%v), the default is %#v", tc.col, got, err, tc.want)
+		}
+	}
+}
+
+// TestColumnDefaultForms: MariaDB's and MySQL's forms of COLUMN_DEFAULT.
+func TestColumnDefaultForms(t *testing.T) {
+	t.Parallel()
+	str := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	for _, tc := range []struct {
+		name string
+		c    infoColumn
+		has  bool
+		want any
+	}{
+		{"mariadb quoted", infoColumn{DataType: "varchar", ColumnType: "varchar(9)", Charset: "utf8mb4", Default: str(`'a''b\\c\tq'`), QuotedDefault: true, Nullable: true}, true, "a'b\\c\tq"},
+		{"mariadb NULL", infoColumn{DataType: "int", ColumnType: "int(11)", Default: str("NULL"), QuotedDefault: true, Nullable: true}, false, nil},
+		{"mariadb expression", infoColumn{DataType: "int", ColumnType: "int(11)", Default: str("(1 + 2)"), QuotedDefault: true}, true, nil},
+		{"mariadb bare word", infoColumn{DataType: "varchar", ColumnType: "varchar(9)", Charset: "utf8mb4", Default: str("uuid()"), QuotedDefault: true}, true, nil},
+		{"mysql literal", infoColumn{DataType: "varchar", ColumnType: "varchar(9)", Charset: "utf8mb4", Default: str("'red'"), Nullable: true}, true, "'red'"},
+		{"mysql NULL", infoColumn{DataType: "int", ColumnType: "int", Nullable: true}, false, nil},
+		{"mysql number", infoColumn{DataType: "bigint", ColumnType: "bigint", Default: str("-9007199254740993")}, true, int64(-9007199254740993)},
+		{"mysql expression", infoColumn{DataType: "double", ColumnType: "double", Default: str("rand()"), Extra: "DEFAULT_GENERATED"}, true, nil},
+		{"mysql current_timestamp", infoColumn{DataType: "datetime", ColumnType: "datetime", Default: str("CURRENT_TIMESTAMP")}, true, nil},
+		{"mysql bit", infoColumn{DataType: "bit", ColumnType: "bit(1)", Precision: 1, Default: str("b'0'")}, true, false},
+		{"mysql decimal not null", infoColumn{DataType: "decimal", ColumnType: "decimal(5,3)", Precision: 5, Scale: 3}, true, "0.000"},
+		{"auto_increment", infoColumn{DataType: "int", ColumnType: "int", Extra: "auto_increment"}, true, nil},
+		{"mysql stored generated", infoColumn{DataType: "int", ColumnType: "int", Extra: "STORED GENERATED", Nullable: true}, true, nil},
+	} {
+		c := tc.c
+		c.Name = "c"
+		ct, err := fromInfo(c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		col, err := ct.column()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if ct.HasDefault != tc.has || col.Default != tc.want {
+			t.Errorf("%s: HasDefault %t, Default %#v; want %t, %#v", tc.name, ct.HasDefault, col.Default, tc.has, tc.want)
+		}
+	}
+}
