@@ -170,6 +170,7 @@ func (r *Reader) stateKey() string { return "mysql/checkpoint" }
 // *TableError, *ValueError and the Emitter's own.
 func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 	backoff := r.cfg.ReconnectMin
+	failed := 0 // connection attempts in a row that failed (unreachable.go)
 	for {
 		began := time.Now()
 		err := r.session(ctx, e)
@@ -184,7 +185,10 @@ func (r *Reader) Run(ctx context.Context, e source.Emitter) error {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		r.stats.Reconnects.Add(1)
-		r.logger.Warn("connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		if failed = failed + 1; !connectFailed(err) {
+			failed = 0
+		}
+		r.logRetry(err, failed, wait)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

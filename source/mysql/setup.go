@@ -76,6 +76,7 @@ func (ci connInfo) open() (*sql.DB, error) {
 	cfg.User, cfg.Passwd = ci.user, ci.password
 	cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(ci.host, strconv.Itoa(int(ci.port)))
 	cfg.DBName = ci.db
+	cfg.Timeout = dialTimeout
 	cfg.Params = map[string]string{"time_zone": "'+00:00'", "sql_mode": "'NO_ENGINE_SUBSTITUTION'"}
 	cfg.Collation = "utf8mb4_general_ci"
 	conn, err := sqldriver.NewConnector(cfg)
