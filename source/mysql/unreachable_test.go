@@ -1,36 +1,17 @@
 package mysql
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sqldriver "github.com/go-sql-driver/mysql"
 
-	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/internal/unreachabletest"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestUnreachableDatabase: a DSN whose server does not answer is retried
 // with backoff and, after a few failed attempts, each one is an ERROR that
@@ -39,58 +20,14 @@ func (l *lockedBuffer) String() string {
 // is stopped.
 func TestUnreachableDatabase(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	const password = "s3cret-pw-do-not-log"
-	logs := &lockedBuffer{}
+	addr := unreachabletest.ClosedAddr(t)
+	password := unreachabletest.Password
+	logs := &unreachabletest.Buffer{}
 	r := New(Config{DSN: "mysql://cdc:" + password + "@" + addr + "/shop", ServerID: 77, Tables: []string{"shop.t"},
 		ReconnectMin: 5 * time.Millisecond, ReconnectMax: 20 * time.Millisecond},
 		newMemState(), slog.New(slog.NewTextHandler(logs, nil)))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, nil) }()
-	deadline := time.Now().Add(time.Minute)
-	for r.Stats().Reconnects.Load() < source.UnreachableAfter+3 {
-		select {
-		case err := <-done:
-			t.Fatalf("the reader stopped: %v\n%s", err, logs)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d attempts in a minute:\n%s", r.Stats().Reconnects.Load(), logs)
-		}
-	}
-	cancel()
-	<-done
-	out := logs.String()
-	if strings.Contains(out, password) {
-		t.Fatalf("the log shows the password:\n%s", out)
-	}
-	var errors, warns int
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		switch {
-		case strings.Contains(l, "level=ERROR"):
-			errors++
-			for _, want := range []string{`msg="cannot connect to the database; still retrying"`, "server=" + addr, "connection refused",
-				"what_to_do=", "is MariaDB / MySQL running", "bind_address"} {
-				if !strings.Contains(l, want) {
-					t.Errorf("ERROR line lacks %q: %s", want, l)
-				}
-			}
-		case strings.Contains(l, "level=WARN"):
-			warns++
-			if !strings.Contains(l, "server="+addr) {
-				t.Errorf("WARN line does not name the server: %s", l)
-			}
-		}
-	}
-	if warns != source.UnreachableAfter-1 || errors < 3 {
-		t.Errorf("%d WARN and %d ERROR lines; want %d warnings, then errors:\n%s", warns, errors, source.UnreachableAfter-1, out)
-	}
+	unreachabletest.Retry(t, func(ctx context.Context) error { return r.Run(ctx, nil) }, r.Stats().Reconnects.Load, logs)
+	unreachabletest.Check(t, logs.String(), addr, "is MariaDB / MySQL running", "bind_address")
 }
 
 // TestConnectCheck: the causes a failed connection shows, each with what to
@@ -127,4 +64,6 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
-func mysqlErr(code uint16) error { return &sqldriver.MySQLError{Number: code, Message: "Too many connections"} }
+func mysqlErr(code uint16) error {
+	return &sqldriver.MySQLError{Number: code, Message: "Too many connections"}
+}
