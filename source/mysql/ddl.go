@@ -3,11 +3,8 @@ package mysql
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
@@ -83,42 +80,6 @@ func parseStatement(q, defaultDB string) statement {
 		return statement{kind: stmtDML}
 	}
 	return statement{kind: stmtOther}
-}
-
-// identifiers returns the identifiers of a statement, lower-cased: every
-// bare word and every back-quoted name (string literals skipped), so a
-// table name is found whole, never inside a longer name.
-func identifiers(q string) map[string]bool {
-	ids := map[string]bool{}
-	for s := q; s != ""; {
-		switch c := s[0]; {
-		case c == '`':
-			id, rest, ok := parseIdent(s)
-			if !ok {
-				return ids
-			}
-			ids[strings.ToLower(id)] = true
-			s = rest
-		case c == '\'' || c == '"':
-			end := 1
-			for end < len(s) && s[end] != c {
-				if s[end] == '\\' {
-					end++
-				}
-				end++
-			}
-			s = s[min(end+1, len(s)):]
-		default:
-			id, rest, ok := parseIdent(s)
-			if !ok {
-				s = s[1:]
-				continue
-			}
-			ids[strings.ToLower(id)] = true
-			s = rest
-		}
-	}
-	return ids
 }
 
 // skipSpaceAndComments drops leading white space and comments.
@@ -202,7 +163,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	case stmtCommit, stmtRollback:
 		return s.commit(ctx)
 	case stmtDML:
-		s.statementChanges(string(e.Query))
+		s.statementChanges(string(e.Query), string(e.Schema))
 		if s.flavor == FlavorMariaDB && s.tx.gtid.standalone {
 			return s.commit(ctx)
 		}
@@ -232,55 +193,6 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		}
 	}
 	return s.commit(ctx)
-}
-
-// statementChanges stops every captured table a data change logged as a
-// statement may have written (a session with binlog_format STATEMENT or
-// MIXED): its rows are not in the binlog, so the mirror would miss them.
-// The statement is not parsed: a table whose name stands in it as a whole
-// identifier is stopped (a false alarm costs a re-snapshot; a miss would
-// lose changes silently).
-func (s *streamer) statementChanges(stmt string) {
-	ids := identifiers(stmt)
-	for _, qn := range slices.Sorted(maps.Keys(s.captured)) {
-		d := s.captured[qn]
-		if !ids[strings.ToLower(d.name)] || s.inc.isWatermarkTable(qn) || s.inc.isSignalTable(qn) {
-			continue
-		}
-		t := d.table
-		if v := s.latest[qn]; v != nil {
-			t = v.table
-		}
-		// One reason per table: the emitter keeps a known pause as it is.
-		f := &source.Fault{
-			Reason: fmt.Sprintf("data changes of %s were logged as statements, not as rows (binlog_format is STATEMENT or MIXED for "+
-				"the session that ran them), so cdcd cannot read what they changed", qn),
-			Fix: "make every session log rows: SET GLOBAL binlog_format = 'ROW' (and in the server's config file; sessions that set " +
-				"binlog_format themselves need their SUPER or BINLOG ADMIN privilege revoked), then re-snapshot the table: " +
-				"cdcd snapshot -c FILE --replace " + qn,
-		}
-		if !s.stmtLogged[qn] {
-			if s.stmtLogged == nil {
-				s.stmtLogged = map[string]bool{}
-			}
-			s.stmtLogged[qn] = true
-			s.r.logger.Error("a captured table's change was logged as a statement; it pauses", "table", qn, "statement",
-				source.Printable(truncate(stmt, 200)), "reason", f.Reason, "what_to_do", f.Fix)
-		}
-		s.add(source.Change{Table: t, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f})
-		s.tx.idx++
-	}
-}
-
-// truncate shortens s to at most n bytes (on a rune boundary), marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // refresh reads again the information schema of the captured tables a DDL

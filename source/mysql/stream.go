@@ -31,9 +31,9 @@ type streamer struct {
 	byID     map[uint64]*tableVersion // table-map id → version
 	latest   map[string]*tableVersion // db.table → newest version
 
-	// stmtLogged holds the tables whose change logged as a statement
-	// was said in the log (ddl.go).
-	stmtLogged map[string]bool
+	// faultLogged is the reason last logged per table stopped while
+	// streaming (tablefault.go).
+	faultLogged map[string]string
 
 	// live is the GTID set and ordinal of every transaction committed in
 	// the binlog read so far; tx is the transaction being read.
@@ -71,6 +71,9 @@ type tableVersion struct {
 	qn       string
 	cols     []colType
 	table    *schema.Table
+	// shapeFault: a configured table whose shape cdcd cannot map; its rows
+	// stop it (tablefault.go). table is then its last shape.
+	shapeFault *source.Fault
 }
 
 // stream reads the binlog from st until ctx ends or an error.

@@ -32,6 +32,15 @@ func (s *streamer) tableMap(ctx context.Context, tm *replication.TableMapEvent) 
 		return nil
 	}
 	v, err := buildVersion(desc, tm, s.colls)
+	var te *TableError
+	if errors.As(err, &te) && s.stoppable(qn) {
+		t := desc.table
+		if old := s.latest[qn]; old != nil {
+			t = old.table
+		}
+		s.byID[tm.TableID] = &tableVersion{tm: tm, captured: true, qn: qn, table: t, shapeFault: shapeFault(te)}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -97,6 +106,10 @@ func buildVersion(desc *tableDesc, tm *replication.TableMapEvent, colls collatio
 	return v, nil
 }
 
+// decodable are the row event kinds rows decodes.
+var decodable = []replication.EnumRowsEventType{replication.EnumRowsEventTypeInsert, replication.EnumRowsEventTypeDelete,
+	replication.EnumRowsEventTypeUpdate}
+
 // rows turns a row event into changes; every row, of captured tables or
 // not, takes an index in the transaction, so the positions of a
 // transaction's changes do not depend on which tables are captured.
@@ -118,10 +131,20 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 		return fmt.Errorf("mysql: a row event for %s outside a transaction (no GTID event before it)", v.qn)
 	}
 	s.rowsEv, s.row = h, 0
-	for _, skips := range e.SkippedColumns {
-		if len(skips) > 0 {
+	stop := v.shapeFault
+	if stop == nil && slices.ContainsFunc(e.SkippedColumns, func(skips []int) bool { return len(skips) > 0 }) {
+		if !s.stoppable(v.qn) {
 			return &TableError{Table: v.qn, Err: errPartialImage}
 		}
+		stop = imageFault(v.qn)
+	}
+	if stop == nil && !slices.Contains(decodable, typ) && s.stoppable(v.qn) {
+		stop = eventFault(v.qn, h.EventType)
+	}
+	if stop != nil {
+		s.stopTable(v.qn, v.table, stop)
+		s.tx.idx += uint32(n)
+		return nil
 	}
 	switch typ {
 	case replication.EnumRowsEventTypeInsert, replication.EnumRowsEventTypeDelete:
