@@ -92,26 +92,26 @@ func errReplicaIdentityNothing(table string) error {
 // binary form arrive as text. A value cdcd cannot carry (valueError) does
 // not stop the others: the row comes back with nil in its place, with a
 // *ValueError for the first such column.
-func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
-	if tup == nil {
+func decodeTuple(r *relation, cols []tupleColumn, present bool) ([]any, error) {
+	if !present {
 		return nil, nil
 	}
-	if len(tup.Columns) != len(r.types) {
+	if len(cols) != len(r.types) {
 		return nil, fmt.Errorf("postgres: %s: tuple has %d columns, relation has %d",
-			r.table.QualifiedName(), len(tup.Columns), len(r.types))
+			r.table.QualifiedName(), len(cols), len(r.types))
 	}
-	row := make([]any, len(tup.Columns))
+	row := make([]any, len(cols))
 	var bad *ValueError
-	for i, col := range tup.Columns {
-		switch col.DataType {
+	for i, col := range cols {
+		switch col.kind {
 		case pglogrepl.TupleDataTypeNull:
 		case pglogrepl.TupleDataTypeToast:
 			row[i] = schema.Unchanged
 		case pglogrepl.TupleDataTypeBinary, pglogrepl.TupleDataTypeText:
-			if (col.DataType == pglogrepl.TupleDataTypeText) != r.types[i].Text {
-				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.DataType)
+			if (col.kind == pglogrepl.TupleDataTypeText) != r.types[i].Text {
+				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.kind)
 			}
-			v, err := r.decodeValue(i, col.Data, nil)
+			v, err := r.decodeValue(i, col.data, nil)
 			if err != nil {
 				if bad == nil {
 					bad = err
@@ -120,7 +120,7 @@ func decodeTuple(r *relation, tup *pglogrepl.TupleData) ([]any, error) {
 			}
 			row[i] = v
 		default:
-			return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.DataType)
+			return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.kind)
 		}
 	}
 	if bad != nil {
@@ -223,13 +223,13 @@ func keysDiffer(t *schema.Table, before, after []any) bool {
 // updateChanges turns an Update message, its rows decoded, into changes:
 // one update, or a delete of the old key plus an insert of the new one when
 // the key changed.
-func (tx *txState) updateChanges(r *relation, m *pglogrepl.UpdateMessage, before, after []any, out []source.Change) ([]source.Change, error) {
+func (tx *txState) updateChanges(r *relation, m *rowMessage, before, after []any, out []source.Change) ([]source.Change, error) {
 	if before != nil && keysDiffer(r.table, before, after) {
 		unchanged := false
 		for i, v := range after {
 			// The insert of the new key needs every value; the old row has
 			// the unchanged ones under REPLICA IDENTITY FULL.
-			if schema.IsUnchanged(v) && m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld && !schema.IsUnchanged(before[i]) {
+			if schema.IsUnchanged(v) && m.oldKind == pglogrepl.UpdateMessageTupleTypeOld && !schema.IsUnchanged(before[i]) {
 				after[i] = before[i]
 			}
 			unchanged = unchanged || schema.IsUnchanged(after[i])

@@ -50,6 +50,10 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 		s.r.stats.SpilledBytes.Store(s.spill.Bytes())
 		return nil
 	}
+	if isRowMessage(data) {
+		s.tx.lsn = lsn
+		return s.rowChange(ctx, data, false, nil)
+	}
 	m, err := pglogrepl.ParseV2(data, false)
 	if err != nil {
 		return fmt.Errorf("postgres: pgoutput message %q: %w", data[0], err)
@@ -79,11 +83,17 @@ func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMe
 	s.inTx = true
 	spilled, began := s.spill.Bytes(), time.Now()
 	err := s.spill.Replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
+		s.tx.lsn = lsn
+		if isRowMessage(data) {
+			if err := s.rowChange(ctx, data, true, aborted); err != nil {
+				return err
+			}
+			return s.maybeFlush(ctx, false)
+		}
 		msg, err := pglogrepl.ParseV2(data, true)
 		if err != nil {
 			return fmt.Errorf("postgres: spilled pgoutput message %q: %w", data[0], err)
 		}
-		s.tx.lsn = lsn
 		if err := s.apply(ctx, msg, aborted); err != nil {
 			return err
 		}
@@ -126,21 +136,6 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 			return nil
 		}
 		return s.relation(ctx, &m.RelationMessage)
-	case *pglogrepl.InsertMessageV2:
-		if skip(m.Xid) {
-			return nil
-		}
-		return s.insert(ctx, &m.InsertMessage)
-	case *pglogrepl.UpdateMessageV2:
-		if skip(m.Xid) {
-			return nil
-		}
-		return s.update(ctx, &m.UpdateMessage)
-	case *pglogrepl.DeleteMessageV2:
-		if skip(m.Xid) {
-			return nil
-		}
-		return s.delete(ctx, &m.DeleteMessage)
 	case *pglogrepl.TruncateMessageV2:
 		if skip(m.Xid) {
 			return nil
@@ -166,12 +161,33 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 	return nil
 }
 
-func (s *streamer) insert(ctx context.Context, m *pglogrepl.InsertMessage) error {
-	rel, err := s.rel(m.RelationID)
+// rowChange handles an Insert, Update or Delete message (tuple.go parses
+// it); a streamed one (from a spill file) is skipped when its
+// subtransaction was aborted.
+func (s *streamer) rowChange(ctx context.Context, data []byte, streamed bool, aborted map[uint32]bool) error {
+	m := &s.row
+	if err := parseRowMessage(data, streamed, m); err != nil {
+		return err
+	}
+	if streamed && aborted[m.xid] {
+		return nil
+	}
+	switch m.op {
+	case 'I':
+		return s.insert(ctx, m)
+	case 'U':
+		return s.update(ctx, m)
+	default:
+		return s.delete(ctx, m)
+	}
+}
+
+func (s *streamer) insert(ctx context.Context, m *rowMessage) error {
+	rel, err := s.rel(m.rel)
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	after, err := decodeTuple(rel, m.Tuple)
+	after, err := decodeTuple(rel, m.new, m.hasNew)
 	if ve := asValueError(err); ve != nil {
 		return s.addFault(ctx, rel, source.OpCreate, nil, after, ve)
 	}
@@ -181,13 +197,13 @@ func (s *streamer) insert(ctx context.Context, m *pglogrepl.InsertMessage) error
 	return s.add(s.tx.change(rel.table, source.OpCreate, nil, after))
 }
 
-func (s *streamer) update(ctx context.Context, m *pglogrepl.UpdateMessage) error {
-	rel, err := s.rel(m.RelationID)
+func (s *streamer) update(ctx context.Context, m *rowMessage) error {
+	rel, err := s.rel(m.rel)
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	after, err := decodeTuple(rel, m.NewTuple)
-	before, berr := decodeTuple(rel, m.OldTuple)
+	after, err := decodeTuple(rel, m.new, m.hasNew)
+	before, berr := decodeTuple(rel, m.old, m.hasOld)
 	if ve := asValueError(err); ve != nil || asValueError(berr) != nil {
 		// One change, not split at a key change: the faulty row may hide
 		// whether its key changed.
@@ -210,12 +226,12 @@ func (s *streamer) update(ctx context.Context, m *pglogrepl.UpdateMessage) error
 	return nil
 }
 
-func (s *streamer) delete(ctx context.Context, m *pglogrepl.DeleteMessage) error {
-	rel, err := s.rel(m.RelationID)
+func (s *streamer) delete(ctx context.Context, m *rowMessage) error {
+	rel, err := s.rel(m.rel)
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	before, err := decodeTuple(rel, m.OldTuple)
+	before, err := decodeTuple(rel, m.old, m.hasOld)
 	if ve := asValueError(err); ve != nil {
 		return s.addFault(ctx, rel, source.OpDelete, before, nil, ve)
 	}

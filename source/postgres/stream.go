@@ -34,6 +34,7 @@ type streamer struct {
 	inTx      bool // between Begin and Commit, or replaying a streamed transaction
 	inStream  bool // between Stream Start and Stream Stop
 	streamXid uint32
+	row       rowMessage // the Insert, Update or Delete being handled; its slices reused
 	batch     []source.Change
 	batchAt   time.Time // when the oldest change in batch arrived
 	batchSize int       // the batch's row bytes (source.Change.Bytes)
