@@ -70,7 +70,7 @@ func reconcileTables(ctx context.Context, cfg *config.Config, opts ReconcileOpti
 		name := specs[i].Source
 		specs[i].Busy = func(ctx context.Context) (string, error) { return busy.why(ctx, name) }
 	}
-	src, err := openReconcileSource(ctx, cfg)
+	src, err := openReconcileSource(ctx, cfg, busy)
 	if err != nil {
 		return nil, err
 	}
@@ -256,11 +256,17 @@ type reconcileSource interface {
 	Close()
 }
 
-// openReconcileSource connects to the pipeline's source.
-func openReconcileSource(ctx context.Context, cfg *config.Config) (reconcileSource, error) {
+// openReconcileSource connects to the pipeline's source; a MySQL source
+// reads the pipeline's checkpoint from the log's state (busy).
+func openReconcileSource(ctx context.Context, cfg *config.Config, busy *busyState) (reconcileSource, error) {
+	if my := cfg.Source.MySQL; my != nil {
+		return reconcile.OpenMySQL(ctx, reconcile.MySQLConfig{DSN: my.DSN, Flavor: my.Flavor,
+			StatementTimeout: cfg.Reconcile.StatementTimeout,
+			Checkpoint:       func(ctx context.Context) ([]byte, error) { return busy.value(ctx, "mysql/checkpoint") }})
+	}
 	pg := cfg.Source.Postgres
 	if pg == nil {
-		return nil, errors.New("cdcd reconcile compares PostgreSQL sources only, so far")
+		return nil, errors.New("cdcd reconcile compares PostgreSQL and MySQL sources only")
 	}
 	return reconcile.OpenPostgres(ctx, reconcile.PostgresConfig{DSN: pg.DSN, ReadDSN: cfg.Reconcile.ReplicaDSN,
 		Slot: pg.Slot, Publication: pg.Publication, StatementTimeout: cfg.Reconcile.StatementTimeout})

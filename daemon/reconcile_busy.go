@@ -97,6 +97,18 @@ func originName(origin string) string {
 	return "origin " + origin
 }
 
+// value reads the source's state under key as it is now (nil when absent).
+func (b *busyState) value(ctx context.Context, key string) ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refreshLocked(ctx); errors.Is(err, log.ErrUnknownTopic) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	return b.values[key], nil
+}
+
 // loadUnfinished says whether source/postgres's state (key) records an
 // initial load not finished yet, or no state at all (the pipeline has not
 // started: no load either).

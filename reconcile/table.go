@@ -36,6 +36,9 @@ type Column struct {
 	// value is NULL); Lit, for a key column, its text as the source reads
 	// it back as a literal of Type.
 	SQL, Lit, Type string
+	// Show is the source's SQL of the value as the report shows it
+	// (MySQL; PostgreSQL prints its own text).
+	Show string
 	// Mirror is the column's index among the mirror's columns.
 	Mirror int
 	// Collated: a text key whose order is the database's collation, not

@@ -1,0 +1,310 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/cdcd-dev/cdcd/source/mysql"
+)
+
+// The MySQL / MariaDB side. A read R is one transaction started WITH
+// CONSISTENT SNAPSHOT; its positions, in the log's order (source/mysql's
+// ordinals):
+//
+//   - Low is one past the ordinal of the pipeline's checkpoint C read
+//     before R began: C's transactions had committed then, so R sees every
+//     one of them, and any transaction R does not see has a greater ordinal.
+//   - High carries the GTID position P of R's snapshot. MariaDB names it:
+//     binlog_snapshot_file/position, the binlog point the snapshot is
+//     consistent with (the commit order is the binlog's), turned into a
+//     GTID position by BINLOG_GTID_POS; R sees exactly P's transactions.
+//     MySQL has no such point: P is @@gtid_executed read after R's query,
+//     a superset of what R sees as long as a transaction's GTID joins
+//     gtid_executed (in its commit's group) before the query ends.
+//
+// The log covers R once the pipeline's checkpoint contains P. There is no
+// Gap: a transaction R does not see has an ordinal at or after Low, so its
+// keys are left out (rule 4).
+
+// MySQLConfig configures the MySQL / MariaDB side.
+type MySQLConfig struct {
+	// DSN is the pipeline's source (source.mysql.dsn).
+	DSN string
+	// Flavor is mysql.FlavorMySQL or mysql.FlavorMariaDB; "" detects it.
+	Flavor string
+	// StatementTimeout bounds each statement (0: the server's setting).
+	StatementTimeout time.Duration
+	// Checkpoint reads the pipeline's checkpoint as source/mysql saves it
+	// (its state "mysql/checkpoint"; nil when none is saved yet).
+	Checkpoint func(ctx context.Context) ([]byte, error)
+}
+
+// MySQL reads ranges of MySQL / MariaDB tables, hashed in the server.
+type MySQL struct {
+	cfg    MySQLConfig
+	flavor string
+	db     *sql.DB
+	sums   *sql.Conn // Sums, beside the other methods
+	read   *sql.Conn // Rows and Values
+	seq    atomic.Uint64
+
+	mu     sync.Mutex
+	low    []byte // Low of the last checkpoint read, and when
+	lowAt  time.Time
+	lowMax time.Duration
+}
+
+// myCheckpoint is source/mysql's saved checkpoint (its frozen JSON).
+type myCheckpoint struct {
+	Flavor  string `json:"flavor"`
+	GTID    string `json:"gtid"`
+	Ordinal uint64 `json:"ordinal"`
+}
+
+// OpenMySQL connects to the source.
+func OpenMySQL(ctx context.Context, cfg MySQLConfig) (*MySQL, error) {
+	if cfg.Checkpoint == nil {
+		return nil, errors.New("reconcile: MySQLConfig.Checkpoint is required")
+	}
+	db, err := mysql.OpenDB(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	m := &MySQL{cfg: cfg, db: db, flavor: cfg.Flavor, lowMax: time.Second}
+	if err := m.open(ctx); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("reconcile: connect to the source: %w", err)
+	}
+	return m, nil
+}
+
+func (m *MySQL) open(ctx context.Context) error {
+	if m.flavor == "" {
+		var version string
+		if err := m.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+			return err
+		}
+		m.flavor = mysql.FlavorMySQL
+		if strings.Contains(strings.ToLower(version), "mariadb") {
+			m.flavor = mysql.FlavorMariaDB
+		}
+	}
+	var err error
+	if m.sums, err = m.conn(ctx); err != nil {
+		return err
+	}
+	m.read, err = m.conn(ctx)
+	return err
+}
+
+// conn is a connection of its own with the session's settings.
+func (m *MySQL) conn(ctx context.Context) (*sql.Conn, error) {
+	c, err := m.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := []string{"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "SET NAMES utf8mb4"}
+	if ms := m.cfg.StatementTimeout.Milliseconds(); ms > 0 {
+		if m.flavor == mysql.FlavorMariaDB {
+			set = append(set, fmt.Sprintf("SET SESSION max_statement_time = %.3f", float64(ms)/1000))
+		} else {
+			set = append(set, fmt.Sprintf("SET SESSION max_execution_time = %d", ms))
+		}
+	}
+	for _, s := range set {
+		if _, err := c.ExecContext(ctx, s); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return c, nil
+}
+
+// Close closes the connections.
+func (m *MySQL) Close() {
+	for _, c := range []*sql.Conn{m.sums, m.read} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	m.db.Close()
+}
+
+// CPU is unknown on MySQL (the server's threads are not told apart).
+func (m *MySQL) CPU() time.Duration { return 0 }
+
+// RowHash is MD5's first 64 bits, as the server computes it.
+func (m *MySQL) RowHash(text []byte) uint64 { return md5Hash(text) }
+
+// checkpoint reads the pipeline's checkpoint (nil: none yet).
+func (m *MySQL) checkpoint(ctx context.Context) (*myCheckpoint, gomysql.GTIDSet, error) {
+	raw, err := m.cfg.Checkpoint(ctx)
+	if err != nil || raw == nil {
+		return nil, nil, err
+	}
+	var cp myCheckpoint
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		return nil, nil, fmt.Errorf("reconcile: the pipeline's checkpoint (mysql/checkpoint): %w", err)
+	}
+	set, err := m.parseSet(cp.GTID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reconcile: the pipeline's checkpoint (mysql/checkpoint): %w", err)
+	}
+	return &cp, set, nil
+}
+
+func (m *MySQL) parseSet(s string) (gomysql.GTIDSet, error) {
+	if m.flavor == mysql.FlavorMariaDB {
+		return gomysql.ParseMariadbGTIDSet(s)
+	}
+	return gomysql.ParseMysqlGTIDSet(s)
+}
+
+// lowPos is a read's Low: one past the ordinal of a checkpoint read before
+// it. An older checkpoint is as sound (it leaves more keys out), so one
+// read less than lowMax ago serves.
+func (m *MySQL) lowPos(ctx context.Context) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.low != nil && time.Since(m.lowAt) < m.lowMax {
+		return m.low, nil
+	}
+	at := time.Now()
+	cp, _, err := m.checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cp == nil {
+		return nil, fmt.Errorf("%w: the pipeline has saved no position yet (it has not started)", ErrNotComparable)
+	}
+	m.low, m.lowAt = mysql.Position(cp.Ordinal+1, 0), at
+	return m.low, nil
+}
+
+// myHigh is a read's High: the read's sequence number (so later reads sort
+// after earlier ones, and their positions contain the earlier ones'), then
+// its GTID position.
+func (m *MySQL) myHigh(pos string) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, m.seq.Add(1)), pos...)
+}
+
+func highGTID(high []byte) string {
+	if len(high) < 8 {
+		return ""
+	}
+	return string(high[8:])
+}
+
+// begin starts a consistent read on c, its Low read first. For MariaDB the
+// read's High is known at once; for MySQL end reads it after the query.
+func (m *MySQL) begin(ctx context.Context, c *sql.Conn) (*Read, error) {
+	low, err := m.lowPos(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+		return nil, fmt.Errorf("reconcile: start a consistent read: %w", err)
+	}
+	r := &Read{Low: low}
+	if m.flavor != mysql.FlavorMariaDB {
+		return r, nil
+	}
+	var file, pos string
+	rows, err := c.QueryContext(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+	if err != nil {
+		m.rollback(c)
+		return nil, err
+	}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			m.rollback(c)
+			return nil, err
+		}
+		switch k {
+		case "Binlog_snapshot_file", "binlog_snapshot_file":
+			file = v
+		case "Binlog_snapshot_position", "binlog_snapshot_position":
+			pos = v
+		}
+	}
+	rows.Close()
+	var gtid sql.NullString
+	if file != "" {
+		n, _ := strconv.ParseUint(pos, 10, 64)
+		if err := c.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", file, n).Scan(&gtid); err != nil {
+			m.rollback(c)
+			return nil, fmt.Errorf("reconcile: the GTID position of %s:%s: %w", file, pos, err)
+		}
+	}
+	if !gtid.Valid {
+		m.rollback(c)
+		return nil, fmt.Errorf("reconcile: the server names no binlog position for a consistent read (binlog_snapshot_file %q, position %q): is its binlog on?", file, pos)
+	}
+	r.High = m.myHigh(gtid.String)
+	return r, nil
+}
+
+// end commits a read; for MySQL it reads its High first.
+func (m *MySQL) end(ctx context.Context, c *sql.Conn, r *Read) error {
+	if r.High == nil {
+		var gtid string
+		if err := c.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_executed").Scan(&gtid); err != nil {
+			m.rollback(c)
+			return fmt.Errorf("reconcile: read gtid_executed: %w", err)
+		}
+		r.High = m.myHigh(gtid)
+	}
+	_, err := c.ExecContext(ctx, "COMMIT")
+	return err
+}
+
+func (m *MySQL) rollback(c *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.ExecContext(ctx, "ROLLBACK")
+}
+
+// Covered says whether the pipeline's checkpoint contains high's GTID
+// position, and whether a binlog reader of this DSN's user is connected
+// (the pipeline; the processlist shows a user's own threads without the
+// PROCESS privilege).
+func (m *MySQL) Covered(ctx context.Context, high []byte) (bool, bool, error) {
+	want, err := m.parseSet(highGTID(high))
+	if err != nil {
+		return false, false, fmt.Errorf("reconcile: a read's GTID position %q: %w", highGTID(high), err)
+	}
+	_, have, err := m.checkpoint(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	var n int
+	if err := m.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n); err != nil {
+		return false, false, fmt.Errorf("reconcile: read the processlist: %w", err)
+	}
+	return have != nil && have.Contain(want), n > 0, nil
+}
+
+// Pending: the binlog past a stopped pipeline's checkpoint is not read
+// here, so such a table cannot be compared until the pipeline has read it.
+func (m *MySQL) Pending(ctx context.Context, t *Table, high []byte, u *unsettled) error {
+	return fmt.Errorf("%w: %s: the pipeline is stopped and the source has transactions it has not read (up to %s): start it, or compare once it has caught up",
+		ErrNotComparable, t.Name, highGTID(high))
+}
+
+// Committed: a MySQL read has no Gap.
+func (m *MySQL) Committed(ctx context.Context, xids []uint64) (map[uint64]bool, error) {
+	return map[uint64]bool{}, nil
+}
