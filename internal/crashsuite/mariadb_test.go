@@ -204,6 +204,10 @@ shutdown:
 	}()
 	armed := ""
 	child := cdcdtest.Start(t, bin, cfgPath, admin, logFile)
+	var rc *reconciler
+	if mc.mode == "upsert" {
+		rc = startReconciler(bin, cfgPath)
+	}
 	random, byPoint, midSnapshot := 0, 0, 0
 	for k := 0; k < kills; k++ {
 		wait := time.Duration(400+rng.IntN(1200)) * time.Millisecond
@@ -242,6 +246,9 @@ shutdown:
 	}
 	close(stop)
 	wg.Wait()
+	if rc != nil {
+		rc.finish(t)
+	}
 	if armed != "" { // the last start may still die at its point
 		child.Kill()
 		fmt.Fprintf(logFile, "---- crash: final restart\n")
@@ -270,6 +277,9 @@ shutdown:
 			st, err := child.Status()
 			return err == nil && st.CaughtUp(0) && changelogHolds(t, dir, name, "acct", "-1") && changelogHolds(t, dir, name, "item", "-1")
 		})
+	}
+	if rc != nil {
+		requireReconcileEqual(t, bin, cfgPath)
 	}
 	if err := child.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
