@@ -73,6 +73,11 @@
 //     has no record below E (a commit after the check is appended after E
 //     was read), so it cannot have reached the mirror.
 //
+// On MySQL and MariaDB (mysql.go) positions are the pipeline's ordinals:
+// Low is one past the ordinal of the pipeline's checkpoint read before R
+// began, High R's GTID position, and the log covers R once the checkpoint
+// contains it; there is no Gap.
+//
 // What remains is a key whose every change in the log is visible to R and
 // below the mirror's offsets, and (rule 2) every change R sees is in the
 // log: the mirror of a correct pipeline holds exactly R's row. A
