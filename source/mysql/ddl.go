@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
-	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -179,15 +178,12 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	case stmtTruncate:
 		if desc := s.captured[st.db+"."+st.table]; desc != nil && !s.inc.isWatermarkTable(desc.qualified()) &&
 			!s.inc.isSignalTable(desc.qualified()) {
-			t := desc.table
-			if v := s.latest[desc.qualified()]; v != nil {
-				t = v.table
-			}
-			s.add(source.Change{Table: t, Op: source.OpTruncate, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord,
-				CommitTime: s.tx.ts})
-			s.tx.idx++
+			s.truncate(desc.qualified())
 		}
 	case stmtDDL:
+		if err := s.moves(ctx, string(e.Query), string(e.Schema)); err != nil {
+			return err
+		}
 		if err := s.refresh(ctx, string(e.Query)); err != nil {
 			return err
 		}
