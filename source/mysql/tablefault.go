@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -46,8 +47,11 @@ func (s *streamer) stoppable(qn string) bool { return slices.Contains(s.r.cfg.Ta
 // shapeFault is the fault of a table whose new shape cdcd cannot map (a
 // column type without a mapping, no primary key any more).
 func shapeFault(te *TableError) *source.Fault {
-	return &source.Fault{Reason: strings.TrimPrefix(te.Error(), "mysql: "),
-		Fix: "change the table back (the column's type, the primary key) or remove it from source.mysql.tables; " + resnapshot(te.Table)}
+	fix := "change the table back (the column's type, the primary key) or remove it from source.mysql.tables; "
+	if errors.Is(te, errNoMetadata) {
+		fix = "SET GLOBAL binlog_row_metadata = FULL (and in the server's config file); "
+	}
+	return &source.Fault{Reason: strings.TrimPrefix(te.Error(), "mysql: "), Fix: fix + resnapshot(te.Table)}
 }
 
 // imageFault is the fault of a row event that lacks columns.

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -156,5 +157,16 @@ func TestTableStopsAlone(t *testing.T) {
 	}
 	if f := got[0].Fault; f == nil || !strings.Contains(f.Fix, "SET GLOBAL binlog_row_image = 'FULL'") {
 		t.Errorf("the partial image's fix: %+v", f)
+	}
+}
+
+func TestShapeFaultFix(t *testing.T) {
+	f := shapeFault(&TableError{Table: "shop.t", Err: errNoMetadata})
+	if !strings.Contains(f.Fix, "SET GLOBAL binlog_row_metadata = FULL") || !strings.Contains(f.Fix, "--replace shop.t") {
+		t.Errorf("no metadata: fix %q", f.Fix)
+	}
+	f = shapeFault(&TableError{Table: "shop.t", Column: "g", Type: "weird", Err: errors.New("no mapping")})
+	if !strings.Contains(f.Reason, `column "g" (type weird)`) || !strings.Contains(f.Fix, "change the table back") {
+		t.Errorf("unmapped type: %+v", f)
 	}
 }
