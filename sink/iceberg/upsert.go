@@ -38,6 +38,8 @@ type upsert struct {
 	dvBuf []byte
 	// keys are the identifier (primary-key) fields of the table.
 	keys []iceberg.NestedField
+	// rowIDs finds an updated row's old _row_id (v3, rowlineage.go).
+	rowIDs rowIDs
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current
@@ -45,6 +47,7 @@ type upsert struct {
 func (u *upsert) loadFiles(ctx context.Context, tbl *table.Table) error {
 	u.data, u.dvs, u.posDeletes = map[string]iceberg.DataFile{}, map[string]iceberg.DataFile{}, nil
 	u.dvCache = map[string]cachedDV{}
+	u.rowIDs.reset()
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return nil
@@ -455,7 +458,11 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	if err := u.resolveUnchanged(fs, tbl, keys, locs); err != nil {
 		return nil, err
 	}
-	if err := u.writeRows(w, wfs, tbl, keys, p); err != nil {
+	oldIDs, err := u.oldRowIDs(fs, tbl, keys, locs)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.writeRows(w, wfs, tbl, keys, oldIDs, p); err != nil {
 		return nil, err
 	}
 	for _, st := range keys {
@@ -551,8 +558,9 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*key
 }
 
 // writeRows writes every live key's row into new data files, sorted by key,
-// and stages their index entries.
-func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, p *plan) error {
+// and stages their index entries. On format 3 the files carry the row
+// lineage columns: an updated row keeps its old _row_id (oldIDs, by key).
+func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, oldIDs map[string]int64, p *plan) error {
 	live := make([]*keyState, 0, len(keys))
 	for _, st := range keys {
 		if st.live {
@@ -566,10 +574,15 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	if !slices.IsSortedFunc(live, byKey) {
 		slices.SortFunc(live, byKey)
 	}
-	fsch, err := newFileSchema(tbl.Schema())
+	fileSc := tbl.Schema()
+	if tbl.Metadata().Version() >= 3 {
+		fileSc = iceberg.SchemaWithRowLineage(fileSc)
+	}
+	fsch, err := newFileSchema(fileSc)
 	if err != nil {
 		return err
 	}
+	idLeaf, idCol, lineage := rowIDLeaf(fsch, fileSc.Fields())
 	part, err := newPartitioner(tbl.Schema(), tbl.Spec())
 	if err != nil {
 		return err
@@ -600,8 +613,18 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		}
 		w.failpoint("after-data-file")
 		p.added = append(p.added, df)
+		var ids []int64 // the file's explicit row ids, for a later update
 		for i, st := range o.pending {
 			p.batch.set(st.key, location{file: o.path, pos: int64(i)})
+			if id, ok := oldIDs[string(st.key)]; ok {
+				if ids == nil {
+					ids = slices.Repeat([]int64{noRowID}, len(o.pending))
+				}
+				ids[i] = id
+			}
+		}
+		if lineage {
+			u.rowIDs.remember(o.path, ids)
 		}
 		p.rows += len(o.pending)
 		o.d, o.pending = nil, nil
@@ -657,7 +680,12 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 				}
 				// A row the codec refuses takes the generic path, which
 				// names what is wrong with it.
-				if o.d.addAvro(c, st.direct.info.After) == nil {
+				if id, ok := oldIDs[string(st.key)]; ok && lineage {
+					err = o.d.addAvroRowID(c, st.direct.info.After, idLeaf, idCol, id)
+				} else {
+					err = o.d.addAvro(c, st.direct.info.After)
+				}
+				if err == nil {
 					if err := added(o, st); err != nil {
 						return err
 					}
@@ -681,7 +709,10 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			vc.defaults = rowDefaults(st.table, fields, defaults)
 			colsOf[st.table] = vc
 		}
-		vals := make([]any, len(fields))
+		vals := make([]any, len(fileSc.Fields()))
+		if id, ok := oldIDs[string(st.key)]; ok && lineage {
+			vals[len(fields)] = id // _row_id follows the table's fields
+		}
 		for fi, ci := range vc.cols {
 			if ci >= 0 {
 				vals[fi] = st.row[ci]
