@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
 	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // BenchmarkStreaming: the reader's rows/s against a plain BinlogSyncer
@@ -25,35 +27,7 @@ import (
 //
 //	go test ./source/mysql -run '^$' -bench Streaming -benchtime 1x
 func BenchmarkStreaming(b *testing.B) {
-	rows := 200_000
-	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
-		rows = n
-	}
-	srv := mariadbtest.NewServer(b, mariadbserver.Options{})
-	dsn := mariadbtest.NewDBOn(b, srv)
-	db, err := mariadbserver.OpenDSN(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	var name, start string
-	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, a INT, b BIGINT, c VARCHAR(40), d DECIMAL(12,2),
-		e TIMESTAMP(6) NULL, f BOOLEAN, g DOUBLE)`); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&start); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < rows; i += 1000 {
-		q := fmt.Sprintf(`INSERT INTO bench SELECT seq, seq %% 1000, seq * 7, CONCAT('row ', seq), (seq %% 100000) / 100,
-			FROM_UNIXTIME(1700000000 + seq), seq %% 2, seq / 3 FROM seq_%d_to_%d`, i, min(i+1000, rows)-1)
-		if _, err := db.Exec(q); err != nil {
-			b.Fatal(err)
-		}
-	}
+	srv, _, name, start, rows := benchTable(b)
 	for b.Loop() {
 		t0, c0 := time.Now(), cpuTime()
 		if _, err := DecodeLoop(context.Background(), srv.ReplDSN(name), mariadbtest.ServerID(b), FlavorMariaDB, start, int64(rows)); err != nil {
@@ -80,6 +54,111 @@ func BenchmarkStreaming(b *testing.B) {
 		b.ReportMetric(got/raw, "ratio")
 		b.ReportMetric(rawCPU, "raw-cpu-µs/row")
 		b.ReportMetric(gotCPU, "reader-cpu-µs/row")
+	}
+}
+
+// benchTable fills a table bench of CDCD_BENCH_ROWS rows (default
+// 200000) in a new server, in transactions of 1,000 rows; start is the
+// GTID position before them.
+func benchTable(b *testing.B) (srv *mariadbserver.Server, db *sql.DB, name, start string, rows int) {
+	rows = 200_000
+	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	srv = mariadbtest.NewServer(b, mariadbserver.Options{})
+	dsn := mariadbtest.NewDBOn(b, srv)
+	db, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, a INT, b BIGINT, c VARCHAR(40), d DECIMAL(12,2),
+		e TIMESTAMP(6) NULL, f BOOLEAN, g DOUBLE)`); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&start); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < rows; i += 1000 {
+		q := fmt.Sprintf(`INSERT INTO bench SELECT seq, seq %% 1000, seq * 7, CONCAT('row ', seq), (seq %% 100000) / 100,
+			FROM_UNIXTIME(1700000000 + seq), seq %% 2, seq / 3 FROM seq_%d_to_%d`, i, min(i+1000, rows)-1)
+		if _, err := db.Exec(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return srv, db, name, start, rows
+}
+
+// BenchmarkChunkReads: the load's chunk reads (ReadChunk: the table
+// described, the chunk's SELECT, every value into the table model) against
+// a plain SELECT * scanned as raw bytes, in the same run, by this
+// process's CPU per row (the server's is not counted). Rows:
+// CDCD_BENCH_ROWS, default 200000.
+//
+//	go test ./source/mysql -run '^$' -bench ChunkReads -benchtime 1x
+func BenchmarkChunkReads(b *testing.B) {
+	srv, _, name, _, rows := benchTable(b)
+	ci, err := parseDSN(srv.ReplDSN(name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool, err := ci.open()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	d := &myDatabase{db: pool, flavor: FlavorMariaDB}
+	qn := name + ".bench"
+	for b.Loop() {
+		t0, c0 := time.Now(), cpuTime()
+		sqlRows, err := pool.QueryContext(ctx, "SELECT * FROM "+quoteIdent(name)+".bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw := make([]sql.RawBytes, 8)
+		ptrs := make([]any, len(raw))
+		for i := range raw {
+			ptrs[i] = &raw[i]
+		}
+		n := 0
+		for sqlRows.Next() {
+			if err := sqlRows.Scan(ptrs...); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		sqlRows.Close()
+		rawWall, rawCPU := time.Since(t0), cpuTime()-c0
+
+		plan, err := d.Plan(ctx, qn, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0, c0 = time.Now(), cpuTime()
+		var after snapshot.Key
+		got := 0
+		for {
+			ch, err := d.ReadChunk(ctx, qn, nil, snapshot.ChunkQuery{After: after, Upper: plan.Upper, Limit: 8192})
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += len(ch.Rows)
+			if len(ch.Rows) < 8192 {
+				break
+			}
+			after = ch.Last
+		}
+		wall, cpu := time.Since(t0), cpuTime()-c0
+		if n != rows || got != rows {
+			b.Fatalf("SELECT * read %d rows, the chunks %d; want %d", n, got, rows)
+		}
+		b.ReportMetric(float64(rawCPU.Microseconds())/float64(rows), "raw-cpu-µs/row")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(rows), "chunks-cpu-µs/row")
+		b.ReportMetric(rawWall.Seconds()/wall.Seconds(), "ratio")
 	}
 }
 

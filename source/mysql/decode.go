@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -199,6 +200,61 @@ func fromText(t *colType, b []byte) (any, error) {
 		return append([]byte{}, b...), nil
 	}
 	return nil, fmt.Errorf("%w: type %s", errBadValue, t.Base)
+}
+
+// scanned is one column of a row the load reads: go-sql-driver parses the
+// text of integer and floating-point columns itself (into int64, uint64,
+// float64), which a RawBytes destination would make database/sql format
+// back into text for fromText to parse a third time; every other column
+// stays the driver's bytes, uncopied.
+type scanned struct {
+	raw sql.RawBytes
+	num any
+}
+
+// scanDests returns a row's destinations for Scan, by column type.
+func scanDests(cols []colType) ([]scanned, []any) {
+	vals := make([]scanned, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range cols {
+		switch cols[i].Base {
+		case "tinyint", "smallint", "mediumint", "int", "bigint", "year", "float", "double":
+			ptrs[i] = &vals[i].num
+		default:
+			ptrs[i] = &vals[i].raw
+		}
+	}
+	return vals, ptrs
+}
+
+// value converts a scanned value of column t into the table model.
+func (s *scanned) value(t *colType) (any, error) {
+	switch v := s.num.(type) {
+	case nil:
+		return fromText(t, s.raw)
+	case int64:
+		if t.Base == "bigint" && t.Unsigned {
+			return strconv.FormatUint(uint64(v), 10), nil
+		}
+		if t.Base == "float" || t.Base == "double" {
+			break
+		}
+		return v, nil
+	case uint64:
+		if t.Base == "bigint" && t.Unsigned {
+			return strconv.FormatUint(v, 10), nil
+		}
+	case float64:
+		switch t.Base {
+		case "float":
+			return float32(v), nil
+		case "double":
+			return v, nil
+		}
+	case []byte:
+		return fromText(t, v)
+	}
+	return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, s.num)
 }
 
 // selectExpr is how the load selects column t (quoted name q) so that its

@@ -200,18 +200,14 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	}
 	now, n := time.Now(), len(desc.cols)
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
-	raw := make([]sql.RawBytes, n)
-	ptrs := make([]any, n)
-	for i := range raw {
-		ptrs[i] = &raw[i]
-	}
+	vals, ptrs := scanDests(desc.cols)
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
 		row := make([]any, n)
-		for i, b := range raw {
-			v, err := fromText(&desc.cols[i], b)
+		for i := range vals {
+			v, err := vals[i].value(&desc.cols[i])
 			if err != nil {
 				return nil, &ValueError{Table: name, Column: desc.cols[i].Name, Type: desc.cols[i].SourceType, Err: err}
 			}

@@ -77,6 +77,12 @@ func (ci connInfo) open() (*sql.DB, error) {
 	cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(ci.host, strconv.Itoa(int(ci.port)))
 	cfg.DBName = ci.db
 	cfg.Timeout = dialTimeout
+	// Arguments are written into the query's text (escaped by the driver)
+	// rather than sent to a prepared statement: one round trip instead of
+	// three, and a chunk's rows come in the text protocol, which fromText
+	// reads as is (the binary protocol's integers and dates were turned
+	// into text by the driver first).
+	cfg.InterpolateParams = true
 	cfg.Params = map[string]string{"time_zone": "'+00:00'", "sql_mode": "'NO_ENGINE_SUBSTITUTION'"}
 	cfg.Collation = "utf8mb4_general_ci"
 	conn, err := sqldriver.NewConnector(cfg)
