@@ -87,12 +87,35 @@ func errReplicaIdentityNothing(table string) error {
 		"REPLICA IDENTITY DEFAULT (with a primary key), USING INDEX ..., or FULL; or remove the table from source.postgres.tables", table)}
 }
 
-// decodeTuple decodes a pgoutput tuple into a row. Columns the tuple marks
-// as unchanged TOAST become schema.Unchanged; values of types without a
-// binary form arrive as text. A value cdcd cannot carry (valueError) does
-// not stop the others: the row comes back with nil in its place, with a
-// *ValueError for the first such column.
-func decodeTuple(r *relation, cols []tupleColumn, present bool) ([]any, error) {
+// rowAlloc gives the stream's decoded rows their memory: rows cut from
+// chunks of values, and numbers and texts boxed from a slab
+// (pgdecode.Slab), a few allocations per chunk where a row took one per
+// value and one for itself. Like the slab, a chunk is filled once and left
+// to the collector, so a row may be kept (it keeps its chunks alive): the
+// emitter encodes a batch's rows and drops them.
+type rowAlloc struct {
+	vals   []any
+	scalar pgdecode.Slab
+}
+
+const rowChunk = 4096 // values per chunk of rows
+
+// row returns n values, all nil, that no other row shares.
+func (a *rowAlloc) row(n int) []any {
+	if cap(a.vals)-len(a.vals) < n {
+		a.vals = make([]any, 0, max(rowChunk, n))
+	}
+	start := len(a.vals)
+	a.vals = a.vals[:start+n]
+	return a.vals[start : start+n : start+n]
+}
+
+// decodeTuple decodes a pgoutput tuple into a row (from a, when given).
+// Columns the tuple marks as unchanged TOAST become schema.Unchanged;
+// values of types without a binary form arrive as text. A value cdcd
+// cannot carry (valueError) does not stop the others: the row comes back
+// with nil in its place, with a *ValueError for the first such column.
+func decodeTuple(r *relation, cols []tupleColumn, present bool, a *rowAlloc) ([]any, error) {
 	if !present {
 		return nil, nil
 	}
@@ -100,7 +123,13 @@ func decodeTuple(r *relation, cols []tupleColumn, present bool) ([]any, error) {
 		return nil, fmt.Errorf("postgres: %s: tuple has %d columns, relation has %d",
 			r.table.QualifiedName(), len(cols), len(r.types))
 	}
-	row := make([]any, len(cols))
+	var row []any
+	var slab *pgdecode.Slab
+	if a != nil {
+		row, slab = a.row(len(cols)), &a.scalar
+	} else {
+		row = make([]any, len(cols))
+	}
 	var bad *ValueError
 	for i, col := range cols {
 		switch col.kind {
@@ -111,7 +140,7 @@ func decodeTuple(r *relation, cols []tupleColumn, present bool) ([]any, error) {
 			if (col.kind == pglogrepl.TupleDataTypeText) != r.types[i].Text {
 				return nil, fmt.Errorf("postgres: %s column %q: %w: tuple data type %q", r.table.QualifiedName(), r.table.Columns[i].Name, pgdecode.ErrBadValue, col.kind)
 			}
-			v, err := r.decodeValue(i, col.data, nil)
+			v, err := r.decodeValue(i, col.data, slab)
 			if err != nil {
 				if bad == nil {
 					bad = err

@@ -187,7 +187,7 @@ func (s *streamer) insert(ctx context.Context, m *rowMessage) error {
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	after, err := decodeTuple(rel, m.new, m.hasNew)
+	after, err := decodeTuple(rel, m.new, m.hasNew, &s.alloc)
 	if ve := asValueError(err); ve != nil {
 		return s.addFault(ctx, rel, source.OpCreate, nil, after, ve)
 	}
@@ -202,8 +202,8 @@ func (s *streamer) update(ctx context.Context, m *rowMessage) error {
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	after, err := decodeTuple(rel, m.new, m.hasNew)
-	before, berr := decodeTuple(rel, m.old, m.hasOld)
+	after, err := decodeTuple(rel, m.new, m.hasNew, &s.alloc)
+	before, berr := decodeTuple(rel, m.old, m.hasOld, &s.alloc)
 	if ve := asValueError(err); ve != nil || asValueError(berr) != nil {
 		// One change, not split at a key change: the faulty row may hide
 		// whether its key changed.
@@ -231,7 +231,7 @@ func (s *streamer) delete(ctx context.Context, m *rowMessage) error {
 	if rel == nil {
 		return s.skipChange(err)
 	}
-	before, err := decodeTuple(rel, m.old, m.hasOld)
+	before, err := decodeTuple(rel, m.old, m.hasOld, &s.alloc)
 	if ve := asValueError(err); ve != nil {
 		return s.addFault(ctx, rel, source.OpDelete, before, nil, ve)
 	}

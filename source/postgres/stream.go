@@ -35,6 +35,7 @@ type streamer struct {
 	inStream  bool // between Stream Start and Stream Stop
 	streamXid uint32
 	row       rowMessage // the Insert, Update or Delete being handled; its slices reused
+	alloc     rowAlloc   // the decoded rows' memory
 	batch     []source.Change
 	batchAt   time.Time // when the oldest change in batch arrived
 	batchSize int       // the batch's row bytes (source.Change.Bytes)

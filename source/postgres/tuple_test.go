@@ -3,10 +3,16 @@ package postgres
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // randTuple encodes a TupleData of random columns.
@@ -162,4 +168,57 @@ func BenchmarkParseRowMessage(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestStreamRowsKeepTheirValues: rows decoded through one rowAlloc (rows
+// cut from shared chunks, numbers and texts from its slab) keep their
+// values while thousands more are decoded, and a row's capacity ends at
+// its own columns (an append to one never writes into the next).
+func TestStreamRowsKeepTheirValues(t *testing.T) {
+	var types []*pgdecode.Type
+	for _, oid := range []uint32{20, 25, 701, 1700} { // int8, text, float8, numeric
+		typ, ok, err := pgdecode.Builtin(oid, -1, nil)
+		if !ok || err != nil {
+			t.Fatalf("builtin %d: %v %v", oid, ok, err)
+		}
+		types = append(types, typ)
+	}
+	rel := &relation{table: &schema.Table{Namespace: "public", Name: "t"}, types: types}
+	for i := range types {
+		rel.table.Columns = append(rel.table.Columns, schema.Column{Name: fmt.Sprint("c", i)})
+	}
+	numeric42 := []byte{0, 1, 0, 0, 0, 0, 0, 0, 0, 42} // 1 digit, weight 0, scale 0: 42
+	var a rowAlloc
+	var rows [][]any
+	for i := range 20000 {
+		cols := []tupleColumn{
+			{kind: 'b', data: binary.BigEndian.AppendUint64(nil, uint64(i))},
+			{kind: 'b', data: []byte(fmt.Sprint("text ", i, strings.Repeat("x", i%300)))},
+			{kind: 'b', data: binary.BigEndian.AppendUint64(nil, math.Float64bits(float64(i)/2))},
+			{kind: 'b', data: numeric42},
+		}
+		if i%7 == 0 {
+			cols[1] = tupleColumn{kind: 'n'}
+		}
+		row, err := decodeTuple(rel, cols, true, &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cap(row) != len(types) {
+			t.Fatalf("row %d: capacity %d, want %d", i, cap(row), len(types))
+		}
+		rows = append(rows, row)
+	}
+	for i, row := range rows {
+		var text any = fmt.Sprint("text ", i, strings.Repeat("x", i%300))
+		if i%7 == 0 {
+			text = nil
+		}
+		want := []any{int64(i), text, float64(i) / 2, "42"}
+		for c := range want {
+			if row[c] != want[c] {
+				t.Fatalf("row %d column %d: %#v, want %#v", i, c, row[c], want[c])
+			}
+		}
+	}
 }

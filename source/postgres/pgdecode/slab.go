@@ -18,8 +18,8 @@ import (
 // to the collector, which frees it when no value points into it any more.
 // So the values are as immutable as ordinary boxed values, and holding one
 // is safe; it only keeps its chunk alive (a few KB to 64 KB), which is why
-// the slab is for the load, whose rows are encoded and dropped, and not for
-// rows a consumer keeps.
+// the slab is for the initial load and the stream, whose rows are encoded
+// and dropped, and not for rows a consumer keeps.
 type Slab struct {
 	ints   []int64
 	int32s []int32
