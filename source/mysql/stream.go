@@ -82,7 +82,8 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: r.cfg.ServerID, Flavor: flavor,
 		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
-		TimestampStringLocation:  time.UTC, // TIMESTAMP values as UTC text
+		ParseTime:                true,     // TIMESTAMP and DATETIME as time.Time (decode.go)
+		TimestampStringLocation:  time.UTC, // TIMESTAMP text in UTC, were ParseTime off
 		UseFloatWithTrailingZero: true,     // JSON doubles keep a "." (mysqlJSONText tells them from integers)
 		HeartbeatPeriod:          r.cfg.HeartbeatInterval,
 		ReadTimeout:              3 * r.cfg.HeartbeatInterval,
