@@ -6,6 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/cdcd-dev/cdcd/internal/mirror"
 )
 
@@ -137,3 +142,87 @@ func (p *pipeline) compact(icebergTable string) {
 }
 
 func countLog(p *pipeline, s string) int { return strings.Count(p.logTail(1<<30), s) }
+
+// TestUpdatedRowKeepsRowID (issue 22): through the real pipeline, a row
+// updated at the source keeps its Iceberg _row_id (v3 row lineage) and
+// takes the update's commit as its _last_updated_sequence_number, read
+// with iceberg-go's scan; across a compaction and a restart too. Inserted
+// rows get ids no other row has.
+func TestUpdatedRowKeepsRowID(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE t (id int PRIMARY KEY, v text);
+			INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g;`,
+		Tables: []string{"public.t"},
+	})
+	p.start()
+	p.waitCaughtUp()
+	first := p.rowLineage("public.t")
+	step := func(what, sql string, updated func(id int64) bool) {
+		t.Helper()
+		before := p.rowLineage("public.t")
+		p.exec(sql)
+		p.waitCaughtUp()
+		p.requireMirror()
+		after := p.rowLineage("public.t")
+		owner := map[int64]int64{}
+		for id, l := range after {
+			if o, dup := owner[l[0]]; dup {
+				t.Errorf("%s: ids %d and %d share row id %d", what, id, o, l[0])
+			}
+			owner[l[0]] = id
+			b, had := before[id]
+			switch {
+			case !had:
+			case updated(id) && (l[0] != first[id][0] || l[1] <= b[1]):
+				t.Errorf("%s: updated id %d has row id %d, sequence number %d; want row id %d, sequence number above %d", what, id, l[0], l[1], first[id][0], b[1])
+			case !updated(id) && l != b:
+				t.Errorf("%s: untouched id %d has lineage %v, had %v", what, id, l, b)
+			}
+		}
+	}
+	step("an update", `UPDATE t SET v = 'u1' WHERE id <= 50; INSERT INTO t SELECT g, 'new' FROM generate_series(501, 510) g; DELETE FROM t WHERE id BETWEEN 491 AND 495`,
+		func(id int64) bool { return id <= 50 })
+	step("a second update", `UPDATE t SET v = 'u2' WHERE id <= 20`, func(id int64) bool { return id <= 20 })
+	p.compact("cdc.t")
+	step("an update after a compaction", `UPDATE t SET v = 'u3' WHERE id BETWEEN 10 AND 30`, func(id int64) bool { return id >= 10 && id <= 30 })
+	p.stop()
+	p.start()
+	step("an update after a restart", `UPDATE t SET v = 'u4' WHERE id BETWEEN 25 AND 100`, func(id int64) bool { return id >= 25 && id <= 100 })
+}
+
+// rowLineage reads each row's _row_id and _last_updated_sequence_number
+// of sourceTable's mirror (key column id, an integer) through iceberg-go's
+// scan.
+func (p *pipeline) rowLineage(sourceTable string) map[int64][2]int64 {
+	p.t.Helper()
+	cat := p.openCatalog()
+	defer closeCatalog(cat)
+	at, err := p.icebergTable(cat, sourceTable).Scan(table.WithSelectedFields("id"), table.WithRowLineage()).ToArrowTable(p.ctx)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer at.Release()
+	out := map[int64][2]int64{}
+	tr := array.NewTableReader(at, 0)
+	defer tr.Release()
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		col := func(n string) arrow.Array { return rec.Column(rec.Schema().FieldIndices(n)[0]) }
+		ids, rowIDs, seqs := col("id"), col(iceberg.RowIDColumnName).(*array.Int64), col(iceberg.LastUpdatedSequenceNumberColumnName).(*array.Int64)
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if rowIDs.IsNull(i) || seqs.IsNull(i) {
+				p.t.Fatalf("row %d of %s has no lineage", i, sourceTable)
+			}
+			var id int64
+			switch a := ids.(type) {
+			case *array.Int32:
+				id = int64(a.Value(i))
+			case *array.Int64:
+				id = a.Value(i)
+			}
+			out[id] = [2]int64{rowIDs.Value(i), seqs.Value(i)}
+		}
+	}
+	return out
+}
