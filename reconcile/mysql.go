@@ -58,6 +58,8 @@ type MySQL struct {
 	sums   *sql.Conn // Sums, beside the other methods
 	read   *sql.Conn // Rows and Values
 	seq    atomic.Uint64
+	tids   []int // the server's threads of sums and read
+	cpu0   time.Duration
 
 	mu     sync.Mutex
 	low    []byte // Low of the last checkpoint read, and when
@@ -104,8 +106,38 @@ func (m *MySQL) open(ctx context.Context) error {
 	if m.sums, err = m.conn(ctx); err != nil {
 		return err
 	}
-	m.read, err = m.conn(ctx)
-	return err
+	if m.read, err = m.conn(ctx); err != nil {
+		return err
+	}
+	for _, c := range []*sql.Conn{m.sums, m.read} {
+		if tid := m.threadID(ctx, c); tid > 0 {
+			m.tids = append(m.tids, tid)
+		}
+	}
+	m.cpu0 = m.threadsCPU()
+	return nil
+}
+
+// threadID is the server's OS thread of connection c (0: unknown): MariaDB
+// shows it in the processlist, MySQL in performance_schema.threads.
+func (m *MySQL) threadID(ctx context.Context, c *sql.Conn) int {
+	q := "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()"
+	if m.flavor != mysql.FlavorMariaDB {
+		q = "SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()"
+	}
+	var tid sql.NullInt64
+	if err := c.QueryRowContext(ctx, q).Scan(&tid); err != nil {
+		return 0
+	}
+	return int(tid.Int64)
+}
+
+func (m *MySQL) threadsCPU() time.Duration {
+	var d time.Duration
+	for _, tid := range m.tids {
+		d += ThreadCPU(tid)
+	}
+	return d
 }
 
 // conn is a connection of its own with the session's settings.
@@ -141,8 +173,14 @@ func (m *MySQL) Close() {
 	m.db.Close()
 }
 
-// CPU is unknown on MySQL (the server's threads are not told apart).
-func (m *MySQL) CPU() time.Duration { return 0 }
+// CPU is the CPU time the server's threads of the reads spent since Open
+// (0 when they cannot be seen from here: another host; a thread pool).
+func (m *MySQL) CPU() time.Duration {
+	if len(m.tids) == 0 {
+		return 0
+	}
+	return m.threadsCPU() - m.cpu0
+}
 
 // RowHash is MD5's first 64 bits, as the server computes it.
 func (m *MySQL) RowHash(text []byte) uint64 { return md5Hash(text) }

@@ -131,8 +131,17 @@ func (p *Postgres) CPU() time.Duration {
 
 // ProcessCPU reads a process's user and system time from /proc (0 when it
 // cannot: another host, another platform).
-func ProcessCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+func ProcessCPU(pid int) time.Duration { return statCPU("/proc/" + strconv.Itoa(pid) + "/stat") }
+
+// ThreadCPU reads one thread's user and system time from /proc (0 when it
+// cannot): a server that runs each connection on a thread of its own.
+func ThreadCPU(tid int) time.Duration {
+	return statCPU("/proc/" + strconv.Itoa(tid) + "/task/" + strconv.Itoa(tid) + "/stat")
+}
+
+// statCPU reads utime and stime from a /proc stat file.
+func statCPU(path string) time.Duration {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

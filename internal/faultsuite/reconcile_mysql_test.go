@@ -1,7 +1,11 @@
 package faultsuite
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // The reconcile on a MariaDB source (issue 21): the same proofs as on
@@ -132,4 +136,51 @@ func TestReconcileMyDamage(t *testing.T) {
 	if r := reps[tb]; code != 0 || r == nil || !r.Equal() || r.Rows != 3000 {
 		t.Errorf("a reconcile after the repairs: exit %d, %+v; want equal, 3000 rows", code, r)
 	}
+}
+
+// TestReconcileMyBench measures cdcd reconcile of a MariaDB table equal to
+// its mirror, the daemon running and idle, against a plain SELECT * of the
+// same table read to the end (MariaDB has no COPY), and the server's CPU
+// per row of the reconcile's reads. CDCD_RECONCILE_BENCH_ROWS sets the
+// size (default 20,000). No timing assertion.
+func TestReconcileMyBench(t *testing.T) {
+	rows := 20_000
+	if n, err := strconv.Atoi(os.Getenv("CDCD_RECONCILE_BENCH_ROWS")); err == nil && n > 0 {
+		rows = n
+	}
+	p := newMyPipeline(t, []string{
+		"CREATE TABLE bench (id BIGINT PRIMARY KEY, a INT, b BIGINT, c VARCHAR(40), d DECIMAL(12,2), e TIMESTAMP(6) NULL, f TINYINT)",
+		fmt.Sprintf("INSERT INTO bench SELECT seq, seq %% 1000, seq * 7, CONCAT('row ', seq), (seq %% 100000) / 100, "+
+			"TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND, seq %% 2 FROM seq_1_to_%d", rows),
+	}, []string{"bench"}, "")
+	p.start()
+	p.waitLoaded(p.name + ".bench")
+	p.waitMirror("bench")
+
+	var selectRate float64
+	for range 2 {
+		t0 := time.Now()
+		res, err := p.db.QueryContext(p.ctx, "SELECT * FROM bench")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for res.Next() {
+			n++
+		}
+		res.Close()
+		if r := float64(n) / time.Since(t0).Seconds(); r > selectRate {
+			selectRate = r
+		}
+	}
+	reps, code := p.reconcileReport(p.name + ".bench")
+	r := reps[p.name+".bench"]
+	if code != 0 || r == nil || !r.Equal() || r.Rows != int64(rows) || r.Unchecked != 0 {
+		t.Fatalf("reconcile of an equal table: exit %d, %+v; want equal, %d rows", code, r, rows)
+	}
+	if r.RowsPerSecond <= 0 || r.SourceCPUMicrosPerRow <= 0 {
+		t.Errorf("a figure is missing: reconcile %.0f rows/s, %.2f source CPU-µs/row", r.RowsPerSecond, r.SourceCPUMicrosPerRow)
+	}
+	t.Logf("MariaDB reconcile of %d rows: %.0f rows/s (%.2f source CPU-µs/row); SELECT * %.0f rows/s: ratio %.2f",
+		rows, r.RowsPerSecond, r.SourceCPUMicrosPerRow, selectRate, r.RowsPerSecond/selectRate)
 }
