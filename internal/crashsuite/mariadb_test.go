@@ -246,9 +246,6 @@ shutdown:
 	}
 	close(stop)
 	wg.Wait()
-	if rc != nil {
-		rc.finish(t)
-	}
 	if armed != "" { // the last start may still die at its point
 		child.Kill()
 		fmt.Fprintf(logFile, "---- crash: final restart\n")
@@ -278,7 +275,8 @@ shutdown:
 			return err == nil && st.CaughtUp(0) && changelogHolds(t, dir, name, "acct", "-1") && changelogHolds(t, dir, name, "item", "-1")
 		})
 	}
-	if rc != nil {
+	if rc != nil { // it ran on while the daemon caught up after the kills
+		rc.finish(t)
 		requireReconcileEqual(t, bin, cfgPath)
 	}
 	if err := child.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
