@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,11 +50,16 @@ type querier interface {
 var _ snapshot.Database = (*myDatabase)(nil)
 
 // keyBases are the column types a chunked key may have: their order in the
-// server and their text as a query argument are known.
+// server and their form as a query argument are known. ENUM and SET keys
+// sort by their index and bit mask, and compare with an integer by them
+// too (with a label they would compare as text), BIT by its value; so
+// their bounds go to the server as integers (keyArg). FLOAT and DOUBLE go
+// as doubles: a FLOAT's bound is its exact value widened (selectExpr).
 var keyBases = map[string]bool{
 	"tinyint": true, "smallint": true, "mediumint": true, "int": true, "bigint": true, "year": true, "decimal": true,
 	"char": true, "varchar": true, "text": true, "binary": true, "varbinary": true, "blob": true,
 	"date": true, "datetime": true, "timestamp": true, "time": true,
+	"enum": true, "set": true, "bit": true, "float": true, "double": true,
 }
 
 // describe reads a table's description; a table that is gone, or whose
@@ -398,6 +404,10 @@ func keyArgs(d *tableDesc, k snapshot.Key) ([]any, error) {
 			} else {
 				out[i], err = strconv.ParseInt(s, 10, 64)
 			}
+		case "enum", "set", "bit": // index, mask, value (keyArg)
+			out[i], err = strconv.ParseUint(s, 10, 64)
+		case "float", "double":
+			out[i], err = strconv.ParseFloat(s, 64)
 		default:
 			out[i] = s
 		}
@@ -411,6 +421,14 @@ func keyArgs(d *tableDesc, k snapshot.Key) ([]any, error) {
 
 // keyArg converts a key value of the table model to a query argument.
 func keyArg(t *colType, v any) any {
+	switch t.Base {
+	case "enum", "set", "bit":
+		return keyNumber(t, v)
+	case "float":
+		if f, ok := v.(float32); ok {
+			return float64(f)
+		}
+	}
 	switch v := v.(type) {
 	case []byte, string:
 		return v
@@ -420,4 +438,38 @@ func keyArg(t *colType, v any) any {
 		return renderTemporal(t, v)
 	}
 	return v
+}
+
+// keyNumber is the integer an ENUM (its label's index, 0 for the empty
+// error value), SET (its labels' bit mask) or BIT (its value) key is
+// ordered and compared by.
+func keyNumber(t *colType, v any) uint64 {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	case []byte:
+		var n uint64
+		for _, b := range x {
+			n = n<<8 | uint64(b)
+		}
+		return n
+	case string:
+		var n uint64
+		if x == "" {
+			return 0
+		}
+		if t.Base == "enum" {
+			return uint64(slices.Index(t.Values, x) + 1)
+		}
+		for _, label := range strings.Split(x, ",") {
+			if i := slices.Index(t.Values, label); i >= 0 {
+				n |= 1 << i
+			}
+		}
+		return n
+	}
+	return 0
 }
