@@ -3,6 +3,9 @@ package postgres
 import (
 	"context"
 	"slices"
+	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/cdcd-dev/cdcd/schema"
 )
@@ -85,4 +88,42 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, added func(prev [
 	}
 	r.cols[qn] = next
 	return r.known.intern(t), nil
+}
+
+// catalogSettle bounds the wait for a just-committed ALTER to show in the
+// catalog (describeCurrent).
+const catalogSettle = 3 * time.Second
+
+// describeCurrent is describeTable for a Relation message m of a
+// transaction that committed at committed. PostgreSQL flushes a commit
+// record (which the walsender may then decode and send) a moment before
+// the transaction becomes visible to other sessions: a catalog read in
+// that moment misses the columns the transaction added, and the version
+// would lack their NOT NULL and their default. So while a column of m is
+// missing from the catalog and the commit is recent, the catalog is read
+// again; an older commit's column may have been dropped since, and is
+// described as it is.
+func describeCurrent(ctx context.Context, q querier, m *pglogrepl.RelationMessage, committed time.Time) (*catalogTable, error) {
+	deadline := time.Now().Add(catalogSettle)
+	for {
+		ct, err := describeTable(ctx, q, m.RelationID)
+		if err != nil || !missingColumn(ct, m) || time.Since(committed) > catalogSettle || time.Now().After(deadline) {
+			return ct, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// missingColumn reports whether a column of m is not in ct.
+func missingColumn(ct *catalogTable, m *pglogrepl.RelationMessage) bool {
+	for _, mc := range m.Columns {
+		if ct.column(mc.Name).name == "" {
+			return true
+		}
+	}
+	return false
 }

@@ -335,7 +335,7 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 			return err
 		}
 	}
-	ct, err := describeTable(ctx, s.conn, m.RelationID)
+	ct, err := describeCurrent(ctx, s.conn, m, s.tx.commitTime)
 	if errors.Is(err, errNoTable) {
 		// Dropped since: its changes still in the WAL cannot be described,
 		// and are passed over; the check stops the table.
