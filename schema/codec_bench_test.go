@@ -61,6 +61,15 @@ func BenchmarkEnvelope(b *testing.B) {
 			}
 		}
 	})
+	b.Run("scan", func(b *testing.B) { // the sink's fetcher: where the after-image is, the op, the position
+		b.SetBytes(int64(len(enc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ScanEnvelope(tbl, enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("raw-copy", func(b *testing.B) {
 		b.SetBytes(int64(len(enc)))
 		b.ReportAllocs()
