@@ -232,7 +232,7 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 	}
 	// Source order across partitions: one key's changes keep their order
 	// either way; references between keys (a key change) need it.
-	order = mergeRuns(order, func(a, b *change) int { return bytes.Compare(a.position(), b.position()) })
+	order = mergeRuns(byPartition(order), func(a, b *change) int { return bytes.Compare(a.position(), b.position()) })
 	states := make(map[string]*keyState, len(order))
 	slab := make([]keyState, 0, len(order)) // never grows: the pointers stay
 	keys := make([]*keyState, 0, len(order))
@@ -258,6 +258,35 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 		}
 	}
 	return states, keys, nil
+}
+
+// byPartition groups changes by partition, keeping each partition's in
+// their order (offset order): mergeRuns then merges one run a partition. A
+// buffer fetched while the fetcher keeps up with the log holds many short
+// fetches, each a run of its own: thousands of runs, a dozen merge passes.
+// Changes of different partitions have different positions, so the
+// merged order is the same either way.
+func byPartition(cs []*change) []*change {
+	var counts []int
+	for _, c := range cs {
+		if int(c.partition) >= len(counts) {
+			counts = append(counts, make([]int, int(c.partition)+1-len(counts))...)
+		}
+		counts[c.partition]++
+	}
+	if len(counts) <= 1 {
+		return cs
+	}
+	at := 0
+	for p, n := range counts {
+		counts[p], at = at, at+n
+	}
+	out := make([]*change, len(cs))
+	for _, c := range cs {
+		out[counts[c.partition]] = c
+		counts[c.partition]++
+	}
+	return out
 }
 
 // mergeRuns sorts a stably by cmp, merging its ascending runs: the buffer
