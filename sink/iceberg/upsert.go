@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
@@ -185,8 +186,14 @@ func (u *upsert) keyOfChange(c *change) ([]byte, error) {
 
 // int64Key encodes the key of a change whose key is one NOT NULL bigint
 // column (the common case) straight from its Avro key, which is then the
-// value's zigzag varint alone: no decoded values, one allocation.
+// value's zigzag varint alone: no decoded values, no allocation but the
+// key's (none from an arena: keyArena.int64Key).
 func (u *upsert) int64Key(c *change) ([]byte, bool) {
+	return u.appendInt64Key(make([]byte, 0, 9), c)
+}
+
+// appendInt64Key appends int64Key's encoding to dst.
+func (u *upsert) appendInt64Key(dst []byte, c *change) ([]byte, bool) {
 	if len(u.keys) != 1 || len(c.table.Key) != 1 {
 		return nil, false
 	}
@@ -198,7 +205,29 @@ func (u *upsert) int64Key(c *change) ([]byte, bool) {
 	if n <= 0 || n != len(c.key) {
 		return nil, false
 	}
-	return appendKeyInt(make([]byte, 0, 9), v), true
+	return appendKeyInt(dst, v), true
+}
+
+// keyArena holds a fold's bigint keys in shared chunks. A key is written
+// once and its bytes never again, so it may alias its chunk and serve as
+// a map's string key without a copy (two allocations a key before).
+type keyArena struct{ chunk []byte }
+
+const keyArenaChunk = 64 << 10
+
+// key encodes c's key (keyOfChange), from the arena when it is a bigint.
+func (a *keyArena) key(u *upsert, c *change) ([]byte, error) {
+	if c.key != nil && c.env == nil {
+		if cap(a.chunk)-len(a.chunk) < 9 {
+			a.chunk = make([]byte, 0, keyArenaChunk)
+		}
+		start := len(a.chunk)
+		if k, ok := u.appendInt64Key(a.chunk, c); ok {
+			a.chunk = k
+			return k[start:len(k):len(k)], nil
+		}
+	}
+	return u.keyOfChange(c)
 }
 
 // keyState is one key's fold over a commit's changes.
@@ -236,8 +265,9 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 	states := make(map[string]*keyState, len(order))
 	slab := make([]keyState, 0, len(order)) // never grows: the pointers stay
 	keys := make([]*keyState, 0, len(order))
+	var arena keyArena
 	for _, c := range order {
-		k, err := u.keyOfChange(c)
+		k, err := arena.key(u, c)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -246,7 +276,9 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 			slab = append(slab, keyState{key: k})
 			st = &slab[len(slab)-1]
 			st.changes = st.one[:0]
-			states[string(k)] = st
+			// A key's bytes are never written again (keyArena, or its own
+			// allocation): the map's key may alias them.
+			states[unsafe.String(unsafe.SliceData(k), len(k))] = st
 			keys = append(keys, st)
 		}
 		st.changes = append(st.changes, c)
