@@ -287,11 +287,11 @@ func (d *pgDatabase) splitPoint(ctx context.Context, tx pgx.Tx, ct *catalogTable
 // the second connection in snapshot snap, at the same time.
 func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct *catalogTable, rel *relation, q snapshot.ChunkQuery,
 	mid snapshot.Key, snap string) (*snapshot.Chunk, error) {
-	first, err := chunkSQL(ct, rel, snapshot.ChunkQuery{Where: q.Where, After: q.After, Upper: q.Upper, Limit: q.Limit / 2}, mid, false)
+	first, err := chunkSQL(ct, rel, snapshot.ChunkQuery{Where: q.Where, After: q.After, Upper: q.Upper, To: q.To, Limit: q.Limit / 2}, mid, false)
 	if err != nil {
 		return nil, err
 	}
-	second, err := chunkSQL(ct, rel, snapshot.ChunkQuery{Where: q.Where, Upper: q.Upper, Limit: q.Limit - q.Limit/2}, mid, true)
+	second, err := chunkSQL(ct, rel, snapshot.ChunkQuery{Where: q.Where, Upper: q.Upper, To: q.To, Limit: q.Limit - q.Limit/2}, mid, true)
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +434,7 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snap
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + ct.ident() + " AS " + tableAlias +
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + strings.Join(keys, ", ")
-	if q.Keys == nil {
+	if q.Keys == nil && q.To == nil {
 		sql += " LIMIT " + strconv.Itoa(q.Limit)
 	}
 	return "COPY (" + sql + ") TO STDOUT (FORMAT binary)", nil
@@ -480,7 +480,11 @@ func chunkWhere(ct *catalogTable, q snapshot.ChunkQuery) ([]string, error) {
 		}
 		where = append(where, keyRow+" > "+l)
 	}
-	l, err := keyLiteral(ct, q.Upper)
+	end := q.Upper
+	if q.To != nil {
+		end = q.To
+	}
+	l, err := keyLiteral(ct, end)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,9 @@ type ChunkQuery struct {
 	// bound a range read of at most Limit rows in key order.
 	After, Upper Key
 	Limit        int
+	// To, when set (only for a Parallel database), ends the range instead
+	// of Limit: every row with a key after After and at most To is read.
+	To Key
 	// Keys, when set, reads exactly these keys instead of a range.
 	Keys []Key
 }
@@ -106,6 +109,27 @@ type Database interface {
 	WriteWatermark(ctx context.Context, id string) error
 }
 
+// Parallel is a Database that reads several range chunks at once, each
+// between watermarks of its own (see parallel.go). The engine then fixes
+// each range chunk's last key before reading it, so the next chunk can
+// start before this one's read ends.
+type Parallel interface {
+	Database
+	// Bound returns the key at q.Limit-1 in the order of range chunk q
+	// (nil: fewer rows are left). Called from the engine's goroutine.
+	Bound(ctx context.Context, table string, t *Table, q ChunkQuery) (Key, error)
+	// Reader opens a connection of its own that writes watermarks and
+	// reads chunks (one at a time) beside the others.
+	Reader(ctx context.Context) (ChunkReader, error)
+}
+
+// ChunkReader reads chunks on a connection of its own (Parallel.Reader).
+type ChunkReader interface {
+	ReadChunk(ctx context.Context, table string, t *Table, q ChunkQuery) (*Chunk, error)
+	WriteWatermark(ctx context.Context, id string) error
+	Close()
+}
+
 // Errors.
 var (
 	// ErrTableGone: a table of a run no longer exists (or cannot be read
@@ -130,7 +154,8 @@ type Config struct {
 	// MaxRowsPerSecond throttles each run (0: as fast as it goes).
 	MaxRowsPerSecond int
 	// Ahead is how many range chunks are in flight at once (read while
-	// the stream emits the one before); default 2.
+	// the stream emits the one before; with a Parallel database, read at
+	// the same time, each on a connection of its own); default 3.
 	Ahead int
 	// ProgressEvery is how often a running snapshot logs its progress;
 	// default 10s.
@@ -142,7 +167,7 @@ func (c *Config) defaults() {
 		c.ChunkRows = 8192
 	}
 	if c.Ahead <= 0 {
-		c.Ahead = 2
+		c.Ahead = 3
 	}
 	if c.ProgressEvery <= 0 {
 		c.ProgressEvery = 10 * time.Second

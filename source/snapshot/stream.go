@@ -42,6 +42,8 @@ type chunk struct {
 	// chunks): a range chunk read again cancels the later ones of its
 	// epoch, whose rows would leave a gap behind them.
 	epoch int
+	// par is set for a chunk read on a reader goroutine (parallel.go).
+	par *pchunk
 
 	done chan outcome
 }
@@ -122,8 +124,14 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 		return nil
 	}
 	read := len(c.res.Rows)
-	var lastVals []any
-	if read > 0 && r.tbl.Compare != nil {
+	last, lastVals := c.res.Last, []any(nil)
+	switch {
+	case c.query.To != nil: // the range read ends at To, whether or not a row has that key
+		last = c.query.To
+		if r.tbl.Compare != nil && r.tbl.ParseKey != nil {
+			lastVals, _ = r.tbl.ParseKey(last)
+		}
+	case read > 0 && r.tbl.Compare != nil:
 		lastVals = c.res.Rows[read-1].Key()
 	}
 	rows := c.res.Rows[:0]
@@ -153,12 +161,12 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 			k.inFlight, k.readded = false, false
 		}
 	} else {
-		em.last = c.res.Last
-		if read < c.query.Limit || c.res.Last == nil || keysEqual(c.res.Last, r.rec.Upper) {
+		em.last = last
+		if c.query.To == nil && (read < c.query.Limit || last == nil) || keysEqual(last, r.rec.Upper) {
 			r.rangeDone = true
 		}
-		if c.res.Last != nil {
-			r.readLast, r.readVals = c.res.Last, lastVals
+		if last != nil {
+			r.readLast, r.readVals = last, lastVals
 		}
 		if len(r.windows) == 0 {
 			r.settleMaybe(r.readVals)

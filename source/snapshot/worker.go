@@ -59,6 +59,13 @@ func (e *Engine) fail(ctx context.Context, r *run, err error) error {
 // db fails. It runs beside the source's stream, which must deliver the
 // watermarks (Watermark) for chunks to complete.
 func (e *Engine) Run(ctx context.Context, db Database) error {
+	var pool *readers
+	if p, ok := db.(Parallel); ok {
+		pool = &readers{db: p}
+	}
+	defer pool.close() // after the readers' goroutines see ctx end
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	tick := time.NewTicker(e.cfg.ProgressEvery)
 	defer tick.Stop()
 	for {
@@ -76,7 +83,7 @@ func (e *Engine) Run(ctx context.Context, db Database) error {
 			e.logProgress()
 		default:
 		}
-		if err := e.step(ctx, db, r); err != nil {
+		if err := e.step(ctx, db, pool, r); err != nil {
 			if errors.Is(err, ErrTableGone) {
 				if err := e.fail(ctx, r, err); err != nil {
 					return err
@@ -104,22 +111,27 @@ func (e *Engine) next() *run {
 }
 
 // step does the next thing a run needs: describe, plan, reset, one chunk.
-func (e *Engine) step(ctx context.Context, db Database, r *run) error {
+func (e *Engine) step(ctx context.Context, db Database, pool *readers, r *run) error {
 	if r.tbl == nil {
 		return e.describe(ctx, db, r)
 	}
 	if r.rec.Replace && r.rec.ResetID == "" {
 		return e.update(ctx, func() { r.rec.ResetID = newID() }) // saved before its watermark is written
 	}
-	if r.rec.Replace && !r.rec.ResetDone && !r.resetSeen {
+	e.mu.Lock() // the stream sets these (Watermark, Checkpoint)
+	resetting := r.rec.Replace && !r.rec.ResetDone && !r.resetSeen
+	e.mu.Unlock()
+	if resetting {
 		return e.reset(ctx, db, r)
 	}
 	if !r.rec.Planned {
 		return e.plan(ctx, db, r)
 	}
+	e.mu.Lock()
 	if r.began.IsZero() {
 		r.began, r.beganRows = time.Now(), r.readRows
 	}
+	e.mu.Unlock()
 	if q, ids := e.pointQuery(r); q != nil {
 		if err := e.drain(ctx, r); err != nil {
 			return err
@@ -131,14 +143,14 @@ func (e *Engine) step(ctx context.Context, db Database, r *run) error {
 		e.throttle(ctx, began)
 		return nil
 	}
-	return e.rangeStep(ctx, db, r)
+	return e.rangeStep(ctx, db, pool, r)
 }
 
 // rangeStep keeps up to Ahead range chunks in flight (each read while the
 // stream emits the one before) and waits for the oldest. A chunk read
 // again makes the ones after it read again too (the stream cancels them):
 // the range goes on from the last chunk emitted.
-func (e *Engine) rangeStep(ctx context.Context, db Database, r *run) error {
+func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *run) error {
 	if !r.cursorSet {
 		e.mu.Lock()
 		r.cursor, r.readEnd, r.cursorSet = r.readLast, r.rangeDone, true
@@ -148,6 +160,20 @@ func (e *Engine) rangeStep(ctx context.Context, db Database, r *run) error {
 	for len(r.ahead) < e.cfg.Ahead && !r.readEnd {
 		began := time.Now()
 		q := ChunkQuery{Where: r.rec.Where, After: r.cursor, Upper: r.rec.Upper, Limit: e.cfg.ChunkRows}
+		if pool != nil {
+			var prev *chunk
+			if n := len(r.ahead); n > 0 {
+				prev = r.ahead[n-1]
+			}
+			c, err := e.startParallel(ctx, pool, r, q, prev)
+			if err != nil {
+				return err
+			}
+			r.ahead = append(r.ahead, c)
+			r.cursor, r.readEnd = c.query.To, keysEqual(c.query.To, r.rec.Upper)
+			e.throttle(ctx, began)
+			continue
+		}
 		c, err := e.start(ctx, db, r, q, nil)
 		if err != nil {
 			return err
@@ -323,12 +349,23 @@ func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, p
 // wait returns a chunk's outcome once the stream has met its high
 // watermark.
 func (e *Engine) wait(ctx context.Context, c *chunk) (outcome, error) {
-	select {
-	case o := <-c.done:
-		return o, nil
-	case <-ctx.Done():
-		e.release(c)
-		return 0, ctx.Err()
+	var failed <-chan struct{}
+	if c.par != nil {
+		failed = c.par.written
+	}
+	for {
+		select {
+		case o := <-c.done:
+			return o, nil
+		case <-failed: // its reader goroutine ended: failed, or the high watermark is written
+			if c.par.err != nil {
+				return 0, c.par.err
+			}
+			failed = nil
+		case <-ctx.Done():
+			e.release(c)
+			return 0, ctx.Err()
+		}
 	}
 }
 

@@ -1,0 +1,173 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Several range chunks at once (a Parallel database).
+//
+// One chunk's read between its watermarks is most of a snapshot's time,
+// and it leaves the database's other cores idle, as do the round trips
+// around it. With a Parallel database the engine fixes each range chunk's
+// last key first (Bound: the key Limit-1 rows on), so the next chunk's
+// range is known at once, and reads up to Ahead chunks at the same time,
+// each on a reader of its own: low watermark, read, high watermark. Their
+// windows overlap in the stream.
+//
+// Each chunk stays correct on its own, whatever the others do. Its read
+// sees every change the stream delivered before its low watermark (the
+// consistency check), and none after its high one (written after the
+// read). Every change the stream delivers between the two is recorded in
+// every window open then (track), this chunk's included, so a row whose
+// key changed in its window is dropped and the stream's version, emitted
+// where it was, stands; a row whose key did not change is the same at the
+// high watermark as at the read, and is emitted there, before every later
+// change. Other chunks' windows only hold other keys' rows: their ranges
+// are disjoint, (After, To].
+//
+// What depends on chunk order is the range's progress (the last key
+// emitted, saved at checkpoints): a chunk's rows must not be emitted
+// before the chunks before it, or a restart after its checkpoint would
+// skip theirs. So the high watermarks are written in chunk order (each
+// waits until the one before is written, or failed: then it fails too),
+// and the stream meets them in that order; a chunk read again cancels
+// the later ones of its range epoch as before.
+
+// pchunk is a range chunk read by a reader goroutine.
+type pchunk struct {
+	written chan struct{} // closed once its high watermark is written, or it failed
+	err     error         // why it failed; set before written is closed
+}
+
+// readers is the Parallel database's pool of chunk readers.
+type readers struct {
+	db   Parallel
+	mu   sync.Mutex
+	free []ChunkReader
+	all  []ChunkReader
+	wg   sync.WaitGroup // reader goroutines running
+}
+
+// get returns an idle reader, opening one when none is idle.
+func (p *readers) get(ctx context.Context) (ChunkReader, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		rd := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return rd, nil
+	}
+	p.mu.Unlock()
+	rd, err := p.db.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.all = append(p.all, rd)
+	p.mu.Unlock()
+	return rd, nil
+}
+
+// put gives a reader back; a reader whose read failed is closed (its
+// connection's state is unknown).
+func (p *readers) put(rd ChunkReader, failed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !failed {
+		p.free = append(p.free, rd)
+		return
+	}
+	rd.Close()
+	for i, x := range p.all {
+		if x == rd {
+			p.all = append(p.all[:i], p.all[i+1:]...)
+			break
+		}
+	}
+}
+
+// close waits for the reader goroutines and closes every reader.
+func (p *readers) close() {
+	if p == nil {
+		return
+	}
+	p.wg.Wait()
+	for _, rd := range p.all {
+		rd.Close()
+	}
+	p.all, p.free = nil, nil
+}
+
+// startParallel fixes a range chunk's end and starts its read on a reader
+// goroutine; prev is the chunk in flight before it (nil: none). It
+// returns with the chunk registered; the cursor moves past it.
+func (e *Engine) startParallel(ctx context.Context, p *readers, r *run, q ChunkQuery, prev *chunk) (*chunk, error) {
+	to, err := p.db.Bound(ctx, r.rec.Table, r.tbl, q)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: end of a chunk of %s: %w", r.rec.Table, err)
+	}
+	if to == nil {
+		to = r.rec.Upper // fewer than a chunk left: read to the bound
+	}
+	q.To = to
+	e.mu.Lock()
+	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, done: make(chan outcome, 1), epoch: r.epoch,
+		par: &pchunk{written: make(chan struct{})}}
+	e.chunks[c.id] = c
+	e.mu.Unlock()
+	var before *pchunk
+	if prev != nil {
+		before = prev.par
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		err := e.readParallel(ctx, p, c, before)
+		if err != nil {
+			e.release(c)
+			c.par.err = err
+		}
+		close(c.par.written)
+	}()
+	return c, nil
+}
+
+// readParallel writes a chunk's low watermark, reads it, waits for the
+// chunk before it to write its high watermark and writes its own.
+func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before *pchunk) error {
+	r := c.run
+	rd, err := p.get(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot: a reader for %s: %w", r.rec.Table, err)
+	}
+	failed := true
+	defer func() { p.put(rd, failed) }()
+	if err := rd.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
+		return fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
+	}
+	res, err := rd.ReadChunk(ctx, r.rec.Table, r.tbl, c.query)
+	if err != nil {
+		return fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+	}
+	e.mu.Lock()
+	c.res = res
+	e.mu.Unlock()
+	if before != nil {
+		select {
+		case <-before.written:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if before.err != nil {
+			failed = false
+			return fmt.Errorf("snapshot: a chunk of %s before this one failed: %w", r.rec.Table, before.err)
+		}
+	}
+	if err := rd.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
+		return fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
+	}
+	failed = false
+	return nil
+}
