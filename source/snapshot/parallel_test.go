@@ -74,7 +74,7 @@ func hammer(t *testing.T, seed uint64) {
 	db.parallel = true
 	db.badReads = map[int]bool{3: true, 11: true}
 	db.duringRead = func(int) { time.Sleep(time.Millisecond) } // reads overlap; writers write meanwhile
-	var mu sync.Mutex // the writers' random source
+	var mu sync.Mutex                                          // the writers' random source
 	rng := rand.New(rand.NewPCG(seed, seed))
 	write := func() {
 		mu.Lock()
