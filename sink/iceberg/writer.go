@@ -56,6 +56,9 @@ type tableWriter struct {
 	// catchingUp: the last commit was forced by the buffer limits (a
 	// backlog), not by the commit interval: compaction waits.
 	catchingUp bool
+	// backlog counts the bytes of the full batches read since the fetcher
+	// last found the topic's end (caughtUp).
+	backlog int
 	// epoch is this process's owner epoch of a shared table (0: not
 	// shared); every commit carries it and checks it (owner.go).
 	epoch int64
@@ -103,6 +106,15 @@ func (w *tableWriter) run(ctx context.Context) error {
 				continue
 			}
 			w.accept(b)
+			if w.caughtUp(b) && len(w.buf) > 0 {
+				// The end of a backlog (a load, a restart behind): its tail
+				// is committed now, not a commit interval later.
+				w.catchingUp = true
+				if err := w.commit(ctx); err != nil {
+					return err
+				}
+				w.catchingUp = false
+			}
 		case err := <-fetchErr:
 			fetchErr <- err // for the deferred wait
 			if ctx.Err() != nil {
@@ -143,6 +155,22 @@ func (w *tableWriter) run(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// caughtUp reports whether batch b ends a backlog: the fetcher hands over
+// full batches (batchBytes) while it reads a backlog and a smaller one
+// when it finds the end of every partition, and the full ones before this
+// one held at least a whole buffer (MaxBufferedBytes). A stream that the
+// fetcher keeps up with, or that a commit held up for a moment, builds no
+// such backlog, so its commits keep their interval.
+func (w *tableWriter) caughtUp(b fetched) bool {
+	if b.bytes >= batchBytes {
+		w.backlog += b.bytes
+		return false
+	}
+	end := w.backlog >= w.s.cfg.MaxBufferedBytes
+	w.backlog = 0
+	return end
 }
 
 // accept appends a fetched batch to the buffer.

@@ -1,0 +1,91 @@
+package iceberg
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/log"
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// TestBacklogTailCommittedAtOnce: a table that reads a backlog (a load)
+// commits the backlog's tail as soon as the fetcher reaches the end of the
+// topic, not a commit interval later: with an interval of an hour, the
+// table holds every offset well within the test's minute.
+func TestBacklogTailCommittedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	reg := memRegistry(t)
+	f := newFeed(t, filepath.Join(dir, "log"), reg, 2)
+	// 3.5 MiB in 8 KiB rows, fetched 64 KiB at a time: three full batches,
+	// each a forced commit of a 1 MiB buffer, then a tail of under half a
+	// MiB.
+	big := strings.Repeat("x", 8<<10)
+	var recs []log.Record
+	for id := int64(0); id < 448; id++ {
+		pos := f.position()
+		row := []any{id, big + fmt.Sprint(id), id % 7}
+		env := schema.Envelope{Op: 'r', After: row, Source: schema.SourceInfo{Position: pos}}
+		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, log.Record{Key: k, Value: v, Partition: log.PartitionFor(k, 2),
+			Headers: []log.Header{{Key: schema.HeaderPosition, Value: pos}}})
+	}
+	if err := f.lg.Produce(t.Context(), "t", recs); err != nil {
+		t.Fatal(err)
+	}
+	end := f.end()
+	s := New(Config{Pipeline: "p", Group: "g", Mode: ModeUpsert, IndexDir: filepath.Join(dir, "index"),
+		Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
+		CommitInterval: time.Hour, MaxBufferedBytes: 1 << 20, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
+		Compaction: CompactionConfig{Disabled: true}}, testCatalog(t), f.lg, reg, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	r := &runningSink{s: s}
+	waitFor(t, "the backlog's tail to be committed", func() bool { return r.committedTo(end) })
+	if got := s.Stats()[0].SnapshotRows.Load(); got != int64(len(recs)) {
+		t.Errorf("the table holds %d rows, want %d", got, len(recs))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCaughtUpNeedsABacklog: only the end of a backlog of a whole buffer
+// commits early; small batches of a stream the fetcher keeps up with, and a
+// short run of full batches (what gathers while a commit runs), do not.
+func TestCaughtUpNeedsABacklog(t *testing.T) {
+	w := &tableWriter{s: &Sink{cfg: Config{MaxBufferedBytes: 4 * batchBytes}}}
+	steps := []struct {
+		bytes int
+		want  bool
+	}{
+		{100, false},                             // a stream's batch
+		{batchBytes, false}, {batchBytes, false}, // a short run of full batches
+		{100, false},                                  // ... caught up: 2 MiB is no backlog
+		{batchBytes, false}, {batchBytes + 10, false}, // a backlog ...
+		{batchBytes, false}, {batchBytes, false}, // ... of 4 MiB
+		{5, true},                                       // its end
+		{5, false},                                      // the stream after it
+		{batchBytes * 4, false}, {batchBytes / 2, true}, // one large batch is a backlog too
+	}
+	for i, s := range steps {
+		if got := w.caughtUp(fetched{bytes: s.bytes}); got != s.want {
+			t.Fatalf("step %d (%d bytes): caughtUp = %v, want %v", i, s.bytes, got, s.want)
+		}
+	}
+}
