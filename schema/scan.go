@@ -19,6 +19,9 @@ type EnvelopeInfo struct {
 	// row without the rest of the envelope; nil without an after-image and
 	// in cdcd's legacy layout (whose fields are all unions).
 	After []byte
+	// SnapshotEnd: source.snapshot says the row is the last of its table's
+	// snapshot or of the whole snapshot (SnapshotLastInColl, SnapshotLast).
+	SnapshotEnd bool
 }
 
 // ScanEnvelope reads an envelope of t like DecodeEnvelope, but skips the
@@ -53,7 +56,8 @@ func (r *reader) scan(t *Table, e *EnvelopeInfo) {
 	e.TsMs = r.long()
 	switch r.long() { // snapshot: [string, null]
 	case 0:
-		r.bytes()
+		s := r.bytes()
+		e.SnapshotEnd = string(s) == SnapshotLastInColl || string(s) == SnapshotLast
 	case 1:
 	default:
 		r.fail(fmt.Errorf("schema: snapshot: bad union index"))

@@ -15,23 +15,41 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-// TestBacklogTailCommittedAtOnce: a table that reads a backlog (a load)
-// commits the backlog's tail as soon as the fetcher reaches the end of the
-// topic, not a commit interval later: with an interval of an hour, the
-// table holds every offset well within the test's minute.
+// TestBacklogTailCommittedAtOnce: a table that reads a backlog (a load, a
+// restart behind) commits the backlog's tail as soon as the fetcher
+// reaches the end of the topic, not a commit interval later: with an
+// interval of an hour, the table holds every offset well within the
+// test's minute.
 func TestBacklogTailCommittedAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	reg := memRegistry(t)
-	f := newFeed(t, filepath.Join(dir, "log"), reg, 2)
 	// 3.5 MiB in 8 KiB rows, fetched 64 KiB at a time: three full batches,
 	// each a forced commit of a 1 MiB buffer, then a tail of under half a
 	// MiB.
+	catchUpRun(t, 448, schema.SnapshotTrue)
+}
+
+// TestLoadEndCommittedAtOnce: a load smaller than a buffer (no backlog)
+// is committed as soon as the fetcher has read its last row (marked
+// last_in_data_collection) and found the end of the topic.
+func TestLoadEndCommittedAtOnce(t *testing.T) {
+	catchUpRun(t, 40, schema.SnapshotLastInColl)
+}
+
+// catchUpRun produces n snapshot reads of 8 KiB, the last one marked
+// last, runs a sink with an hour's commit interval over them and waits
+// for the table to hold them all.
+func catchUpRun(t *testing.T, n int64, last string) {
+	dir := t.TempDir()
+	reg := memRegistry(t)
+	f := newFeed(t, filepath.Join(dir, "log"), reg, 2)
 	big := strings.Repeat("x", 8<<10)
 	var recs []log.Record
-	for id := int64(0); id < 448; id++ {
+	for id := int64(0); id < n; id++ {
 		pos := f.position()
 		row := []any{id, big + fmt.Sprint(id), id % 7}
-		env := schema.Envelope{Op: 'r', After: row, Source: schema.SourceInfo{Position: pos}}
+		env := schema.Envelope{Op: 'r', After: row, Source: schema.SourceInfo{Position: pos, Snapshot: schema.SnapshotTrue}}
+		if id == n-1 {
+			env.Source.Snapshot = last
+		}
 		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
 		if err != nil {
 			t.Fatal(err)
@@ -55,9 +73,9 @@ func TestBacklogTailCommittedAtOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	r := &runningSink{s: s}
-	waitFor(t, "the backlog's tail to be committed", func() bool { return r.committedTo(end) })
-	if got := s.Stats()[0].SnapshotRows.Load(); got != int64(len(recs)) {
-		t.Errorf("the table holds %d rows, want %d", got, len(recs))
+	waitFor(t, "the rows to be committed", func() bool { return r.committedTo(end) })
+	if got := s.Stats()[0].SnapshotRows.Load(); got != n {
+		t.Errorf("the table holds %d rows, want %d", got, n)
 	}
 	cancel()
 	if err := <-done; err != nil {

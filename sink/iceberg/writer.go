@@ -57,8 +57,10 @@ type tableWriter struct {
 	// backlog), not by the commit interval: compaction waits.
 	catchingUp bool
 	// backlog counts the bytes of the full batches read since the fetcher
-	// last found the topic's end (caughtUp).
-	backlog int
+	// last found the topic's end, and snapshotEnded says they held the
+	// last row of a load (caughtUp).
+	backlog       int
+	snapshotEnded bool
 	// epoch is this process's owner epoch of a shared table (0: not
 	// shared); every commit carries it and checks it (owner.go).
 	epoch int64
@@ -107,8 +109,8 @@ func (w *tableWriter) run(ctx context.Context) error {
 			}
 			w.accept(b)
 			if w.caughtUp(b) && len(w.buf) > 0 {
-				// The end of a backlog (a load, a restart behind): its tail
-				// is committed now, not a commit interval later.
+				// The end of a backlog or a load: its tail is committed
+				// now, not a commit interval later.
 				w.catchingUp = true
 				if err := w.commit(ctx); err != nil {
 					return err
@@ -157,19 +159,26 @@ func (w *tableWriter) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// caughtUp reports whether batch b ends a backlog: the fetcher hands over
-// full batches (batchBytes) while it reads a backlog and a smaller one
-// when it finds the end of every partition, and the full ones before this
-// one held at least a whole buffer (MaxBufferedBytes). A stream that the
-// fetcher keeps up with, or that a commit held up for a moment, builds no
-// such backlog, so its commits keep their interval.
+// caughtUp reports whether batch b ends a backlog or a load: the fetcher
+// hands over full batches (batchBytes) while it reads a backlog and a
+// smaller one when it finds the end of every partition; the full ones
+// before this one held at least a whole buffer (MaxBufferedBytes), or the
+// batches since the last end held the last row of a load (an initial
+// load's table, source.snapshot "last_in_data_collection"). A stream that
+// the fetcher keeps up with, or that a commit held up for a moment, builds
+// no such backlog, so its commits keep their interval. (A load whose last
+// row ends a full batch exactly, with nothing after it, finds no smaller
+// batch: its tail waits the interval.)
 func (w *tableWriter) caughtUp(b fetched) bool {
+	for i := range b.changes {
+		w.snapshotEnded = w.snapshotEnded || b.changes[i].info.SnapshotEnd
+	}
 	if b.bytes >= batchBytes {
 		w.backlog += b.bytes
 		return false
 	}
-	end := w.backlog >= w.s.cfg.MaxBufferedBytes
-	w.backlog = 0
+	end := w.backlog >= w.s.cfg.MaxBufferedBytes || w.snapshotEnded
+	w.backlog, w.snapshotEnded = 0, false
 	return end
 }
 
