@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +40,35 @@ type workload struct {
 	want    map[int64][]string
 	lastLSN uint64 // WAL insert position inside the last committed transaction
 	pad     string
+	commits *commitBounds // when set, every commit's bounds are added
+}
+
+// commitBounds are the WAL bounds of committed transactions: lo, read
+// inside the transaction before its commit, lies below its commit record;
+// hi, read after the commit, at or past the commit's end.
+type commitBounds struct {
+	mu sync.Mutex
+	b  [][2]uint64
+}
+
+func (c *commitBounds) add(lo, hi uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.b = append(c.b, [2]uint64{lo, hi})
+}
+
+// missed returns a transaction the slot surely confirmed (hi <= confirmed)
+// and the log surely lacks (lo > newest: the log holds transactions in
+// commit order, so it lacks every one after its newest).
+func (c *commitBounds) missed(confirmed, newest uint64) ([2]uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.b {
+		if b[1] <= confirmed && b[0] > newest {
+			return b, true
+		}
+	}
+	return [2]uint64{}, false
 }
 
 func newWorkload(conn *pgx.Conn, seed uint64, preloaded int64, big int) *workload {
@@ -121,6 +151,15 @@ func (w *workload) step(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	if w.commits != nil {
+		var hi string
+		if err := w.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&hi); err != nil {
+			return err
+		}
+		lo, _ := parseLSN(lsn)
+		end, _ := parseLSN(hi)
+		w.commits.add(lo, end)
+	}
 	for _, c := range changes {
 		id := c[0].(int64)
 		w.want[id] = append(w.want[id], c[1].(string))
@@ -189,8 +228,12 @@ func (ke *killEnv) kill(t *testing.T, i int) {
 
 // liveCheck checks, until ctx ends, that the slot's confirmed_flush_lsn
 // never passes the newest position durable in the log (or the slot's
-// consistent point, which the initial load's rows sort just below).
-func (ke *killEnv) liveCheck(ctx context.Context, t *testing.T) (checks *atomic.Int64) {
+// consistent point, which the initial load's rows sort just below). With
+// commits set, the reader may confirm past WAL that holds no captured
+// change (an incremental snapshot's watermark messages): then only a
+// committed transaction of the workload that the slot surely confirmed and
+// the log surely lacks is a violation.
+func (ke *killEnv) liveCheck(ctx context.Context, t *testing.T, commits *commitBounds) (checks *atomic.Int64) {
 	checks = &atomic.Int64{}
 	conn := ke.connect(t)
 	go func() {
@@ -206,7 +249,12 @@ func (ke *killEnv) liveCheck(ctx context.Context, t *testing.T) (checks *atomic.
 				continue // the writer may be mid-rotation; try again
 			}
 			if bound := max(newest, ke.cp.Load()); confirmed > bound {
-				ke.bad.CompareAndSwap(nil, fmt.Sprintf("confirmed_flush_lsn %X is ahead of the log's newest position %X", confirmed, bound))
+				if commits == nil {
+					ke.bad.CompareAndSwap(nil, fmt.Sprintf("confirmed_flush_lsn %X is ahead of the log's newest position %X", confirmed, bound))
+				} else if tx, ok := commits.missed(confirmed, bound); ok {
+					ke.bad.CompareAndSwap(nil, fmt.Sprintf("confirmed_flush_lsn %X is past the transaction committed between %X and %X, "+
+						"which the log lacks (its newest position %X)", confirmed, tx[0], tx[1], bound))
+				}
 			}
 			checks.Add(1)
 		}
@@ -415,12 +463,14 @@ func TestKillNineDuringInitialLoad(t *testing.T) {
 	ke.start(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	checks := ke.liveCheck(ctx, t)
+	commits := &commitBounds{} // the resumed load's watermarks may be confirmed past
+	checks := ke.liveCheck(ctx, t, commits)
 	for ke.rowsInLog(t) == 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The slot exists and is consistent: every write from here on streams.
 	w := newWorkload(ke.connect(t), 1, rows, 0)
+	w.commits = commits
 	stop := make(chan struct{})
 	done := runWorkload(w, stop, time.Millisecond)
 	for i, frac := range []int{5, 10} {
@@ -466,7 +516,7 @@ func TestKillNineDuringStreaming(t *testing.T) {
 	ke.start(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	checks := ke.liveCheck(ctx, t)
+	checks := ke.liveCheck(ctx, t, nil)
 	for slotConfirmed(t, ke.conn, ke.names.Slot) == 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
