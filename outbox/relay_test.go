@@ -239,7 +239,9 @@ func TestRelayWaitsForEveryTarget(t *testing.T) {
 		t.Fatalf("Emit returned (%v) before the slow target had the event", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if lag := r.Lag(time.Now()); lag < 200*time.Millisecond {
+	// The event's wait began when Emit took it, a moment after the test's
+	// 200 ms began: half of them is a bound a loaded machine keeps.
+	if lag := r.Lag(time.Now()); lag < 100*time.Millisecond {
 		t.Errorf("lag %s while an event waits 200ms", lag)
 	}
 	close(slow.release)
