@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/mask"
@@ -376,6 +377,7 @@ type batchRecords struct {
 	one     [1]log.Record
 	two     [2]log.Record // a change's records: itself and its tombstone
 	now     int64         // Unix nanoseconds
+	seq     []byte        // the change being encoded's source.sequence (envelopeInto)
 	byTopic map[string]*topicRecords
 	order   []*topicRecords // the topics of this batch, in order of their first record
 }
@@ -454,6 +456,13 @@ func (e *emitter) produce(ctx context.Context, topic string, recs []log.Record, 
 // envelope is the Debezium envelope of a change; now is when cdcd
 // processed it (Unix nanoseconds).
 func (e *emitter) envelope(c *source.Change, now int64) schema.Envelope {
+	return e.envelopeInto(c, now, nil)
+}
+
+// envelopeInto is envelope with PostgreSQL's source.sequence built in
+// *seq (when not nil) and aliasing it: two allocations a change fewer.
+// REQUIRES: the envelope is encoded before *seq is used again.
+func (e *emitter) envelopeInto(c *source.Change, now int64, seq *[]byte) schema.Envelope {
 	env := schema.Envelope{
 		Before: c.Before, After: c.After, Op: byte(c.Op), TsMs: now / 1e6, TsUs: now / 1e3, TsNs: now,
 		Source: schema.SourceInfo{
@@ -479,7 +488,12 @@ func (e *emitter) envelope(c *source.Change, now int64) schema.Envelope {
 	// by a snapshot carry the snapshot's LSN.
 	s.TxID, s.LSN = c.TxID, cmp.Or(c.EventLSN, c.LSN)
 	if s.LSN != 0 {
-		s.Sequence = pgSequence(c.LSN, s.LSN)
+		if seq != nil {
+			*seq = appendPGSequence((*seq)[:0], c.LSN, s.LSN)
+			s.Sequence = unsafe.String(unsafe.SliceData(*seq), len(*seq))
+		} else {
+			s.Sequence = pgSequence(c.LSN, s.LSN)
+		}
 	}
 	return env
 }
@@ -496,12 +510,15 @@ var snapshotValues = [...]string{
 // LSN of the change's transaction and the change's own LSN, as decimal
 // strings, so that positions compare the way they sort.
 func pgSequence(commit, lsn uint64) string {
-	b := make([]byte, 0, 48)
+	return string(appendPGSequence(make([]byte, 0, 48), commit, lsn))
+}
+
+func appendPGSequence(b []byte, commit, lsn uint64) []byte {
 	b = append(b, `["`...)
 	b = strconv.AppendUint(b, commit, 10)
 	b = append(b, `","`...)
 	b = strconv.AppendUint(b, lsn, 10)
-	return string(append(b, `"]`...))
+	return append(b, `"]`...)
 }
 
 func (e *emitter) headers(c *source.Change) []log.Header {
@@ -519,7 +536,7 @@ func (e *emitter) headers(c *source.Change) []log.Header {
 // truncate (it applies to every key, so every partition carries it in
 // order). The records are valid until b is recycled.
 func (e *emitter) records(b *batchRecords, tc *tableCodec, c *source.Change) ([]log.Record, error) {
-	env := e.envelope(c, b.now)
+	env := e.envelopeInto(c, b.now, &b.seq)
 	start := len(b.arena)
 	var err error
 	if b.arena, err = schema.AppendEnvelope(schema.AppendFrame(b.arena, tc.valueID), c.Table, &env); err != nil {

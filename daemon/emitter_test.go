@@ -69,7 +69,7 @@ func TestSubmitLargeBatch(t *testing.T) {
 	for i := range batch {
 		id := int64(i % 1000) // keys repeat: their changes must stay in order
 		batch[i] = source.Change{Table: tbl, Op: source.OpUpdate, Before: []any{id, nil}, After: []any{id, fmt.Sprint("v", i)},
-			Pos: pgpos.New(1000, uint32(i)), LSN: 1000, TxID: uint64(7 * i), CommitTime: now}
+			Pos: pgpos.New(1000, uint32(i)), LSN: 1000, EventLSN: uint64(900 + i), TxID: uint64(7 * i), CommitTime: now}
 	}
 	// In pipelined pieces of uneven sizes, so later pieces are encoded into
 	// the record buffers of earlier ones, recycled as their appends land.
@@ -123,6 +123,9 @@ func TestSubmitLargeBatch(t *testing.T) {
 				}
 				if want := fmt.Sprint("v", idx); env.After[1] != want || env.After[0] != int64(idx%1000) {
 					t.Fatalf("change %d decodes to %v, want [%d %s]", idx, env.After, idx%1000, want)
+				}
+				if want := fmt.Sprintf(`["1000","%d"]`, 900+idx); env.Source.Sequence != want {
+					t.Fatalf("change %d: source.sequence %s, want %s", idx, env.Source.Sequence, want)
 				}
 				if got, want := string(r.Header(HeaderTxID)), fmt.Sprint(7*idx); got != want || env.Source.TxID != uint64(7*idx) {
 					t.Fatalf("change %d: transaction id header %s, envelope %d, want %s", idx, got, env.Source.TxID, want)
@@ -232,6 +235,12 @@ func TestEnvelopeSource(t *testing.T) {
 	if s.Snapshot != "false" || s.LSN != 0x4F0 || s.Sequence != `["1280","1264"]` || s.TxID != 9 || s.DB != "db" || s.Schema != "shop" ||
 		s.TsMs != at.UnixMilli() || s.TsUs != at.UnixMicro() || s.TsNs != at.UnixNano() {
 		t.Errorf("postgres source %+v", s)
+	}
+	// The encode path builds the sequence in a reused buffer: the same text,
+	// valid until the next change's.
+	seq := []byte("stale bytes from the change before, longer than a sequence")
+	if got := pg.envelopeInto(&c, at.UnixNano(), &seq).Source.Sequence; got != `["1280","1264"]` {
+		t.Errorf("sequence from a reused buffer %q", got)
 	}
 	for place, want := range map[source.SnapshotPlace]string{source.PlaceInside: "true", source.PlaceFirst: "first",
 		source.PlaceFirstInTable: "first_in_data_collection", source.PlaceLastInTable: "last_in_data_collection",
