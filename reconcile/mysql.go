@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,13 +24,16 @@ import (
 //   - Low is one past the ordinal of the pipeline's checkpoint C read
 //     before R began: C's transactions had committed then, so R sees every
 //     one of them, and any transaction R does not see has a greater ordinal.
-//   - High carries the GTID position P of R's snapshot. MariaDB names it:
-//     binlog_snapshot_file/position, the binlog point the snapshot is
-//     consistent with (the commit order is the binlog's), turned into a
-//     GTID position by BINLOG_GTID_POS; R sees exactly P's transactions.
-//     MySQL has no such point: P is @@gtid_executed read after R's query,
-//     a superset of what R sees as long as a transaction's GTID joins
-//     gtid_executed (in its commit's group) before the query ends.
+//   - High carries a GTID position P that contains every transaction R
+//     sees: @@gtid_binlog_pos read once the snapshot is taken (MariaDB
+//     writes a transaction's GTID to the binlog, and the position, before
+//     its commit is visible), or @@gtid_executed read after R's query
+//     (MySQL: a transaction's GTID joins it in its commit's group, which
+//     the query outlasts). P may hold more than R sees: the log must then
+//     cover a little more before R is compared. MariaDB names R's exact
+//     point too (binlog_snapshot_file/position, through BINLOG_GTID_POS),
+//     but that function reads the binlog file from its start, a cost per
+//     read that grows with the file.
 //
 // The log covers R once the pipeline's checkpoint contains P. There is no
 // Gap: a transaction R does not see has an ordinal at or after Low, so its
@@ -244,8 +246,8 @@ func highGTID(high []byte) string {
 	return string(high[8:])
 }
 
-// begin starts a consistent read on c, its Low read first. For MariaDB the
-// read's High is known at once; for MySQL end reads it after the query.
+// begin starts a consistent read on c, its Low read first. MariaDB's High
+// is read at once; MySQL's, by end after the query.
 func (m *MySQL) begin(ctx context.Context, c *sql.Conn) (*Read, error) {
 	low, err := m.lowPos(ctx)
 	if err != nil {
@@ -258,40 +260,12 @@ func (m *MySQL) begin(ctx context.Context, c *sql.Conn) (*Read, error) {
 	if m.flavor != mysql.FlavorMariaDB {
 		return r, nil
 	}
-	var file, pos string
-	rows, err := c.QueryContext(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'")
-	if err != nil {
+	var gtid string
+	if err := c.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_pos").Scan(&gtid); err != nil {
 		m.rollback(c)
-		return nil, err
+		return nil, fmt.Errorf("reconcile: read gtid_binlog_pos: %w", err)
 	}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			rows.Close()
-			m.rollback(c)
-			return nil, err
-		}
-		switch k {
-		case "Binlog_snapshot_file", "binlog_snapshot_file":
-			file = v
-		case "Binlog_snapshot_position", "binlog_snapshot_position":
-			pos = v
-		}
-	}
-	rows.Close()
-	var gtid sql.NullString
-	if file != "" {
-		n, _ := strconv.ParseUint(pos, 10, 64)
-		if err := c.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", file, n).Scan(&gtid); err != nil {
-			m.rollback(c)
-			return nil, fmt.Errorf("reconcile: the GTID position of %s:%s: %w", file, pos, err)
-		}
-	}
-	if !gtid.Valid {
-		m.rollback(c)
-		return nil, fmt.Errorf("reconcile: the server names no binlog position for a consistent read (binlog_snapshot_file %q, position %q): is its binlog on?", file, pos)
-	}
-	r.High = m.myHigh(gtid.String)
+	r.High = m.myHigh(gtid)
 	return r, nil
 }
 
