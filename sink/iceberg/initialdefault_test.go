@@ -91,3 +91,35 @@ func TestDroppedColumnReadsNull(t *testing.T) {
 	compactAll(t, w)
 	compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
 }
+
+// TestDroppedColumnReadsNullChangelog: the same in append mode, whose
+// builder fills the columns a row's version lacks.
+func TestDroppedColumnReadsNullChangelog(t *testing.T) {
+	base := &schema.Table{Namespace: "public", Name: "x", Columns: kv.Columns[:2], Key: []int{0}}
+	added := &schema.Table{Namespace: "public", Name: "x", Columns: append(append([]schema.Column(nil), kv.Columns[:2]...),
+		schema.Column{Name: "n", Kind: schema.Int32, Nullable: true, Default: int64(9)}), Key: []int{0}}
+	dropped := &schema.Table{Namespace: "public", Name: "x", Columns: kv.Columns[:2], Key: []int{0}, Dropped: []string{"n"}}
+	cat := testCatalog(t)
+	w := newWriter(t, cat, "p", 1)
+	var off int64
+	commit := func(tbl *schema.Table, row []any) {
+		t.Helper()
+		w.buf = []change{{table: tbl, env: &schema.Envelope{After: row, Op: 'c'}, offset: off}}
+		off++
+		w.next[0] = off
+		if err := w.commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(base, []any{int64(1), "a"})
+	commit(added, []any{int64(2), "b", int64(2)})
+	commit(dropped, []any{int64(3), "c"})
+	commit(base, []any{int64(4), "d"})
+	got := scanRows(t, cat, w.cfg.Ident, []schema.Column{{Name: "id", Kind: schema.Int64}, {Name: "n", Kind: schema.Int32, Nullable: true}})
+	want := map[int64]string{1: "9", 2: "2", 3: "<nil>", 4: "9"}
+	for id, n := range want {
+		if g := got[id]; g == nil || fmt.Sprint(g[1]) != n {
+			t.Errorf("row %d: %v, want n = %s", id, g, n)
+		}
+	}
+}
