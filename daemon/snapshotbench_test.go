@@ -29,7 +29,8 @@ import (
 // goal is an incremental rate of at least 0.8 of the initial load's.
 // CDCD_BENCH_ROWS (default 1M) sets the table's size, CDCD_BENCH_CHUNK_ROWS
 // the snapshot's chunk, CDCD_BENCH_SPLIT_ROWS the smallest chunk read in
-// halves; CDCD_BENCH_INC_CPU=file profiles the snapshot,
+// halves, CDCD_BENCH_AHEAD the chunks read at once (1: one at a time);
+// CDCD_BENCH_INC_CPU=file profiles the snapshot,
 // CDCD_BENCH_LOAD_CPU=file the initial load.
 func BenchmarkIncrementalIntoLog(b *testing.B) {
 	rows := benchRowCount()
@@ -114,7 +115,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	}
 	lag := &lagEmitter{next: e, table: "beat"}
 	r = postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot + "_inc", Publication: names.Publication, Tables: []string{"bench", "beat"},
-		SpillDir: tb.TempDir(), HeartbeatInterval: -1, Incremental: postgres.IncrementalConfig{ChunkRows: chunk, SplitRows: splitRows()}},
+		SpillDir: tb.TempDir(), HeartbeatInterval: -1, Incremental: postgres.IncrementalConfig{ChunkRows: chunk, SplitRows: splitRows(), Ahead: benchEnvInt("CDCD_BENCH_AHEAD")}},
 		e.state, slog.New(slog.DiscardHandler))
 	rctx, cancel := context.WithCancel(ctx)
 	errc, ran := make(chan error, 1), make(chan struct{})
@@ -251,6 +252,12 @@ func (l *lagEmitter) take() lagStats {
 	s := l.stats
 	l.stats = lagStats{}
 	return s
+}
+
+// benchEnvInt is an integer from the environment (0 when unset).
+func benchEnvInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 // splitRows is CDCD_BENCH_SPLIT_ROWS (postgres.IncrementalConfig.SplitRows;

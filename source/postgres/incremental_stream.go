@@ -33,6 +33,10 @@ type IncrementalConfig struct {
 	// SplitRows is the smallest range chunk read in two halves at once (on
 	// two connections, in one snapshot); default 4096, negative: never.
 	SplitRows int
+	// Ahead is how many range chunks are read at once, each on a
+	// connection of its own between watermarks of its own; default 3
+	// (snapshot.Config.Ahead).
+	Ahead int
 	// MaxRowsPerSecond throttles a snapshot; 0 does not.
 	MaxRowsPerSecond int
 	// SignalTable ("schema.table") is a Debezium-compatible signal table
@@ -47,7 +51,7 @@ func (r *Reader) Snapshots() *snapshot.Engine { return r.inc }
 
 func newEngine(cfg Config, state State, logger *slog.Logger) *snapshot.Engine {
 	return snapshot.New(snapshot.Config{StateKey: "postgres/" + cfg.Slot + "/incremental",
-		ChunkRows: cfg.Incremental.ChunkRows, MaxRowsPerSecond: cfg.Incremental.MaxRowsPerSecond}, state, logger)
+		ChunkRows: cfg.Incremental.ChunkRows, MaxRowsPerSecond: cfg.Incremental.MaxRowsPerSecond, Ahead: cfg.Incremental.Ahead}, state, logger)
 }
 
 // incStream is the stream's side of incremental snapshots: watermarks,
