@@ -66,15 +66,20 @@ func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState, 
 		if err != nil {
 			return nil, err
 		}
-		first, err := r.firstRowID(fs, tbl, u.data[path])
-		if err != nil {
-			return nil, err
-		}
+		first, known := int64(0), false
 		for _, st := range sts {
 			pos := locs[string(st.key)].pos
 			if pos < int64(len(ids)) && ids[pos] != noRowID {
 				out[string(st.key)] = ids[pos]
-			} else {
+				continue
+			}
+			if !known {
+				if first, err = r.firstRowID(fs, tbl, u.data[path]); err != nil {
+					return nil, err
+				}
+				known = true
+			}
+			if first >= 0 {
 				out[string(st.key)] = first + pos
 			}
 		}
@@ -140,7 +145,8 @@ func (r *rowIDs) remember(path string, ids []int64) {
 
 // firstRowID is df's first_row_id: as the manifests the writer loaded
 // gave it, else read from the data manifests of tbl's current snapshot
-// not read yet (the file was added since, by this writer).
+// not read yet (the file was added since, by this writer); -1 when no
+// manifest gives it one.
 func (r *rowIDs) firstRowID(fs icebergio.IO, tbl *table.Table, df iceberg.DataFile) (int64, error) {
 	if df == nil {
 		return 0, fmt.Errorf("iceberg: a key's row is in a data file the table does not list")
@@ -174,8 +180,10 @@ func (r *rowIDs) firstRowID(fs icebergio.IO, tbl *table.Table, df iceberg.DataFi
 	}
 	id, ok := r.first[df.FilePath()]
 	if !ok {
-		return 0, fmt.Errorf("iceberg: %s has no first_row_id in snapshot %d of %s: an updated row would get a new row id",
-			df.FilePath(), snap.SnapshotID, identString(tbl.Identifier()))
+		// Not written by a format-3 commit: its updated rows get new ids
+		// (they have none to keep).
+		r.first[df.FilePath()] = -1
+		return -1, nil
 	}
 	return id, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/apache/iceberg-go/catalog"
+
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -86,6 +88,8 @@ func testUpdateKeepsRowID(t *testing.T, direct bool) {
 	}
 	commit(w, byte('c'), 1, "a", byte('c'), 2, "b", byte('c'), 3, "c", byte('c'), 4, "d", byte('c'), 5, "e")
 	l := scanLineage(t, cat, w.cfg.Ident)
+	w = reopen(t, cat, w) // the first file's first_row_id comes from the loaded manifests
+	defer func() { w.close() }()
 	commit(w, byte('u'), 1, "a1", byte('u'), 2, "b1", byte('c'), 6, "f", byte('d'), 3, "", byte('c'), 3, "c again")
 	l = expect(w, "updates of loaded rows", l, []int64{1, 2}, []int64{3, 6})
 	// Key 6 lives in a file this writer added; key 1 holds an explicit id.
@@ -98,17 +102,9 @@ func testUpdateKeepsRowID(t *testing.T, direct bool) {
 	commit(w, byte('u'), 6, "f2", byte('u'), 5, "e1")
 	l = expect(w, "updates of compacted rows", l, []int64{6, 5}, nil)
 
-	dir := w.s.cfg.IndexDir
-	w.close()
-	w2 := upsertWriter(t, cat, 3, 1)
-	w2.s.cfg.IndexDir = dir
-	if err := w2.load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer w2.close()
-	w2.next[0] = off
-	commit(w2, byte('u'), 6, "f3", byte('u'), 2, "b2", byte('u'), 3, "c1")
-	expect(w2, "updates after a restart", l, []int64{6, 2, 3}, nil)
+	w = reopen(t, cat, w)
+	commit(w, byte('u'), 6, "f3", byte('u'), 2, "b2", byte('u'), 3, "c1")
+	expect(w, "updates after a restart", l, []int64{6, 2, 3}, nil)
 }
 
 func contains64(s []int64, v int64) bool {
@@ -118,4 +114,18 @@ func contains64(s []int64, v int64) bool {
 		}
 	}
 	return false
+}
+
+// reopen closes w and loads its table in a new writer, as at a restart.
+func reopen(t *testing.T, cat catalog.Catalog, w *tableWriter) *tableWriter {
+	t.Helper()
+	dir, next := w.s.cfg.IndexDir, w.next[0]
+	w.close()
+	w2 := upsertWriter(t, cat, 3, 1)
+	w2.s.cfg.IndexDir, w2.s.cfg.Compaction = dir, w.s.cfg.Compaction
+	if err := w2.load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w2.next[0] = next
+	return w2
 }
