@@ -1,10 +1,13 @@
 package mysql
 
 import (
+	"context"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // Columns added to a table with rows.
@@ -32,7 +35,10 @@ import (
 // the session that inserts, which the information schema does not tell.
 // The value is the one COLUMN_DEFAULT shows when the reader reaches the
 // DDL statement, not when the statement ran: a later ALTER … SET DEFAULT
-// read by a reader that is behind gives the rows the later default.
+// read by a reader that is behind gives the rows the later default. A
+// later change of the column's type makes the binlog's shape disagree with
+// the information schema's, so the streamed column carries no Default:
+// reReadUncarried reads the rows again then.
 
 // columnDefault sets t.HasDefault and t.Default from an information-schema
 // row: whether rows that predate the column hold a value that is not NULL
@@ -191,4 +197,33 @@ func isNumber(s string) bool {
 		return exp != "" && allDigits(exp)
 	}
 	return true
+}
+
+// reReadUncarried queues a re-read of the table when a column that v, a
+// new table version, adds to old carries no Default although the
+// information schema's column of that name has one the sink keeps:
+// reReadAdded took it for carried at the DDL point, but the table map
+// disagrees with the information schema (the reader is behind a later
+// ALTER of the column), so the sink would add the column without it.
+func (s *streamer) reReadUncarried(ctx context.Context, desc *tableDesc, old, v *tableVersion) error {
+	qn := desc.qualified()
+	if old == nil || s.r.cfg.KeepsDefault == nil || !slices.Contains(s.r.cfg.Tables, qn) { // not the watermark or signal table
+		return nil
+	}
+	for _, c := range v.table.Columns {
+		j := desc.table.ColumnIndex(c.Name)
+		if c.Default != nil || old.table.ColumnIndex(c.Name) >= 0 || j < 0 {
+			continue
+		}
+		if dc := desc.table.Columns[j]; !desc.cols[j].HasDefault || dc.Default == nil || !s.r.cfg.KeepsDefault(dc) {
+			continue
+		}
+		s.r.logger.Info("a column added with a default now has another type in the information schema than in the binlog, "+
+			"so its default cannot be given to the rows already there: reading the table's rows again", "table", qn, "column", c.Name)
+		if s.r.inc.Queued(qn) {
+			return nil
+		}
+		return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
+	}
+	return nil
 }

@@ -4,6 +4,10 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
 )
 
 // TestColumnDefaults: what the information schema of a real MariaDB gives
@@ -108,6 +112,70 @@ func TestColumnDefaultForms(t *testing.T) {
 		}
 		if ct.HasDefault != tc.has || col.Default != tc.want {
 			t.Errorf("%s: HasDefault %t, Default %#v; want %t, %#v", tc.name, ct.HasDefault, col.Default, tc.has, tc.want)
+		}
+	}
+}
+
+// TestAddedDefaultTypeChangedLater: a reader behind two ALTERs (its
+// emitter is slow) — a column added with a default the sink keeps, then
+// its type changed — sees at the first one the information schema as it
+// is after the second, and takes the default for carried; the binlog's
+// rows between the two have the old type, so their column carries no
+// default, and the table's rows are read again (snapshot rows with the
+// default). A column whose type did not change reads nothing again.
+func TestAddedDefaultTypeChangedLater(t *testing.T) {
+	t.Parallel()
+	for _, changed := range []bool{true, false} {
+		e := newEnv(t)
+		wt := e.grantWatermarks(t)
+		e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)")
+		d := newDedupe(1)
+		d.slow = time.Second
+		e.reader(t, newMemState(), d, "t", func(c *Config) {
+			c.WatermarkTable = wt
+			c.KeepsDefault = func(schema.Column) bool { return true }
+		})
+		e.exec(t, "INSERT INTO t VALUES (10)")
+		time.Sleep(300 * time.Millisecond) // the reader waits in Emit
+		e.exec(t, "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", "INSERT INTO t VALUES (4, 6)")
+		if changed {
+			e.exec(t, "ALTER TABLE t MODIFY c BIGINT DEFAULT 5")
+		}
+		e.exec(t, "INSERT INTO t VALUES (5, 7)")
+		got := d.waitFor(t, "the inserts", func(cs []source.Change) bool {
+			n := 0
+			for _, c := range cs {
+				if c.Op == source.OpCreate {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		if !changed {
+			time.Sleep(3 * time.Second) // a snapshot, were one queued, would have begun
+			got = d.snapshot()
+		} else {
+			got = d.waitFor(t, "snapshot rows", func(cs []source.Change) bool {
+				n := 0
+				for _, c := range cs {
+					if c.Snapshot {
+						n++
+					}
+				}
+				return n >= 6
+			})
+		}
+		read := 0
+		for _, c := range got {
+			if c.Snapshot {
+				read++
+				if id := c.After[0]; id.(int64) <= 3 && fmt.Sprint(c.After[1]) != "5" {
+					t.Errorf("type changed %t: snapshot row %v, want c = 5", changed, c.After)
+				}
+			}
+		}
+		if (read > 0) != changed {
+			t.Errorf("type changed %t: %d rows read again", changed, read)
 		}
 	}
 }

@@ -44,6 +44,9 @@ func (s *streamer) tableMap(ctx context.Context, tm *replication.TableMapEvent) 
 	if err != nil {
 		return err
 	}
+	if err := s.reReadUncarried(ctx, desc, s.latest[qn], v); err != nil {
+		return err
+	}
 	if old := s.latest[qn]; old != nil && old.table.Equal(v.table) {
 		v.table = old.table // changes share the shape's pointer until it changes
 	} else if old != nil {
