@@ -118,7 +118,7 @@ func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	}
 	q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT 1"
 	p := &snapshot.Plan{}
-	read := func(db querier) error { return readUpper(ctx, db, desc, q, name, where, p) }
+	read := func(db querier) error { return readKey(ctx, db, desc, q, nil, name, where, p) }
 	if d.ro != nil {
 		set, err := d.consistentRead(ctx, read)
 		if err != nil {
@@ -133,37 +133,6 @@ func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 		return nil, fmt.Errorf("mysql: estimate the rows of %s: %w", name, err)
 	}
 	return p, nil
-}
-
-// readUpper reads a plan's upper bound with query q into p.
-func readUpper(ctx context.Context, db querier, desc *tableDesc, q, name, where string, p *snapshot.Plan) error {
-	keys := desc.table.Key
-	raw := make([]sql.RawBytes, len(keys))
-	ptrs := make([]any, len(keys))
-	for i := range raw {
-		ptrs[i] = &raw[i]
-	}
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return queryError(name, where, err)
-	}
-	defer rows.Close()
-	if rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return queryError(name, where, err)
-		}
-		vals := make([]any, len(keys))
-		for i, k := range keys {
-			if vals[i], err = fromText(&desc.cols[k], raw[i]); err != nil {
-				return &ValueError{Table: name, Column: desc.cols[k].Name, Type: desc.cols[k].SourceType, Err: err}
-			}
-		}
-		p.Upper = keyText(desc, vals)
-	}
-	if err := rows.Err(); err != nil {
-		return queryError(name, where, err)
-	}
-	return nil
 }
 
 // ReadChunk implements snapshot.Database. The table is described again
@@ -292,6 +261,23 @@ func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 	for i := range d.cols {
 		cols[i] = selectExpr(&d.cols[i], quoteIdent(d.cols[i].Name))
 	}
+	where, args, err := rangeWhere(d, q)
+	if err != nil {
+		return "", nil, err
+	}
+	keys := keyExprs(d)
+	text := "SELECT " + strings.Join(cols, ", ") + " FROM " + d.ident() + " WHERE " + where +
+		" ORDER BY " + strings.Join(keys, ", ")
+	if q.Keys == nil && q.To == nil {
+		text += " LIMIT " + strconv.Itoa(q.Limit)
+	}
+	return text, args, nil
+}
+
+// rangeWhere writes a chunk's condition and its arguments: the keys, or
+// the range after q.After up to q.To (every row) or q.Upper, and the
+// run's condition.
+func rangeWhere(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 	keys, marks := keyExprs(d), keyMarks(d)
 	var where []string
 	var args []any
@@ -319,7 +305,11 @@ func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 			w, a := rowCompare(keys, marks, vals, ">")
 			where, args = append(where, w), append(args, a...)
 		}
-		vals, err := keyArgs(d, q.Upper)
+		upper := q.Upper
+		if q.To != nil {
+			upper = q.To
+		}
+		vals, err := keyArgs(d, upper)
 		if err != nil {
 			return "", nil, err
 		}
@@ -329,12 +319,7 @@ func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 			where = append(where, "("+q.Where+")")
 		}
 	}
-	text := "SELECT " + strings.Join(cols, ", ") + " FROM " + d.ident() + " WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY " + strings.Join(keys, ", ")
-	if q.Keys == nil {
-		text += " LIMIT " + strconv.Itoa(q.Limit)
-	}
-	return text, args, nil
+	return strings.Join(where, " AND "), args, nil
 }
 
 // rowCompare writes (k1, k2, …) op (v1, v2, …) for op > or <= as the

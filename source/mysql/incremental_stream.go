@@ -167,7 +167,11 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 			return nil, err
 		}
 	}
-	if err := r.inc.Prepare(ctx, my); err != nil {
+	var sdb snapshot.Database = my
+	if my.ro == nil {
+		sdb = &myParallel{my} // incremental_parallel.go
+	}
+	if err := r.inc.Prepare(ctx, sdb); err != nil {
 		db.Close()
 		return nil, in.wrap(err)
 	}
@@ -177,7 +181,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 	go func() {
 		defer in.wg.Done()
 		defer db.Close()
-		err := r.inc.Run(wctx, my)
+		err := r.inc.Run(wctx, sdb)
 		if wctx.Err() == nil && err != nil {
 			in.mu.Lock()
 			in.failed = in.wrap(err)

@@ -1,0 +1,89 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// Several chunks at once (snapshot.Parallel): the engine finds where each
+// range chunk ends (Bound), and readers write the chunks' watermarks and
+// read them beside each other. The query pool is safe for concurrent use,
+// so a reader is the database itself; each watermark is its own
+// autocommit upsert of the pipeline's row, which the server serialises.
+// Not in read-only mode (a chunk's read is its watermark there).
+
+// myParallel is a myDatabase that reads several range chunks at once.
+type myParallel struct{ *myDatabase }
+
+var _ snapshot.Parallel = (*myParallel)(nil)
+
+// Bound implements snapshot.Parallel: the key Limit-1 rows into the range
+// chunk q, in its order (nil: fewer rows are left).
+func (d *myParallel) Bound(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (snapshot.Key, error) {
+	desc, err := d.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	keys := keyExprs(desc)
+	sel := make([]string, len(keys))
+	for i, k := range desc.table.Key {
+		sel[i] = selectExpr(&desc.cols[k], keys[i])
+	}
+	where, args, err := rangeWhere(desc, q)
+	if err != nil {
+		return nil, err
+	}
+	text := "SELECT " + strings.Join(sel, ", ") + " FROM " + desc.ident() + " WHERE " + where +
+		" ORDER BY " + strings.Join(keys, ", ") + " LIMIT 1 OFFSET ?"
+	p := &snapshot.Plan{}
+	if err := readKey(ctx, d.db, desc, text, append(args, int64(q.Limit-1)), name, q.Where, p); err != nil {
+		return nil, err
+	}
+	return p.Upper, nil
+}
+
+// Reader implements snapshot.Parallel.
+func (d *myParallel) Reader(context.Context) (snapshot.ChunkReader, error) {
+	return chunkReader{d.myDatabase}, nil
+}
+
+// chunkReader reads chunks and writes watermarks on the shared pool.
+type chunkReader struct{ *myDatabase }
+
+// Close implements snapshot.ChunkReader: the pool stays the engine's.
+func (chunkReader) Close() {}
+
+// readKey runs a query of one key (its columns as selectExpr selects
+// them) into p.Upper; none leaves it nil.
+func readKey(ctx context.Context, db querier, desc *tableDesc, q string, args []any, name, where string, p *snapshot.Plan) error {
+	keys := desc.table.Key
+	raw := make([]sql.RawBytes, len(keys))
+	ptrs := make([]any, len(keys))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return queryError(name, where, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return queryError(name, where, err)
+		}
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			if vals[i], err = fromText(&desc.cols[k], raw[i]); err != nil {
+				return &ValueError{Table: name, Column: desc.cols[k].Name, Type: desc.cols[k].SourceType, Err: err}
+			}
+		}
+		p.Upper = keyText(desc, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return queryError(name, where, err)
+	}
+	return nil
+}
