@@ -2,10 +2,12 @@ package faultsuite
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/mirror"
 )
 
 // TestMySQLStatementLoggedPausesTable: a privileged session switches its
@@ -52,4 +54,68 @@ func TestMySQLStatementLoggedPausesTable(t *testing.T) {
 	if out, _, _ := p.cdcd("status", "-c", p.CfgPath); strings.Contains(out, "PAUSED") {
 		t.Errorf("cdcd status still shows a paused table:\n%s", out)
 	}
+}
+
+// TestMySQLColumnsWhileStopped (issue 22, MariaDB): what an ALTER does
+// while cdcd is stopped is still carried, from the reader's record of
+// each table's columns. A column added with a default on format 2 has the
+// table's rows read again (nothing in the binlog gives them the value); a
+// column that got an initial-default on format 3 and is dropped reads NULL
+// in rows written after the drop through iceberg-go's scan, while rows
+// nobody touched since keep the default.
+func TestMySQLColumnsWhileStopped(t *testing.T) {
+	t.Parallel()
+	t.Run("added/v2", func(t *testing.T) {
+		t.Parallel()
+		p := newMyPipeline(t, []string{"CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))"}, []string{"t"}, "")
+		p.format = 2
+		p.writeMyConfig()
+		p.myRowsT(200)
+		p.start()
+		p.waitLoaded(p.name + ".t")
+		p.waitMirror("t")
+		p.stop()
+		p.sql("ALTER TABLE t ADD COLUMN c VARCHAR(10) DEFAULT 'red'")
+		p.start()
+		p.waitMirror("t")
+		if !p.logContains("origin=added-default") {
+			t.Error("the rows were not read again")
+		}
+	})
+	t.Run("dropped/v3", func(t *testing.T) {
+		t.Parallel()
+		p := newMyPipeline(t, []string{"CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))"}, []string{"t"}, "")
+		p.myRowsT(200)
+		p.start()
+		p.waitLoaded(p.name + ".t")
+		p.sql("ALTER TABLE t ADD COLUMN c VARCHAR(10) DEFAULT 'red'", "INSERT INTO t VALUES (201, 'with c', 'blue')")
+		p.waitMirror("t")
+		p.stop()
+		p.sql("ALTER TABLE t DROP COLUMN c")
+		p.start()
+		p.sql("INSERT INTO t VALUES (202, 'after the drop')", "UPDATE t SET v = 'updated' WHERE id <= 10 OR id = 201")
+		p.waitMirror("t")
+		got := p.icebergColumn(p.name+".t", "c", "id")
+		bad := 0
+		for id := 1; id <= 202; id++ {
+			want := "red"
+			if id <= 10 || id >= 201 {
+				want = mirror.Null // written after the drop
+			}
+			if g := got[fmt.Sprint(id)]; g != want && bad < 5 {
+				bad++
+				t.Errorf("id %d: Iceberg column c reads %q, want %q", id, g, want)
+			}
+		}
+	})
+}
+
+// myRowsT inserts rows 1..n into t (id, v).
+func (p *myPipeline) myRowsT(n int) {
+	p.t.Helper()
+	var vals []string
+	for i := 1; i <= n; i++ {
+		vals = append(vals, fmt.Sprintf("(%d, 'v%d')", i, i))
+	}
+	p.sql("INSERT INTO t (id, v) VALUES " + strings.Join(vals, ", "))
 }

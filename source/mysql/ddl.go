@@ -210,7 +210,10 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 		if err != nil {
 			return &connError{err}
 		}
-		if err := s.reReadAdded(ctx, d, nd); err != nil {
+		if err := s.reReadAdded(ctx, func(c string) bool { return d.table.ColumnIndex(c) >= 0 }, nd); err != nil {
+			return err
+		}
+		if err := s.syncColumns(ctx, nd, false); err != nil {
 			return err
 		}
 		s.captured[qn] = nd
@@ -222,10 +225,10 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 // to whose value the rows already there hold with no row event ever sent
 // for them (defaults.go), unless each such value is a constant the sink
 // gives to rows written before the column existed (Config.KeepsDefault).
-func (s *streamer) reReadAdded(ctx context.Context, old, cur *tableDesc) error {
+func (s *streamer) reReadAdded(ctx context.Context, had func(column string) bool, cur *tableDesc) error {
 	var cols []string
 	for i, c := range cur.cols {
-		if !c.HasDefault || old.table.ColumnIndex(c.Name) >= 0 {
+		if !c.HasDefault || had(c.Name) {
 			continue
 		}
 		if col := cur.table.Columns[i]; col.Default != nil && s.r.cfg.KeepsDefault != nil && s.r.cfg.KeepsDefault(col) {

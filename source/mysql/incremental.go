@@ -40,6 +40,9 @@ type myDatabase struct {
 	wm     *Watermarks
 	wmErr  error    // why there is no wm
 	ro     *roState // read-only: watermarks at GTID positions (readonly.go)
+	// dropped names the columns dropped at the source that a shape lacks
+	// (Reader.dropped); nil: none.
+	dropped func(qn string, has func(string) bool) []string
 }
 
 // querier runs a query on a pool or one connection.
@@ -76,6 +79,9 @@ func (d *myDatabase) describe(ctx context.Context, name string) (*tableDesc, err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if d.dropped != nil {
+		desc.table.Dropped = d.dropped(name, func(c string) bool { return desc.table.ColumnIndex(c) >= 0 })
 	}
 	for _, k := range desc.table.Key {
 		if c := &desc.cols[k]; !keyBases[c.Base] {

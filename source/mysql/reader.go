@@ -144,6 +144,11 @@ type Reader struct {
 	logger *slog.Logger
 	stats  Stats
 	inc    *snapshot.Engine
+
+	// columns caches the tables' column records (columns.go); the stream
+	// and the snapshot engine's goroutine both read them.
+	colMu   sync.Mutex
+	columns map[string]*tableColumns
 }
 
 var _ source.Source = (*Reader)(nil)

@@ -106,6 +106,13 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		return err
 	}
 	defer s.inc.close()
+	for _, qn := range r.cfg.Tables { // what changed while no session read the binlog (columns.go)
+		if d := tables[qn]; d != nil {
+			if err := s.syncColumns(ctx, d, true); err != nil {
+				return err
+			}
+		}
+	}
 	r.stats.Streaming.Store(true)
 	defer r.stats.Streaming.Store(false)
 	err = s.loop(ctx, bs, st)

@@ -47,6 +47,7 @@ func (s *streamer) tableMap(ctx context.Context, tm *replication.TableMapEvent) 
 	if err := s.reReadUncarried(ctx, desc, s.latest[qn], v); err != nil {
 		return err
 	}
+	v.table.Dropped = s.r.dropped(qn, func(c string) bool { return v.table.ColumnIndex(c) >= 0 })
 	if old := s.latest[qn]; old != nil && old.table.Equal(v.table) {
 		v.table = old.table // changes share the shape's pointer until it changes
 	} else if old != nil {
