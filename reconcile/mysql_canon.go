@@ -85,15 +85,8 @@ func myTable(name, quoted string, cols []myColumn, mirror []MirrorColumn, mask m
 		}
 		t.Columns = append(t.Columns, col)
 	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("reconcile: %s has no primary key: nothing to match rows by", name)
-	}
-	for i := 1; i <= len(keys); i++ {
-		ci, ok := keys[i]
-		if !ok {
-			return nil, fmt.Errorf("reconcile: %s: key column %d is not a column", name, i)
-		}
-		t.Key = append(t.Key, ci)
+	if err := t.setKey(name, keys, "has no primary key"); err != nil {
+		return nil, err
 	}
 	return t, nil
 }

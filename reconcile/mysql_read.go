@@ -184,7 +184,7 @@ func (m *MySQL) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *
 		return nil, nil, err
 	}
 	var out []KeyRow
-	for _, rq := range myRangeQueries(t, ranges) {
+	for _, rq := range rangeQueries(t, ranges, myKeyConds) {
 		q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s", sel, t.SQL, rq.where, myKeyOrder(t))
 		if out, err = m.readKeyRows(ctx, t, q, rq.args, out); err != nil {
 			m.rollback(m.read)
@@ -220,33 +220,8 @@ func (m *MySQL) readKeyRows(ctx context.Context, t *Table, q string, args []any,
 	return out, res.Err()
 }
 
-// myRangeQueries turns ranges into conditions: one per key range, and the
-// single keys in conditions of up to 500 keys.
-func myRangeQueries(t *Table, ranges []Range) []rangeQuery {
-	var out []rangeQuery
-	var eq []string
-	var eqArgs []any
-	flush := func() {
-		if len(eq) > 0 {
-			out = append(out, rangeQuery{strings.Join(eq, " OR "), eqArgs})
-			eq, eqArgs = nil, nil
-		}
-	}
-	for _, rg := range ranges {
-		if rg.Eq == nil {
-			w, a := myKeyRange(t, rg.Lo, rg.Hi, nil)
-			out = append(out, rangeQuery{w, a})
-			continue
-		}
-		var c string
-		c, eqArgs = myKeyEq(t, rg.Eq, eqArgs)
-		if eq = append(eq, c); len(eq) == 500 {
-			flush()
-		}
-	}
-	flush()
-	return out
-}
+// myKeyConds are MySQL's key conditions for rangeQueries.
+var myKeyConds = keyConds{rng: myKeyRange, eq: myKeyEq}
 
 // Values reads the source's text of columns cols of the rows with keys
 // lits, for the report, by key id.

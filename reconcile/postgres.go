@@ -249,15 +249,8 @@ func pgTable(name, quoted string, cols []pgColumn, mirror []MirrorColumn, mask m
 		}
 		t.Columns = append(t.Columns, col)
 	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("reconcile: %s has no primary key (nor replica identity index): nothing to match rows by", name)
-	}
-	for i := 1; i <= len(keys); i++ {
-		ci, ok := keys[i]
-		if !ok {
-			return nil, fmt.Errorf("reconcile: %s: key column %d is not a column", name, i)
-		}
-		t.Key = append(t.Key, ci)
+	if err := t.setKey(name, keys, "has no primary key (nor replica identity index)"); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -282,4 +275,20 @@ func pgCanonColumn(c pgColumn, it iceberg.Type) (*Column, error) {
 	}
 	col.SQL = sql
 	return col, nil
+}
+
+// setKey sets t.Key from keys (the key's position, 1-based, to the
+// column's index in t.Columns); noKey says what a table without one lacks.
+func (t *Table) setKey(name string, keys map[int]int, noKey string) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("reconcile: %s %s: nothing to match rows by", name, noKey)
+	}
+	for i := 1; i <= len(keys); i++ {
+		ci, ok := keys[i]
+		if !ok {
+			return fmt.Errorf("reconcile: %s: key column %d is not a column", name, i)
+		}
+		t.Key = append(t.Key, ci)
+	}
+	return nil
 }

@@ -261,7 +261,7 @@ func (p *Postgres) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow
 	}
 	nk := len(t.Key)
 	var out []KeyRow
-	for _, q := range rangeQueries(t, ranges) {
+	for _, q := range rangeQueries(t, ranges, pgKeyConds) {
 		where, args := q.where, q.args
 		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s ORDER BY %s", keySelect(t), strings.Join(hashes, ", "), t.SQL, where, keyOrder(t))
 		res, err := tx.Query(ctx, q, args...)
@@ -330,9 +330,18 @@ type rangeQuery struct {
 	args  []any
 }
 
+// keyConds are a dialect's key conditions: a range (lo, hi] and one key,
+// each appending its arguments to args.
+type keyConds struct {
+	rng func(t *Table, lo, hi Key, args []any) (string, []any)
+	eq  func(t *Table, k Key, args []any) (string, []any)
+}
+
+var pgKeyConds = keyConds{rng: keyPredicate, eq: keyPredicateEq}
+
 // rangeQueries turns ranges into conditions: one per key range, and the
 // single keys in conditions of up to 500 keys.
-func rangeQueries(t *Table, ranges []Range) []rangeQuery {
+func rangeQueries(t *Table, ranges []Range, kc keyConds) []rangeQuery {
 	var out []rangeQuery
 	var eq []string
 	var eqArgs []any
@@ -344,12 +353,12 @@ func rangeQueries(t *Table, ranges []Range) []rangeQuery {
 	}
 	for _, rg := range ranges {
 		if rg.Eq == nil {
-			w, a := keyPredicate(t, rg.Lo, rg.Hi, nil)
+			w, a := kc.rng(t, rg.Lo, rg.Hi, nil)
 			out = append(out, rangeQuery{w, a})
 			continue
 		}
 		var c string
-		c, eqArgs = keyPredicateEq(t, rg.Eq, eqArgs)
+		c, eqArgs = kc.eq(t, rg.Eq, eqArgs)
 		if eq = append(eq, c); len(eq) == 500 {
 			flush()
 		}
