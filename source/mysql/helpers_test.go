@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -179,6 +180,28 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { db.Close() })
 	cfg, _ := sqldriver.ParseDSN(dsn)
 	return &env{dsn: dsn, db: db, srv: srv, name: cfg.DBName}
+}
+
+// session runs stmts in order on one connection, so session settings
+// (SET SESSION binlog_format, sql_mode, ...) hold for the statements after;
+// the connection is then discarded, not returned to the pool, so its
+// settings reach no later statement.
+func (e *env) session(t *testing.T, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // closes it
+		conn.Close()
+	}()
+	for _, q := range stmts {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 }
 
 func (e *env) exec(t *testing.T, stmts ...string) {

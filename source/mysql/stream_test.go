@@ -267,17 +267,7 @@ func TestValueFault(t *testing.T) {
 	e.exec(t, "CREATE TABLE t (d DATE PRIMARY KEY, v INT)")
 	d := newDedupe(1)
 	e.reader(t, newMemState(), d, "t")
-	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range []string{"SET SESSION sql_mode = ''", "INSERT INTO t VALUES ('0000-00-00', 1)", "INSERT INTO t VALUES ('2024-01-01', 2)"} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	e.session(t, "SET SESSION sql_mode = ''", "INSERT INTO t VALUES ('0000-00-00', 1)", "INSERT INTO t VALUES ('2024-01-01', 2)")
 	got := d.waitFor(t, "2 changes", func(cs []source.Change) bool { return len(cs) >= 2 })
 	f := got[0].Fault
 	if f == nil || f.Column != "d" || f.Value != "0000-00-00" || !strings.Contains(f.Reason, e.name+".t") ||

@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,21 +22,11 @@ func TestStatementLoggedChange(t *testing.T) {
 		"CREATE TABLE t_archive (id INT PRIMARY KEY)")
 	d := newDedupe(1)
 	e.reader(t, newMemState(), d, "t", func(c *Config) { c.Tables = []string{e.name + ".t", e.name + ".u"} })
-	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	other := newEnv(t) // a database of another test, with a table of the same name
 	other.exec(t, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
-	for _, q := range []string{"SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO t_archive VALUES (1)",
-		"INSERT INTO " + other.name + ".t VALUES (1, 'other database')",
-		"BEGIN", "INSERT INTO `t` VALUES (1, 'lost as rows')", "COMMIT"} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	e.session(t, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO t_archive VALUES (1)",
+		"INSERT INTO "+other.name+".t VALUES (1, 'other database')",
+		"BEGIN", "INSERT INTO `t` VALUES (1, 'lost as rows')", "COMMIT")
 	e.exec(t, "INSERT INTO u VALUES (1)", "INSERT INTO t VALUES (2, 'row')")
 	got := d.waitFor(t, "u's and t's rows", func(cs []source.Change) bool {
 		n := 0
@@ -104,17 +93,7 @@ func TestTableStopsAlone(t *testing.T) {
 		"INSERT INTO t VALUES (1, 'a'), (2, 'b')")
 	d := newDedupe(1)
 	e.reader(t, newMemState(), d, "t", func(c *Config) { c.Tables = []string{e.name + ".t", e.name + ".u"} })
-	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range []string{"SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE t SET v = 'minimal' WHERE id = 1"} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	e.session(t, "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE t SET v = 'minimal' WHERE id = 1")
 	e.exec(t, "INSERT INTO u VALUES (1)", "UPDATE t SET v = 'full' WHERE id = 2",
 		"ALTER TABLE u DROP PRIMARY KEY", "INSERT INTO u VALUES (2)", "INSERT INTO t VALUES (3, 'c')")
 	got := d.waitFor(t, "t's row 3", func(cs []source.Change) bool {

@@ -61,17 +61,8 @@ func TestTypeMatrix(t *testing.T) {
 	// connections, so each insert sets it again.
 	d := newDedupe(1)
 	e.reader(t, newMemState(), d, "types")
+	e.session(t, append([]string{"SET SESSION sql_mode = ''", "SET SESSION time_zone = '+00:00'"}, typesRows...)...)
 	ctx := context.Background()
-	conn, err := e.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range append([]string{"SET SESSION sql_mode = ''", "SET SESSION time_zone = '+00:00'"}, typesRows...) {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
 	streamed := d.waitFor(t, "the rows", func(cs []source.Change) bool { return len(cs) >= len(typesRows) })
 	desc, err := describeTable(ctx, e.db, FlavorMariaDB, e.name, "types")
 	if err != nil {
