@@ -89,7 +89,7 @@ func (s *streamer) statementChanges(stmt, defaultDB string) {
 				"the session that ran them), so cdcd cannot read what they changed", qn),
 			Fix: "make every session log rows: SET GLOBAL binlog_format = 'ROW' (and in the server's config file; sessions that set " +
 				"binlog_format themselves need their SUPER or BINLOG ADMIN privilege revoked); " + resnapshot(qn),
-		}, "statement", source.Printable(truncate(stmt, 200)))
+		}, "statement", stmtText(stmt))
 		s.tx.idx++
 	}
 }
@@ -145,13 +145,14 @@ func statementNames(q string) nameRefs {
 	return r
 }
 
-// truncate shortens s to at most n bytes (on a rune boundary), marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// stmtText is a statement as the log shows it: at most 200 bytes (cut on
+// a rune boundary, the cut marked), printable.
+func stmtText(stmt string) string {
+	if n := 200; len(stmt) > n {
+		for n > 0 && !utf8.RuneStart(stmt[n]) {
+			n--
+		}
+		stmt = stmt[:n] + "…"
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return source.Printable(stmt)
 }

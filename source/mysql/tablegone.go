@@ -144,11 +144,11 @@ func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
 		case gone && in:
 			s.r.logger.Info("a captured table was swapped for another in one statement, as online schema change tools do "+
 				"(gh-ost, pt-online-schema-change): streaming goes on with the new table, whose rows are taken to be the same "+
-				"(cdcd reconcile checks them)", "table", qn, "statement", source.Printable(truncate(stmt, 200)))
+				"(cdcd reconcile checks them)", "table", qn, "statement", stmtText(stmt))
 		case gone:
 			s.r.logger.Warn("a captured table was dropped or renamed away at the source: its mirror is emptied at this point "+
 				"(earlier Iceberg snapshots keep the rows); a table created again under its name is captured from its creation",
-				"table", qn, "statement", source.Printable(truncate(stmt, 200)))
+				"table", qn, "statement", stmtText(stmt))
 			s.truncate(qn)
 		case in:
 			if s.r.inc.Queued(qn) {
@@ -157,7 +157,7 @@ func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
 				continue
 			}
 			s.r.logger.Info("another table was renamed to a captured table's name: its rows were never captured under this name, "+
-				"reading them again", "table", qn, "statement", source.Printable(truncate(stmt, 200)))
+				"reading them again", "table", qn, "statement", stmtText(stmt))
 			if err := s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Replace: true, Origin: "renamed-in"}); err != nil {
 				return err
 			}
