@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
@@ -26,9 +27,12 @@ type Changes interface {
 type unsettled struct {
 	keys map[string]Key
 	all  bool // a truncate: every key
+	// txs are the source transactions (low 32 bits) of the records at or
+	// after the reads' Low: their keys are unsettled already.
+	txs map[uint32]bool
 }
 
-func newUnsettled() *unsettled { return &unsettled{keys: map[string]Key{}} }
+func newUnsettled() *unsettled { return &unsettled{keys: map[string]Key{}, txs: map[uint32]bool{}} }
 
 func (u *unsettled) has(k Key) bool { return u.all || u.keys[k.id()] != nil }
 
@@ -115,7 +119,8 @@ func (kr *keyReader) read(rec *log.Record) (Key, bool, error) {
 
 // collectUnsettled adds to u the key of every record of topic at or after
 // position low (per partition: the records from the first one at low) and
-// every record from the mirror's offsets on, up to ends.
+// every record from the mirror's offsets on, up to ends, and the
+// transaction of each record at or after low.
 func collectUnsettled(ctx context.Context, ch Changes, kr *keyReader, topic string, info log.TopicInfo, mirror []int64, low []byte, u *unsettled) error {
 	for _, p := range info.Partitions {
 		from := p.End
@@ -128,6 +133,11 @@ func collectUnsettled(ctx context.Context, ch Changes, kr *keyReader, topic stri
 		}
 		from = max(min(from, at), p.Start)
 		if err := scanRecords(ctx, ch, topic, p.Partition, from, p.End, func(rec *log.Record) error {
+			if rec.Offset >= at {
+				if x, err := strconv.ParseUint(string(rec.Header(schema.HeaderTxID)), 10, 64); err == nil {
+					u.txs[uint32(x)] = true
+				}
+			}
 			k, trunc, err := kr.read(rec)
 			switch {
 			case err != nil:

@@ -32,14 +32,21 @@
 //
 //  1. Positions. Low is pg_current_wal_insert_lsn() read before R's
 //     transaction takes its snapshot; High the same read by the statement
-//     that takes it, with the snapshot's in-progress transactions (Gap). A
-//     transaction that commits at or after High is invisible to R: its
-//     commit record was written after the snapshot was taken. One that
-//     committed before Low and is not in Gap is visible: it had committed
-//     and left the proc array when the snapshot was taken (its xid is
-//     below the snapshot's xmax, as it began before Low was read). On a
-//     standby the replay position plays both parts: a standby's snapshot
-//     sees what it replayed.
+//     that takes it. Gap is the snapshot's in-progress transactions plus
+//     every transaction holding its xid's lock (pg_locks) between the two
+//     reads. A transaction that commits at or after High is invisible to
+//     R: its commit record was written after the snapshot was taken. One
+//     that committed before Low and is not in Gap is visible: it had
+//     committed and left the proc array when the snapshot was taken. The
+//     snapshot's list alone is not enough: a transaction whose xid is at
+//     or after the snapshot's xmax (no newer one had completed) is absent
+//     from it, yet invisible while it has not left the proc array, which
+//     it leaves after its commit record is written — before Low,
+//     possibly. It holds its xid's lock from its first write until after
+//     it left the proc array, so the lock read between Low and the
+//     snapshot finds it (a reconcile under load in CI once called a row
+//     extra this way). On a standby the replay position plays both parts:
+//     a standby's snapshot sees what it replayed.
 //  2. The log covers R. The pipeline's slot confirms a position only once
 //     every change before it is durable in the log (DESIGN.md, stage 1),
 //     so once confirmed_flush_lsn ≥ High, the log holds every change R
@@ -69,8 +76,11 @@
 //     Low and still not be visible to R (PostgreSQL flushes a commit
 //     record before the transaction leaves the proc array, and a
 //     synchronous standby stretches that), so none of R's rows is trusted:
-//     its blocks are read again key by key. One still running or aborted
-//     has no record below E (a commit after the check is appended after E
+//     its blocks are read again key by key — unless the transaction's
+//     records in the table's log lie at or after Low, where rule 4 leaves
+//     its keys out already (under a steady workload most do: a running
+//     transaction usually commits after the read began). One still
+//     running or aborted has no record below E (a commit after the check is appended after E
 //     was read), so it cannot have reached the mirror.
 //
 // On MySQL and MariaDB (mysql.go) positions are the pipeline's ordinals:

@@ -40,13 +40,31 @@ func posLSN(p []byte) pglogrepl.LSN {
 // see what it has replayed).
 const walLSN = `CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text`
 
+// runningXids is the SQL of the transactions that hold an xid now, each
+// with the xmax of a snapshot taken beside (to widen its 32 bits). A
+// transaction takes the lock on its xid when it gets one and releases it
+// only after it has left the proc array, so one whose commit record is
+// written but which no snapshot sees yet still holds it. On a standby
+// there are none: its snapshots see what it has replayed.
+const runningXids = `SELECT CASE WHEN pg_is_in_recovery() THEN '{}'::text[] ELSE array(
+  SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted) END,
+  pg_snapshot_xmax(pg_current_snapshot())::text`
+
 // begin opens a read: Low is read before the transaction's snapshot is
 // taken, High and the snapshot's in-progress transactions by the
-// statement that takes it.
+// statement that takes it. Gap holds those and every transaction that
+// held an xid between the two: a transaction whose xid is at or after the
+// snapshot's xmax is not in its in-progress list, yet is invisible to it
+// while it has not left the proc array — which it leaves after its commit
+// record is written, so its commit can lie before Low.
 func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, *Read, error) {
-	var low, high, snap string
+	var low, high, snap, xmax string
+	var running []string
 	if err := conn.QueryRow(ctx, "SELECT "+walLSN).Scan(&low); err != nil {
 		return nil, nil, fmt.Errorf("reconcile: read the WAL position: %w", err)
+	}
+	if err := conn.QueryRow(ctx, runningXids).Scan(&running, &xmax); err != nil {
+		return nil, nil, fmt.Errorf("reconcile: read the running transactions: %w", err)
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -73,7 +91,52 @@ func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, *Read, error) {
 		tx.Rollback(ctx)
 		return nil, nil, err
 	}
+	if r.Gap, err = addRunning(r.Gap, running, xmax); err != nil {
+		tx.Rollback(ctx)
+		return nil, nil, err
+	}
 	return tx, r, nil
+}
+
+// addRunning adds to gap the 32-bit xids of running, widened to 64 bits
+// by the snapshot xmax read with them: a running xid lies within 2^31 of
+// it.
+func addRunning(gap []uint64, running []string, xmax string) ([]uint64, error) {
+	if len(running) == 0 {
+		return gap, nil
+	}
+	mx, err := strconv.ParseUint(xmax, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: snapshot xmax %q: %w", xmax, err)
+	}
+	have := map[uint64]bool{}
+	for _, x := range gap {
+		have[x] = true
+	}
+	for _, s := range running {
+		x32, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: running xid %q: %w", s, err)
+		}
+		x := widenXid(mx, uint32(x32))
+		if !have[x] {
+			have[x] = true
+			gap = append(gap, x)
+		}
+	}
+	return gap, nil
+}
+
+// widenXid is the 64-bit xid whose low 32 bits are x32 nearest to ref.
+func widenXid(ref uint64, x32 uint32) uint64 {
+	x := ref&^0xffffffff | uint64(x32)
+	switch {
+	case x > ref+1<<31 && x >= 1<<32:
+		x -= 1 << 32
+	case x+1<<31 < ref:
+		x += 1 << 32
+	}
+	return x
 }
 
 // snapshotXip parses pg_snapshot's text (xmin:xmax:xip,...) for its xips.

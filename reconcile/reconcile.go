@@ -435,7 +435,10 @@ func (tr *tableRun) settle(ctx context.Context, reads []*Read, ahead *iceberg.Li
 	}
 	for i, rd := range reads {
 		for _, x := range rd.Gap {
-			if committed[x] {
+			// One whose records lie at or after Low has its keys
+			// unsettled already; any other may have committed before
+			// Low unseen by the read.
+			if committed[x] && !st.u.txs[uint32(x)] {
 				st.racy[i] = true
 			}
 		}
