@@ -110,7 +110,7 @@ func (d *pgDatabase) Describe(ctx context.Context, name string) (*snapshot.Table
 // REPEATABLE READ transaction whose in-progress xids the plan's
 // consistency check compares with the stream's commits.
 func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (*snapshot.Plan, error) {
-	tx, xip, ct, err := d.readTx(ctx, name)
+	tx, snap, ct, err := d.readTx(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -144,26 +144,26 @@ func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: end plan transaction: %w", err)
 	}
-	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(xip)}, nil
+	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(snap)}, nil
 }
 
 // readTx begins the REPEATABLE READ transaction of a plan or a chunk and
 // reads its snapshot's in-progress xids (its first statement takes the
 // snapshot) and the table as the snapshot describes it. The caller rolls
 // it back (or commits).
-func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, map[uint32]bool, *catalogTable, error) {
+func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, pgSnapshot, *catalogTable, error) {
 	tx, err := d.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("postgres: snapshot transaction of %s: %w", name, err)
+		return nil, pgSnapshot{}, nil, fmt.Errorf("postgres: snapshot transaction of %s: %w", name, err)
 	}
 	var snap string
 	err = tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap)
 	if err != nil {
 		err = fmt.Errorf("postgres: read the snapshot: %w", err)
 	}
-	var xip map[uint32]bool
+	var ps pgSnapshot
 	if err == nil {
-		xip, err = parseSnapshotXip(snap)
+		ps, err = parseSnapshot(snap)
 	}
 	var ct *catalogTable
 	if err == nil {
@@ -171,18 +171,18 @@ func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, map[uint3
 	}
 	if err != nil {
 		tx.Rollback(context.WithoutCancel(ctx))
-		return nil, nil, nil, err
+		return nil, pgSnapshot{}, nil, err
 	}
-	return tx, xip, ct, nil
+	return tx, ps, ct, nil
 }
 
-// consistent checks a read whose snapshot had xip in progress: false when
-// one of them committed before low (see xidRing).
-func (d *pgDatabase) consistent(xip map[uint32]bool) func(source.Position) bool {
+// consistent checks a read of snapshot snap: false when a transaction it
+// did not see committed before low (see xidRing).
+func (d *pgDatabase) consistent(snap pgSnapshot) func(source.Position) bool {
 	ring := d.ring
 	return func(low source.Position) bool {
 		lowLSN, _, err := pgpos.Parse(low)
-		return err == nil && !ring.committedBefore(xip, lowLSN)
+		return err == nil && !ring.committedBefore(snap, lowLSN)
 	}
 }
 
@@ -217,7 +217,7 @@ func keyColumns(ct *catalogTable) []string {
 // reads a chunk at about half the speed the COPY initial load's workers
 // read together, and the read was most of an incremental snapshot's time.
 func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
-	tx, xip, ct, err := d.readTx(ctx, name)
+	tx, snap, ct, err := d.readTx(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: end chunk transaction: %w", err)
 	}
-	res.Consistent = d.consistent(xip)
+	res.Consistent = d.consistent(snap)
 	return res, nil
 }
 
@@ -507,26 +507,35 @@ func keyLiteral(ct *catalogTable, k snapshot.Key) (string, error) {
 	return "(" + strings.Join(parts, ", ") + ")", nil
 }
 
-// parseSnapshotXip reads the in-progress transaction ids of a
-// pg_current_snapshot() text, "xmin:xmax:xip,xip,...", as 32-bit xids
-// (the stream's).
-func parseSnapshotXip(s string) (map[uint32]bool, error) {
+// pgSnapshot is what a chunk's check needs of a snapshot: its xmax and
+// in-progress xids, as 32-bit xids (the stream's).
+type pgSnapshot struct {
+	xmax uint32
+	xip  map[uint32]bool
+}
+
+// parseSnapshot reads a pg_current_snapshot() text, "xmin:xmax:xip,...".
+func parseSnapshot(s string) (pgSnapshot, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) != 3 {
-		return nil, fmt.Errorf("postgres: snapshot %q is not xmin:xmax:xip", s)
+		return pgSnapshot{}, fmt.Errorf("postgres: snapshot %q is not xmin:xmax:xip", s)
 	}
-	xip := map[uint32]bool{}
+	xmax, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return pgSnapshot{}, fmt.Errorf("postgres: snapshot %q: %w", s, err)
+	}
+	snap := pgSnapshot{xmax: uint32(xmax), xip: map[uint32]bool{}}
 	if parts[2] == "" {
-		return xip, nil
+		return snap, nil
 	}
 	for _, x := range strings.Split(parts[2], ",") {
 		v, err := strconv.ParseUint(x, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("postgres: snapshot %q: %w", s, err)
+			return pgSnapshot{}, fmt.Errorf("postgres: snapshot %q: %w", s, err)
 		}
-		xip[uint32(v)] = true
+		snap.xip[uint32(v)] = true
 	}
-	return xip, nil
+	return snap, nil
 }
 
 // WriteWatermark implements snapshot.Database.
@@ -543,46 +552,76 @@ func (d *pgDatabase) WriteWatermark(ctx context.Context, id string) error {
 // its read did not see committed before its low watermark. That happens
 // when a transaction's commit record is flushed (and decoded) before the
 // transaction leaves the proc array, where new snapshots stop seeing it as
-// in progress: a short window, longer under synchronous replication. A
-// transaction that waits there while more than ringSize others commit is
-// beyond the check. The stream adds; a plan's check reads it from the
-// engine's goroutine.
+// in progress: a short window, longer under synchronous replication. Such
+// a transaction is either in the snapshot's in-progress list or, when no
+// newer transaction had completed, at or after the snapshot's xmax, where
+// the list does not show it (PostgreSQL's snapshots stop listing at xmax);
+// the ring keeps each entry's running maximum xid for the second check. A
+// transaction in the list that waits while more than ringSize others
+// commit is beyond the check. The stream adds; a plan's check reads it
+// from the engine's goroutine.
 type xidRing struct {
-	mu   sync.Mutex
-	xids []uint32
-	lsns map[uint32]uint64
-	next int
+	mu      sync.Mutex
+	entries []ringEntry // in commit order from next (once full)
+	lsns    map[uint32]uint64
+	next    int
+	max     uint32 // the newest xid added (xids compared modulo 2^32)
+}
+
+// ringEntry is a delivered commit and the newest xid delivered up to it.
+type ringEntry struct {
+	xid, max uint32
+	lsn      uint64
 }
 
 const ringSize = 1 << 16
 
 func newXidRing() *xidRing {
-	return &xidRing{xids: make([]uint32, 0, ringSize), lsns: make(map[uint32]uint64, ringSize)}
+	return &xidRing{entries: make([]ringEntry, 0, ringSize), lsns: make(map[uint32]uint64, ringSize)}
 }
+
+// xidAfter reports whether a is a newer xid than b (modulo 2^32, as
+// PostgreSQL compares them).
+func xidAfter(a, b uint32) bool { return int32(a-b) > 0 }
 
 // add records a transaction's commit.
 func (x *xidRing) add(xid uint32, lsn uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.xids) < ringSize {
-		x.xids = append(x.xids, xid)
+	if len(x.entries) == 0 || xidAfter(xid, x.max) {
+		x.max = xid
+	}
+	e := ringEntry{xid: xid, max: x.max, lsn: lsn}
+	if len(x.entries) < ringSize {
+		x.entries = append(x.entries, e)
 	} else {
-		if old := x.xids[x.next]; x.lsns[old] <= lsn {
-			delete(x.lsns, old)
+		if old := x.entries[x.next]; x.lsns[old.xid] <= lsn {
+			delete(x.lsns, old.xid)
 		}
-		x.xids[x.next] = xid
+		x.entries[x.next] = e
 		x.next = (x.next + 1) % ringSize
 	}
 	x.lsns[xid] = lsn
 }
 
-// committedBefore reports whether any of xids committed before lsn.
-func (x *xidRing) committedBefore(xids map[uint32]bool, lsn uint64) bool {
+// committedBefore reports whether a transaction the snapshot does not see
+// committed before lsn: one of its in-progress xids, or one at or after
+// its xmax.
+func (x *xidRing) committedBefore(snap pgSnapshot, lsn uint64) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for xid := range xids {
+	for xid := range snap.xip {
 		if c, ok := x.lsns[xid]; ok && c < lsn {
 			return true
+		}
+	}
+	// The newest entry before lsn: few entries come after it (those
+	// delivered since the low watermark).
+	n := len(x.entries)
+	for i := range n {
+		e := x.entries[(x.next+n-1-i)%n]
+		if e.lsn < lsn {
+			return e.max == snap.xmax || xidAfter(e.max, snap.xmax)
 		}
 	}
 	return false
