@@ -22,10 +22,32 @@ import (
 //     there, not the value rows that predate the column hold.
 
 // tableColumns is a table's record: the column names of its latest version
+// (with their attnums, when the version was described from the catalog)
 // and the columns dropped since they were seen (in the order they went).
 type tableColumns struct {
 	Columns []string `json:"columns"`
+	IDs     []int    `json:"ids,omitempty"`
 	Dropped []string `json:"dropped,omitempty"`
+}
+
+// recreated are the columns of a version (names, with their attnums ids
+// when known) that are not the recorded columns of their names: dropped
+// since they were seen, or of another attnum (dropped and added again
+// between two versions, or while cdcd was stopped). Rows the stream never
+// sent hold the new column's default (or NULL) at the source, where the
+// mirror still holds the old column's values.
+func (rec *tableColumns) recreated(names []string, ids []int) []string {
+	var out []string
+	for i, n := range names {
+		if slices.Contains(rec.Dropped, n) {
+			out = append(out, n)
+			continue
+		}
+		if j := slices.Index(rec.Columns, n); j >= 0 && ids != nil && len(rec.IDs) == len(rec.Columns) && ids[i] != 0 && rec.IDs[j] != ids[i] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (r *Reader) columnsKey(qualified string) string {
@@ -52,10 +74,12 @@ func (r *Reader) columnsOf(ctx context.Context, qualified string) (*tableColumns
 }
 
 // version interns t (known.intern) after setting its Dropped columns from
-// the table's record. When t's columns differ from the recorded ones, added
-// is called with the recorded ones (when there are any) before t's are
-// recorded, so what it starts is durable first.
-func (r *Reader) version(ctx context.Context, t *schema.Table, added func(prev []string) error) (*schema.Table, error) {
+// the table's record; ids are its columns' attnums (nil when not described
+// from the catalog). When t's columns differ from the recorded ones, added
+// is called with the recorded ones (when there are any; without those
+// recreated) and the recreated ones before t's are recorded, so what it
+// starts is durable first.
+func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added func(prev, recreated []string) error) (*schema.Table, error) {
 	qn := t.QualifiedName()
 	rec, err := r.columnsOf(ctx, qn)
 	if err != nil {
@@ -65,11 +89,15 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, added func(prev [
 	for i, c := range t.Columns {
 		names[i] = c.Name
 	}
-	if rec != nil && slices.Equal(rec.Columns, names) {
-		t.Dropped = rec.Dropped
-		return r.known.intern(t), nil
+	var recreated []string
+	if rec != nil {
+		recreated = rec.recreated(names, ids)
+		if len(recreated) == 0 && slices.Equal(rec.Columns, names) && (ids == nil || slices.Equal(rec.IDs, ids)) {
+			t.Dropped = rec.Dropped
+			return r.known.intern(t), nil
+		}
 	}
-	next := &tableColumns{Columns: names}
+	next := &tableColumns{Columns: names, IDs: ids}
 	if rec != nil {
 		for _, d := range slices.Concat(rec.Dropped, rec.Columns) {
 			if !slices.Contains(names, d) && !slices.Contains(next.Dropped, d) {
@@ -77,7 +105,8 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, added func(prev [
 			}
 		}
 		if added != nil {
-			if err := added(rec.Columns); err != nil {
+			prev := slices.DeleteFunc(slices.Clone(rec.Columns), func(n string) bool { return slices.Contains(recreated, n) })
+			if err := added(prev, recreated); err != nil {
 				return nil, err
 			}
 		}

@@ -71,10 +71,16 @@ func fillDefaults(ctx context.Context, q querier, ct *catalogTable, rel *relatio
 // reReadAdded queues a snapshot of the table when cur adds to the columns
 // of the version before it (prev, the reader's record: columns.go) a column
 // with a default whose value the rows already there hold but the sink
-// cannot be given (Config.KeepsDefault), so their changes are read again.
-func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev []string, cur *schema.Table) error {
+// cannot be given (Config.KeepsDefault), or has a column recreated (dropped
+// and added again under its name: the mirror's column holds the old one's
+// values, whatever the new one's default), so their changes are read again.
+func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, recreated []string, cur *schema.Table) error {
 	var cols []string
 	for _, c := range cur.Columns {
+		if slices.Contains(recreated, c.Name) {
+			cols = append(cols, c.Name)
+			continue
+		}
 		cc := ct.column(c.Name)
 		if slices.Contains(prev, c.Name) || !(cc.hasDefault || cc.hasMissing) {
 			continue
@@ -88,12 +94,19 @@ func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev []str
 		return nil
 	}
 	qn := cur.QualifiedName()
-	s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
-		"table", qn, "columns", cols)
+	origin := "added-default"
+	if len(recreated) > 0 {
+		origin = "recreated-column"
+		s.r.logger.Info("columns were dropped and added again under their names: rows already there hold the new columns' values at the source, "+
+			"with no change sent for them, where the mirror holds the old ones: reading the table's rows again", "table", qn, "columns", recreated)
+	} else {
+		s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
+			"table", qn, "columns", cols)
+	}
 	if s.r.inc.Queued(qn) {
-		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns were added lack their default; "+
+		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns were added lack their values; "+
 			"when it ends, run cdcd snapshot -c FILE "+qn, "table", qn, "columns", cols)
 		return nil
 	}
-	return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
+	return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: origin})
 }

@@ -26,6 +26,9 @@ type catalogColumn struct {
 	// hasDefault: the column has a DEFAULT; hasMissing: rows that predate
 	// it hold a value they were not rewritten with (attmissingval).
 	hasDefault, hasMissing bool
+	// attnum identifies the column: one dropped and added again under its
+	// name has a new one.
+	attnum int
 }
 
 // catalogTable is a captured table as the catalog describes it.
@@ -41,6 +44,15 @@ type catalogTable struct {
 }
 
 func (t *catalogTable) qualified() string { return t.schema + "." + t.name }
+
+// attnums are the attnums of st's columns (0 for one the catalog lacks).
+func (t *catalogTable) attnums(st *schema.Table) []int {
+	out := make([]int, len(st.Columns))
+	for i, c := range st.Columns {
+		out[i] = t.column(c.Name).attnum
+	}
+	return out
+}
 
 // ident quotes schema.table for SQL.
 func (t *catalogTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
@@ -110,7 +122,7 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	}
 	t.partitioned = kind == "p"
 	rows, err := q.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attndims,
-		a.atthasdef, a.atthasmissing
+		a.atthasdef, a.atthasmissing, a.attnum
 		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum`, relid)
 	if err != nil {
@@ -118,7 +130,7 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	}
 	for rows.Next() {
 		var c catalogColumn
-		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull, &c.dims, &c.hasDefault, &c.hasMissing); err != nil {
+		if err := rows.Scan(&c.name, &c.oid, &c.typmod, &c.typeName, &c.notNull, &c.dims, &c.hasDefault, &c.hasMissing, &c.attnum); err != nil {
 			rows.Close()
 			return nil, err
 		}
