@@ -212,12 +212,17 @@ func (m *MySQL) parseSet(s string) (gomysql.GTIDSet, error) {
 }
 
 // lowPos is a read's Low: one past the ordinal of a checkpoint read before
-// it. An older checkpoint is as sound (it leaves more keys out), so one
-// read less than lowMax ago serves.
-func (m *MySQL) lowPos(ctx context.Context) ([]byte, error) {
+// it. An older checkpoint is as sound (it leaves more keys out), so for a
+// range read (fresh false) one read less than lowMax ago serves. A read
+// of keys (Rows: a drill, a retry, a repair's check) takes a fresh one:
+// its keys are often there because they changed after the last Low, and
+// with that Low they would be left out again, every retry within lowMax
+// of it — a repair's check then called all its keys unchecked when it
+// came quickly (TestReconcileMyDamage, now and then under load).
+func (m *MySQL) lowPos(ctx context.Context, fresh bool) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.low != nil && time.Since(m.lowAt) < m.lowMax {
+	if !fresh && m.low != nil && time.Since(m.lowAt) < m.lowMax {
 		return m.low, nil
 	}
 	at := time.Now()
@@ -246,10 +251,11 @@ func highGTID(high []byte) string {
 	return string(high[8:])
 }
 
-// begin starts a consistent read on c, its Low read first. MariaDB's High
-// is read at once; MySQL's, by end after the query.
-func (m *MySQL) begin(ctx context.Context, c *sql.Conn) (*Read, error) {
-	low, err := m.lowPos(ctx)
+// begin starts a consistent read on c, its Low read first (fresh: see
+// lowPos). MariaDB's High is read at once; MySQL's, by end after the
+// query.
+func (m *MySQL) begin(ctx context.Context, c *sql.Conn, fresh bool) (*Read, error) {
+	low, err := m.lowPos(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}

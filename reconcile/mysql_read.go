@@ -110,7 +110,7 @@ func (m *MySQL) Sums(ctx context.Context, t *Table, after Key, rows, blockRows i
 		FROM (SELECT * FROM %[4]s WHERE %[5]s ORDER BY %[2]s LIMIT %[6]d) s) a
 	GROUP BY (_cdcd_rn - 1) DIV %[7]d ORDER BY (_cdcd_rn - 1) DIV %[7]d`,
 		strings.Join(keys, ", "), myKeyOrder(t), myRowHash(myRowText(t)), t.SQL, where, rows, blockRows)
-	r, err := m.begin(ctx, m.sums)
+	r, err := m.begin(ctx, m.sums, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -179,7 +179,7 @@ func (m *MySQL) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *
 		hashes[i] = myRowHash("COALESCE(" + c.SQL + ", '" + nullText + "')")
 	}
 	sel := strings.Join(append(myKeySelect(t, func(e string) string { return e }), hashes...), ", ")
-	r, err := m.begin(ctx, m.read)
+	r, err := m.begin(ctx, m.read, true)
 	if err != nil {
 		return nil, nil, err
 	}
