@@ -1,0 +1,84 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/internal/pgtest"
+)
+
+// TestSumsBlocks: Sums cuts a chunk into blocks of blockRows rows in key
+// order, each with its count, the sum of its rows' hashes (as cdcd
+// computes them from the canonical texts) and its last key in both forms;
+// a chunk cut short is the table's end, its last block open; a chunk
+// whose size is not a multiple of the block's ends in a short block with
+// its key. A composite key, text first, under byte order.
+func TestSumsBlocks(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE k2 (a text, b int, v numeric(6,2), PRIMARY KEY (a, b));
+		INSERT INTO k2 SELECT 'k' || (g / 4), g % 4, g / 4.0 FROM generate_series(10, 29) g`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPostgres(ctx, PostgresConfig{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tb, err := p.Describe(ctx, "public.k2", []MirrorColumn{{"a", iceberg.PrimitiveTypes.String}, {"b", iceberg.PrimitiveTypes.Int32},
+		{"v", iceberg.DecimalTypeOf(6, 2)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rows as cdcd renders them, in key order.
+	type row struct {
+		key, lit Key
+		hash     uint64
+	}
+	var want []row
+	for g := 10; g <= 29; g++ {
+		a, b := fmt.Sprintf("k%d", g/4), int64(g%4)
+		mr := newMirrorRow(tb)
+		if err := mr.set([]any{a, b, fmt.Sprintf("%.2f", float64(g)/4)}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, row{mr.key(), Key{a, fmt.Sprint(b)}, pgHash(mr.buf, 0)})
+	}
+	var after Key
+	for i, chunk := range []struct{ rows, block, got int }{{7, 3, 7}, {9, 3, 9}, {7, 3, 4}} {
+		blocks, _, err := p.Sums(ctx, tb, after, chunk.rows, chunk.block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := 0
+		for j, b := range blocks {
+			n := min(chunk.block, chunk.got-at)
+			var sum uint64
+			for _, r := range want[:n] {
+				sum += r.hash
+			}
+			last, lit := want[n-1].key, want[n-1].lit
+			if j == len(blocks)-1 && chunk.got < chunk.rows {
+				last, lit = nil, nil // the table's end: open
+			}
+			if b.Rows != int64(n) || b.Sum != sum || b.Last.id() != last.id() || b.LastLit.id() != lit.id() {
+				t.Errorf("chunk %d block %d: %d rows, sum %x, last %q (literal %q); want %d rows, sum %x, last %q",
+					i, j, b.Rows, b.Sum, b.Last, b.LastLit, n, sum, last)
+			}
+			want, at = want[n:], at+n
+		}
+		if at != chunk.got {
+			t.Fatalf("chunk %d: %d blocks of %d rows; want %d rows", i, len(blocks), at, chunk.got)
+		}
+		after = blocks[len(blocks)-1].LastLit
+	}
+}
