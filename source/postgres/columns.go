@@ -30,24 +30,31 @@ type tableColumns struct {
 	Dropped []string `json:"dropped,omitempty"`
 }
 
-// recreated are the columns of a version (names, with their attnums ids
-// when known) that are not the recorded columns of their names: dropped
-// since they were seen, or of another attnum (dropped and added again
-// between two versions, or while cdcd was stopped). Rows the stream never
-// sent hold the new column's default (or NULL) at the source, where the
-// mirror still holds the old column's values.
-func (rec *tableColumns) recreated(names []string, ids []int) []string {
-	var out []string
+// moved are the columns of a version (names, with their attnums ids when
+// known) whose values at the source are not what the mirror's column of
+// that name holds, though no change was sent for the rows:
+//
+//   - recreated: the name is recorded but the column is another one,
+//     dropped since it was seen, or of another attnum (dropped and added
+//     again between two versions, or while cdcd was stopped); the rows
+//     hold the new column's default (or NULL), the mirror the old values;
+//   - renamed: a new name with a recorded attnum (RENAME COLUMN); the rows
+//     hold the values under the new name, the mirror's new column nothing.
+func (rec *tableColumns) moved(names []string, ids []int) (recreated, renamed []string) {
+	known := ids != nil && len(rec.IDs) == len(rec.Columns)
 	for i, n := range names {
-		if slices.Contains(rec.Dropped, n) {
-			out = append(out, n)
-			continue
-		}
-		if j := slices.Index(rec.Columns, n); j >= 0 && ids != nil && len(rec.IDs) == len(rec.Columns) && ids[i] != 0 && rec.IDs[j] != ids[i] {
-			out = append(out, n)
+		j := slices.Index(rec.Columns, n)
+		switch {
+		case slices.Contains(rec.Dropped, n):
+			recreated = append(recreated, n)
+		case !known || ids[i] == 0:
+		case j >= 0 && rec.IDs[j] != ids[i]:
+			recreated = append(recreated, n)
+		case j < 0 && slices.Contains(rec.IDs, ids[i]):
+			renamed = append(renamed, n)
 		}
 	}
-	return out
+	return recreated, renamed
 }
 
 func (r *Reader) columnsKey(qualified string) string {
@@ -77,9 +84,9 @@ func (r *Reader) columnsOf(ctx context.Context, qualified string) (*tableColumns
 // the table's record; ids are its columns' attnums (nil when not described
 // from the catalog). When t's columns differ from the recorded ones, added
 // is called with the recorded ones (when there are any; without those
-// recreated) and the recreated ones before t's are recorded, so what it
-// starts is durable first.
-func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added func(prev, recreated []string) error) (*schema.Table, error) {
+// recreated) and the moved ones before t's are recorded, so what it starts
+// is durable first.
+func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added func(prev, recreated, renamed []string) error) (*schema.Table, error) {
 	qn := t.QualifiedName()
 	rec, err := r.columnsOf(ctx, qn)
 	if err != nil {
@@ -89,10 +96,10 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added 
 	for i, c := range t.Columns {
 		names[i] = c.Name
 	}
-	var recreated []string
+	var recreated, renamed []string
 	if rec != nil {
-		recreated = rec.recreated(names, ids)
-		if len(recreated) == 0 && slices.Equal(rec.Columns, names) && (ids == nil || slices.Equal(rec.IDs, ids)) {
+		recreated, renamed = rec.moved(names, ids)
+		if len(recreated)+len(renamed) == 0 && slices.Equal(rec.Columns, names) && (ids == nil || slices.Equal(rec.IDs, ids)) {
 			t.Dropped = rec.Dropped
 			return r.known.intern(t), nil
 		}
@@ -106,7 +113,7 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added 
 		}
 		if added != nil {
 			prev := slices.DeleteFunc(slices.Clone(rec.Columns), func(n string) bool { return slices.Contains(recreated, n) })
-			if err := added(prev, recreated); err != nil {
+			if err := added(prev, recreated, renamed); err != nil {
 				return nil, err
 			}
 		}

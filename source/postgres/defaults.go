@@ -71,13 +71,13 @@ func fillDefaults(ctx context.Context, q querier, ct *catalogTable, rel *relatio
 // reReadAdded queues a snapshot of the table when cur adds to the columns
 // of the version before it (prev, the reader's record: columns.go) a column
 // with a default whose value the rows already there hold but the sink
-// cannot be given (Config.KeepsDefault), or has a column recreated (dropped
-// and added again under its name: the mirror's column holds the old one's
-// values, whatever the new one's default), so their changes are read again.
-func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, recreated []string, cur *schema.Table) error {
+// cannot be given (Config.KeepsDefault), or has columns recreated or
+// renamed (columns.go, moved: the mirror's column of the name holds other
+// values, whatever the default), so their changes are read again.
+func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, recreated, renamed []string, cur *schema.Table) error {
 	var cols []string
 	for _, c := range cur.Columns {
-		if slices.Contains(recreated, c.Name) {
+		if slices.Contains(recreated, c.Name) || slices.Contains(renamed, c.Name) {
 			cols = append(cols, c.Name)
 			continue
 		}
@@ -95,16 +95,22 @@ func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, recr
 	}
 	qn := cur.QualifiedName()
 	origin := "added-default"
-	if len(recreated) > 0 {
+	switch {
+	case len(recreated) > 0:
 		origin = "recreated-column"
 		s.r.logger.Info("columns were dropped and added again under their names: rows already there hold the new columns' values at the source, "+
 			"with no change sent for them, where the mirror holds the old ones: reading the table's rows again", "table", qn, "columns", recreated)
-	} else {
+	case len(renamed) > 0:
+		origin = "renamed-column"
+		s.r.logger.Info("columns were renamed: rows already there hold their values under the new names, with no change sent for them, "+
+			"where the mirror's columns of those names are new: reading the table's rows again (the old names stay in the mirror, NULL from here on)",
+			"table", qn, "columns", renamed)
+	default:
 		s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
 			"table", qn, "columns", cols)
 	}
 	if s.r.inc.Queued(qn) {
-		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns were added lack their values; "+
+		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns changed lack their values; "+
 			"when it ends, run cdcd snapshot -c FILE "+qn, "table", qn, "columns", cols)
 		return nil
 	}
