@@ -207,6 +207,7 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	defer e.unlock()
 	eb := e.encodeBuf()
 	eb.now = time.Now().UnixNano() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
+	eb.tailSet, eb.txidText = false, nil
 	newest := map[string][]source.Position{}
 	// What a change's table decides, kept while the changes are of one
 	// table (a load's batch is): four map lookups a change were a tenth of
@@ -263,8 +264,11 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 			route()
 			table = c.Table
 		}
-		recs, paused, err := e.encode(ctx, eb, tc, c, held)
-		if err != nil {
+		var recs []log.Record
+		paused := false
+		if p := e.preparedOf(eb, c, held); p != nil {
+			recs = e.preparedRecords(eb, tc, c, p)
+		} else if recs, paused, err = e.encode(ctx, eb, tc, c, held); err != nil {
 			return err
 		}
 		if paused { // c stopped its table: it and what follows are held
@@ -380,6 +384,14 @@ type batchRecords struct {
 	seq     []byte        // the change being encoded's source.sequence (envelopeInto)
 	byTopic map[string]*topicRecords
 	order   []*topicRecords // the topics of this batch, in order of their first record
+	// For prepared changes (prepare.go): the last table versions found of
+	// one shape, the last transaction id written, the last envelope tail.
+	sameFrom, sameTo *schema.Table
+	txid             uint64
+	txidText         []byte // in arena; nil: none this batch
+	tailKey          tailKey
+	tailSet          bool
+	tailBuf          []byte
 }
 
 // topicRecords is a batch's records of one topic.

@@ -105,22 +105,7 @@ func TestSubmitLargeBatch(t *testing.T) {
 				if got := partitionOf(r.Key, 4); got != p.Partition {
 					t.Fatalf("change %d in partition %d, its key belongs in %d", idx, p.Partition, got)
 				}
-				id, body, err := schema.ParseFrame(r.Value)
-				if err != nil {
-					t.Fatal(err)
-				}
-				vs, err := e.reg.SchemaByID(id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				vt, err := schema.TableFromValueSchema(vs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				env, err := schema.DecodeEnvelope(vt, body)
-				if err != nil {
-					t.Fatal(err)
-				}
+				env := decodeValue(t, e, r.Value)
 				if want := fmt.Sprint("v", idx); env.After[1] != want || env.After[0] != int64(idx%1000) {
 					t.Fatalf("change %d decodes to %v, want [%d %s]", idx, env.After, idx%1000, want)
 				}

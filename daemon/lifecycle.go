@@ -302,6 +302,7 @@ type intakeCounts struct {
 var (
 	_ source.Emitter   = (*intake)(nil)
 	_ source.Pipeliner = (*intake)(nil)
+	_ source.Preparer  = (*intake)(nil)
 )
 
 func newIntake(next source.Emitter, tables []string) *intake {
@@ -350,6 +351,13 @@ func (in *intake) Submit(ctx context.Context, batch []source.Change) error {
 	}
 	in.count(batch) // counted when queued: the counters show progress, not durability
 	return nil
+}
+
+// Prepare hands batch to the emitter to encode ahead (source.Preparer).
+func (in *intake) Prepare(batch []source.Change) {
+	if p, ok := in.next.(source.Preparer); ok {
+		p.Prepare(batch)
+	}
 }
 
 // Sync returns once every submitted batch is durable.

@@ -30,6 +30,8 @@ import (
 // CDCD_BENCH_ROWS (default 1M) sets the table's size, CDCD_BENCH_CHUNK_ROWS
 // the snapshot's chunk, CDCD_BENCH_SPLIT_ROWS the smallest chunk read in
 // halves, CDCD_BENCH_AHEAD the chunks read at once (1: one at a time);
+// CDCD_BENCH_PREPARE=0 has the chunks' rows encoded on the stream's
+// goroutine rather than ahead (the baseline of source.Preparer);
 // CDCD_BENCH_INC_CPU=file profiles the snapshot,
 // CDCD_BENCH_LOAD_CPU=file the initial load.
 func BenchmarkIncrementalIntoLog(b *testing.B) {
@@ -113,7 +115,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	if err := ensureTopic(ctx, lg, "p.public.beat", log.TopicConfig{Partitions: 8}); err != nil {
 		tb.Fatal(err)
 	}
-	lag := &lagEmitter{next: e, table: "beat"}
+	lag := &lagEmitter{next: e, table: "beat", noPrepare: os.Getenv("CDCD_BENCH_PREPARE") == "0"}
 	r = postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot + "_inc", Publication: names.Publication, Tables: []string{"bench", "beat"},
 		SpillDir: tb.TempDir(), HeartbeatInterval: -1, Incremental: postgres.IncrementalConfig{ChunkRows: chunk, SplitRows: splitRows(), Ahead: benchEnvInt("CDCD_BENCH_AHEAD")}},
 		e.state, slog.New(slog.DiscardHandler))
@@ -191,11 +193,12 @@ func startBeat(ctx context.Context, dsn string) func() {
 // lagEmitter passes batches on and, while on, records how long after its
 // commit each change of table reached the emitter.
 type lagEmitter struct {
-	next  *emitter
-	table string
-	on    atomic.Bool
-	mu    sync.Mutex
-	stats lagStats
+	next      *emitter
+	table     string
+	noPrepare bool
+	on        atomic.Bool
+	mu        sync.Mutex
+	stats     lagStats
 }
 
 // lagStats are the waits of n streamed changes.
@@ -227,6 +230,14 @@ func (l *lagEmitter) Submit(ctx context.Context, batch []source.Change) error {
 }
 
 func (l *lagEmitter) Sync(ctx context.Context) error { return l.next.Sync(ctx) }
+
+// Prepare passes a chunk's rows on to be encoded ahead, as the daemon's
+// intake does, unless noPrepare (CDCD_BENCH_PREPARE=0: the A/B baseline).
+func (l *lagEmitter) Prepare(batch []source.Change) {
+	if !l.noPrepare {
+		l.next.Prepare(batch)
+	}
+}
 
 func (l *lagEmitter) observe(batch []source.Change) {
 	if !l.on.Load() {

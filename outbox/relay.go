@@ -119,6 +119,7 @@ type Relay struct {
 var (
 	_ source.Emitter   = (*Relay)(nil)
 	_ source.Pipeliner = (*Relay)(nil)
+	_ source.Preparer  = (*Relay)(nil)
 	_ source.Holder    = (*Relay)(nil)
 )
 
@@ -253,6 +254,14 @@ func (r *Relay) Submit(ctx context.Context, batch []source.Change) error {
 		return nil
 	}
 	return p.Submit(ctx, rest)
+}
+
+// Prepare hands batch to the next Emitter to encode ahead
+// (source.Preparer); the changes it relays are not encoded there.
+func (r *Relay) Prepare(batch []source.Change) {
+	if p, ok := r.next.(source.Preparer); ok {
+		p.Prepare(batch)
+	}
 }
 
 // Sync returns once every batch submitted is durable downstream.

@@ -78,16 +78,37 @@ func AppendKey(dst []byte, t *Table, row []any) ([]byte, error) {
 
 // AppendEnvelope appends the Avro binary envelope to dst, in Debezium's
 // layout with e.Source.Connector's source record: what ValueSchemaFor of
-// t with that connector describes.
+// t with that connector describes: AppendEnvelopeHead, AppendEnvelopeTail,
+// AppendPosition.
 func AppendEnvelope(dst []byte, t *Table, e *Envelope) ([]byte, error) {
+	dst, absent, err := AppendEnvelopeHead(dst, t, e)
+	if err != nil {
+		return dst, err
+	}
+	return AppendPosition(AppendEnvelopeTail(dst, t, e, absent), e.Source.Position), nil
+}
+
+// AppendEnvelopeHead appends the envelope's first fields, before and
+// after: the part that depends on the rows alone, not on the change's
+// source, time or position. It returns the columns absent from before,
+// which AppendEnvelopeTail names.
+func AppendEnvelopeHead(dst []byte, t *Table, e *Envelope) ([]byte, []int, error) {
 	var err error
 	var absent []int
 	if dst, err = appendRow(dst, t, e.Before, &absent); err != nil {
-		return dst, fmt.Errorf("schema: %s before: %w", t.QualifiedName(), err)
+		return dst, nil, fmt.Errorf("schema: %s before: %w", t.QualifiedName(), err)
 	}
 	if dst, err = appendRow(dst, t, e.After, nil); err != nil {
-		return dst, fmt.Errorf("schema: %s after: %w", t.QualifiedName(), err)
+		return dst, nil, fmt.Errorf("schema: %s after: %w", t.QualifiedName(), err)
 	}
+	return dst, absent, nil
+}
+
+// AppendEnvelopeTail appends the fields after AppendEnvelopeHead's but the
+// last: source, transaction, op, times, the names of the unchanged and the
+// absent columns. AppendPosition writes the last, the position, so two
+// changes that differ only there share every byte before it.
+func AppendEnvelopeTail(dst []byte, t *Table, e *Envelope, absent []int) []byte {
 	dst = appendSource(dst, &e.Source)
 	if tx := e.Transaction; tx != nil {
 		dst = appendString(appendLong(dst, 1), tx.ID)
@@ -100,9 +121,11 @@ func AppendEnvelope(dst []byte, t *Table, e *Envelope) ([]byte, error) {
 	dst = appendOptLong(dst, e.TsUs, e.TsUs != 0)
 	dst = appendOptLong(dst, e.TsNs, e.TsNs != 0)
 	dst = appendUnchanged(dst, t, e.After)
-	dst = appendNames(dst, t, absent)
-	return appendBytes(dst, e.Source.Position), nil
+	return appendNames(dst, t, absent)
 }
+
+// AppendPosition appends the envelope's last field, the position.
+func AppendPosition(dst []byte, pos []byte) []byte { return appendBytes(dst, pos) }
 
 // appendUnchanged writes the names of row's Unchanged columns (an Avro
 // array of one block).

@@ -92,6 +92,11 @@ type Change struct {
 	// daemon writes it as the record header cdcd.reset into every partition;
 	// a sink that stopped trusting a table may resume at it.
 	Reset string
+	// Prepared, when set, is an Emitter's encoding of the change made
+	// ahead of its Emit (Preparer). Only the Emitter that set it reads it,
+	// and only while Table has the shape it was made with; a source that
+	// changes After must clear it.
+	Prepared any
 }
 
 // Message is a logical decoding message delivered as a change.
@@ -192,6 +197,21 @@ type Pipeliner interface {
 	// Sync returns once every batch submitted so far is durable, or with
 	// the first error.
 	Sync(ctx context.Context) error
+}
+
+// Preparer is an optional ability of an Emitter (found by type assertion):
+// encoding changes before they are handed over, on another goroutine than
+// the source's stream, so the stream's goroutine only puts them in their
+// place. An incremental snapshot prepares a chunk's rows on the goroutine
+// that read them, while the stream has not reached the chunk's high
+// watermark yet.
+type Preparer interface {
+	// Prepare encodes what of each change of batch does not depend on
+	// its position, source position or time, and keeps it in the change's
+	// Prepared; a change it cannot prepare is left as it is (Emit and
+	// Submit encode it then). The changes' Pos may still be unset. Safe to
+	// call concurrently with Emit, Submit, Sync and other Prepare calls.
+	Prepare(batch []Change)
 }
 
 // Holder is an optional ability of an Emitter (found by type assertion):

@@ -134,8 +134,8 @@ type incStream struct {
 
 // startIncremental starts the engine's goroutine on a pool of its own;
 // close stops it. wmErr is why the watermark table is not captured (nil
-// when it is).
-func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor string, wmErr error) (*incStream, error) {
+// when it is); em is the stream's Emitter (snapshot.Engine.Run).
+func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor string, wmErr error, em source.Emitter) (*incStream, error) {
 	db, err := ci.open()
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 	go func() {
 		defer in.wg.Done()
 		defer db.Close()
-		err := r.inc.Run(wctx, sdb)
+		err := r.inc.Run(wctx, sdb, em)
 		if wctx.Err() == nil && err != nil {
 			in.mu.Lock()
 			in.failed = in.wrap(err)

@@ -102,7 +102,7 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord}, saved: st.ord,
 	}
 	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord)
-	if s.inc, err = r.startIncremental(ctx, ci, flavor, wmErr); err != nil {
+	if s.inc, err = r.startIncremental(ctx, ci, flavor, wmErr, e); err != nil {
 		return err
 	}
 	defer s.inc.close()

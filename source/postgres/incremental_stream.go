@@ -89,7 +89,7 @@ func (r *Reader) startIncremental(ctx context.Context, s *streamer) (*incStream,
 		defer in.wg.Done()
 		defer conn.Close(context.WithoutCancel(ctx))
 		defer db.close()
-		err := r.inc.Run(wctx, db)
+		err := r.inc.Run(wctx, db, s.emit)
 		if wctx.Err() == nil && err != nil {
 			in.mu.Lock()
 			in.failed = in.wrap(err)

@@ -225,7 +225,10 @@ type Engine struct {
 	finished []Progress
 
 	active atomic.Bool // a run exists: Observe has work
-	wake   chan struct{}
+	// prep encodes chunks' rows ahead (nil: nothing does); set by Run
+	// before its goroutines start.
+	prep source.Preparer
+	wake chan struct{}
 }
 
 // New returns an Engine; Load reads its saved state.

@@ -229,7 +229,7 @@ func start(t *testing.T, st State, db *fakeDB, chunk int) (*Engine, *streamer, c
 	if db.parallel {
 		run = &parallelDB{db}
 	}
-	go func() { defer close(done); _ = e.Run(ctx, run) }()
+	go func() { defer close(done); _ = e.Run(ctx, run, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return e, s, func() { cancel(); <-done }
 }

@@ -151,6 +151,7 @@ func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before 
 	if err != nil {
 		return fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
 	}
+	e.prepare(res)
 	e.mu.Lock()
 	c.res = res
 	e.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cdcd-dev/cdcd/source"
 )
 
 // Prepare describes every queued table (so Observe knows their keys before
@@ -57,8 +59,13 @@ func (e *Engine) fail(ctx context.Context, r *run, err error) error {
 
 // Run reads chunks for the queued runs, one at a time, until ctx ends or
 // db fails. It runs beside the source's stream, which must deliver the
-// watermarks (Watermark) for chunks to complete.
-func (e *Engine) Run(ctx context.Context, db Database) error {
+// watermarks (Watermark) for chunks to complete. em is the Emitter the
+// stream hands the chunks' rows to: when it is a source.Preparer, each
+// chunk's rows are prepared (encoded) on the goroutine that read them,
+// before the high watermark is written, so the stream's goroutine only
+// drops what the window superseded and places the rest. em may be nil.
+func (e *Engine) Run(ctx context.Context, db Database, em source.Emitter) error {
+	e.prep, _ = em.(source.Preparer)
 	var pool *readers
 	if p, ok := db.(Parallel); ok {
 		pool = &readers{db: p}
@@ -336,6 +343,7 @@ func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, p
 		e.release(c)
 		return nil, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
 	}
+	e.prepare(res)
 	e.mu.Lock()
 	c.res = res
 	e.mu.Unlock()
@@ -385,6 +393,13 @@ func (e *Engine) release(c *chunk) {
 		if k := r.reread[id]; k != nil {
 			k.inFlight, k.readded = false, false
 		}
+	}
+}
+
+// prepare has the Emitter encode a chunk's rows ahead (see Run).
+func (e *Engine) prepare(res *Chunk) {
+	if e.prep != nil && len(res.Rows) > 0 {
+		e.prep.Prepare(res.Rows)
 	}
 }
 
