@@ -184,6 +184,9 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		if err := s.moves(ctx, string(e.Query), string(e.Schema)); err != nil {
 			return err
 		}
+		if err := s.columnMoves(ctx, string(e.Query), string(e.Schema)); err != nil {
+			return err
+		}
 		if err := s.refresh(ctx, string(e.Query)); err != nil {
 			return err
 		}
@@ -244,10 +247,5 @@ func (s *streamer) reReadAdded(ctx context.Context, had func(column string) bool
 	}
 	s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
 		"table", qn, "columns", cols)
-	if s.r.inc.Queued(qn) {
-		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns were added lack their default; "+
-			"when it ends, run cdcd snapshot -c FILE "+qn, "table", qn, "columns", cols)
-		return nil
-	}
-	return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
+	return s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
 }

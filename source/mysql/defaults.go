@@ -220,10 +220,7 @@ func (s *streamer) reReadUncarried(ctx context.Context, desc *tableDesc, old, v 
 		}
 		s.r.logger.Info("a column added with a default now has another type in the information schema than in the binlog, "+
 			"so its default cannot be given to the rows already there: reading the table's rows again", "table", qn, "column", c.Name)
-		if s.r.inc.Queued(qn) {
-			return nil
-		}
-		return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
+		return s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Origin: "added-default"})
 	}
 	return nil
 }

@@ -151,14 +151,9 @@ func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
 				"table", qn, "statement", stmtText(stmt))
 			s.truncate(qn)
 		case in:
-			if s.r.inc.Queued(qn) {
-				s.r.logger.Warn("another table was renamed to a captured table's name while a snapshot of it is queued or running: "+
-					"when it ends, run cdcd snapshot -c FILE --replace "+qn, "table", qn)
-				continue
-			}
 			s.r.logger.Info("another table was renamed to a captured table's name: its rows were never captured under this name, "+
 				"reading them again", "table", qn, "statement", stmtText(stmt))
-			if err := s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Replace: true, Origin: "renamed-in"}); err != nil {
+			if err := s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Replace: true, Origin: "renamed-in"}); err != nil {
 				return err
 			}
 		}

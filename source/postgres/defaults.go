@@ -109,10 +109,5 @@ func (s *streamer) reReadAdded(ctx context.Context, ct *catalogTable, prev, recr
 		s.r.logger.Info("columns were added with a default that rows already there hold, with no change sent for them: reading the table's rows again",
 			"table", qn, "columns", cols)
 	}
-	if s.r.inc.Queued(qn) {
-		s.r.logger.Warn("a snapshot of the table is already queued or running: rows it read before the columns changed lack their values; "+
-			"when it ends, run cdcd snapshot -c FILE "+qn, "table", qn, "columns", cols)
-		return nil
-	}
-	return s.r.inc.Submit(ctx, snapshot.Request{Table: qn, Origin: origin})
+	return s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Origin: origin})
 }

@@ -286,12 +286,44 @@ func (e *Engine) loadLocked(ctx context.Context) error {
 // Submit queues requests (a table already queued or running is refused)
 // and returns once they are saved.
 func (e *Engine) Submit(ctx context.Context, reqs ...Request) error {
+	return e.submit(ctx, false, reqs)
+}
+
+// Restart queues req, ending a run of its table queued or running first,
+// so the table is read again from its first key: the rows such a run read
+// already are stale after DDL that changed values without row changes (a
+// column recreated or renamed). A replacing run is followed by a
+// replacing one (the rows its reset emptied are filled again), one with a
+// condition by one of the whole table.
+func (e *Engine) Restart(ctx context.Context, req Request) error {
+	return e.submit(ctx, true, []Request{req})
+}
+
+func (e *Engine) submit(ctx context.Context, restart bool, reqs []Request) error {
 	e.saveMu.Lock()
 	defer e.saveMu.Unlock()
 	if err := e.loadedLocked(ctx); err != nil {
 		return err
 	}
 	e.mu.Lock()
+	if restart {
+		keep := e.runs[:0]
+		for _, r := range e.runs {
+			if r.rec.Table != reqs[0].Table {
+				keep = append(keep, r)
+				continue
+			}
+			r.stopped = true
+			if r.rec.Replace {
+				reqs[0].Replace, reqs[0].Where = true, ""
+			}
+			e.logger.Info("snapshot restarted from the table's first key", "table", r.rec.Table, "rows_read", r.rows(),
+				"origin", reqs[0].Origin)
+		}
+		clear(e.runs[len(keep):])
+		e.runs = keep
+		e.reindexLocked()
+	}
 	for _, req := range reqs {
 		if err := e.acceptLocked(req); err != nil {
 			e.mu.Unlock()

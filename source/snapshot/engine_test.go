@@ -599,3 +599,69 @@ func TestRequestBeforeLoad(t *testing.T) {
 		t.Errorf("runs after the restart: %v, want public.a (saved before it) and public.b", tables)
 	}
 }
+
+// TestRestartReadsAgain: Restart mid-run ends the run and reads the table
+// again from its first key (rows read before are stale after DDL that
+// changed values without row changes); a replacing run restarts as a
+// replacing one, its reset marker sent again. With no run, it queues one.
+func TestRestartReadsAgain(t *testing.T) {
+	for _, replace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replace=%t", replace), func(t *testing.T) {
+			db := newFakeDB(20)
+			var e *Engine
+			restarted := make(chan error, 1)
+			db.duringRead = func(n int) {
+				if n == 2 { // the third chunk: keys 1-8 emitted or in flight
+					go func() { restarted <- e.Restart(context.Background(), Request{Table: "public.t", Origin: "test"}) }()
+				}
+			}
+			e, s, _ := start(t, &memState{}, db, 4)
+			if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: replace}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-restarted; err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, e, s)
+			rows := s.rows()
+			count := map[int64]int{}
+			for _, k := range keysOf(rows) {
+				count[k]++
+			}
+			for k := int64(1); k <= 20; k++ {
+				if count[k] == 0 {
+					t.Errorf("key %d never emitted", k)
+				}
+			}
+			db.mu.Lock()
+			fromStart := 0
+			for _, q := range db.reads {
+				if q.After == nil {
+					fromStart++
+				}
+			}
+			db.mu.Unlock()
+			if fromStart != 2 {
+				t.Errorf("the table was read from its first key %d times, want 2 (once by each run)", fromStart)
+			}
+			resets := 0
+			for _, r := range rows {
+				if r.Op == source.OpTruncate && r.Reset != "" {
+					resets++
+				}
+			}
+			if want := map[bool]int{false: 0, true: 2}[replace]; resets != want {
+				t.Errorf("%d reset markers, want %d", resets, want)
+			}
+		})
+	}
+	db := newFakeDB(3)
+	e, s, _ := start(t, &memState{}, db, 10)
+	if err := e.Restart(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	if got := keysOf(s.rows()); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Errorf("with no run: emitted %v", got)
+	}
+}
