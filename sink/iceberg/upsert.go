@@ -249,27 +249,63 @@ type keyState struct {
 	one [1]*change
 }
 
-// fold groups the buffer's changes per key in source order; a key's last
+// fold groups the buffer's changes per key in offset order; a key's last
 // change decides whether it lives. It returns the keys' states by key and
 // in the order the keys first appear.
+//
+// A key's changes are all in its partition, and the buffer holds each
+// partition's changes in offset order (fetches are appended as they come,
+// a partition's one after another), so the buffer's own order is every
+// key's order: no ordering across partitions is needed, since a key
+// change's halves find each other by position (keyChangeOrigin). Only a
+// key found in two partitions (a topic's keys re-partitioned, which cdcd
+// never does) makes the fold start again in source order (byPartition,
+// mergeRuns), as it always did before.
 func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
+	states, keys, spread, err := u.foldIn(len(buf), false, func(yield func(*change) error) error {
+		for i := range buf {
+			if c := &buf[i]; !c.skip && c.op() != 't' {
+				if err := yield(c); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || !spread {
+		return states, keys, err
+	}
 	order := make([]*change, 0, len(buf))
 	for i := range buf {
 		if !buf[i].skip && buf[i].op() != 't' {
 			order = append(order, &buf[i])
 		}
 	}
-	// Source order across partitions: one key's changes keep their order
-	// either way; references between keys (a key change) need it.
 	order = mergeRuns(byPartition(order), func(a, b *change) int { return bytes.Compare(a.position(), b.position()) })
-	states := make(map[string]*keyState, len(order))
-	slab := make([]keyState, 0, len(order)) // never grows: the pointers stay
-	keys := make([]*keyState, 0, len(order))
+	states, keys, _, err = u.foldIn(len(order), true, func(yield func(*change) error) error {
+		for _, c := range order {
+			if err := yield(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return states, keys, err
+}
+
+// foldIn folds the changes each hands over (at most n), in that order.
+// Unless ordered (each hands them over in source order), spread reports a
+// key with changes in two partitions, and the states are then not
+// materialized.
+func (u *upsert) foldIn(n int, ordered bool, each func(yield func(*change) error) error) (_ map[string]*keyState, _ []*keyState, spread bool, _ error) {
+	states := make(map[string]*keyState, n)
+	slab := make([]keyState, 0, n) // never grows: the pointers stay
+	keys := make([]*keyState, 0, n)
 	var arena keyArena
-	for _, c := range order {
+	err := each(func(c *change) error {
 		k, err := arena.key(u, c)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		st := states[string(k)]
 		if st == nil {
@@ -280,20 +316,27 @@ func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
 			// allocation): the map's key may alias them.
 			states[unsafe.String(unsafe.SliceData(k), len(k))] = st
 			keys = append(keys, st)
+		} else if !ordered && st.changes[0].partition != c.partition {
+			spread = true
 		}
 		st.changes = append(st.changes, c)
 		st.live = c.op() != 'd'
+		return nil
+	})
+	if err != nil || spread {
+		return nil, nil, spread, err
 	}
 	for _, st := range keys {
 		if err := u.materialize(states, st); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 	}
-	return states, keys, nil
+	return states, keys, false, nil
 }
 
 // byPartition groups changes by partition, keeping each partition's in
-// their order (offset order): mergeRuns then merges one run a partition. A
+// their order (offset order): mergeRuns then merges one run a partition
+// (fold's order when a key is in two partitions). A
 // buffer fetched while the fetcher keeps up with the log holds many short
 // fetches, each a run of its own: thousands of runs, a dozen merge passes.
 // Changes of different partitions have different positions, so the
