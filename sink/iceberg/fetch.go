@@ -26,6 +26,14 @@ type fetched struct {
 	shape *schema.Table
 	// resumed: some partition skipped to a reset marker (reset.go).
 	resumed bool
+	// since is the earliest its changes may have reached the log, as far
+	// as the fetcher can tell: the last time it found their partition's
+	// end before it read them (the fetcher's start if it never did).
+	since time.Time
+	// waited: the channel was full when the batch was ready, so the
+	// fetcher stopped reading until the loop took one (a commit ran): the
+	// log may hold more than the batches in the channel.
+	waited bool
 }
 
 // fetcher reads a table's topic partition by partition and decodes it.
@@ -39,10 +47,20 @@ type fetcher struct {
 	// truncReset: the truncate the partitions stop at is a reset marker.
 	truncReset bool
 	resumed    bool // skipped to a reset marker since the last batch sent
+	// endAt is, per partition, when the last fetch that found no record
+	// began: what is read there later reached the log after it. A commit
+	// that holds the fetcher up (its channel full) does not move it, so a
+	// change that waited in the log meanwhile is known to have waited.
+	endAt []time.Time
 }
 
 func newFetcher(w *tableWriter, next []int64) *fetcher {
-	return &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next))}
+	endAt := make([]time.Time, len(next))
+	now := time.Now()
+	for i := range endAt {
+		endAt[i] = now
+	}
+	return &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt}
 }
 
 // batchBytes is about how much record data one batch carries.
@@ -54,10 +72,8 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 	send := func() error {
 		cur.next = append([]int64(nil), f.next...)
 		cur.resumed, f.resumed = f.resumed, false
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := handOver(ctx, out, &cur); err != nil {
+			return err
 		}
 		cur = fetched{}
 		return nil
@@ -113,6 +129,22 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 	return ctx.Err()
 }
 
+// handOver sends b, marked waited when the channel has no room for it.
+func handOver(ctx context.Context, out chan<- fetched, b *fetched) error {
+	select {
+	case out <- *b:
+		return nil
+	default:
+	}
+	b.waited = true
+	select {
+	case out <- *b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (f *fetcher) allBlocked() bool {
 	for _, b := range f.blocked {
 		if !b {
@@ -125,6 +157,7 @@ func (f *fetcher) allBlocked() bool {
 // fetch reads one partition's next records into cur.
 func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *fetched) (int, error) {
 	w := f.w
+	began := time.Now()
 	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait})
 	var lost *log.DataLossError
 	switch {
@@ -137,6 +170,11 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		return 0, f.outOfRange(ctx, p, err)
 	default:
 		return 0, fmt.Errorf("iceberg: fetch %s/%d at %d: %w", w.cfg.Topic, p, f.next[p], err)
+	}
+	if len(recs) == 0 {
+		f.endAt[p] = began
+	} else if cur.since.IsZero() || f.endAt[p].Before(cur.since) {
+		cur.since = f.endAt[p]
 	}
 	cur.changes = slices.Grow(cur.changes, len(recs)) // a change is large: grown once, not by doubling
 	for i := range recs {

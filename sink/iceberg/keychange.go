@@ -194,6 +194,7 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 	w.logger.Debug("a key change waits for its other half", "held", len(rest), "offsets", encodeOffsets(cut))
 	if len(now) == 0 {
 		w.bufAt = time.Now() // try again after the next interval or batch
+		w.bufSince = w.bufAt
 		return nil
 	}
 	newest := w.lastPos
@@ -202,6 +203,7 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 		return err
 	}
 	w.buf, w.bufBytes, w.bufAt, w.lastPos = rest, restBytes, time.Now(), newest
+	w.bufSince = w.bufAt
 	return nil
 }
 

@@ -32,9 +32,14 @@ type tableWriter struct {
 	next       []int64 // next offset to fetch
 	committed  []int64 // offsets the table holds
 	buf        []change
-	bufAt      time.Time
-	lastPos    []byte
-	seen       [][]byte // per partition: the position of the newest record read (nil: unknown)
+	bufAt      time.Time // when the loop took the buffer's first batch
+	// bufSince is the earliest any buffered change may have reached the
+	// log (fetched.since), and behind says the fetcher had not caught up
+	// with the log when it sent the last batch taken (commitDue).
+	bufSince time.Time
+	behind   bool
+	lastPos  []byte
+	seen     [][]byte // per partition: the position of the newest record read (nil: unknown)
 	// resumed: some partition starts at a reset marker, not at the table's
 	// offsets (reset.go), until the next commit lands.
 	resumed  bool
@@ -92,7 +97,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	defer health.Stop()
 	for ctx.Err() == nil {
 		if len(w.buf) > 0 {
-			timer.Reset(max(time.Until(w.bufAt.Add(w.s.cfg.CommitInterval)), 0))
+			timer.Reset(max(time.Until(w.commitDue(len(in) > 0)), 0))
 		}
 		select {
 		case b := <-in:
@@ -137,7 +142,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		if full := len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes; len(w.buf) > 0 &&
-			(full || time.Since(w.bufAt) >= w.s.cfg.CommitInterval) {
+			(full || !time.Now().Before(w.commitDue(len(in) > 0))) {
 			w.catchingUp = full
 			if err := w.commit(ctx); err != nil {
 				return err
@@ -182,11 +187,39 @@ func (w *tableWriter) caughtUp(b fetched) bool {
 	return end
 }
 
+// commitDue is when the buffer is committed unless its limits force a
+// commit first: a commit interval after its oldest change reached the log
+// (fetched.since), so a change that waited in the log or in the fetcher's
+// channel while a commit ran does not wait a whole interval more once the
+// loop takes it. That early time holds only once the buffer has caught up
+// with what the log held: no batch waits in the channel (waiting), and the
+// last one taken was not full and had not waited for room (the fetcher
+// had found the end of every partition and read on meanwhile). Otherwise
+// one commit of every fetch waiting since the last commit would follow
+// another, each with its fixed cost. At the latest, the interval counts
+// from when the loop took the buffer's first batch, as it always did.
+func (w *tableWriter) commitDue(waiting bool) time.Time {
+	due := w.bufAt.Add(w.s.cfg.CommitInterval)
+	if early := w.bufSince.Add(w.s.cfg.CommitInterval); !w.behind && !waiting && early.Before(due) {
+		return early
+	}
+	return due
+}
+
 // accept appends a fetched batch to the buffer.
 func (w *tableWriter) accept(b fetched) {
-	if len(b.changes) > 0 && len(w.buf) == 0 {
-		w.bufAt = time.Now()
+	if len(b.changes) > 0 {
+		since := b.since
+		if since.IsZero() {
+			since = time.Now()
+		}
+		if len(w.buf) == 0 {
+			w.bufAt, w.bufSince = time.Now(), since
+		} else if since.Before(w.bufSince) {
+			w.bufSince = since
+		}
 	}
+	w.behind = b.bytes >= batchBytes || b.waited
 	w.buf = append(w.buf, b.changes...)
 	w.bufBytes += b.bytes
 	if len(w.seen) < w.partitions {
