@@ -59,7 +59,10 @@ type Config struct {
 	Tables []TableConfig
 	// FormatVersion of new tables: 2 or 3.
 	FormatVersion int
-	// CommitInterval is the longest a consumed change waits for its commit.
+	// CommitInterval is the longest a consumed change waits for its commit
+	// to begin, counted from when it reached the log once the table's loop
+	// has caught up with the log (commitDue), else from when the loop took
+	// it; default 10s.
 	CommitInterval time.Duration
 	// MaxBufferedRows forces a commit when this many rows wait; default 500k.
 	MaxBufferedRows int
