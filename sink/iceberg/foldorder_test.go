@@ -31,16 +31,7 @@ func TestFoldOrderFromManyFetches(t *testing.T) {
 			c.info = schema.EnvelopeInfo{Position: binary.BigEndian.AppendUint64(nil, uint64(i))}
 			perPart[p] = append(perPart[p], c)
 		}
-		// The buffer: fetches of 1-20 changes, partition by partition in turn.
-		var buf []*change
-		next := make([]int, parts)
-		for left := n; left > 0; {
-			p := rng.IntN(parts)
-			k := min(1+rng.IntN(20), len(perPart[p])-next[p])
-			buf = append(buf, perPart[p][next[p]:next[p]+k]...)
-			next[p] += k
-			left -= k
-		}
+		buf := fetchesOf(rng, perPart, n)
 		byPos := func(a, b *change) int { return bytes.Compare(a.position(), b.position()) }
 		want := slices.Clone(buf)
 		slices.SortStableFunc(want, byPos)
@@ -56,6 +47,21 @@ func TestFoldOrderFromManyFetches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fetchesOf is a buffer of the n changes of perPart as the fetcher builds
+// one: fetches of 1-20 changes, from partitions taken at random.
+func fetchesOf[T any](rng *rand.Rand, perPart [][]T, n int) []T {
+	var buf []T
+	next := make([]int, len(perPart))
+	for left := n; left > 0; {
+		p := rng.IntN(len(perPart))
+		k := min(1+rng.IntN(20), len(perPart[p])-next[p])
+		buf = append(buf, perPart[p][next[p]:next[p]+k]...)
+		next[p] += k
+		left -= k
+	}
+	return buf
 }
 
 // TestFoldKeepsEachKeysOrder: the fold takes the buffer as it is (no
@@ -87,15 +93,7 @@ func TestFoldKeepsEachKeysOrder(t *testing.T) {
 			op := []byte{'c', 'u', 'd'}[rng.IntN(3)]
 			perPart[p] = append(perPart[p], mk(p, int64(len(perPart[p])), uint64(i), id, op))
 		}
-		var buf []change
-		next := make([]int, parts)
-		for left := n; left > 0; {
-			p := rng.IntN(parts)
-			k := min(1+rng.IntN(20), len(perPart[p])-next[p])
-			buf = append(buf, perPart[p][next[p]:next[p]+k]...)
-			next[p] += k
-			left -= k
-		}
+		buf := fetchesOf(rng, perPart, n)
 		states, keys, err := u.fold(buf)
 		if err != nil {
 			t.Fatal(err)
