@@ -160,7 +160,13 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 	r := New(cfg, e.state, slog.New(slog.NewTextHandler(w, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, c) }()
+	go func() {
+		err := r.Run(ctx, c)
+		if err != nil && ctx.Err() == nil {
+			t.Logf("the reader stopped by itself: %v", err) // a test waiting for changes then says why none come
+		}
+		done <- err
+	}()
 	var once sync.Once
 	var err error
 	stop := func() error {
