@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
@@ -125,7 +126,7 @@ source:
     dsn: %q
     server_id: %d
     tables: [%s.bench]
-    snapshot: initial
+    snapshot: initial%s
 sink:
   iceberg:
     catalog: {type: sql, uri: %q, name: cdcd}
@@ -135,8 +136,17 @@ sink:
     commit_interval: %s
 admin:
   listen: "off"
-`, pipeline, data, m.dsn(), mariaServerID, mariaDB, "sqlite://"+filepath.Join(data, "catalog.db"),
+`, pipeline, data, m.dsn(), mariaServerID, mariaDB, m.incremental(), "sqlite://"+filepath.Join(data, "catalog.db"),
 		"file://"+filepath.Join(data, "warehouse"), namespace, m.opts.CommitInterval)
+}
+
+// incremental is the source's incremental block: CDCD_BENCH_CHUNK_ROWS
+// sets the load's chunk_rows (default: the reader's, 8192).
+func (m *mariaRun) incremental() string {
+	if n, err := strconv.Atoi(os.Getenv("CDCD_BENCH_CHUNK_ROWS")); err == nil && n > 0 {
+		return fmt.Sprintf("\n    incremental: {chunk_rows: %d}", n)
+	}
+	return ""
 }
 
 // prepare fills the table, writes the config and opens the catalog watcher.

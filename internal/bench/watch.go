@@ -85,12 +85,20 @@ func (w *watcher) poll(ctx context.Context) (tableState, error) {
 		if pos, err := hex.DecodeString(p[iceberg.PropSourcePosition]); err == nil && len(pos) >= 8 {
 			st.lsn = binary.BigEndian.Uint64(pos)
 		}
+		// A maintenance commit (compaction, manifest rewrite) carries no
+		// offsets: the table holds what the newest ancestor that carries
+		// them held. Not w.last's: the writer's commit before the
+		// maintenance one may never have been polled, and its offsets
+		// would be missed for good (a stream phase then waited out its
+		// whole timeout on a table that held every record).
+		offsSnap := snap
+		for offsSnap != nil && offsSnap.Summary != nil && offsSnap.Summary.Properties[iceberg.PropOffsets] == "" && offsSnap.ParentSnapshotID != nil {
+			offsSnap = tbl.Metadata().SnapshotByID(*offsSnap.ParentSnapshotID)
+		}
 		var offs map[string]int64
-		if _, ok := p[iceberg.PropOffsets]; !ok {
-			// A maintenance commit (compaction, manifest rewrite) carries
-			// no offsets: the table holds what the previous one held.
-			st.offsets, st.consumed = w.last.offsets, w.last.consumed
-		} else if err := json.Unmarshal([]byte(p[iceberg.PropOffsets]), &offs); err == nil {
+		if offsSnap == nil || offsSnap.Summary == nil || offsSnap.Summary.Properties[iceberg.PropOffsets] == "" {
+			st.offsets, st.consumed = w.last.offsets, w.last.consumed // no ancestor left to say
+		} else if err := json.Unmarshal([]byte(offsSnap.Summary.Properties[iceberg.PropOffsets]), &offs); err == nil {
 			for k, v := range offs {
 				i, err := strconv.Atoi(k)
 				if err != nil || i < 0 || i > 1<<16 {

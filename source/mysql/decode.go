@@ -263,6 +263,27 @@ func (s *scanned) value(t *colType) (any, error) {
 	return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, s.num)
 }
 
+// rowSlab hands out rows (a value per column) carved from one allocation
+// per slabRows rows, instead of one allocation per row. A row keeps its
+// slab alive: the rows of a chunk or a batch are emitted and dropped
+// together.
+type rowSlab []any
+
+const slabRows = 256
+
+// next returns a zeroed row of n values; a nil slab allocates it alone.
+func (s *rowSlab) next(n int) []any {
+	if s == nil {
+		return make([]any, n)
+	}
+	if len(*s) < n {
+		*s = make([]any, n*slabRows)
+	}
+	row := (*s)[:n:n]
+	*s = (*s)[n:]
+	return row
+}
+
 // selectExpr is how the load selects column t (quoted name q) so that its
 // text form decodes to the value the binlog gives: FLOAT widened to DOUBLE
 // (the text of a FLOAT is rounded to 6 digits; a float widens to a double
@@ -314,11 +335,15 @@ func normalizeDecimal(s string) (string, error) {
 	if intPart == "" && !hasDot || !allDigits(intPart) || !allDigits(frac) || hasDot && frac == "" {
 		return "", fmt.Errorf("%w: decimal %q", errBadValue, s)
 	}
+	zero := strings.Trim(frac, "0") == "" && strings.Trim(intPart, "0") == ""
+	if intPart != "" && (len(intPart) == 1 || intPart[0] != '0') && !(neg && zero) {
+		return s, nil // canonical already, as the server's text and go-mysql's decimals are: no copy
+	}
 	intPart = strings.TrimLeft(intPart, "0")
 	if intPart == "" {
 		intPart = "0"
 	}
-	if neg && intPart == "0" && strings.Trim(frac, "0") == "" {
+	if neg && zero {
 		neg = false
 	}
 	out := intPart
@@ -345,7 +370,9 @@ func allDigits(s string) bool {
 // 13:45:00.123456"; a timestamp's text is in UTC). A zero date, or a date
 // with a zero month or day, is nil (documented in docs/types.md).
 func parseTemporal(base, s string) (any, error) {
-	bad := func() error { return fmt.Errorf("%w: %s %q", errBadValue, base, s) }
+	// The error copies s, so s does not escape: the load's string(b) at
+	// the call costs no allocation.
+	bad := func() error { return fmt.Errorf("%w: %s %q", errBadValue, base, strings.Clone(s)) }
 	switch base {
 	case "time":
 		us, ok := parseTimeOfDay(s, true)

@@ -170,6 +170,7 @@ func TestParseTemporal(t *testing.T) {
 func TestNormalizeDecimal(t *testing.T) {
 	for in, want := range map[string]string{
 		"12.30": "12.30", "-0.00": "0.00", "007.5": "7.5", "-00012": "-12", ".5": "0.5", "-0.01": "-0.01", "0": "0",
+		"-0": "0", "-.5": "-0.5", "0.00": "0.00", "-5": "-5", "10.0": "10.0", "00": "0", "-0.10": "-0.10",
 	} {
 		if got, err := normalizeDecimal(in); err != nil || got != want {
 			t.Errorf("normalizeDecimal(%q) = %q, %v; want %q", in, got, err, want)

@@ -182,11 +182,12 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	now, n := time.Now(), len(desc.cols)
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
 	vals, ptrs := scanDests(desc.cols)
+	var slab rowSlab
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
-		row := make([]any, n)
+		row := slab.next(n)
 		for i := range vals {
 			v, err := vals[i].value(&desc.cols[i])
 			if err != nil {

@@ -65,7 +65,7 @@ func TestMySQLTableMapJSON(t *testing.T) {
 	if got := v.table.String(); got != "shop.docs(id int32 key, j json null, n decimal(20,0) null)" {
 		t.Errorf("shape %s", got)
 	}
-	row, f, err := v.decodeRow([]any{int32(1), `{"b":1,"a":[2.0]}`, uint64(1 << 63)})
+	row, f, err := v.decodeRow([]any{int32(1), `{"b":1,"a":[2.0]}`, uint64(1 << 63)}, nil)
 	if err != nil || f != nil {
 		t.Fatal(err, f)
 	}

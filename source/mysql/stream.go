@@ -53,6 +53,7 @@ type streamer struct {
 	row     int32
 	batch   []source.Change
 	batchAt time.Time
+	slab    rowSlab // the decoded rows' values
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).

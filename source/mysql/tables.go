@@ -157,7 +157,7 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 			op = source.OpDelete
 		}
 		for _, raw := range e.Rows {
-			row, f, err := v.decodeRow(raw)
+			row, f, err := v.decodeRow(raw, &s.slab)
 			if err != nil {
 				return err
 			}
@@ -169,11 +169,11 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 		}
 	case replication.EnumRowsEventTypeUpdate:
 		for i := 0; i+1 < len(e.Rows); i += 2 {
-			before, f1, err := v.decodeRow(e.Rows[i])
+			before, f1, err := v.decodeRow(e.Rows[i], &s.slab)
 			if err != nil {
 				return err
 			}
-			after, f2, err := v.decodeRow(e.Rows[i+1])
+			after, f2, err := v.decodeRow(e.Rows[i+1], &s.slab)
 			if err != nil {
 				return err
 			}
@@ -224,11 +224,11 @@ func (s *streamer) place() *source.BinlogPlace {
 // cannot carry (a zero date in a key column, text that is not UTF-8)
 // does not stop the reader: it is nil in the row and the returned fault
 // names it, so the Emitter stops that table alone.
-func (v *tableVersion) decodeRow(raw []any) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault, error) {
 	if len(raw) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
 	}
-	row := make([]any, len(raw))
+	row := slab.next(len(raw))
 	var fault *source.Fault
 	for i := range raw {
 		val, err := fromBinlog(&v.cols[i], raw[i])
