@@ -4,6 +4,9 @@ import (
 	"context"
 	"sort"
 
+	icebergtypes "github.com/apache/iceberg-go"
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
@@ -13,8 +16,12 @@ type mirrorRow struct {
 	idx   []int // the compared columns' indexes among the mirror's
 	buf   []byte
 	ends  []int // each column's text ends at buf[ends[i]]
-	vals  []any // the row's values (aliases the scan's)
+	vals  []any // the row's values (aliases the scan's; nil when raw)
 	texts []string
+	// raw are the row's values as stored (aliases the scan's; nil when
+	// vals), types the mirror's types of the columns.
+	raw   []parquet.Value
+	types []icebergtypes.Type
 }
 
 func newMirrorRow(t *Table) *mirrorRow {
@@ -28,7 +35,7 @@ func newMirrorRow(t *Table) *mirrorRow {
 // set renders vals (the scan's values of t's columns) as the row's text:
 // the columns' texts joined by ",".
 func (mr *mirrorRow) set(vals []any) error {
-	mr.buf, mr.vals = mr.buf[:0], vals
+	mr.buf, mr.vals, mr.raw = mr.buf[:0], vals, nil
 	var err error
 	for i, c := range mr.t.Columns {
 		if i > 0 {
@@ -40,6 +47,38 @@ func (mr *mirrorRow) set(vals []any) error {
 		mr.ends[i] = len(mr.buf)
 	}
 	return nil
+}
+
+// setRaw is set from the values as the data file stores them.
+func (mr *mirrorRow) setRaw(vals []parquet.Value) error {
+	mr.buf, mr.vals, mr.raw = mr.buf[:0], nil, vals
+	var err error
+	for i, c := range mr.t.Columns {
+		if i > 0 {
+			mr.buf = append(mr.buf, ',')
+		}
+		if mr.buf, err = appendRaw(mr.buf, c, mr.types[i], vals[i]); err != nil {
+			return err
+		}
+		mr.ends[i] = len(mr.buf)
+	}
+	return nil
+}
+
+// keyInt is the key of a table keyed by one integer column (intKey).
+func (mr *mirrorRow) keyInt() (int64, bool) {
+	i := mr.t.Key[0]
+	if mr.raw == nil {
+		return keyInt(mr.vals[i])
+	}
+	switch v := mr.raw[i]; {
+	case v.IsNull():
+	case v.Kind() == parquet.Int64:
+		return v.Int64(), true
+	case v.Kind() == parquet.Int32:
+		return int64(v.Int32()), true
+	}
+	return 0, false
 }
 
 // col is column i's text.
@@ -63,6 +102,27 @@ func (mr *mirrorRow) key() Key {
 // scan reads every live row of the mirror into mr and calls fn.
 func (mr *mirrorRow) scan(ctx context.Context, live *iceberg.LiveSnapshot, fn func(*mirrorRow) error) error {
 	return live.Scan(ctx, mr.idx, func(vals []any) error {
+		if err := mr.set(vals); err != nil {
+			return err
+		}
+		return fn(mr)
+	})
+}
+
+// scanTexts is scan for a reader of the rows' texts only (not vals):
+// values are rendered as the data files store them (ScanRaw), without
+// boxing each one.
+func (mr *mirrorRow) scanTexts(ctx context.Context, live *iceberg.LiveSnapshot, fn func(*mirrorRow) error) error {
+	mr.types = make([]icebergtypes.Type, len(mr.idx))
+	for i, j := range mr.idx {
+		mr.types[i] = live.Fields[j].Type
+	}
+	return live.ScanRaw(ctx, mr.idx, func(vals []parquet.Value) error {
+		if err := mr.setRaw(vals); err != nil {
+			return err
+		}
+		return fn(mr)
+	}, func(vals []any) error {
 		if err := mr.set(vals); err != nil {
 			return err
 		}
@@ -104,7 +164,7 @@ func (tr *tableRun) settleSegment(ctx context.Context, seg *segment, ahead *ahea
 		})
 	} else {
 		mr := newMirrorRow(tr.t)
-		err = mr.scan(ctx, st.live, func(mr *mirrorRow) error {
+		err = mr.scanTexts(ctx, st.live, func(mr *mirrorRow) error {
 			i, ok := seg.blockOf(tr.t, mr.key())
 			if ok {
 				sums[i].rows++

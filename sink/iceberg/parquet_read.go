@@ -161,19 +161,8 @@ func newRowReader(pf *parquet.File, fields []iceberg.NestedField) (*rowReader, e
 // next fills vals (len(fields)) with the next row and returns its
 // position; ok is false after the last row.
 func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
-	for r.left == 0 {
-		r.closeStreams()
-		if r.rg >= len(r.pf.RowGroups()) {
-			return 0, false, nil
-		}
-		rg := r.pf.RowGroups()[r.rg]
-		r.rg++
-		r.left = rg.NumRows()
-		for i, fc := range r.cols {
-			if fc.leaf >= 0 {
-				r.streams[i] = &columnStream{pages: rg.ColumnChunks()[fc.leaf].Pages()}
-			}
-		}
+	if !r.nextGroup() {
+		return 0, false, nil
 	}
 	for i, st := range r.streams {
 		if st == nil {
@@ -198,6 +187,26 @@ func (r *rowReader) next(vals []any) (pos int64, ok bool, err error) {
 	pos = r.pos
 	r.pos++
 	return pos, true, nil
+}
+
+// nextGroup opens the next row group when the current one has no rows
+// left; false after the last.
+func (r *rowReader) nextGroup() bool {
+	for r.left == 0 {
+		r.closeStreams()
+		if r.rg >= len(r.pf.RowGroups()) {
+			return false
+		}
+		rg := r.pf.RowGroups()[r.rg]
+		r.rg++
+		r.left = rg.NumRows()
+		for i, fc := range r.cols {
+			if fc.leaf >= 0 {
+				r.streams[i] = &columnStream{pages: rg.ColumnChunks()[fc.leaf].Pages()}
+			}
+		}
+	}
+	return true
 }
 
 // nested reads the leaf values of one row of list column i (a value at
@@ -467,4 +476,42 @@ func readRowsAt(pf *parquet.File, fields []iceberg.NestedField, positions map[in
 		return nil
 	})
 	return out, err
+}
+
+// flatColumns says whether every field is a flat column of the file.
+func flatColumns(pf *parquet.File, fields []iceberg.NestedField) bool {
+	for _, f := range fields {
+		if fc, ok := columnFor(pf, f); !ok || fc.nodes != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// readRaw calls fn(position, values) for every row of a file whose fields
+// are all flat columns (flatColumns), with the values as stored, valid
+// until fn returns (the page they point into is released after).
+func readRaw(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []parquet.Value) error) error {
+	r, err := newRowReader(pf, fields)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	vals := make([]parquet.Value, len(fields))
+	for {
+		if !r.nextGroup() {
+			return nil
+		}
+		for i, st := range r.streams {
+			if vals[i], err = st.next(); err != nil {
+				return fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, err)
+			}
+		}
+		r.left--
+		pos := r.pos
+		r.pos++
+		if err := fn(pos, vals); err != nil {
+			return err
+		}
+	}
 }

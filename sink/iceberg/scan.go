@@ -8,6 +8,7 @@ import (
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
+	"github.com/parquet-go/parquet-go"
 )
 
 // LiveSnapshot is an upsert table's current snapshot as a reader outside
@@ -80,6 +81,46 @@ func (s *LiveSnapshot) Files() int { return len(s.files) }
 // Fields, in cdcd's Go representation) of every live row, file by file;
 // vals is reused between calls.
 func (s *LiveSnapshot) Scan(ctx context.Context, idx []int, fn func(vals []any) error) error {
+	return s.eachFile(ctx, idx, func(pf *parquet.File, fields []iceberg.NestedField, live func(int64) bool) error {
+		return readColumns(pf, fields, func(pos int64, vals []any) error {
+			if !live(pos) {
+				return nil
+			}
+			return fn(vals)
+		})
+	})
+}
+
+// ScanRaw is Scan without building Go values, for a reader that renders
+// each value itself (cdcd reconcile hashes millions of rows; boxing every
+// value into an any and converting decimals through big.Int cost more
+// than reading the pages): raw gets each live row's values as the data
+// file stores them (Value converts one as Scan would), valid only until
+// it returns, as the page they point into is released after. A file in
+// which some field is a list or is missing (it predates the field) is
+// read through Scan's conversion instead, its rows given to boxed.
+func (s *LiveSnapshot) ScanRaw(ctx context.Context, idx []int, raw func(vals []parquet.Value) error, boxed func(vals []any) error) error {
+	return s.eachFile(ctx, idx, func(pf *parquet.File, fields []iceberg.NestedField, live func(int64) bool) error {
+		if !flatColumns(pf, fields) {
+			return readColumns(pf, fields, func(pos int64, vals []any) error {
+				if !live(pos) {
+					return nil
+				}
+				return boxed(vals)
+			})
+		}
+		return readRaw(pf, fields, func(pos int64, vals []parquet.Value) error {
+			if !live(pos) {
+				return nil
+			}
+			return raw(vals)
+		})
+	})
+}
+
+// eachFile opens each live data file in turn and calls read with it, the
+// fields at idx, and whether a row position is live.
+func (s *LiveSnapshot) eachFile(ctx context.Context, idx []int, read func(pf *parquet.File, fields []iceberg.NestedField, live func(int64) bool) error) error {
 	fields := make([]iceberg.NestedField, len(idx))
 	for i, j := range idx {
 		fields[i] = s.Fields[j]
@@ -93,12 +134,7 @@ func (s *LiveSnapshot) Scan(ctx context.Context, idx []int, fn func(vals []any) 
 			return err
 		}
 		gone := s.deleted[path]
-		err = readColumns(pf, fields, func(pos int64, vals []any) error {
-			if gone != nil && gone.Contains(uint64(pos)) {
-				return nil
-			}
-			return fn(vals)
-		})
+		err = read(pf, fields, func(pos int64) bool { return gone == nil || !gone.Contains(uint64(pos)) })
 		closeFn()
 		if err != nil {
 			return fmt.Errorf("iceberg: read %s: %w", path, err)
@@ -106,3 +142,7 @@ func (s *LiveSnapshot) Scan(ctx context.Context, idx []int, fn func(vals []any) 
 	}
 	return nil
 }
+
+// Value converts a value of a field of type typ, as a data file stores
+// it, to cdcd's Go representation (what Scan gives).
+func Value(typ iceberg.Type, v parquet.Value) any { return fromParquet(typ, v) }
