@@ -219,8 +219,9 @@ type retryKey struct{ key, lit Key }
 
 func (tr *tableRun) run(ctx context.Context) error {
 	var after, afterLit Key
+	var rest *aheadRows // the mirror's rows after the last segment
 	for {
-		seg, ahead, err := tr.readSegment(ctx, after, afterLit)
+		seg, ahead, err := tr.readSegment(ctx, after, afterLit, rest)
 		if err != nil {
 			return err
 		}
@@ -232,6 +233,10 @@ func (tr *tableRun) run(ctx context.Context) error {
 			break
 		}
 		after, afterLit = last.Last, last.LastLit
+		rest = nil
+		if ahead != nil {
+			rest = ahead.after(tr.t, after)
+		}
 	}
 	return tr.retries(ctx)
 }
@@ -274,9 +279,13 @@ type segment struct {
 }
 
 // readSegment reads a segment from the source and, meanwhile, the
-// mirror's rows after its lower bound (ahead.go; nil when over budget).
-func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key) (*segment, *aheadRows, error) {
+// mirror's rows after its lower bound (ahead.go; nil when over budget),
+// unless rest has them already (the last segment's read, ahead.after).
+func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key, rest *aheadRows) (*segment, *aheadRows, error) {
 	seg := &segment{lower: after, lowerLit: afterLit}
+	if rest != nil {
+		return seg, rest, tr.readSums(ctx, seg, afterLit)
+	}
 	var ahead *aheadRows
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return tr.readSums(gctx, seg, afterLit) })

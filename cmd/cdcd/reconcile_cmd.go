@@ -51,6 +51,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	rate := fs.Int("max-rows-per-second", 0, "throttle the source reads (default: reconcile.max_rows_per_second)")
 	chunk := fs.Int("chunk-rows", 0, "rows per source read (default: reconcile.chunk_rows)")
+	segment := fs.Int("segment-rows", 0, "rows read from the source before they are compared with the mirror; up to twice as many mirror rows' keys and hashes are held in memory (default 4194304)")
 	repair := fs.Bool("repair", false, "re-snapshot the keys found different through the running daemon, then compare them again")
 	admin := fs.String("admin", "", "--repair: the daemon's admin address, HOST:PORT (default: admin.listen of -c FILE)")
 	repairTimeout := fs.Duration("repair-timeout", time.Hour, "--repair: how long to wait for each table's snapshot")
@@ -69,7 +70,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer startProfiles(logger)() // CDCD_CPUPROFILE, CDCD_HEAPPROFILE
 	opts := daemon.ReconcileOptions{Tables: tables, RepairTimeout: *repairTimeout,
-		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk}}
+		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk, SegmentRows: *segment}}
 	if *repair {
 		ac, err := adminURL(*admin, *cfgPath)
 		if err != nil {

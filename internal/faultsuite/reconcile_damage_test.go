@@ -254,4 +254,13 @@ func TestReconcileFindsDamage(t *testing.T) {
 		t.Errorf("daemon running: exit %d, want 4", code)
 	}
 	requireFound(t, reps["public.ledger"], wantMissing, wantExtra, wantDiffer)
+
+	// In segments of 1,200 rows: the mirror is read once, beside the
+	// first, and each later segment compares the rows of that read after
+	// the last segment's end (1300, 2999, 50000 and 100001 lie there).
+	reps, code = p.reconcileReport("--chunk-rows", "400", "--segment-rows", "1200")
+	if code != 4 {
+		t.Errorf("in segments: exit %d, want 4", code)
+	}
+	requireFound(t, reps["public.ledger"], wantMissing, wantExtra, wantDiffer)
 }
