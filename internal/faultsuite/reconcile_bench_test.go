@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,10 @@ func TestReconcileBench(t *testing.T) {
 	}
 	code := cmd.ProcessState.ExitCode()
 	cdcdCPU := float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / float64(rows)
+	var rssMB float64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rssMB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
 	r := doc.Tables[0]
 	if code != 0 || r == nil || !r.Equal() || r.Rows != int64(rows) || r.Unchecked != 0 {
 		t.Fatalf("reconcile of an equal table: exit %d, %+v; want equal, %d rows", code, r, rows)
@@ -74,6 +79,6 @@ func TestReconcileBench(t *testing.T) {
 	if r.RowsPerSecond <= 0 || r.SourceCPUMicrosPerRow <= 0 || copyRate <= 0 {
 		t.Errorf("a figure is missing: reconcile %.0f rows/s, %.2f source CPU-µs/row; COPY %.0f rows/s", r.RowsPerSecond, r.SourceCPUMicrosPerRow, copyRate)
 	}
-	t.Logf("reconcile of %d rows: %.0f rows/s (%.2f source CPU-µs/row, %.2f cdcd CPU-µs/row; the command took %s in all); COPY binary %.0f rows/s (%.2f source CPU-µs/row): ratio %.2f",
-		rows, r.RowsPerSecond, r.SourceCPUMicrosPerRow, cdcdCPU, wall.Round(time.Millisecond), copyRate, copyCPU, r.RowsPerSecond/copyRate)
+	t.Logf("reconcile of %d rows: %.0f rows/s (%.2f source CPU-µs/row, %.2f cdcd CPU-µs/row, cdcd peak RSS %.0f MB; the command took %s in all); COPY binary %.0f rows/s (%.2f source CPU-µs/row): ratio %.2f",
+		rows, r.RowsPerSecond, r.SourceCPUMicrosPerRow, cdcdCPU, rssMB, wall.Round(time.Millisecond), copyRate, copyCPU, r.RowsPerSecond/copyRate)
 }
