@@ -20,6 +20,14 @@ import (
 //	bool       "true" or "false"
 //	float32/64 the IEEE 754 bits, 8 or 16 hex digits big-endian (NaN
 //	           payloads and -0 kept)
+//	floatdec   MySQL's floats, which SQL cannot show bit for bit: the
+//	           shortest decimal digits that read back as the value (as a
+//	           double: a FLOAT widened), without leading or trailing
+//	           zeros, "e", and E such that the value is 0.DIGITS × 10^E
+//	           ("-15e1" is -1.5, "1e39" is 1e38); zero (and -0, which
+//	           MySQL prints as 0) as "0". Each server lays its shortest
+//	           text out its own way (MariaDB "0.00001", "1e15"; MySQL
+//	           "1e-5"): the SQL takes the digits and the exponent apart
 //	decimal    exact text with the column's scale ("-0.50")
 //	text       byte length ":" the UTF-8 bytes (the length keeps a text
 //	           from running into the next column)
@@ -53,11 +61,12 @@ const (
 	cTime
 	cTimestamp
 	cList
+	cFloatDec
 )
 
 var canonNames = [...]string{cInt: "int", cBool: "bool", cFloat32: "float32", cFloat64: "float64",
 	cDecimal: "decimal", cText: "text", cBytes: "bytes", cUUID: "uuid", cDate: "date", cTime: "time",
-	cTimestamp: "timestamp", cList: "list"}
+	cTimestamp: "timestamp", cList: "list", cFloatDec: "floatdec"}
 
 func (k canonKind) String() string {
 	if int(k) < len(canonNames) && canonNames[k] != "" {
@@ -105,6 +114,13 @@ func appendCanon(dst []byte, c *Column, v any) ([]byte, error) {
 			return appendHex64(dst, math.Float64bits(v)), nil
 		case float32:
 			return appendHex64(dst, math.Float64bits(float64(v))), nil
+		}
+	case cFloatDec:
+		switch v := v.(type) {
+		case float64:
+			return appendFloatDec(dst, v), nil
+		case float32:
+			return appendFloatDec(dst, float64(v)), nil
 		}
 	case cDecimal:
 		if v, ok := v.(string); ok {
@@ -174,6 +190,29 @@ func appendUUID(dst []byte, u [16]byte) []byte {
 	dst = append(append(dst, '-'), h[12:16]...)
 	dst = append(append(dst, '-'), h[16:20]...)
 	return append(append(dst, '-'), h[20:]...)
+}
+
+// appendFloatDec appends f's floatdec text (the shortest digits that read
+// back as f). NaN and infinities, which MySQL cannot store, as Go prints
+// them.
+func appendFloatDec(dst []byte, f float64) []byte {
+	switch {
+	case f == 0:
+		return append(dst, '0')
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return strconv.AppendFloat(dst, f, 'g', -1, 64)
+	case f < 0:
+		dst = append(dst, '-')
+		f = -f
+	}
+	var buf [32]byte
+	e := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // d.ddde±x
+	mant, exp, _ := strings.Cut(string(e), "e")
+	x, _ := strconv.Atoi(exp)
+	digits := strings.TrimRight(strings.Replace(mant, ".", "", 1), "0")
+	dst = append(dst, digits...)
+	dst = append(dst, 'e')
+	return strconv.AppendInt(dst, int64(x+1), 10)
 }
 
 // appendDecimal appends decimal text s with exactly scale fraction digits

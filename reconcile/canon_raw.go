@@ -46,6 +46,13 @@ func appendRaw(dst []byte, c *Column, typ iceberg.Type, v parquet.Value) ([]byte
 		case parquet.Float:
 			return appendHex64(dst, math.Float64bits(float64(v.Float()))), nil
 		}
+	case cFloatDec:
+		switch v.Kind() {
+		case parquet.Double:
+			return appendFloatDec(dst, v.Double()), nil
+		case parquet.Float:
+			return appendFloatDec(dst, float64(v.Float())), nil
+		}
 	case cDecimal:
 		if _, ok := typ.(iceberg.DecimalType); ok {
 			return appendRawDecimal(dst, c, v)

@@ -57,6 +57,16 @@ func literal(kind canonKind, s string) string {
 			return s
 		}
 		return formatTime(v)
+	case cFloatDec:
+		digits, exp, ok := strings.Cut(strings.TrimPrefix(s, "-"), "e")
+		f, err := strconv.ParseFloat("0."+digits+"e"+exp, 64)
+		if !ok || err != nil {
+			return s
+		}
+		if strings.HasPrefix(s, "-") {
+			f = -f
+		}
+		return formatFloat(f)
 	case cFloat64, cFloat32:
 		b, err := hex.DecodeString(s)
 		if err != nil {

@@ -143,11 +143,32 @@ func myCanonColumn(c myColumn, it iceberg.Type) (*Column, error) {
 		col.SQL = "LPAD(LOWER(HEX(((TO_SECONDS(" + q + ") - TO_SECONDS('2000-01-01 00:00:00')) * 1000000 + MICROSECOND(" + q +
 			")) & 0xFFFFFFFFFFFFFFFF)), 16, '0')"
 	case (kind == cFloat32 || kind == cFloat64) && (dt == "float" || dt == "double"):
-		return nil, fmt.Errorf("%s: MySQL has no SQL for a float's exact bits, so floats are not compared", c.columnType)
+		// A FLOAT widened to a double exactly, as the load reads it
+		// (docs/types.md); its own text is rounded to 6 digits.
+		col.Canon, col.SQL = cFloatDec, myFloatDec("CAST(CAST("+q+" AS DOUBLE) AS CHAR)")
+		if dt == "double" {
+			col.SQL = myFloatDec("CAST(" + q + " AS CHAR)")
+		}
 	default:
 		return nil, mismatch
 	}
 	return col, nil
+}
+
+// myFloatDec is the SQL of a float's floatdec text (canon.go) from s, the
+// server's shortest text of it ("-0.00001", "1.5e-7", "1e15", "123"):
+// its digits without the point and the zeros around them, "e", and the
+// exponent of 0.DIGITS — the integer part's length, plus the exponent
+// written, less the leading zeros.
+func myFloatDec(s string) string {
+	u := "TRIM(LEADING '-' FROM " + s + ")"
+	m := "SUBSTRING_INDEX(" + u + ", 'e', 1)"
+	digits := "REPLACE(" + m + ", '.', '')"
+	sig := "TRIM(TRAILING '0' FROM TRIM(LEADING '0' FROM " + digits + "))"
+	exp := "CAST(LENGTH(SUBSTRING_INDEX(" + m + ", '.', 1)) AS SIGNED) + IF(LOCATE('e', " + u + ") > 0, CAST(SUBSTRING_INDEX(" + u +
+		", 'e', -1) AS SIGNED), 0) - CAST(LENGTH(" + digits + ") - LENGTH(TRIM(LEADING '0' FROM " + digits + ")) AS SIGNED)"
+	return "CASE WHEN " + s + " IS NULL THEN NULL WHEN " + sig + " = '' THEN '0' ELSE CONCAT(IF(LEFT(" + s + ", 1) = '-', '-', ''), " +
+		sig + ", 'e', " + exp + ") END"
 }
 
 // myLenText is the canonical text of a text: its byte length, ":", the text.
