@@ -12,9 +12,12 @@
 // differ, a timestamp by its microseconds, json by its bytes) and sums the
 // hashes per block of BlockRows consecutive keys: only a count, a sum and
 // the block's last key leave the database. cdcd reads the mirror's live
-// rows (data files minus deletion vectors or position deletes) once per
-// segment of SegmentRows source rows, computes the same text and hash of
-// each row, and adds it to the block its key falls in. Blocks whose count
+// rows (data files minus deletion vectors or position deletes) beside the
+// source's reads of a segment of SegmentRows rows, keeping up to twice
+// that many (later segments use the rows kept past the last one's end;
+// over the budget, each segment reads the mirror after its source reads),
+// computes the same text and hash of each row, and adds it to the block
+// its key falls in. Blocks whose count
 // and sum agree are equal; the others are read again key by key (a hash
 // per column), so only the keys that differ are listed, each with its
 // columns. A matching table costs one read of each side.
