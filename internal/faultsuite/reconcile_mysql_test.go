@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcd-dev/cdcd/daemon"
 	"github.com/cdcd-dev/cdcd/reconcile"
 )
 
@@ -92,6 +93,30 @@ func (p *myPipeline) myBypass(stmts ...string) {
 	}
 }
 
+// waitStreaming waits until the started daemon reads the binlog: its
+// reader says so and the server lists its binlog dump. Until then a
+// reconcile takes the pipeline for stopped (Covered: no dump thread) and,
+// as the binlog past the checkpoint is not read, cannot compare the table
+// (TestReconcileMyDamage once ran its --repair in that moment).
+func (p *myPipeline) waitStreaming() {
+	p.t.Helper()
+	p.waitFor("the reader streaming", 2*time.Minute, func(st daemon.Status) bool { return st.Source.Streaming })
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n int
+		if err := p.db.QueryRowContext(p.ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n); err != nil {
+			p.t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatal("the daemon streams, yet the server lists no binlog dump after 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestReconcileMyDamage: on MariaDB, every kind of damage is found with
 // its keys and columns, with the daemon stopped and running (a row
 // deleted from the mirror through a deletion vector, a value changed in a
@@ -121,6 +146,7 @@ func TestReconcileMyDamage(t *testing.T) {
 	requireFound(t, reps[tb], wantMissing, nil, wantDiffer)
 
 	p.start()
+	p.waitStreaming()
 	p.sql("UPDATE ledger SET owner = CONCAT(owner, '+') WHERE id BETWEEN 10 AND 20") // the pipeline flows
 	reps, code = p.reconcileReport("--repair")
 	requireFound(t, reps[tb], wantMissing, nil, wantDiffer)
@@ -133,6 +159,7 @@ func TestReconcileMyDamage(t *testing.T) {
 	reps, _ = p.reconcileReport()
 	requireFound(t, reps[tb], nil, []string{"1300", "100001"}, map[string][]string{})
 	p.start()
+	p.waitStreaming()
 	reps, code = p.reconcileReport("--repair")
 	requireRepaired(t, reps[tb], code, 2, true)
 	p.waitMirror("ledger")
