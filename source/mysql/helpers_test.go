@@ -108,6 +108,50 @@ func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
 	return nil
 }
 
+// pipelining is a source.Pipeliner over a dedupe: Submit queues a copy of
+// the batch, Sync hands the queue to the dedupe as one Emit (with its
+// planned failure: then nothing queued is durable but what the dedupe
+// kept of it).
+type pipelining struct {
+	d       *dedupe
+	mu      sync.Mutex
+	pending []source.Change
+	submits int // Submit calls (Emit's not counted)
+}
+
+func (p *pipelining) Submit(_ context.Context, batch []source.Change) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending = append(p.pending, batch...)
+	p.submits++
+	return nil
+}
+
+// submitted is how many changes wait for a Sync.
+func (p *pipelining) submitted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
+}
+
+func (p *pipelining) Sync(ctx context.Context) error {
+	p.mu.Lock()
+	batch := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	return p.d.Emit(ctx, batch)
+}
+
+func (p *pipelining) Emit(ctx context.Context, batch []source.Change) error {
+	p.mu.Lock()
+	p.pending = append(p.pending, batch...) // not counted in submits
+	p.mu.Unlock()
+	return p.Sync(ctx)
+}
+
 // keyRow is the key row of a change whose key is in the first column.
 func (d *dedupe) snapshot() []source.Change {
 	d.mu.Lock()

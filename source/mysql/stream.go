@@ -204,18 +204,50 @@ func dumpError(err error, start gtidState) error {
 	return &connError{fmt.Errorf("mysql: binlog: %w", err)}
 }
 
-// maybeFlush emits the batch when it is full or old enough (or force),
-// then saves the checkpoint when its interval has passed.
+// maybeFlush hands the batch over when it is full or old enough (or
+// force), then saves the checkpoint when its interval has passed.
+//
+// With an Emitter that pipelines (source.Pipeliner), a full or old batch
+// is submitted without waiting for it to be durable, but for its last
+// change, which stays in the batch: the stream reads on while the log
+// appends and syncs, and the durable point stays where it was (a batch
+// that is not empty freezes it, see add). The kept change is emitted,
+// and everything submitted before it made durable (Emit syncs), when it
+// is alone in the batch once the delay has passed again (the stream went
+// quiet), when the checkpoint is due, or on force.
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	now := time.Now()
-	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
-		if err := s.flushBatch(ctx); err != nil {
+	due := !now.Before(s.nextCheckpoint)
+	if n := len(s.batch); n > 0 && (force || due || n >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
+		p, ok := s.emit.(source.Pipeliner)
+		var err error
+		if ok && n > 1 && !force && !due {
+			err = s.submitBatch(ctx, p, now)
+		} else {
+			err = s.flushBatch(ctx)
+		}
+		if err != nil {
 			return err
 		}
 	}
-	if !now.Before(s.nextCheckpoint) {
+	if due {
 		return s.checkpoint(ctx)
 	}
+	return nil
+}
+
+// submitBatch submits the batch but its last change, which stays (now is
+// its new age): nothing of it counts as durable until a flushBatch.
+func (s *streamer) submitBatch(ctx context.Context, p source.Pipeliner, now time.Time) error {
+	n := len(s.batch)
+	if err := p.Submit(ctx, s.batch[:n-1]); err != nil {
+		return err
+	}
+	s.r.stats.Events.Add(int64(n - 1))
+	s.batch[0] = s.batch[n-1]
+	clear(s.batch[1:])
+	s.batch = s.batch[:1]
+	s.batchAt = now
 	return nil
 }
 
