@@ -110,18 +110,9 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 		em = &pipelining{d: d}
 	}
 	_, stop := e.reader(t, st, em, "t", small)
-	insert := func(from, to int) {
-		for i := from; i < to; i += 10 {
-			e.exec(t, "BEGIN")
-			for j := i; j < i+10; j++ {
-				e.exec(t, fmt.Sprintf("INSERT INTO t VALUES (%d, %d)", j, j))
-			}
-			e.exec(t, "COMMIT")
-		}
-	}
-	insert(0, 150)
+	e.insertTxs(t, 0, 150)
 	d.waitFor(t, "a first durable batch", func(cs []source.Change) bool { return len(cs) > 0 })
-	insert(150, 300)
+	e.insertTxs(t, 150, 300)
 	deadline := time.Now().Add(60 * time.Second)
 	for d.snapshot() == nil || d.failAfter != 0 {
 		if time.Now().After(deadline) {
@@ -136,7 +127,7 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 	if err := stop(); !errors.Is(err, errPlannedFailure) && !errors.Is(err, context.Canceled) {
 		t.Fatalf("first run ended with %v, want the planned failure", err)
 	}
-	insert(300, 400)
+	e.insertTxs(t, 300, 400)
 	if pipelined {
 		first := em.(*pipelining)
 		em = &pipelining{d: d} // a new process: what was submitted and not synced is gone
@@ -149,19 +140,7 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 		}()
 	}
 	e.reader(t, st, em, "t", small)
-	got := d.waitFor(t, "400 rows", func(cs []source.Change) bool { return len(cs) >= 400 })
-	seen := map[string]int{}
-	for _, c := range got {
-		seen[keyOf(c)]++
-	}
-	for i := range 400 {
-		if n := seen[fmt.Sprintf("[%d]", i)]; n != 1 {
-			t.Errorf("row %d kept %d times", i, n)
-		}
-	}
-	if len(got) != 400 {
-		t.Errorf("kept %d changes, want 400", len(got))
-	}
+	keptOnce(t, d.waitFor(t, "400 rows", func(cs []source.Change) bool { return len(cs) >= 400 }), 400)
 	if d.dropped == 0 {
 		t.Error("nothing was sent twice: the test did not exercise the dedupe")
 	}
@@ -178,13 +157,7 @@ func TestPipelinedStop(t *testing.T) {
 	d := newDedupe(4)
 	p := &pipelining{d: d}
 	_, stop := e.reader(t, st, p, "t", func(c *Config) { c.BatchMax, c.BatchDelay, c.CheckpointInterval = 25, time.Hour, time.Hour })
-	for i := 0; i < 100; i += 10 {
-		e.exec(t, "BEGIN")
-		for j := i; j < i+10; j++ {
-			e.exec(t, fmt.Sprintf("INSERT INTO t VALUES (%d, %d)", j, j))
-		}
-		e.exec(t, "COMMIT")
-	}
+	e.insertTxs(t, 0, 100)
 	deadline := time.Now().Add(60 * time.Second)
 	for p.submitted() < 75 {
 		if time.Now().After(deadline) {
@@ -199,15 +172,36 @@ func TestPipelinedStop(t *testing.T) {
 		t.Fatalf("%d changes durable before any sync", n)
 	}
 	e.reader(t, st, d, "t") // a new process: what was submitted and not synced is gone
-	got := d.waitFor(t, "100 rows", func(cs []source.Change) bool { return len(cs) >= 100 })
+	keptOnce(t, d.waitFor(t, "100 rows", func(cs []source.Change) bool { return len(cs) >= 100 }), 100)
+}
+
+// insertTxs inserts rows (id, id) for ids from to to-1 into t, in
+// transactions of 10.
+func (e *env) insertTxs(t *testing.T, from, to int) {
+	t.Helper()
+	for i := from; i < to; i += 10 {
+		e.exec(t, "BEGIN")
+		for j := i; j < i+10; j++ {
+			e.exec(t, fmt.Sprintf("INSERT INTO t VALUES (%d, %d)", j, j))
+		}
+		e.exec(t, "COMMIT")
+	}
+}
+
+// keptOnce checks that got holds rows 0 to n-1 of t, each once.
+func keptOnce(t *testing.T, got []source.Change, n int) {
+	t.Helper()
 	seen := map[string]int{}
 	for _, c := range got {
 		seen[keyOf(c)]++
 	}
-	for i := range 100 {
-		if n := seen[fmt.Sprintf("[%d]", i)]; n != 1 {
-			t.Errorf("row %d kept %d times", i, n)
+	for i := range n {
+		if k := seen[fmt.Sprintf("[%d]", i)]; k != 1 {
+			t.Errorf("row %d kept %d times", i, k)
 		}
+	}
+	if len(got) != n {
+		t.Errorf("kept %d changes, want %d", len(got), n)
 	}
 }
 
