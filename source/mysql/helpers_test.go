@@ -116,7 +116,8 @@ type pipelining struct {
 	d       *dedupe
 	mu      sync.Mutex
 	pending []source.Change
-	submits int // Submit calls (Emit's not counted)
+	submits int  // Submit calls (Emit's not counted)
+	refuse  bool // Sync and Emit fail (a process that dies)
 }
 
 func (p *pipelining) Submit(_ context.Context, batch []source.Change) error {
@@ -136,9 +137,12 @@ func (p *pipelining) submitted() int {
 
 func (p *pipelining) Sync(ctx context.Context) error {
 	p.mu.Lock()
-	batch := p.pending
+	batch, refuse := p.pending, p.refuse
 	p.pending = nil
 	p.mu.Unlock()
+	if refuse {
+		return errors.New("test: the process is gone")
+	}
 	if len(batch) == 0 {
 		return nil
 	}

@@ -147,8 +147,9 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 }
 
 // TestPipelinedStop: a reader stopped while batches it submitted wait
-// for a sync (no checkpoint and no quiet moment came) saves no checkpoint
-// past them; the next process, which never got them, reads them again.
+// for a sync (no checkpoint and no quiet moment came), whose flush on
+// stop fails, saves no checkpoint past them; the next process, which
+// never got them, reads them again.
 func TestPipelinedStop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -165,6 +166,9 @@ func TestPipelinedStop(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	p.mu.Lock()
+	p.refuse = true // the stop's flush fails: the process died with its submitted batches
+	p.mu.Unlock()
 	if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
