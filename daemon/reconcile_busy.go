@@ -72,8 +72,15 @@ func (b *busyState) why(ctx context.Context, table string) (string, error) {
 	}
 	for _, r := range runs {
 		rns, rtbl := splitTable(r.Table)
-		if r.Replace && rns == ns && rtbl == tbl {
+		if rns != ns || rtbl != tbl {
+			continue
+		}
+		if r.Replace {
 			return fmt.Sprintf("a snapshot that replaces its contents (%s) is queued or running; compare it once it is done (cdcd snapshot status)",
+				originName(r.Origin)), nil
+		}
+		if r.After != nil { // the mirror lacks the rows after After until the run reads them
+			return fmt.Sprintf("a snapshot that fills its rows after a key (%s) is queued or running; compare it once it is done (cdcd snapshot status)",
 				originName(r.Origin)), nil
 		}
 	}

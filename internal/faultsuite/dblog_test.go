@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -362,8 +364,11 @@ func TestSnapshotDuringDDL(t *testing.T) {
 // starts again, rows of chunks not loaded yet are updated without touching
 // that column, and two of them are deleted, so the stream replays updates
 // whose unchanged value only the row as it was can give. The restarted
-// daemon finishes the load with an incremental snapshot of the table; it
-// never pauses it, and the Iceberg table ends equal to the source. (Here
+// daemon finishes the load with an incremental snapshot of the table — one
+// that goes on after the load's durable chunks, reading only the rest, or,
+// when none was durable (the load saves its progress once a second; the
+// point is hit before), one that replaces the table; it never pauses it,
+// and the Iceberg table ends equal to the source. (Here
 // the sink folds each update with its delete in one commit, so the old
 // resumption passed too; TestLoadResumedIncrementally in source/postgres,
 // which checks every change, is the one that reproduces the pause.)
@@ -381,9 +386,22 @@ func TestKilledDuringInitialLoad(t *testing.T) {
 	p.exec(`UPDATE doc SET v = 'kept big' WHERE id > 59900`)
 	p.exec(`DELETE FROM doc WHERE id IN (59950, 59951)`)
 	p.start()
-	if done := p.snapshotsDone(1, 3*time.Minute); len(done) != 1 || done[0].Origin != "load-resumed" || !done[0].Replace {
-		t.Errorf("snapshots %+v, want one replacing public.doc", done)
+	done := p.snapshotsDone(1, 3*time.Minute)
+	// The load saves its progress once a second: how many of its chunks of
+	// 20,000 rows were durable when it died is in the log.
+	durable := 0
+	if m := regexp.MustCompile(`resuming the initial load.* chunks_done=(\d+)`).FindStringSubmatch(p.logTail(5_000_000)); m != nil {
+		durable, _ = strconv.Atoi(m[1])
 	}
+	switch {
+	case len(done) != 1 || done[0].Origin != "load-resumed":
+		t.Errorf("snapshots %+v, want one of public.doc", done)
+	case durable == 0 && !done[0].Replace:
+		t.Errorf("no chunk was durable, yet the snapshot %+v does not replace the table", done[0])
+	case durable > 0 && (done[0].Replace || done[0].Rows > int64(60000-20000*durable)):
+		t.Errorf("%d chunks of 20,000 were durable, yet the snapshot %+v replaced the table or read them again", durable, done[0])
+	}
+	t.Logf("%d chunks durable at the kill; the snapshot read %d rows", durable, done[0].Rows)
 	p.waitCaughtUp()
 	p.requireMirror()
 	if !p.logContains("resuming the initial load") {

@@ -128,9 +128,13 @@
 // update), left the sink nothing to take it from, and the table paused.
 // So the load is finished by the incremental snapshot engine
 // (package source/snapshot): the tables wholly in the log stream on, and
-// every other one gets a replacing run (origin load-resumed) queued before
-// the load is marked done. Until its reset marker, the changes of such a
-// table that carry unchanged values are dropped (the marker empties the
-// table anyway); from the marker on, the run reads the table in step with
-// the stream (session.go's resumeLoad, snapshot.go).
+// every other one gets a run (origin load-resumed) queued before the load
+// is marked done. A table with durable chunks goes on after the greatest
+// key below the first chunk not durable (snapshot.Request.After), with no
+// reset; a replayed change of a key after it that carries unchanged values
+// is dropped and the key read later. A table with none gets a replacing
+// run: until its reset marker, its changes that carry unchanged values are
+// dropped (the marker empties the table anyway); from the marker on, the
+// run reads the table in step with the stream (session.go's resumeLoad,
+// snapshot.go).
 package postgres

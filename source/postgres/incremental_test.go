@@ -25,22 +25,24 @@ import (
 // comes from the current row — and with none, the change is an error (the
 // sink stops the table: the tests require that never to happen).
 type mirror struct {
-	mu      sync.Mutex
-	parts   int32
-	last    map[string][]source.Position
-	rows    map[string]map[string][]any // table -> key -> row
-	deleted map[string][]any            // table \x00 key -> the row its last delete removed
-	resets  map[string]int              // table -> reset markers kept
-	reads   int                         // op r rows kept
-	errs    []string
-	notify  chan struct{}
-	history map[string][]string // key (rendered) -> what happened to it
-	faults  map[string][]string // table -> reasons it was stopped for
+	mu       sync.Mutex
+	parts    int32
+	last     map[string][]source.Position
+	rows     map[string]map[string][]any // table -> key -> row
+	deleted  map[string][]any            // table \x00 key -> the row its last delete removed
+	resets   map[string]int              // table -> reset markers kept
+	reads    int                         // op r rows kept
+	incReads map[string]map[string]int   // table -> key (rendered) -> rows of incremental snapshots kept
+	errs     []string
+	notify   chan struct{}
+	history  map[string][]string // key (rendered) -> what happened to it
+	faults   map[string][]string // table -> reasons it was stopped for
 }
 
 func newMirror(parts int32) *mirror {
 	return &mirror{parts: parts, last: map[string][]source.Position{}, rows: map[string]map[string][]any{},
-		deleted: map[string][]any{}, history: map[string][]string{}, resets: map[string]int{}, faults: map[string][]string{}, notify: make(chan struct{}, 1)}
+		deleted: map[string][]any{}, history: map[string][]string{}, resets: map[string]int{}, faults: map[string][]string{}, notify: make(chan struct{}, 1),
+		incReads: map[string]map[string]int{}}
 }
 
 func (m *mirror) Emit(_ context.Context, batch []source.Change) error {
@@ -115,6 +117,12 @@ func (m *mirror) apply(c *source.Change) {
 	default:
 		if c.Op == source.OpRead {
 			m.reads++
+			if c.Place == source.PlaceIncremental {
+				if m.incReads[qn] == nil {
+					m.incReads[qn] = map[string]int{}
+				}
+				m.incReads[qn][hk]++
+			}
 		}
 		out := append([]any(nil), c.After...)
 		from := table[key]

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -124,14 +126,19 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 // resumeLoad finishes an initial load a stop interrupted. Its exported
 // snapshot died with its connection, and the stream replays every change
 // since the consistent point, so the tables the load had not wholly put
-// in the log get replacing incremental snapshots (package
-// source/snapshot): each begins with a reset marker, which empties the
-// table in the sink, and reads it again in step with the stream. The
-// tables wholly loaded stream on. Reading the remaining chunks in a fresh
-// snapshot instead, positioned before the stream, gave rows newer than the
-// changes replayed after them: an update whose unchanged TOASTed value the
-// sink takes from the row, for a row that snapshot no longer held, left it
-// nothing to take the value from (the table paused).
+// in the log get incremental snapshots (package source/snapshot), read in
+// step with the stream. The tables wholly loaded stream on. A table whose
+// first chunks are durable goes on after them: its run reads the keys
+// after the greatest key below the first chunk not durable (Request.After;
+// the rows up to it are in the log as of the load's snapshot, and the
+// stream replays their changes since), and drops a replayed change whose
+// unchanged TOASTed value the sink has no row for, reading its key later,
+// as a replacing run does. A table with no durable chunk gets a replacing
+// run, which begins with a reset marker. Reading the remaining chunks in a
+// fresh snapshot instead, positioned before the stream, gave rows newer
+// than the changes replayed after them: an update whose unchanged TOASTed
+// value the sink takes from the row, for a row that snapshot no longer
+// held, left it nothing to take the value from (the table paused).
 //
 // The runs are saved before the load is marked done: a stop in between
 // finds them queued and does not ask again.
@@ -141,20 +148,34 @@ func (s *session) resumeLoad(ctx context.Context) error {
 	if _, err := loadJSON(ctx, s.state, s.planKey(), &plan); err != nil {
 		return err
 	}
-	loaded := map[string]bool{}
+	durable := map[string]int{} // chunks of the table in the log
+	plans := map[string]tablePlan{}
 	seq := 0
 	for _, tp := range plan.Tables {
-		seq += len(tp.Bounds) + 1
-		loaded[tp.Table] = seq <= lp.Done
+		n := len(tp.Bounds) + 1
+		durable[tp.Table], plans[tp.Table] = min(max(lp.Done-seq, 0), n), tp
+		seq += n
 	}
 	var reqs []snapshot.Request
 	var tables []string
 	for _, t := range s.tables {
 		q := t.qualified()
-		if loaded[q] || s.inc.Queued(q) {
+		tp, planned := plans[q]
+		if planned && durable[q] == len(tp.Bounds)+1 || s.inc.Queued(q) {
 			continue
 		}
-		reqs = append(reqs, snapshot.Request{Table: q, Replace: true, Origin: "load-resumed"})
+		req := snapshot.Request{Table: q, Replace: true, Origin: "load-resumed"}
+		if d := durable[q]; d > 0 {
+			after, err := lastKeyBelow(ctx, s.conn, t, tp.Bounds[d-1])
+			if err != nil {
+				return err
+			}
+			if after != nil {
+				req.Replace, req.After = false, after
+				s.logger.Info("the initial load of a table goes on after its durable chunks", "table", q, "after_key", []string(after), "below", tp.Bounds[d-1])
+			}
+		}
+		reqs = append(reqs, req)
 		tables = append(tables, q)
 	}
 	s.logger.Warn("resuming the initial load: the tables it had not wholly loaded are snapshotted again, incrementally, while the stream goes on",
@@ -169,6 +190,32 @@ func (s *session) resumeLoad(ctx context.Context) error {
 		return err
 	}
 	return s.state.Save(ctx, s.planKey(), nil)
+}
+
+// lastKeyBelow returns the greatest key of t below bound (a load plan's,
+// compared in the key's own order as the load's chunks were), as text;
+// nil when there is none.
+func lastKeyBelow(ctx context.Context, conn *pgx.Conn, t *catalogTable, bound []string) (snapshot.Key, error) {
+	keys, sel, lits, desc := make([]string, len(t.key)), make([]string, len(t.key)), make([]string, len(t.key)), make([]string, len(t.key))
+	for i, k := range t.key {
+		keys[i] = tableAlias + "." + pgx.Identifier{k}.Sanitize() // never the output column of that name (text)
+		sel[i], desc[i] = keys[i]+"::text", keys[i]+" DESC"
+		lits[i] = quoteLiteral(bound[i]) + "::" + t.column(k).typeName
+	}
+	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.ident() + " AS " + tableAlias + " WHERE (" + strings.Join(keys, ", ") + ") < (" +
+		strings.Join(lits, ", ") + ") ORDER BY " + strings.Join(desc, ", ") + " LIMIT 1"
+	key := make(snapshot.Key, len(t.key))
+	ptrs := make([]any, len(key))
+	for i := range key {
+		ptrs[i] = &key[i]
+	}
+	switch err := conn.QueryRow(ctx, sql).Scan(ptrs...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("postgres: where the initial load of %s stopped: %w", t.qualified(), err)
+	}
+	return key, nil
 }
 
 func (p *loadPlan) has(table string) bool {

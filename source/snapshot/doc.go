@@ -55,9 +55,15 @@
 // watermark of that id the stream delivers (an old one re-sent after a
 // crash, or the one written again) emits it.
 //
+// A run may also go on after a key (Request.After: an interrupted COPY
+// initial load whose first chunks are durable): no reset marker, the range
+// starts after that key, and the keys after it are treated as a replacing
+// run treats the keys it has not read (below).
+//
 // # Unchanged values
 //
-// After a reset the sink has no row for keys not read yet. A streamed
+// After a reset (or after a Request.After key) the sink has no row for keys
+// not read yet. A streamed
 // update that carries a value as schema.Unchanged (PostgreSQL's TOASTed
 // values) then has nothing to take it from. While a replacing run is
 // active, Observe drops such a change when the row it needs is not in the

@@ -33,6 +33,13 @@ type Request struct {
 	Replace bool `json:"replace,omitempty"`
 	// Origin says who asked: added, initial, load-resumed, cli, api, signal.
 	Origin string `json:"origin,omitempty"`
+	// After, when set, says the rows with keys up to it are in the sink
+	// and the rows after it may not be (a COPY initial load stopped
+	// part-way): the run reads after it, with no reset marker, and treats
+	// the keys after it as a replacing run treats the keys it has not read
+	// yet (see the package doc, Unchanged values). Not with Replace or
+	// Where.
+	After Key `json:"after,omitempty"`
 }
 
 // Table is a table described for a run, in the current session.
@@ -331,7 +338,7 @@ func (e *Engine) submit(ctx context.Context, restart bool, reqs []Request) error
 		}
 	}
 	for _, req := range reqs {
-		rec := &record{ID: newID(), Request: req, Started: time.Now().UTC()}
+		rec := &record{ID: newID(), Request: req, Started: time.Now().UTC(), Last: req.After}
 		e.runs = append(e.runs, newRun(rec))
 		e.logger.Info("snapshot queued", "table", req.Table, "replace", req.Replace, "where", req.Where, "origin", req.Origin)
 	}
@@ -351,6 +358,9 @@ func (e *Engine) acceptLocked(req Request) error {
 	}
 	if req.Replace && req.Where != "" {
 		return fmt.Errorf("%w: %s: --where reads part of a table, --replace replaces all of it; use one", ErrBadRequest, req.Table)
+	}
+	if req.After != nil && (req.Replace || req.Where != "") {
+		return fmt.Errorf("%w: %s: a run that goes on after a key neither replaces the table nor reads part of it", ErrBadRequest, req.Table)
 	}
 	for _, r := range e.runs {
 		if r.rec.Table == req.Table {
@@ -387,7 +397,7 @@ func (e *Engine) Stop(ctx context.Context, tables ...string) ([]string, error) {
 			}
 			stopped = append(stopped, r.rec.Table)
 			r.stopped = true
-			if r.rec.Replace && (r.rec.ResetDone || r.resetSeen) {
+			if r.rec.Replace && (r.rec.ResetDone || r.resetSeen) || r.rec.After != nil {
 				e.logger.Error("snapshot stopped after its reset: the table's mirror lacks the rows not read yet",
 					"table", r.rec.Table, "rows_read", r.rows(),
 					"what_to_do", "cdcd snapshot --replace "+r.rec.Table+" to fill it again")

@@ -181,6 +181,11 @@ func (r *run) unresolved() bool {
 	return false
 }
 
+// lacking reports whether the sink may lack rows of the run's table until
+// the run reads them: a replacing run's (after its reset), or one that goes
+// on after a key (Request.After).
+func (r *run) lacking() bool { return r.rec.Replace || r.rec.After != nil }
+
 // pending reports whether the sink may lack the row of a key (values of
 // the table's current shape): not read yet by this run's range, or
 // waiting in the re-read set. Unknown order: always.
@@ -188,17 +193,18 @@ func (r *run) pending(id string, vals []any) bool {
 	if e, ok := r.reread[id]; ok && e.resolvedAt == nil {
 		return true
 	}
-	if !r.rec.Planned { // the bound is read later: it and the chunks will see the key
+	if r.tbl == nil || r.tbl.Compare == nil || (r.readLast != nil && r.readVals == nil) {
 		return true
 	}
-	if r.tbl == nil || r.tbl.Compare == nil || (r.rec.Upper != nil && r.upperVals == nil) ||
-		(r.readLast != nil && r.readVals == nil) {
-		return true
+	if r.rec.Planned {
+		if r.rec.Upper != nil && r.upperVals == nil {
+			return true
+		}
+		if r.rangeDone || r.rec.Upper == nil {
+			return false
+		}
 	}
-	if r.rangeDone || r.rec.Upper == nil {
-		return false
-	}
-	if r.readVals != nil {
+	if r.readVals != nil { // at most the last key read (or Request.After): in the sink
 		c, err := r.tbl.Compare(vals, r.readVals)
 		if err != nil {
 			return true
@@ -206,6 +212,9 @@ func (r *run) pending(id string, vals []any) bool {
 		if c <= 0 {
 			return false
 		}
+	}
+	if !r.rec.Planned { // the bound is read later: it and the chunks will see the key
+		return true
 	}
 	c, err := r.tbl.Compare(vals, r.upperVals)
 	return err != nil || c <= 0

@@ -247,7 +247,7 @@ func (e *Engine) Observe(batch []source.Change, from int) []source.Change {
 		r := e.runOfLocked(c.Table)
 		if r != nil {
 			r.track(c)
-			if r.rec.Replace && e.dropLocked(r, c) {
+			if r.lacking() && e.dropLocked(r, c) {
 				if out > 0 && c.Op == source.OpCreate && batch[out-1].KeyChange && batch[out-1].Op == source.OpDelete {
 					batch[out-1].KeyChange = false // its insert is gone: nothing depends on the delete
 				}
@@ -296,7 +296,7 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 	if !carriesUnchanged(c) {
 		return false
 	}
-	if !r.resetSeen && !r.rec.ResetDone {
+	if r.rec.Replace && !r.resetSeen && !r.rec.ResetDone {
 		// Before the reset marker the truncate drops it anyway, and the
 		// sink may have no row for it (a run queued before the stream
 		// replays the changes it follows, as an interrupted load's is).
