@@ -188,6 +188,9 @@ func (s *streamer) columnMoves(ctx context.Context, stmt, defaultDB string) erro
 		if err != nil {
 			return err
 		}
+		if rec != nil && s.tx.ord <= rec.At {
+			continue // replayed after a crash: the record followed it already
+		}
 		in := func(names []string, c string) bool {
 			return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, c) })
 		}

@@ -28,6 +28,10 @@ import (
 type tableColumns struct {
 	Columns []string `json:"columns"`
 	Dropped []string `json:"dropped,omitempty"`
+	// At is the ordinal of the newest DDL statement the record followed:
+	// after a crash the binlog replays statements up to it, which
+	// columnMoves must not take for new ones.
+	At uint64 `json:"at,omitempty"`
 }
 
 func columnsKey(qn string) string { return "mysql/columns/" + qn }
@@ -58,10 +62,11 @@ func (r *Reader) columnRecord(ctx context.Context, qn string) (*tableColumns, er
 	return rec, nil
 }
 
-// syncColumns records d's columns. With decide, columns d has and the
-// record lacks are judged by reReadAdded first, so what it starts is
+// syncColumns records d's columns, described at the DDL statement of
+// ordinal at (0: at the session's start). With decide, columns d has and
+// the record lacks are judged by reReadAdded first, so what it starts is
 // durable before the record says the columns were seen.
-func (s *streamer) syncColumns(ctx context.Context, d *tableDesc, decide bool) error {
+func (s *streamer) syncColumns(ctx context.Context, d *tableDesc, at uint64, decide bool) error {
 	qn := d.qualified()
 	rec, err := s.r.columnRecord(ctx, qn)
 	if err != nil {
@@ -71,11 +76,12 @@ func (s *streamer) syncColumns(ctx context.Context, d *tableDesc, decide bool) e
 	for i, c := range d.table.Columns {
 		names[i] = c.Name
 	}
-	if rec != nil && slices.Equal(rec.Columns, names) {
+	if rec != nil && slices.Equal(rec.Columns, names) && at <= rec.At {
 		return nil
 	}
-	next := &tableColumns{Columns: names}
+	next := &tableColumns{Columns: names, At: at}
 	if rec != nil {
+		next.At = max(at, rec.At)
 		for _, c := range slices.Concat(rec.Dropped, rec.Columns) {
 			if !slices.Contains(names, c) && !slices.Contains(next.Dropped, c) {
 				next.Dropped = append(next.Dropped, c)

@@ -216,7 +216,7 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 		if err := s.reReadAdded(ctx, func(c string) bool { return d.table.ColumnIndex(c) >= 0 }, nd); err != nil {
 			return err
 		}
-		if err := s.syncColumns(ctx, nd, false); err != nil {
+		if err := s.syncColumns(ctx, nd, s.tx.ord, false); err != nil {
 			return err
 		}
 		s.captured[qn] = nd

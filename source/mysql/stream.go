@@ -109,7 +109,7 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	defer s.inc.close()
 	for _, qn := range r.cfg.Tables { // what changed while no session read the binlog (columns.go)
 		if d := tables[qn]; d != nil {
-			if err := s.syncColumns(ctx, d, true); err != nil {
+			if err := s.syncColumns(ctx, d, 0, true); err != nil {
 				return err
 			}
 		}

@@ -28,6 +28,10 @@ type tableColumns struct {
 	Columns []string `json:"columns"`
 	IDs     []int    `json:"ids,omitempty"`
 	Dropped []string `json:"dropped,omitempty"`
+	// At is the newest commit LSN whose Relation message changed the
+	// record: after a crash the stream replays older versions, whose
+	// differences from the record are the record's past, not new DDL.
+	At uint64 `json:"at,omitempty"`
 }
 
 // moved are the columns of a version (names, with their attnums ids when
@@ -82,11 +86,13 @@ func (r *Reader) columnsOf(ctx context.Context, qualified string) (*tableColumns
 
 // version interns t (known.intern) after setting its Dropped columns from
 // the table's record; ids are its columns' attnums (nil when not described
-// from the catalog). When t's columns differ from the recorded ones, added
-// is called with the recorded ones (when there are any; without those
-// recreated) and the moved ones before t's are recorded, so what it starts
-// is durable first.
-func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added func(prev, recreated, renamed []string) error) (*schema.Table, error) {
+// from the catalog), at the commit LSN of the transaction whose Relation
+// message described it (0: not from the stream). When t's columns differ
+// from the recorded ones, added is called with the recorded ones (when
+// there are any; without those recreated) and the moved ones before t's
+// are recorded, so what it starts is durable first — unless the stream
+// replays a version from before the record (at ≤ its At).
+func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, at uint64, added func(prev, recreated, renamed []string) error) (*schema.Table, error) {
 	qn := t.QualifiedName()
 	rec, err := r.columnsOf(ctx, qn)
 	if err != nil {
@@ -97,21 +103,23 @@ func (r *Reader) version(ctx context.Context, t *schema.Table, ids []int, added 
 		names[i] = c.Name
 	}
 	var recreated, renamed []string
-	if rec != nil {
+	replay := rec != nil && at != 0 && at <= rec.At
+	if rec != nil && !replay {
 		recreated, renamed = rec.moved(names, ids)
 		if len(recreated)+len(renamed) == 0 && slices.Equal(rec.Columns, names) && (ids == nil || slices.Equal(rec.IDs, ids)) {
 			t.Dropped = rec.Dropped
 			return r.known.intern(t), nil
 		}
 	}
-	next := &tableColumns{Columns: names, IDs: ids}
+	next := &tableColumns{Columns: names, IDs: ids, At: at}
 	if rec != nil {
+		next.At = max(at, rec.At)
 		for _, d := range slices.Concat(rec.Dropped, rec.Columns) {
 			if !slices.Contains(names, d) && !slices.Contains(next.Dropped, d) {
 				next.Dropped = append(next.Dropped, d)
 			}
 		}
-		if added != nil {
+		if added != nil && !replay {
 			prev := slices.DeleteFunc(slices.Clone(rec.Columns), func(n string) bool { return slices.Contains(recreated, n) })
 			if err := added(prev, recreated, renamed); err != nil {
 				return nil, err

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // TestDescribeCurrentWaitsForTheCommit: a Relation message can be decoded
@@ -65,4 +67,50 @@ func TestDescribeCurrentWaitsForTheCommit(t *testing.T) {
 	if k := ct.column("k"); k.name != "k" || !k.notNull || !k.hasMissing {
 		t.Errorf("column k described as %+v; want it NOT NULL with a missing value, as committed", k)
 	}
+}
+
+// TestColumnRecordMoves: the reader's column record tells a recreated
+// column (a new attnum under a recorded name, or a dropped name back with
+// a new attnum) and a renamed one (a recorded attnum under a new name),
+// and takes nothing for new DDL when the stream replays, after a crash,
+// versions from before the record (the crash suite's snapshots restarted
+// when a replayed version brought a dropped column back).
+func TestColumnRecordMoves(t *testing.T) {
+	r := &Reader{cfg: Config{Slot: "s"}, state: &memState{}, known: known{}, cols: map[string]*tableColumns{}}
+	type call struct{ recreated, renamed []string }
+	var calls []call
+	step := func(cols []string, ids []int, at uint64) {
+		t.Helper()
+		tb := &schema.Table{Namespace: "public", Name: "t"}
+		for _, c := range cols {
+			tb.Columns = append(tb.Columns, schema.Column{Name: c, Kind: schema.Int64})
+		}
+		if _, err := r.version(t.Context(), tb, ids, at, func(_, recreated, renamed []string) error {
+			calls = append(calls, call{recreated, renamed})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(what string, want ...call) {
+		t.Helper()
+		if fmt.Sprint(calls) != fmt.Sprint(want) {
+			t.Errorf("%s: calls %v, want %v", what, calls, want)
+		}
+		calls = nil
+	}
+	step([]string{"id", "v", "c"}, []int{1, 2, 3}, 100)
+	expect("the first version")
+	step([]string{"id", "v"}, []int{1, 2}, 200)
+	expect("c dropped", call{})
+	step([]string{"id", "v", "c"}, []int{1, 2, 0}, 150) // replayed: the catalog has no c now
+	expect("a replayed version from before the drop")
+	step([]string{"id", "v"}, []int{1, 2}, 200)
+	expect("the drop replayed")
+	step([]string{"id", "v", "c"}, []int{1, 2, 4}, 300)
+	expect("c added again", call{recreated: []string{"c"}})
+	step([]string{"id", "w", "c"}, []int{1, 2, 4}, 400)
+	expect("v renamed to w", call{renamed: []string{"w"}})
+	step([]string{"id", "w", "c"}, []int{1, 2, 5}, 500)
+	expect("c dropped and added between two versions", call{recreated: []string{"c"}})
 }

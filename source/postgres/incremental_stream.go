@@ -157,7 +157,7 @@ func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMe
 	if len(rows) == 0 {
 		return true, nil
 	}
-	t, err := s.r.version(ctx, rows[0].Table, nil, nil)
+	t, err := s.r.version(ctx, rows[0].Table, nil, 0, nil)
 	if err != nil {
 		return true, err
 	}

@@ -362,7 +362,7 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 	}
 	prev := s.r.known[qn]
 	cur := rel.table
-	if rel.table, err = s.r.version(ctx, cur, ct.attnums(cur), func(prevCols, recreated, renamed []string) error {
+	if rel.table, err = s.r.version(ctx, cur, ct.attnums(cur), s.tx.commitLSN, func(prevCols, recreated, renamed []string) error {
 		return s.reReadAdded(ctx, ct, prevCols, recreated, renamed, cur)
 	}); err != nil {
 		return err

@@ -98,7 +98,7 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 		if err != nil {
 			return err
 		}
-		if rel.table, err = s.version(ctx, rel.table, t.attnums(rel.table), nil); err != nil {
+		if rel.table, err = s.version(ctx, rel.table, t.attnums(rel.table), 0, nil); err != nil {
 			return err
 		}
 		rel.checkUTF8 = s.sqlASCII
