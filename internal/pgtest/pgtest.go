@@ -23,6 +23,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdcd-dev/cdcd/internal/dbtest"
 	"github.com/cdcd-dev/cdcd/internal/pgserver"
 )
@@ -98,3 +100,31 @@ func Names(t testing.TB) TestNames {
 // and underscores, at most 63 bytes (PostgreSQL's identifier and slot name
 // limit), unique within the test binary.
 func UniqueName(t testing.TB, kind string) string { return dbtest.Unique(t, kind) }
+
+// NewestRunning makes a new database whose table running_xact has one row
+// inserted by a transaction left open until the test ends, and returns the
+// database and that transaction's xid: the newest xid there, so it is at
+// or after the xmax of any snapshot taken meanwhile (PostgreSQL leaves it
+// out of the snapshot's in-progress list, though the row is invisible).
+func NewestRunning(t testing.TB) (dsn string, xid uint64) {
+	t.Helper()
+	ctx := context.Background()
+	dsn = NewDB(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, "CREATE TABLE running_xact (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if err := tx.QueryRow(ctx, "INSERT INTO running_xact VALUES (1) RETURNING pg_current_xact_id()::text::bigint").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, xid
+}
