@@ -69,13 +69,20 @@ const batchBytes = 1 << 20
 func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan struct{}) error {
 	p, idle := 0, 0
 	var cur fetched
+	// sentFull: the last batch handed over was a full one. The loop learns
+	// that the fetcher found the end of every partition after it only from
+	// a smaller batch (tableWriter.caughtUp), so when there is nothing more
+	// an empty one is handed over: else a backlog or a load whose last
+	// batch is full would wait a commit interval for its tail's commit.
+	sentFull := false
 	send := func() error {
 		cur.next = append([]int64(nil), f.next...)
 		cur.resumed, f.resumed = f.resumed, false
+		full := cur.bytes >= batchBytes
 		if err := handOver(ctx, out, &cur); err != nil {
 			return err
 		}
-		cur = fetched{}
+		cur, sentFull = fetched{}, full
 		return nil
 	}
 	for ctx.Err() == nil {
@@ -120,7 +127,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 		}
 		p = (p + 1) % len(f.next)
 		// Hand over what we have when it is big, or when the topic is idle.
-		if cur.bytes >= batchBytes || (len(cur.changes) > 0 && idle >= len(f.next)) {
+		if cur.bytes >= batchBytes || ((len(cur.changes) > 0 || sentFull) && idle >= len(f.next)) {
 			if err := send(); err != nil {
 				return err
 			}

@@ -171,9 +171,9 @@ func (w *tableWriter) run(ctx context.Context) error {
 // batches since the last end held the last row of a load (an initial
 // load's table, source.snapshot "last_in_data_collection"). A stream that
 // the fetcher keeps up with, or that a commit held up for a moment, builds
-// no such backlog, so its commits keep their interval. (A load whose last
-// row ends a full batch exactly, with nothing after it, finds no smaller
-// batch: its tail waits the interval.)
+// no such backlog, so its commits keep their interval. (When the last
+// batch was full, the fetcher hands over an empty one once it finds the
+// end of every partition.)
 func (w *tableWriter) caughtUp(b fetched) bool {
 	for i := range b.changes {
 		w.snapshotEnded = w.snapshotEnded || b.changes[i].info.SnapshotEnd
