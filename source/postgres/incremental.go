@@ -66,14 +66,7 @@ var _ snapshot.Database = (*pgDatabase)(nil)
 // describeByName looks a configured table up.
 func describeByName(ctx context.Context, q querier, name string) (*catalogTable, error) {
 	s, t := splitTable(name)
-	oid, err := lookupTableOID(ctx, q, s, t)
-	if err != nil {
-		if errors.Is(err, errNoTable) {
-			return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
-		}
-		return nil, err
-	}
-	ct, err := describeTable(ctx, q, oid)
+	ct, err := describeNamed(ctx, q, s, t)
 	if errors.Is(err, errNoTable) {
 		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
 	}

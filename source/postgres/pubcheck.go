@@ -187,12 +187,10 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 		s, t := splitTable(name)
 		qn := s + "." + t
 		tc := tableCheck{name: qn}
-		oid, err := lookupTableOID(ctx, conn, s, t)
+		ct, err := describeNamed(ctx, conn, s, t)
 		switch {
 		case err == nil:
-			if tc.t, err = describeTable(ctx, conn, oid); err != nil {
-				return err
-			}
+			tc.t = ct
 		case !errors.Is(err, errNoTable):
 			return err
 		}

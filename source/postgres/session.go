@@ -125,19 +125,14 @@ func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) (tables []*
 	var errs []error
 	for _, name := range r.cfg.Tables {
 		s, t := splitTable(name)
-		oid, err := lookupTableOID(ctx, conn, s, t)
-		if errors.Is(err, errNoTable) {
+		ct, err := describeNamed(ctx, conn, s, t)
+		switch {
+		case errors.Is(err, errNoTable):
 			missing = append(missing, err)
-			continue
-		}
-		if err == nil {
-			var ct *catalogTable
-			if ct, err = describeTable(ctx, conn, oid); err == nil {
-				tables = append(tables, ct)
-			}
-		}
-		if err != nil {
+		case err != nil:
 			errs = append(errs, err)
+		default:
+			tables = append(tables, ct)
 		}
 	}
 	return tables, missing, errors.Join(errs...)

@@ -104,6 +104,23 @@ func lookupTableOID(ctx context.Context, q querier, schemaName, table string) (u
 	return relid, nil
 }
 
+// describeNamed looks a table up by name and describes it. A table that
+// does not exist, or is dropped between the two reads, is a *TableError
+// wrapping errNoTable: a drop racing a check is the drop, not a failure
+// of the whole reader.
+func describeNamed(ctx context.Context, q querier, schemaName, table string) (*catalogTable, error) {
+	oid, err := lookupTableOID(ctx, q, schemaName, table)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := describeTable(ctx, q, oid)
+	if errors.Is(err, errNoTable) {
+		return nil, &TableError{Table: schemaName + "." + table,
+			Err: fmt.Errorf("was dropped while it was described; check source.postgres.tables (%w)", err)}
+	}
+	return ct, err
+}
+
 // describeTable reads a table's columns (without dropped and generated
 // ones, which pgoutput does not send), replica identity and key.
 func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable, error) {
