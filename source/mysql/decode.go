@@ -13,19 +13,20 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-// Values reach cdcd two ways: decoded from the binlog by go-mysql (the
-// stream) and as the text protocol's bytes of a SELECT (the load). Both
-// end in the same table-model value through the functions below; decimal,
-// date and time values pass through the same text parser, which go-mysql's
-// binlog decoding produces as text too (decimals as strings). TIMESTAMP and
-// DATETIME come from go-mysql as time.Time (ParseTime: formatting them as
-// text to parse them again cost a fifth of the reader's own CPU), except
-// zero and pre-1970 DATETIMEs, which stay text.
+// Values reach cdcd three ways: decoded from the binlog's bytes by
+// image.go (the stream), decoded by go-mysql (the stream's tables with a
+// column image.go does not read: MySQL's binary JSON) and as the text
+// protocol's bytes of a SELECT (the load). All end in the same table-model
+// value: decimals in canonical text, dates as days, DATETIME and TIMESTAMP
+// as microseconds, zero dates as nil, labels and character sets through
+// the same functions. go-mysql gives TIMESTAMP and DATETIME as time.Time
+// (ParseTime), zero and pre-1970 DATETIMEs, DATE and TIME as text.
 
 // errBadValue is wrapped by every value that cannot be decoded.
 var errBadValue = errors.New("mysql: bad value")
 
-// fromBinlog converts a value go-mysql decoded from a row image.
+// fromBinlog converts a value go-mysql decoded from a row image (rowsHook
+// leaves it to go-mysql).
 func fromBinlog(t *colType, v any) (any, error) {
 	if v == nil {
 		return nil, nil

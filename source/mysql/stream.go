@@ -54,6 +54,7 @@ type streamer struct {
 	batch   []source.Change
 	batchAt time.Time
 	slab    rowSlab // the decoded rows' values
+	fields  []field // a row image's columns (image.go)
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
@@ -80,18 +81,15 @@ type tableVersion struct {
 // stream reads the binlog from st until ctx ends or an error.
 func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor string, colls collations,
 	tables map[string]*tableDesc, st gtidState, wmErr error, e source.Emitter) error {
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+	syncer := replication.NewBinlogSyncer(decodeSettings(replication.BinlogSyncerConfig{
 		ServerID: r.cfg.ServerID, Flavor: flavor,
 		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
-		ParseTime:                true,     // TIMESTAMP and DATETIME as time.Time (decode.go)
-		TimestampStringLocation:  time.UTC, // TIMESTAMP text in UTC, were ParseTime off
-		UseFloatWithTrailingZero: true,     // JSON doubles keep a "." (mysqlJSONText tells them from integers)
-		HeartbeatPeriod:          r.cfg.HeartbeatInterval,
-		ReadTimeout:              3 * r.cfg.HeartbeatInterval,
-		DisableRetrySync:         true, // Run reconnects, from the checkpoint
-		EventCacheCount:          256,
-		Logger:                   slog.New(quietHandler{r.logger.Handler()}),
-	})
+		HeartbeatPeriod:  r.cfg.HeartbeatInterval,
+		ReadTimeout:      3 * r.cfg.HeartbeatInterval,
+		DisableRetrySync: true, // Run reconnects, from the checkpoint
+		EventCacheCount:  256,
+		Logger:           slog.New(quietHandler{r.logger.Handler()}),
+	}))
 	defer syncer.Close()
 	bs, err := syncer.StartSyncGTID(st.set.Clone())
 	if err != nil {
@@ -134,6 +132,15 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		cancel()
 	}
 	return err
+}
+
+// decodeSettings sets how go-mysql decodes the events the stream reads.
+func decodeSettings(c replication.BinlogSyncerConfig) replication.BinlogSyncerConfig {
+	c.RowsEventDecodeFunc = rowsHook     // row images decoded by image.go
+	c.ParseTime = true                   // TIMESTAMP and DATETIME as time.Time (decode.go), where go-mysql decodes them
+	c.TimestampStringLocation = time.UTC // TIMESTAMP text in UTC, were ParseTime off
+	c.UseFloatWithTrailingZero = true    // JSON doubles keep a "." (mysqlJSONText tells them from integers)
+	return c
 }
 
 func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, start gtidState) error {

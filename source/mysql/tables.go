@@ -122,21 +122,20 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 	if v == nil {
 		return fmt.Errorf("mysql: a row event for table id %d without its table map", e.TableID)
 	}
-	typ := e.Type()
-	n := len(e.Rows)
-	if typ == replication.EnumRowsEventTypeUpdate {
-		n /= 2
+	imgs, err := s.images(h, e, v)
+	if err != nil {
+		return err
 	}
+	typ := e.Type()
 	if !v.captured {
-		s.tx.idx += uint32(n)
-		return nil
+		return s.skipRows(imgs, typ)
 	}
 	if !s.tx.active {
 		return fmt.Errorf("mysql: a row event for %s outside a transaction (no GTID event before it)", v.qn)
 	}
 	s.rowsEv, s.row = h, 0
 	stop := v.shapeFault
-	if stop == nil && slices.ContainsFunc(e.SkippedColumns, func(skips []int) bool { return len(skips) > 0 }) {
+	if stop == nil && imgs.partial() {
 		if !s.stoppable(v.qn) {
 			return &TableError{Table: v.qn, Err: errPartialImage}
 		}
@@ -147,8 +146,7 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 	}
 	if stop != nil {
 		s.stopTable(v.qn, v.table, stop)
-		s.tx.idx += uint32(n)
-		return nil
+		return s.skipRows(imgs, typ)
 	}
 	switch typ {
 	case replication.EnumRowsEventTypeInsert, replication.EnumRowsEventTypeDelete:
@@ -156,8 +154,8 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 		if typ == replication.EnumRowsEventTypeDelete {
 			op = source.OpDelete
 		}
-		for _, raw := range e.Rows {
-			row, f, err := v.decodeRow(raw, &s.slab)
+		for imgs.more() {
+			row, f, err := imgs.next(&s.slab)
 			if err != nil {
 				return err
 			}
@@ -168,12 +166,12 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 			}
 		}
 	case replication.EnumRowsEventTypeUpdate:
-		for i := 0; i+1 < len(e.Rows); i += 2 {
-			before, f1, err := v.decodeRow(e.Rows[i], &s.slab)
+		for imgs.more() {
+			before, f1, err := imgs.next(&s.slab)
 			if err != nil {
 				return err
 			}
-			after, f2, err := v.decodeRow(e.Rows[i+1], &s.slab)
+			after, f2, err := imgs.next(&s.slab)
 			if err != nil {
 				return err
 			}
@@ -191,6 +189,95 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 			"SET GLOBAL binlog_row_value_options = ''", h.EventType)}
 	}
 	return nil
+}
+
+// skipRows gives the rows of a row event that are not emitted their
+// indexes in the transaction.
+func (s *streamer) skipRows(imgs *rowImages, typ replication.EnumRowsEventType) error {
+	n, err := imgs.count()
+	if err != nil {
+		return err
+	}
+	if typ == replication.EnumRowsEventTypeUpdate {
+		n /= 2
+	}
+	s.tx.idx += uint32(n)
+	return nil
+}
+
+// rowImages are the row images of one row event, as go-mysql decoded them
+// or as rowsHook left them (image.go).
+type rowImages struct {
+	v   *tableVersion
+	raw [][]any
+	img *imageReader
+	e   *replication.RowsEvent
+	i   int
+	// fields is the streamer's, reused for every image.
+	fields []field
+}
+
+// images returns the row images of e, a row event of table v.
+func (s *streamer) images(h *replication.EventHeader, e *replication.RowsEvent, v *tableVersion) (*rowImages, error) {
+	body, ok, err := bodyOf(h, e)
+	if err != nil || !ok {
+		return &rowImages{v: v, raw: e.Rows, e: e}, err
+	}
+	if n := len(e.Table.ColumnType); cap(s.fields) < n {
+		s.fields = make([]field, n)
+	}
+	return &rowImages{v: v, img: newImageReader(e, body), e: e, fields: s.fields[:len(e.Table.ColumnType)]}, nil
+}
+
+func (r *rowImages) more() bool {
+	if r.img != nil {
+		return r.img.more()
+	}
+	return r.i < len(r.raw)
+}
+
+// partial reports whether the images lack columns (binlog_row_image is
+// not FULL).
+func (r *rowImages) partial() bool {
+	if r.img == nil {
+		return slices.ContainsFunc(r.e.SkippedColumns, func(skips []int) bool { return len(skips) > 0 })
+	}
+	n := len(r.e.Table.ColumnType)
+	for _, bm := range [][]byte{r.e.ColumnBitmap1, r.e.ColumnBitmap2} {
+		for i := 0; bm != nil && i < n; i++ {
+			if i/8 >= len(bm) || !bitSet(bm, i) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// count is the number of images.
+func (r *rowImages) count() (int, error) {
+	if r.img == nil {
+		return len(r.raw), nil
+	}
+	n := 0
+	for r.img.more() {
+		if _, err := r.img.next(r.fields); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// next decodes the next image.
+func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
+	if r.img == nil {
+		r.i++
+		return r.v.decodeRow(r.raw[r.i-1], slab)
+	}
+	if _, err := r.img.next(r.fields); err != nil {
+		return nil, nil, fmt.Errorf("mysql: %s: %w", r.v.qn, err)
+	}
+	return r.v.decodeImage(r.e.Table, r.fields, slab)
 }
 
 func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
@@ -233,7 +320,7 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault
 	for i := range raw {
 		val, err := fromBinlog(&v.cols[i], raw[i])
 		if err == nil && val == nil && raw[i] != nil && !v.table.Columns[i].Nullable {
-			err = errors.New("a value that cdcd maps to NULL (a zero date) in a column that cannot be NULL (a primary-key column)")
+			err = errNullKey
 		}
 		if err != nil {
 			if fault == nil {
@@ -245,6 +332,37 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault
 	}
 	return row, fault, nil
 }
+
+// decodeImage converts a row image split by imageReader (image.go) into
+// table-model values, as decodeRow does go-mysql's.
+func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowSlab) ([]any, *source.Fault, error) {
+	if len(fields) != len(v.cols) {
+		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
+	}
+	row := slab.next(len(fields))
+	var fault *source.Fault
+	for i := range fields {
+		f := &fields[i]
+		if f.isNull || f.absent {
+			continue
+		}
+		val, err := fromImage(&v.cols[i], tm.ColumnType[i], tm.ColumnMeta[i], f.b)
+		if err == nil && val == nil && !v.table.Columns[i].Nullable {
+			err = errNullKey
+		}
+		if err != nil {
+			if fault == nil {
+				fault = v.fault(i, imageText(tm.ColumnType[i], tm.ColumnMeta[i], f.b), err)
+			}
+			val = nil
+		}
+		row[i] = val
+	}
+	return row, fault, nil
+}
+
+// errNullKey: a value cdcd maps to NULL in a column that cannot be NULL.
+var errNullKey = errors.New("a value that cdcd maps to NULL (a zero date) in a column that cannot be NULL (a primary-key column)")
 
 // fault describes a value of column i that cannot be carried.
 func (v *tableVersion) fault(i int, raw any, err error) *source.Fault {
