@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -29,12 +30,13 @@ import (
 func BenchmarkStreaming(b *testing.B) {
 	srv, _, name, start, rows := benchTable(b)
 	for b.Loop() {
-		t0, c0 := time.Now(), cpuTime()
+		t0, c0, m0 := time.Now(), cpuTime(), mallocs()
 		if _, err := DecodeLoop(context.Background(), srv.ReplDSN(name), mariadbtest.ServerID(b), FlavorMariaDB, start, int64(rows)); err != nil {
 			b.Fatal(err)
 		}
 		raw := float64(rows) / time.Since(t0).Seconds()
 		rawCPU := float64((cpuTime() - c0).Microseconds()) / float64(rows)
+		rawAllocs := float64(mallocs()-m0) / float64(rows)
 
 		st := newMemState()
 		cp, _ := json.Marshal(checkpoint{Flavor: FlavorMariaDB, GTID: start, Ordinal: 1})
@@ -43,7 +45,7 @@ func BenchmarkStreaming(b *testing.B) {
 		em := &counting{want: int64(rows), done: cancel}
 		r := New(Config{DSN: srv.ReplDSN(name), ServerID: mariadbtest.ServerID(b), Tables: []string{name + ".bench"}}, st,
 			slog.New(slog.DiscardHandler))
-		t0, c0 = time.Now(), cpuTime()
+		t0, c0, m0 = time.Now(), cpuTime(), mallocs()
 		if err := r.Run(ctx, em); err != context.Canceled {
 			b.Fatal(err)
 		}
@@ -54,6 +56,8 @@ func BenchmarkStreaming(b *testing.B) {
 		b.ReportMetric(got/raw, "ratio")
 		b.ReportMetric(rawCPU, "raw-cpu-µs/row")
 		b.ReportMetric(gotCPU, "reader-cpu-µs/row")
+		b.ReportMetric(rawAllocs, "raw-allocs/row")
+		b.ReportMetric(float64(mallocs()-m0)/float64(rows), "reader-allocs/row")
 	}
 }
 
@@ -114,15 +118,15 @@ func BenchmarkChunkReads(b *testing.B) {
 	d := &myDatabase{db: pool, flavor: FlavorMariaDB}
 	qn := name + ".bench"
 	for b.Loop() {
-		t0, c0 := time.Now(), cpuTime()
+		t0, c0, m0 := time.Now(), cpuTime(), mallocs()
 		n := selectAll(b, pool, name)
-		rawWall, rawCPU := time.Since(t0), cpuTime()-c0
+		rawWall, rawCPU, rawAllocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
 
 		plan, err := d.Plan(ctx, qn, nil, "")
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0, c0 = time.Now(), cpuTime()
+		t0, c0, m0 = time.Now(), cpuTime(), mallocs()
 		var after snapshot.Key
 		got := 0
 		for {
@@ -136,13 +140,15 @@ func BenchmarkChunkReads(b *testing.B) {
 			}
 			after = ch.Last
 		}
-		wall, cpu := time.Since(t0), cpuTime()-c0
+		wall, cpu, allocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
 		if n != rows || got != rows {
 			b.Fatalf("SELECT * read %d rows, the chunks %d; want %d", n, got, rows)
 		}
 		b.ReportMetric(float64(rawCPU.Microseconds())/float64(rows), "raw-cpu-µs/row")
 		b.ReportMetric(float64(cpu.Microseconds())/float64(rows), "chunks-cpu-µs/row")
 		b.ReportMetric(rawWall.Seconds()/wall.Seconds(), "ratio")
+		b.ReportMetric(float64(rawAllocs)/float64(rows), "raw-allocs/row")
+		b.ReportMetric(float64(allocs)/float64(rows), "chunks-allocs/row")
 	}
 }
 
@@ -218,6 +224,14 @@ func selectAll(b *testing.B, db *sql.DB, name string) int {
 }
 
 // cpuTime is this process's user+system CPU time.
+// mallocs is the heap allocations this process made so far: unlike CPU
+// time, a figure a loaded machine does not blur.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

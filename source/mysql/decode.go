@@ -246,7 +246,7 @@ func (s *scanned) value(t *colType) (any, error) {
 		if t.Base == "float" || t.Base == "double" {
 			break
 		}
-		return v, nil
+		return s.num, nil // the driver's box, not a new one
 	case uint64:
 		if t.Base == "bigint" && t.Unsigned {
 			return strconv.FormatUint(v, 10), nil
@@ -256,7 +256,7 @@ func (s *scanned) value(t *colType) (any, error) {
 		case "float":
 			return float32(v), nil
 		case "double":
-			return v, nil
+			return s.num, nil
 		}
 	case []byte:
 		return fromText(t, v)

@@ -55,6 +55,7 @@ type streamer struct {
 	batchAt time.Time
 	slab    rowSlab // the decoded rows' values
 	fields  []field // a row image's columns (image.go)
+	places  []source.BinlogPlace
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).

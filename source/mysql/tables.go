@@ -299,7 +299,12 @@ func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f 
 
 // place is where the next row of the row event being read lies.
 func (s *streamer) place() *source.BinlogPlace {
-	p := &source.BinlogPlace{File: s.file, Row: s.row, GTID: s.tx.text}
+	if len(s.places) == 0 {
+		s.places = make([]source.BinlogPlace, slabRows) // one allocation per slabRows changes, as rowSlab
+	}
+	p := &s.places[0]
+	s.places = s.places[1:]
+	*p = source.BinlogPlace{File: s.file, Row: s.row, GTID: s.tx.text}
 	if h := s.rowsEv; h != nil {
 		p.Pos, p.ServerID = uint64(h.LogPos)-uint64(h.EventSize), h.ServerID
 	}
