@@ -117,7 +117,7 @@ func TestColumnDefaultForms(t *testing.T) {
 }
 
 // TestAddedDefaultTypeChangedLater: a reader behind two ALTERs (its
-// emitter is slow) — a column added with a default the sink keeps, then
+// emitter holds it until both are done) — a column added with a default the sink keeps, then
 // its type changed — sees at the first one the information schema as it
 // is after the second, and takes the default for carried; the binlog's
 // rows between the two have the old type, so their column carries no
@@ -130,18 +130,21 @@ func TestAddedDefaultTypeChangedLater(t *testing.T) {
 		wt := e.grantWatermarks(t)
 		e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)")
 		d := newDedupe(1)
-		d.slow = time.Second
 		e.reader(t, newMemState(), d, "t", func(c *Config) {
 			c.WatermarkTable = wt
 			c.KeepsDefault = func(schema.Column) bool { return true }
 		})
 		e.exec(t, "INSERT INTO t VALUES (10)")
-		time.Sleep(300 * time.Millisecond) // the reader waits in Emit
+		// The reader waits in Emit (its insert's or a heartbeat's) until
+		// both ALTERs are done. A slow Emit instead lost the race under
+		// load: the reader read the second ALTER's type at the first.
+		release := d.holdEmits(t)
 		e.exec(t, "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", "INSERT INTO t VALUES (4, 6)")
 		if changed {
 			e.exec(t, "ALTER TABLE t MODIFY c BIGINT DEFAULT 5")
 		}
 		e.exec(t, "INSERT INTO t VALUES (5, 7)")
+		release()
 		got := d.waitFor(t, "the inserts", func(cs []source.Change) bool {
 			n := 0
 			for _, c := range cs {

@@ -35,7 +35,36 @@ type dedupe struct {
 	failAfter int // fail the batch after this many (0: never)
 	batches   int
 	slow      time.Duration // each batch takes this long (a stream that lags)
-	notify    chan struct{}
+	// hold, when set (holdEmits), keeps every Emit waiting until it is
+	// closed; held hears of each Emit that waits.
+	hold, held chan struct{}
+	notify     chan struct{}
+}
+
+// holdEmits makes every Emit from now on wait until release is called,
+// and waits (up to a minute) until one does: the stream is then held at a
+// position before anything the source does next.
+func (d *dedupe) holdEmits(t *testing.T) (release func()) {
+	t.Helper()
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	d.mu.Lock()
+	d.hold, d.held = hold, held
+	d.mu.Unlock()
+	release = func() {
+		d.mu.Lock()
+		if d.hold == hold {
+			d.hold, d.held = nil, nil
+			close(hold)
+		}
+		d.mu.Unlock()
+	}
+	t.Cleanup(release)
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("no Emit came to be held within a minute")
+	}
+	return release
 }
 
 var errPlannedFailure = errors.New("test: planned emitter failure")
@@ -44,7 +73,21 @@ func newDedupe(parts int32) *dedupe {
 	return &dedupe{parts: parts, last: map[string][]source.Position{}, notify: make(chan struct{}, 1)}
 }
 
-func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
+func (d *dedupe) Emit(ctx context.Context, batch []source.Change) error {
+	d.mu.Lock()
+	hold, held := d.hold, d.held
+	d.mu.Unlock()
+	if hold != nil {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if d.slow > 0 {
 		time.Sleep(d.slow)
 	}
