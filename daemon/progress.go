@@ -118,6 +118,9 @@ type loadTrack struct {
 	// began is when the table's load was first seen on its way (zero while
 	// none is); logged when the last progress line was written.
 	began, logged time.Time
+	// doneRows are the committed load rows when the last load was said to
+	// be all committed.
+	doneRows int64
 }
 
 type progressSample struct {
@@ -192,6 +195,12 @@ func (d *Daemon) sampleProgress(now time.Time) {
 		d.progress.mu.Lock()
 		tr := d.progress.trackLocked(t.Topic)
 		began, logged := tr.began, tr.logged
+		// A load read and committed between two samples is never seen on
+		// its way: its end is said all the same.
+		finished := v.done && v.committed > tr.doneRows
+		if finished {
+			tr.doneRows = v.committed
+		}
 		switch {
 		case v.active() && began.IsZero():
 			tr.began, tr.logged = now, now
@@ -206,9 +215,12 @@ func (d *Daemon) sampleProgress(now time.Time) {
 			d.logger.Info("load progress into iceberg", "table", t.Table, "committed", v.committed, "read", v.read,
 				"expected", v.total, "percent", float64(int64(v.percent*10))/10, "rows_per_second", int64(v.rate),
 				"eta", v.eta.Round(time.Second), "reading", !v.readDone)
-		case !v.active() && !began.IsZero():
-			d.logger.Info("load committed to iceberg", "table", t.Table, "rows", v.committed,
-				"took", now.Sub(began).Round(time.Second))
+		case finished:
+			attrs := []any{"table", t.Table, "rows", v.committed}
+			if !began.IsZero() {
+				attrs = append(attrs, "took", now.Sub(began).Round(time.Second))
+			}
+			d.logger.Info("load committed to iceberg", attrs...)
 		}
 	}
 }
