@@ -136,54 +136,72 @@ func TestIncrementalReplicaIdentityIndex(t *testing.T) {
 	}
 }
 
-// dropAfterFirst is a querier that drops a table right after its first
-// query: the table a caller just looked up is gone when it describes it.
-type dropAfterFirst struct {
+// dropBefore is a querier that drops a table just before its at'th
+// query (counting from 1): a table a caller has begun to read is gone for
+// its later reads, each a statement of its own.
+type dropBefore struct {
 	querier
-	t       *testing.T
-	e       *env
-	table   string
-	queries int
+	t         *testing.T
+	e         *env
+	table     string
+	at, calls int
 }
 
-func (d *dropAfterFirst) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	row := d.querier.QueryRow(ctx, sql, args...)
-	if d.queries++; d.queries == 1 {
-		var oid uint32
-		err := row.Scan(&oid)
+func (d *dropBefore) before() {
+	if d.calls++; d.calls == d.at {
 		d.e.exec(d.t, "DROP TABLE "+d.table)
-		return fixedRow{oid, err}
 	}
-	return row
 }
 
-type fixedRow struct {
-	oid uint32
-	err error
+func (d *dropBefore) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	d.before()
+	return d.querier.QueryRow(ctx, sql, args...)
 }
 
-func (r fixedRow) Scan(dest ...any) error {
-	if r.err == nil {
-		*dest[0].(*uint32) = r.oid
-	}
-	return r.err
+func (d *dropBefore) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.before()
+	return d.querier.Query(ctx, sql, args...)
 }
 
-// TestDescribeNamedDroppedBetween: a table dropped between its lookup by
-// name and its description is a table error (errNoTable) naming it, as a
-// table that does not exist is: the publication check and a session's
-// start end that table, not the whole reader (TestIncrementalTableDropped
-// lost its reader this way about once in eight runs under load).
-func TestDescribeNamedDroppedBetween(t *testing.T) {
+// TestDescribeDroppedBetween: a table dropped between the reads that
+// describe it (its lookup by name, its class, its columns, its key) is
+// gone (errNoTable), not a table without columns or key, nor a failure:
+// the publication check, a session's start and the incremental snapshot's
+// chunk bounds end that table, not the whole reader
+// (TestIncrementalTableDropped lost its reader both ways under load:
+// "table not found", and "has no primary key").
+func TestDescribeDroppedBetween(t *testing.T) {
 	t.Parallel()
-	e := setup(t, `CREATE TABLE gone (id int PRIMARY KEY)`)
-	q := &dropAfterFirst{querier: e.conn, t: t, e: e, table: "gone"}
-	_, err := describeNamed(t.Context(), q, "public", "gone")
-	var te *TableError
-	if !errors.Is(err, errNoTable) || !errors.As(err, &te) || te.Table != "public.gone" {
-		t.Fatalf("describeNamed of a table dropped after its lookup: %v, want a table error for public.gone wrapping errNoTable", err)
-	}
-	if q.queries < 2 {
-		t.Fatalf("%d queries: the table was not described after its lookup", q.queries)
+	for _, tc := range []struct {
+		name  string
+		at    int
+		named bool
+	}{
+		{"after the lookup by name", 2, true},
+		{"after the class", 2, false},
+		{"after the columns", 3, false},
+	} {
+		e := setup(t, `CREATE TABLE gone (id int PRIMARY KEY, v text)`)
+		var oid uint32
+		if err := e.conn.QueryRow(t.Context(), "SELECT 'gone'::regclass::oid").Scan(&oid); err != nil {
+			t.Fatal(err)
+		}
+		q := &dropBefore{querier: e.conn, t: t, e: e, table: "gone", at: tc.at}
+		var err error
+		if tc.named {
+			_, err = describeNamed(t.Context(), q, "public", "gone")
+			var te *TableError
+			if !errors.As(err, &te) || te.Table != "public.gone" {
+				t.Errorf("%s: %v, want a table error naming public.gone", tc.name, err)
+			}
+		} else {
+			_, err = describeTable(t.Context(), q, oid)
+		}
+		if !errors.Is(err, errNoTable) {
+			t.Errorf("%s: %v, want errNoTable", tc.name, err)
+		}
+		if q.calls < tc.at {
+			t.Errorf("%s: %d reads: the table was not dropped between them", tc.name, q.calls)
+		}
 	}
 }

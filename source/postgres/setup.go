@@ -159,6 +159,11 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	if ident == "n" {
 		return nil, errReplicaIdentityNothing(t.qualified())
 	}
+	if len(t.columns) == 0 {
+		if err := stillExists(ctx, q, relid); err != nil {
+			return nil, err
+		}
+	}
 	cond := "i.indisprimary"
 	if ident == "i" {
 		cond = "i.indisreplident"
@@ -181,9 +186,28 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 		return nil, fmt.Errorf("postgres: key of %s: %w", t.qualified(), err)
 	}
 	if len(t.key) == 0 {
+		// Each read above is a statement of its own: a table dropped after
+		// the first lacks its columns and key in the later ones.
+		if err := stillExists(ctx, q, relid); err != nil {
+			return nil, err
+		}
 		return nil, errNoKey(t.qualified())
 	}
 	return t, nil
+}
+
+// stillExists returns an error wrapping errNoTable when relation relid no
+// longer exists.
+func stillExists(ctx context.Context, q querier, relid uint32) error {
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM pg_class WHERE oid = $1`, relid).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: relation %d no longer exists", errNoTable, relid)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: look up relation %d: %w", relid, err)
+	}
+	return nil
 }
 
 // resolveColumns resolves the type of every column of msg; the catalog
