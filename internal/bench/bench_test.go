@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/cdcd-dev/cdcd/internal/dbtest"
 	"github.com/cdcd-dev/cdcd/internal/pgserver"
+	icebergsink "github.com/cdcd-dev/cdcd/sink/iceberg"
 )
 
 // envChild makes the test binary a daemon on the config file it names (the
@@ -103,5 +107,33 @@ func TestLatencies(t *testing.T) {
 	want := []time.Duration{1500 * time.Millisecond, 2 * time.Second}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("latencies %v, want %v", got, want)
+	}
+}
+
+// TestStateOfMaintenanceSnapshot: a compaction's snapshot carries neither
+// offsets nor a source position; the state is its newest ancestor's that
+// does, and its own row count. (A stream phase failed with every record
+// consumed and "source position 0" when the last commit was a compaction.)
+func TestStateOfMaintenanceSnapshot(t *testing.T) {
+	parent := func(id int64) *int64 { return &id }
+	snaps := map[int64]*table.Snapshot{
+		1: {SnapshotID: 1, Summary: &table.Summary{Properties: iceberg.Properties{
+			icebergsink.PropOffsets: `{"0":5,"1":7}`, icebergsink.PropSourcePosition: "00000000116c2dd000000003",
+			"total-records": "20", "total-position-deletes": "8"}}},
+		2: {SnapshotID: 2, ParentSnapshotID: parent(1), Summary: &table.Summary{Operation: table.OpReplace, Properties: iceberg.Properties{
+			"total-records": "12", "total-position-deletes": "0"}}},
+		3: {SnapshotID: 3, ParentSnapshotID: parent(2), Summary: &table.Summary{Operation: table.OpReplace, Properties: iceberg.Properties{
+			"total-records": "12", "total-position-deletes": "0"}}},
+	}
+	byID := func(id int64) *table.Snapshot { return snaps[id] }
+	for _, id := range []int64{1, 2, 3} {
+		st, ok := stateOf(snaps[id], byID)
+		if !ok || st.snapshotID != id || st.rows != 12 || st.lsn != 0x116C2DD0 || st.consumed != 12 || len(st.offsets) != 2 || st.offsets[1] != 7 {
+			t.Fatalf("snapshot %d: ok %v, state %+v; want rows 12, lsn 116C2DD0, offsets [5 7]", id, ok, st)
+		}
+	}
+	orphan := &table.Snapshot{SnapshotID: 4, ParentSnapshotID: parent(99), Summary: &table.Summary{Properties: iceberg.Properties{"total-records": "3"}}}
+	if st, ok := stateOf(orphan, byID); ok || st.rows != 3 {
+		t.Fatalf("a snapshot with no ancestor carrying offsets: ok %v, state %+v; want not ok, rows 3", ok, st)
 	}
 }

@@ -76,44 +76,59 @@ func (w *watcher) poll(ctx context.Context) (tableState, error) {
 	if snap.SnapshotID == w.last.snapshotID {
 		return w.last, nil
 	}
-	st := tableState{snapshotID: snap.SnapshotID, seen: time.Now()}
-	if snap.Summary != nil {
-		p := snap.Summary.Properties
-		recs, _ := strconv.ParseInt(p["total-records"], 10, 64)
-		dels, _ := strconv.ParseInt(p["total-position-deletes"], 10, 64)
-		st.rows = recs - dels
-		if pos, err := hex.DecodeString(p[iceberg.PropSourcePosition]); err == nil && len(pos) >= 8 {
-			st.lsn = binary.BigEndian.Uint64(pos)
-		}
-		// A maintenance commit (compaction, manifest rewrite) carries no
-		// offsets: the table holds what the newest ancestor that carries
-		// them held. Not w.last's: the writer's commit before the
-		// maintenance one may never have been polled, and its offsets
-		// would be missed for good (a stream phase then waited out its
-		// whole timeout on a table that held every record).
-		offsSnap := snap
-		for offsSnap != nil && offsSnap.Summary != nil && offsSnap.Summary.Properties[iceberg.PropOffsets] == "" && offsSnap.ParentSnapshotID != nil {
-			offsSnap = tbl.Metadata().SnapshotByID(*offsSnap.ParentSnapshotID)
-		}
-		var offs map[string]int64
-		if offsSnap == nil || offsSnap.Summary == nil || offsSnap.Summary.Properties[iceberg.PropOffsets] == "" {
-			st.offsets, st.consumed = w.last.offsets, w.last.consumed // no ancestor left to say
-		} else if err := json.Unmarshal([]byte(offsSnap.Summary.Properties[iceberg.PropOffsets]), &offs); err == nil {
-			for k, v := range offs {
-				i, err := strconv.Atoi(k)
-				if err != nil || i < 0 || i > 1<<16 {
-					continue
-				}
-				for len(st.offsets) <= i {
-					st.offsets = append(st.offsets, 0)
-				}
-				st.offsets[i] = v
-				st.consumed += v
-			}
-		}
+	st, ok := stateOf(snap, tbl.Metadata().SnapshotByID)
+	if !ok { // no ancestor left to say
+		st.offsets, st.consumed, st.lsn = w.last.offsets, w.last.consumed, w.last.lsn
 	}
+	st.seen = time.Now()
 	w.last = st
 	return st, nil
+}
+
+// stateOf is what snapshot snap says of the table; byID finds its
+// ancestors. A maintenance commit (compaction, manifest rewrite) carries
+// neither offsets nor a source position: the table holds what the newest
+// ancestor that carries them held. Not the last state polled: the writer's
+// commit before the maintenance one may never have been polled, and its
+// offsets would be missed for good (a stream phase then waited out its
+// whole timeout on a table that held every record), or its position read
+// as none (a stream phase failed with every record consumed, "source
+// position 0"). ok is false when no ancestor carries offsets.
+func stateOf(snap *table.Snapshot, byID func(int64) *table.Snapshot) (st tableState, ok bool) {
+	st.snapshotID = snap.SnapshotID
+	if snap.Summary == nil {
+		return st, false
+	}
+	p := snap.Summary.Properties
+	recs, _ := strconv.ParseInt(p["total-records"], 10, 64)
+	dels, _ := strconv.ParseInt(p["total-position-deletes"], 10, 64)
+	st.rows = recs - dels
+	at := snap
+	for at != nil && at.Summary != nil && at.Summary.Properties[iceberg.PropOffsets] == "" && at.ParentSnapshotID != nil {
+		at = byID(*at.ParentSnapshotID)
+	}
+	if at == nil || at.Summary == nil || at.Summary.Properties[iceberg.PropOffsets] == "" {
+		return st, false
+	}
+	if pos, err := hex.DecodeString(at.Summary.Properties[iceberg.PropSourcePosition]); err == nil && len(pos) >= 8 {
+		st.lsn = binary.BigEndian.Uint64(pos)
+	}
+	var offs map[string]int64
+	if err := json.Unmarshal([]byte(at.Summary.Properties[iceberg.PropOffsets]), &offs); err != nil {
+		return st, true
+	}
+	for k, v := range offs {
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i > 1<<16 {
+			continue
+		}
+		for len(st.offsets) <= i {
+			st.offsets = append(st.offsets, 0)
+		}
+		st.offsets[i] = v
+		st.consumed += v
+	}
+	return st, true
 }
 
 // waitFor polls every interval until done holds for the table's state,
