@@ -198,31 +198,31 @@ func (x *keyIndex) get(key []byte) (location, bool, error) {
 }
 
 // getMany looks up many keys, in key order, so keys that share blocks
-// load each block once. found receives every key that has a location, in
-// key order. Keys above the greatest indexed key cost nothing; the rest
-// are split into contiguous ranges looked up in parallel (updates of old
-// rows are random reads, each a block the cache may not hold: their cost
-// grows with the index, and they are most of a commit's wait on it).
-func (x *keyIndex) getMany(keys [][]byte, found func(key []byte, loc location) error) error {
+// load each block once. found receives the index in keys of every key that
+// has a location, in key order. Keys above the greatest indexed key cost
+// nothing; the rest are split into contiguous ranges looked up in parallel
+// (updates of old rows are random reads, each a block the cache may not
+// hold: their cost grows with the index, and they are most of a commit's
+// wait on it).
+func (x *keyIndex) getMany(keys [][]byte, found func(i int, loc location) error) error {
 	if len(keys) == 0 || x.last == nil {
 		return nil
 	}
 	// Keys above the greatest indexed key are new: no seek, and no sort
 	// (a load's keys all are).
-	sorted := make([][]byte, 0, len(keys))
-	for _, k := range keys {
+	sorted := make([]indexedKey, 0, len(keys))
+	for i, k := range keys {
 		if bytes.Compare(k, x.last) <= 0 {
-			sorted = append(sorted, k)
+			sorted = append(sorted, indexedKey{key: k, i: i})
 		}
 	}
 	if len(sorted) == 0 {
 		return nil
 	}
-	slices.SortFunc(sorted, bytes.Compare)
+	slices.SortFunc(sorted, func(a, b indexedKey) int { return bytes.Compare(a.key, b.key) })
 	parts := min(runtime.GOMAXPROCS(0), 4, (len(sorted)+getManyPart-1)/getManyPart)
-	vals := make([][]byte, len(sorted)) // index values, nil: absent
 	if parts <= 1 {
-		if err := x.seekRange(sorted, vals); err != nil {
+		if err := x.seekRange(sorted); err != nil {
 			return err
 		}
 	} else {
@@ -230,38 +230,46 @@ func (x *keyIndex) getMany(keys [][]byte, found func(key []byte, loc location) e
 		per := (len(sorted) + parts - 1) / parts
 		for lo := 0; lo < len(sorted); lo += per {
 			hi := min(lo+per, len(sorted))
-			g.Go(func() error { return x.seekRange(sorted[lo:hi], vals[lo:hi]) })
+			g.Go(func() error { return x.seekRange(sorted[lo:hi]) })
 		}
 		if err := g.Wait(); err != nil {
 			return err
 		}
 	}
-	for i, v := range vals {
-		if v == nil {
+	for _, k := range sorted {
+		if k.val == nil {
 			continue
 		}
-		id, n := binary.Uvarint(v)
-		pos, m := binary.Uvarint(v[max(n, 0):])
+		id, n := binary.Uvarint(k.val)
+		pos, m := binary.Uvarint(k.val[max(n, 0):])
 		if n <= 0 || m <= 0 {
-			return fmt.Errorf("iceberg: key index: bad entry %x", v)
+			return fmt.Errorf("iceberg: key index: bad entry %x", k.val)
 		}
 		path, ok := x.paths[uint32(id)]
 		if !ok {
 			return fmt.Errorf("iceberg: key index: entry names unknown file id %d", id)
 		}
-		if err := found(sorted[i], location{file: path, pos: int64(pos)}); err != nil {
+		if err := found(k.i, location{file: path, pos: int64(pos)}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// indexedKey is a key getMany looks up: its index in the caller's keys and
+// the index's value (nil: absent).
+type indexedKey struct {
+	key []byte
+	val []byte
+	i   int
+}
+
 // getManyPart is the fewest keys worth a goroutine of their own.
 const getManyPart = 64
 
 // seekRange looks up sorted keys with one iterator, storing a copy of each
-// present key's value in vals.
-func (x *keyIndex) seekRange(sorted, vals [][]byte) error {
+// present key's value in its val.
+func (x *keyIndex) seekRange(sorted []indexedKey) error {
 	// UseL6Filters: pebble skips the bottom level's bloom filters unless
 	// asked, and reads a data block instead; most keys looked up are new
 	// (inserts), and a load's ingested entries live in the bottom level.
@@ -270,8 +278,10 @@ func (x *keyIndex) seekRange(sorted, vals [][]byte) error {
 		return err
 	}
 	buf := make([]byte, 0, 64)
-	for i, k := range sorted {
-		buf = append(append(buf[:0], idxPrefixKey), k...)
+	var vals []byte // the values' copies, carved from shared chunks
+	for i := range sorted {
+		k := &sorted[i]
+		buf = append(append(buf[:0], idxPrefixKey), k.key...)
 		// SeekPrefixGE, not SeekGE: only a prefix seek consults the bloom
 		// filters (the prefix is the whole key with the default Split), so
 		// a key skips the levels that do not hold it instead of reading a
@@ -279,7 +289,13 @@ func (x *keyIndex) seekRange(sorted, vals [][]byte) error {
 		if !it.SeekPrefixGE(buf) || string(it.Key()) != string(buf) {
 			continue
 		}
-		vals[i] = append([]byte(nil), it.Value()...)
+		v := it.Value()
+		if cap(vals)-len(vals) < len(v) {
+			vals = make([]byte, 0, max(4<<10, len(v)))
+		}
+		start := len(vals)
+		vals = append(vals, v...)
+		k.val = vals[start:len(vals):len(vals)]
 	}
 	if err := it.Error(); err != nil {
 		it.Close()

@@ -29,7 +29,8 @@ func TestIndexLookups(t *testing.T) {
 			keys = append(keys, key(i))
 		}
 		got := map[string]int64{}
-		if err := x.getMany(keys, func(k []byte, loc location) error {
+		if err := x.getMany(keys, func(i int, loc location) error {
+			k := keys[i]
 			if loc.file != "f1" {
 				t.Errorf("%s: key %x in %q", step, k, loc.file)
 			}

@@ -40,12 +40,12 @@ type rowIDs struct {
 
 func (r *rowIDs) reset() { *r = rowIDs{} }
 
-// oldRowIDs returns, by key, the row id of the current row of each live
-// key whose row the buffer replaces (an update), nil on format 2. A key
-// the buffer deletes and inserts again is a new row.
-func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState, locs map[string]location) (map[string]int64, error) {
+// oldRowIDs sets the row id (keyState.rowID) of the current row of each
+// live key whose row the buffer replaces (an update); none on format 2. A
+// key the buffer deletes and inserts again is a new row.
+func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState) error {
 	if tbl.Metadata().Version() < 3 {
-		return nil, nil
+		return nil
 	}
 	r := &u.rowIDs
 	if r.first == nil {
@@ -56,35 +56,34 @@ func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState, 
 		if !st.live || deletedInBuffer(st) {
 			continue
 		}
-		if loc, ok := locs[string(st.key)]; ok {
-			byFile[loc.file] = append(byFile[loc.file], st)
+		if st.indexed {
+			byFile[st.loc.file] = append(byFile[st.loc.file], st)
 		}
 	}
-	out := make(map[string]int64, len(keys))
 	for path, sts := range byFile {
 		ids, err := r.explicit(fs, path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		first, known := int64(0), false
 		for _, st := range sts {
-			pos := locs[string(st.key)].pos
+			pos := st.loc.pos
 			if pos < int64(len(ids)) && ids[pos] != noRowID {
-				out[string(st.key)] = ids[pos]
+				st.rowID, st.hasRowID = ids[pos], true
 				continue
 			}
 			if !known {
 				if first, err = r.firstRowID(fs, tbl, u.data[path]); err != nil {
-					return nil, err
+					return err
 				}
 				known = true
 			}
 			if first >= 0 {
-				out[string(st.key)] = first + pos
+				st.rowID, st.hasRowID = first+pos, true
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // deletedInBuffer reports whether one of st's changes is a delete.

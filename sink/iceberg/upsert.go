@@ -245,6 +245,13 @@ type keyState struct {
 	// unchanged values), left undecoded (row is nil): writeRows decodes it
 	// straight into Parquet values (rowCodec) where it can.
 	direct *change
+	// loc is where the key's current row in the table is, when indexed
+	// (stage); rowID is that row's _row_id, kept by the live row that
+	// replaces it, when hasRowID (format 3: oldRowIDs).
+	loc      location
+	indexed  bool
+	rowID    int64
+	hasRowID bool
 	// one holds changes while the key has a single one (most keys).
 	one [1]*change
 }
@@ -520,7 +527,7 @@ func (p *plan) empty() bool {
 
 // stage folds buf and writes its data files and deletes against tbl.
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
-	_, keys, err := u.fold(buf)
+	states, keys, err := u.fold(buf)
 	if err != nil {
 		return nil, badData(err)
 	}
@@ -541,32 +548,30 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}()
 	// Where each key's current row is, and which positions that deletes.
 	deleted := map[string][]int64{}
-	locs := make(map[string]location)
 	lookup := make([][]byte, len(keys))
 	for i, st := range keys {
 		lookup[i] = st.key
 	}
-	err = u.idx.getMany(lookup, func(k []byte, loc location) error {
+	err = u.idx.getMany(lookup, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
 				fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
 					loc.file, identString(tbl.Identifier())))
 		}
-		locs[string(k)] = loc
+		keys[i].loc, keys[i].indexed = loc, true
 		deleted[loc.file] = append(deleted[loc.file], loc.pos)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := u.resolveUnchanged(fs, tbl, keys, locs); err != nil {
+	if err := u.resolveUnchanged(fs, tbl, states, keys); err != nil {
 		return nil, err
 	}
-	oldIDs, err := u.oldRowIDs(fs, tbl, keys, locs)
-	if err != nil {
+	if err := u.oldRowIDs(fs, tbl, keys); err != nil {
 		return nil, err
 	}
-	if err := u.writeRows(w, wfs, tbl, keys, oldIDs, p); err != nil {
+	if err := u.writeRows(w, wfs, tbl, keys, p); err != nil {
 		return nil, err
 	}
 	for _, st := range keys {
@@ -598,15 +603,15 @@ func (st *keyState) unchangedColumns() []int {
 
 // resolveUnchanged fills unchanged values from the current rows of the
 // keys they come from (the key's own, or an old key's before a key change).
-func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*keyState, locs map[string]location) error {
+func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[string]*keyState, keys []*keyState) error {
 	byFile := map[string]map[int64]bool{}
 	for _, st := range keys {
 		need := st.unchangedColumns()
 		if len(need) == 0 {
 			continue
 		}
-		loc, ok := locs[string(st.from)]
-		if !ok {
+		src := states[string(st.from)]
+		if src == nil || !src.indexed {
 			whose := "its key"
 			if !bytes.Equal(st.from, st.key) {
 				whose = "the key it changed from"
@@ -614,10 +619,10 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*key
 			return badData(fmt.Errorf("iceberg: %s column %q arrived as unchanged, but the table has no row for %s to take the value from",
 				st.table.QualifiedName(), st.table.Columns[need[0]].Name, whose))
 		}
-		if byFile[loc.file] == nil {
-			byFile[loc.file] = map[int64]bool{}
+		if byFile[src.loc.file] == nil {
+			byFile[src.loc.file] = map[int64]bool{}
 		}
-		byFile[loc.file][loc.pos] = true
+		byFile[src.loc.file][src.loc.pos] = true
 	}
 	if len(byFile) == 0 {
 		return nil
@@ -643,7 +648,7 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*key
 		if len(need) == 0 {
 			continue
 		}
-		cur := current[locs[string(st.from)]]
+		cur := current[states[string(st.from)].loc]
 		for _, ci := range need {
 			name := st.table.Columns[ci].Name
 			found := false
@@ -663,8 +668,8 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, keys []*key
 
 // writeRows writes every live key's row into new data files, sorted by key,
 // and stages their index entries. On format 3 the files carry the row
-// lineage columns: an updated row keeps its old _row_id (oldIDs, by key).
-func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, oldIDs map[string]int64, p *plan) error {
+// lineage columns: an updated row keeps its old _row_id (keyState.rowID).
+func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, p *plan) error {
 	live := make([]*keyState, 0, len(keys))
 	for _, st := range keys {
 		if st.live {
@@ -720,11 +725,11 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		var ids []int64 // the file's explicit row ids, for a later update
 		for i, st := range o.pending {
 			p.batch.set(st.key, location{file: o.path, pos: int64(i)})
-			if id, ok := oldIDs[string(st.key)]; ok {
+			if st.hasRowID {
 				if ids == nil {
 					ids = slices.Repeat([]int64{noRowID}, len(o.pending))
 				}
-				ids[i] = id
+				ids[i] = st.rowID
 			}
 		}
 		if lineage {
@@ -784,8 +789,8 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 				}
 				// A row the codec refuses takes the generic path, which
 				// names what is wrong with it.
-				if id, ok := oldIDs[string(st.key)]; ok && lineage {
-					err = o.d.addAvroRowID(c, st.direct.info.After, idLeaf, idCol, id)
+				if st.hasRowID && lineage {
+					err = o.d.addAvroRowID(c, st.direct.info.After, idLeaf, idCol, st.rowID)
 				} else {
 					err = o.d.addAvro(c, st.direct.info.After)
 				}
@@ -814,8 +819,8 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			colsOf[st.table] = vc
 		}
 		vals := make([]any, len(fileSc.Fields()))
-		if id, ok := oldIDs[string(st.key)]; ok && lineage {
-			vals[len(fields)] = id // _row_id follows the table's fields
+		if st.hasRowID && lineage {
+			vals[len(fields)] = st.rowID // _row_id follows the table's fields
 		}
 		for fi, ci := range vc.cols {
 			if ci >= 0 {
