@@ -378,9 +378,11 @@ func (e *Engine) Checkpoint(ctx context.Context, durable source.Position) error 
 		changed = r.checkpoint(durable) || changed
 	}
 	keep := e.runs[:0]
+	var ended []*run
 	for _, r := range e.runs {
 		if r.finished && len(r.emitted) == 0 && len(r.reread) == 0 && (!r.rec.Replace || r.rec.ResetDone) {
 			e.finishLocked(r)
+			ended = append(ended, r)
 			changed = true
 			continue
 		}
@@ -395,7 +397,16 @@ func (e *Engine) Checkpoint(ctx context.Context, durable source.Position) error 
 	if !changed {
 		return nil
 	}
-	return e.save(ctx)
+	if err := e.save(ctx); err != nil {
+		return err
+	}
+	// Said once saved: a run said to be done is not run again after a
+	// crash (nor said to be done twice).
+	for _, r := range ended { // no longer in e.runs: nothing changes them
+		e.logger.Info("snapshot done", "table", r.rec.Table, "rows", r.rec.Rows, "replace", r.rec.Replace,
+			"took", time.Since(r.rec.Started).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // checkpoint moves what durable covers into the saved record.
@@ -423,10 +434,8 @@ func (r *run) checkpoint(durable source.Position) bool {
 	return changed
 }
 
-// finishLocked logs a run's end and keeps it for status.
+// finishLocked keeps a run's end for status.
 func (e *Engine) finishLocked(r *run) {
-	took := time.Since(r.rec.Started).Round(time.Millisecond)
-	e.logger.Info("snapshot done", "table", r.rec.Table, "rows", r.rec.Rows, "replace", r.rec.Replace, "took", took)
 	p := r.progress(e.paused)
 	p.State, p.Percent, p.ETA, p.Finished = "done", 100, 0, time.Now().UTC()
 	e.finished = append(e.finished, p)
