@@ -216,6 +216,7 @@ func runReaderUntil(ctx context.Context, r *postgres.Reader, e source.Emitter, d
 
 type loadMeasure struct {
 	rate, cpuUs, peakMB float64
+	serverUs            float64 // the database server's CPU-µs per item, where measured
 }
 
 // measureLoad times fn over items: wall rate, this process's CPU per item

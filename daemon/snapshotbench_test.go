@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,9 +44,10 @@ func BenchmarkIncrementalIntoLog(b *testing.B) {
 			name string
 			m    loadMeasure
 		}{{"copy", res.raw}, {"load", res.load}, {"inc", res.inc}} {
-			b.Logf("%-4s %d rows: %.0f rows/s, %.2f CPU-µs/row, peak RSS %.0f MB", m.name, rows, m.m.rate, m.m.cpuUs, m.m.peakMB)
+			b.Logf("%-4s %d rows: %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), peak RSS %.0f MB", m.name, rows, m.m.rate, m.m.cpuUs, m.m.serverUs, m.m.peakMB)
 			b.ReportMetric(m.m.rate, m.name+"-rows/s")
 			b.ReportMetric(m.m.cpuUs, m.name+"-cpu-µs/row")
+			b.ReportMetric(m.m.serverUs, m.name+"-pg-cpu-µs/row")
 			b.ReportMetric(m.m.peakMB, m.name+"-peak-MB")
 		}
 		b.ReportMetric(res.inc.rate/res.load.rate, "inc/load")
@@ -65,7 +67,7 @@ func TestIncrementalBenchShort(t *testing.T) {
 	t.Parallel()
 	res := measureIncremental(t, 20_000, 2000)
 	for name, m := range map[string]loadMeasure{"copy": res.raw, "load": res.load, "incremental": res.inc} {
-		if m.rate <= 0 || m.cpuUs <= 0 {
+		if m.rate <= 0 || m.cpuUs <= 0 || m.serverUs <= 0 {
 			t.Errorf("%s: a figure is not positive: %+v", name, m)
 		}
 	}
@@ -91,7 +93,8 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	names := pgtest.Names(tb)
 	var res incrementalResult
 	var err error
-	if res.raw, err = measureLoad(rows, func() error {
+	server := serverCPU(tb, conn)
+	if res.raw, err = server.measure(rows, func() error {
 		_, err := conn.PgConn().CopyTo(ctx, io.Discard, "COPY bench TO STDOUT (FORMAT binary)")
 		return err
 	}); err != nil {
@@ -102,7 +105,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	r := postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot + "_load", Publication: names.Publication, Tables: []string{"bench"},
 		Snapshot: true, SpillDir: tb.TempDir(), HeartbeatInterval: -1}, e.state, slog.New(slog.DiscardHandler))
 	stopLoad := cpuProfile(tb, os.Getenv("CDCD_BENCH_LOAD_CPU"))
-	res.load, err = measureLoad(rows, func() error { return loadUntilStreaming(ctx, r, e) })
+	res.load, err = server.measure(rows, func() error { return loadUntilStreaming(ctx, r, e) })
 	stopLoad()
 	if err != nil {
 		tb.Fatal(err)
@@ -140,7 +143,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	res.idle = lag.take()
 	stop := cpuProfile(tb, os.Getenv("CDCD_BENCH_INC_CPU"))
 	before := e.produced.Load()
-	res.inc, err = measureLoad(rows, func() error {
+	res.inc, err = server.measure(rows, func() error {
 		if err := r.Snapshots().Submit(ctx, snapshot.Request{Table: "public.bench", Origin: "bench"}); err != nil {
 			return err
 		}
@@ -276,4 +279,56 @@ func benchEnvInt(name string) int {
 func splitRows() int {
 	n, _ := strconv.Atoi(os.Getenv("CDCD_BENCH_SPLIT_ROWS"))
 	return n
+}
+
+// pgCPU reads the CPU time of a test server's processes: the postmaster's
+// own and its reaped children's, and its live children's.
+type pgCPU struct{ postmaster int }
+
+// serverCPU finds the postmaster of conn's server (its backend's parent).
+func serverCPU(tb testing.TB, conn *pgx.Conn) pgCPU {
+	backend := int(conn.PgConn().PID())
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(backend) + "/stat")
+	if err != nil {
+		tb.Fatalf("the server's CPU: %v", err)
+	}
+	f := statFields(b)
+	ppid, _ := strconv.Atoi(f[1])
+	return pgCPU{postmaster: ppid}
+}
+
+// statFields are /proc/PID/stat's fields after the command: state, ppid, …
+func statFields(b []byte) []string {
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// used is the server's CPU time so far.
+func (p pgCPU) used() time.Duration {
+	ticks := func(f []string, from, to int) (n int64) {
+		for i := from; i <= to && i < len(f); i++ {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			n += v
+		}
+		return n
+	}
+	var total int64
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(p.postmaster) + "/stat"); err == nil {
+		total += ticks(statFields(b), 11, 14) // utime, stime, cutime, cstime
+	}
+	kids, _ := os.ReadFile("/proc/" + strconv.Itoa(p.postmaster) + "/task/" + strconv.Itoa(p.postmaster) + "/children")
+	for _, kid := range strings.Fields(string(kids)) {
+		if b, err := os.ReadFile("/proc/" + kid + "/stat"); err == nil {
+			total += ticks(statFields(b), 11, 12)
+		}
+	}
+	return time.Duration(total) * time.Second / 100 // USER_HZ
+}
+
+// measure is measureLoad with the server's CPU per item.
+func (p pgCPU) measure(items int, fn func() error) (loadMeasure, error) {
+	before := p.used()
+	m, err := measureLoad(items, fn)
+	m.serverUs = float64((p.used() - before).Microseconds()) / float64(items)
+	return m, err
 }

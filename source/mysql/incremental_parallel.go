@@ -20,9 +20,10 @@ type myParallel struct{ *myDatabase }
 
 var _ snapshot.Parallel = (*myParallel)(nil)
 
-// Bound implements snapshot.Parallel: the key Limit-1 rows into the range
-// chunk q, in its order (nil: fewer rows are left).
-func (d *myParallel) Bound(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (snapshot.Key, error) {
+// Bounds implements snapshot.Parallel: the keys Limit-1, 2·Limit-1, …
+// rows into the range chunk q, in its order (fewer: fewer rows are left),
+// one query each after one description of the table.
+func (d *myParallel) Bounds(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery, n int) ([]snapshot.Key, error) {
 	desc, err := d.describe(ctx, name)
 	if err != nil {
 		return nil, err
@@ -32,17 +33,25 @@ func (d *myParallel) Bound(ctx context.Context, name string, _ *snapshot.Table, 
 	for i, k := range desc.table.Key {
 		sel[i] = selectExpr(&desc.cols[k], keys[i])
 	}
-	where, args, err := rangeWhere(desc, q)
-	if err != nil {
-		return nil, err
+	var out []snapshot.Key
+	for len(out) < n {
+		where, args, err := rangeWhere(desc, q)
+		if err != nil {
+			return nil, err
+		}
+		text := "SELECT " + strings.Join(sel, ", ") + " FROM " + desc.ident() + " WHERE " + where +
+			" ORDER BY " + strings.Join(keys, ", ") + " LIMIT 1 OFFSET ?"
+		p := &snapshot.Plan{}
+		if err := readKey(ctx, d.db, desc, text, append(args, int64(q.Limit-1)), name, q.Where, p); err != nil {
+			return nil, err
+		}
+		if p.Upper == nil {
+			break
+		}
+		out = append(out, p.Upper)
+		q.After = p.Upper
 	}
-	text := "SELECT " + strings.Join(sel, ", ") + " FROM " + desc.ident() + " WHERE " + where +
-		" ORDER BY " + strings.Join(keys, ", ") + " LIMIT 1 OFFSET ?"
-	p := &snapshot.Plan{}
-	if err := readKey(ctx, d.db, desc, text, append(args, int64(q.Limit-1)), name, q.Where, p); err != nil {
-		return nil, err
-	}
-	return p.Upper, nil
+	return out, nil
 }
 
 // Reader implements snapshot.Parallel.

@@ -204,11 +204,10 @@ func keyColumns(ct *catalogTable) []string {
 	return out
 }
 
-// ReadChunk implements snapshot.Database. A range chunk of at least
-// SplitRows rows is read in two halves at once, the second on a connection
-// of its own in the same snapshot (exported by the first): one connection
-// reads a chunk at about half the speed the COPY initial load's workers
-// read together, and the read was most of an incremental snapshot's time.
+// ReadChunk implements snapshot.Database. With SplitRows set, a range
+// chunk of at least SplitRows rows is read in two halves at once, the
+// second on a connection of its own in the same snapshot (exported by the
+// first).
 func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
 	tx, snap, ct, err := d.readTx(ctx, name)
 	if err != nil {
@@ -243,8 +242,12 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 	return res, nil
 }
 
-// defaultSplitRows is IncrementalConfig.SplitRows's default.
-const defaultSplitRows = 4096
+// defaultSplitRows is IncrementalConfig.SplitRows's default: never. The
+// halves were for one chunk read at a time; with several range chunks read
+// at once (snapshot.Parallel) they only added work: the OFFSET read of
+// half a chunk's keys, an exported snapshot and its import, about 0.5
+// PostgreSQL CPU-µs a row of the benchmark table (BENCHMARKS.md).
+const defaultSplitRows = -1
 
 // splitPoint finds the key that begins the second half of a range chunk
 // (the row after its first half) and exports the chunk's snapshot; ok is

@@ -2,8 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,29 +19,61 @@ import (
 
 var _ snapshot.Parallel = (*pgDatabase)(nil)
 
-// Bound implements snapshot.Parallel: the key Limit-1 rows into the range
-// chunk q, in its order (an index-only read of the keys).
-func (d *pgDatabase) Bound(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (snapshot.Key, error) {
+// Bounds implements snapshot.Parallel: the keys Limit-1, 2·Limit-1, …
+// rows into the range chunk q, in its order, from one index read of n·Limit
+// keys (and one description of the table for the n chunks).
+func (d *pgDatabase) Bounds(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery, n int) ([]snapshot.Key, error) {
 	ct, err := describeByName(ctx, d.conn, name)
 	if err != nil {
 		return nil, err
 	}
-	sql, err := keyAtSQL(ct, nil, q, q.Limit-1)
+	sql, err := boundsSQL(ct, q, n)
 	if err != nil {
 		return nil, err
 	}
-	k := make(snapshot.Key, len(ct.key))
-	ptrs := make([]any, len(k))
-	for i := range k {
-		ptrs[i] = &k[i]
-	}
-	switch err := d.conn.QueryRow(ctx, sql).Scan(ptrs...); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
+	rows, err := d.conn.Query(ctx, sql)
+	if err != nil {
 		return nil, queryError(name, q.Where, err)
 	}
-	return k, nil
+	defer rows.Close()
+	var out []snapshot.Key
+	for rows.Next() {
+		k := make(snapshot.Key, len(ct.key))
+		ptrs := make([]any, len(k))
+		for i := range k {
+			ptrs[i] = &k[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, queryError(name, q.Where, err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(name, q.Where, err)
+	}
+	return out, nil
+}
+
+// boundsSQL selects the text of every q.Limit-th key of the next n·q.Limit
+// in range chunk q's order (the key's collations are the columns', as in
+// the chunks' ORDER BY).
+func boundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n int) (string, error) {
+	keys := keyColumns(ct)
+	inner := make([]string, len(keys))
+	outer := make([]string, len(keys))
+	for i, k := range keys {
+		inner[i] = k + " AS k" + strconv.Itoa(i)
+		outer[i] = "(b.k" + strconv.Itoa(i) + ")::text"
+	}
+	where, err := chunkWhere(ct, q)
+	if err != nil {
+		return "", err
+	}
+	order := strings.Join(keys, ", ")
+	return "SELECT " + strings.Join(outer, ", ") + " FROM (SELECT " + strings.Join(inner, ", ") +
+		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.ident() + " AS " + tableAlias +
+		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order + " LIMIT " + strconv.Itoa(n*q.Limit) +
+		") AS b WHERE b.n % " + strconv.Itoa(q.Limit) + " = 0 ORDER BY b.n", nil
 }
 
 // Reader implements snapshot.Parallel.

@@ -31,7 +31,8 @@ type IncrementalConfig struct {
 	// ChunkRows is the most rows a chunk reads; default 8192.
 	ChunkRows int
 	// SplitRows is the smallest range chunk read in two halves at once (on
-	// two connections, in one snapshot); default 4096, negative: never.
+	// two connections, in one snapshot); default and negative: never
+	// (range chunks are read Ahead at once instead).
 	SplitRows int
 	// Ahead is how many range chunks are read at once, each on a
 	// connection of its own between watermarks of its own; default 3

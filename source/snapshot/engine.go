@@ -122,9 +122,11 @@ type Database interface {
 // start before this one's read ends.
 type Parallel interface {
 	Database
-	// Bound returns the key at q.Limit-1 in the order of range chunk q
-	// (nil: fewer rows are left). Called from the engine's goroutine.
-	Bound(ctx context.Context, table string, t *Table, q ChunkQuery) (Key, error)
+	// Bounds returns the keys q.Limit-1, 2·q.Limit-1, … n·q.Limit-1 rows
+	// into the order of range chunk q: where the next n range chunks end
+	// (fewer: fewer rows are left), in one read. Called from the engine's
+	// goroutine.
+	Bounds(ctx context.Context, table string, t *Table, q ChunkQuery, n int) ([]Key, error)
 	// Reader opens a connection of its own that writes watermarks and
 	// reads chunks (one at a time) beside the others.
 	Reader(ctx context.Context) (ChunkReader, error)

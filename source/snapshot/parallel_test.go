@@ -19,20 +19,23 @@ var parallelReads bool
 // parallelDB is a fakeDB read by several chunks at once.
 type parallelDB struct{ *fakeDB }
 
-func (p *parallelDB) Bound(_ context.Context, _ string, _ *Table, q ChunkQuery) (Key, error) {
+func (p *parallelDB) Bounds(_ context.Context, _ string, _ *Table, q ChunkQuery, want int) ([]Key, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	parse := func(k Key) int64 { v, _ := strconv.ParseInt(k[0], 10, 64); return v }
 	n := 0
+	var out []Key
 	for _, k := range p.keysLocked() {
 		if q.After != nil && k <= parse(q.After) || k > parse(q.Upper) {
 			continue
 		}
-		if n++; n == q.Limit {
-			return Key{strconv.FormatInt(k, 10)}, nil
+		if n++; n%q.Limit == 0 {
+			if out = append(out, Key{strconv.FormatInt(k, 10)}); len(out) == want {
+				break
+			}
 		}
 	}
-	return nil, nil
+	return out, nil
 }
 
 func (p *parallelDB) Reader(context.Context) (ChunkReader, error) { return fakeReader{p.fakeDB}, nil }

@@ -38,6 +38,11 @@ type run struct {
 	cursor    Key
 	cursorSet bool
 	readEnd   bool
+	// bounds are where the next range chunks after cursor end (Parallel
+	// databases), read boundBatch at a time; boundsLast once the read
+	// returned fewer: after them, less than a chunk is left.
+	bounds     []Key
+	boundsLast bool
 	// epoch counts the range's restarts after a chunk read again (from 1);
 	// cancelEpoch is the epoch whose later chunks the stream refuses.
 	epoch, cancelEpoch int
@@ -66,6 +71,14 @@ type rereadKey struct {
 	// maybe: added only because a window was open; the window's chunk
 	// forgets it if the key is after the chunk (a later chunk reads it).
 	maybe bool
+}
+
+// moveCursor puts the range cursor at the last key emitted: the next
+// range chunk reads after it (bounds found from elsewhere are dropped).
+func (r *run) moveCursor() {
+	r.cursor, r.readEnd, r.cursorSet = r.readLast, r.rangeDone, true
+	r.bounds, r.boundsLast = nil, false
+	r.epoch++
 }
 
 func newRun(rec *record) *run {

@@ -160,8 +160,7 @@ func (e *Engine) step(ctx context.Context, db Database, pool *readers, r *run) e
 func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *run) error {
 	if !r.cursorSet {
 		e.mu.Lock()
-		r.cursor, r.readEnd, r.cursorSet = r.readLast, r.rangeDone, true
-		r.epoch++
+		r.moveCursor()
 		e.mu.Unlock()
 	}
 	for len(r.ahead) < e.cfg.Ahead && !r.readEnd {
@@ -222,8 +221,7 @@ func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *r
 		return err
 	}
 	e.mu.Lock()
-	r.cursor, r.readEnd = r.readLast, r.rangeDone
-	r.epoch++
+	r.moveCursor()
 	e.mu.Unlock()
 	return nil
 }
