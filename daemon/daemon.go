@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/config"
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/internal/pgident"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
@@ -158,6 +159,9 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			Snapshot: pg.Snapshot == "initial", HeartbeatInterval: heartbeat,
 			SpillDir: filepath.Join(cfg.DataDir, "spill"), Incremental: incrementalConfig(pg),
 			KeepsDefault: keepsDefault,
+			// Crash tests only (failpoint builds; 0 elsewhere: the defaults).
+			SnapshotChunkRows: int64(failpoint.Knob("LOAD_CHUNK_ROWS")),
+			StatusInterval:    time.Duration(failpoint.Knob("STATUS_INTERVAL_MS")) * time.Millisecond,
 		}, d.state, logger)
 	}
 	d.sink = iceberg.New(iceberg.Config{

@@ -5,7 +5,7 @@
 // `go test -tags cdcd_failpoints ./...` (make test does). Without the tag,
 // as in `make build` and the release image, Hit compiles to nothing and
 // CDCD_FAILPOINTS is never read, so a shipped binary cannot be told to kill
-// itself by its environment.
+// itself by its environment. Knob (CDCD_KNOB_<name>) is read only there too.
 //
 // With the tag, points are inert unless the environment variable
 // CDCD_FAILPOINTS lists them: "name" kills at the first hit, "name@N" at the
@@ -19,3 +19,6 @@ const Env = "CDCD_FAILPOINTS"
 
 // BuildTag is the build tag that compiles failpoints in.
 const BuildTag = "cdcd_failpoints"
+
+// KnobPrefix begins the environment variables Knob reads.
+const KnobPrefix = "CDCD_KNOB_"

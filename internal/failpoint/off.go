@@ -7,3 +7,6 @@ const Enabled = false
 
 // Hit does nothing: this binary was built without cdcd_failpoints.
 func Hit(string) {}
+
+// Knob returns 0: this binary was built without cdcd_failpoints.
+func Knob(string) int { return 0 }

@@ -56,3 +56,12 @@ func Hit(name string) {
 		select {} // SIGKILL is not deliverable late; never continue
 	}
 }
+
+// Knob returns the integer in the environment variable KnobPrefix+name
+// (0 when unset or not a number): a test's setting of a value a user
+// cannot set, such as the initial load's chunk size, so a crash test can
+// reach a point a small table would pass too fast.
+func Knob(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(KnobPrefix + name))
+	return n
+}

@@ -409,6 +409,57 @@ func TestKilledDuringInitialLoad(t *testing.T) {
 	}
 }
 
+// TestKilledAfterLoadProgress: the daemon is killed (kill -9, a failpoint)
+// right after the COPY initial load saved its progress with durable
+// chunks and more to load: the path TestKilledDuringInitialLoad reaches
+// only when its kill comes late. The load reads 5,000-row chunks and saves
+// every 50 ms (test knobs), so the kill finds chunks in the log. Before the
+// restart, rows of the last chunk are updated and two deleted. The
+// restarted daemon must go on after the durable chunks: no reset marker
+// (no Replace), at most the rows of the chunks not durable read again,
+// and the Iceberg table equal to the source by iceberg-go's scan.
+func TestKilledAfterLoadProgress(t *testing.T) {
+	t.Parallel()
+	const rows, chunk = 60000, 5000
+	p := newPipeline(t, pipelineOptions{DDL: fmt.Sprintf(`CREATE TABLE doc (id int PRIMARY KEY, v text);
+		INSERT INTO doc SELECT g, 'v' || g FROM generate_series(1, %d) g;
+		ANALYZE doc`, rows), Tables: []string{"public.doc"}, SourceExtra: "incremental: {chunk_rows: 2000}"})
+	p.startArmed("source.load-progress-saved",
+		failpoint.KnobPrefix+"LOAD_CHUNK_ROWS="+strconv.Itoa(chunk), failpoint.KnobPrefix+"STATUS_INTERVAL_MS=50")
+	if code := p.exited(3 * time.Minute); code == 0 {
+		t.Fatal("the daemon did not die at the failpoint")
+	}
+	if !p.logContains("failpoint: killing the process at source.load-progress-saved") {
+		t.Fatal("the daemon did not die at source.load-progress-saved")
+	}
+	p.exec(`UPDATE doc SET v = 'changed' WHERE id > 59000`)
+	p.exec(`DELETE FROM doc WHERE id IN (59950, 59951)`)
+	p.start()
+	done := p.snapshotsDone(1, 3*time.Minute)
+	durable := 0
+	if m := regexp.MustCompile(`resuming the initial load.* chunks_done=(\d+)`).FindStringSubmatch(p.logTail(5_000_000)); m != nil {
+		durable, _ = strconv.Atoi(m[1])
+	}
+	switch {
+	case durable < 1:
+		t.Fatalf("the load was killed after saving durable chunks, yet the restart resumed after %d", durable)
+	case len(done) != 1 || done[0].Origin != "load-resumed":
+		t.Errorf("snapshots %+v, want one of public.doc", done)
+	case done[0].Replace:
+		t.Errorf("%d chunks of %d were durable, yet the snapshot %+v replaced the table", durable, chunk, done[0])
+	case done[0].Rows > int64(rows-chunk*durable):
+		t.Errorf("%d chunks of %d were durable, yet the snapshot read %d rows (at most %d are not durable)", durable, chunk, done[0].Rows, rows-chunk*durable)
+	case done[0].Rows == 0:
+		t.Errorf("the snapshot read no rows: the load's tail was never read")
+	}
+	t.Logf("%d chunks durable at the kill; the snapshot read %d rows", durable, done[0].Rows)
+	if !p.logContains("the initial load of a table goes on after its durable chunks") {
+		t.Error("the daemon's log does not tell that the load went on after its durable chunks")
+	}
+	p.waitCaughtUp()
+	p.requireMirror()
+}
+
 // The cdcd binary built with failpoints, once per test binary.
 var fpBuild struct {
 	once sync.Once
@@ -418,7 +469,7 @@ var fpBuild struct {
 
 // startArmed starts the daemon built with failpoints, points armed (the
 // syntax of failpoint.Env).
-func (p *pipeline) startArmed(points string) {
+func (p *pipeline) startArmed(points string, env ...string) {
 	p.t.Helper()
 	fpBuild.once.Do(func() {
 		dir, err := os.MkdirTemp("", "cdcd-faultsuite-fpbin-")
@@ -432,5 +483,5 @@ func (p *pipeline) startArmed(points string) {
 		p.t.Fatal(fpBuild.err)
 	}
 	fmt.Fprintf(p.logFile, "---- faultsuite: start with failpoints %s\n", points)
-	p.child = cdcdtest.Start(p.t, fpBuild.bin, p.CfgPath, p.Admin, p.logFile, failpoint.Env+"="+points)
+	p.child = cdcdtest.Start(p.t, fpBuild.bin, p.CfgPath, p.Admin, p.logFile, append(env, failpoint.Env+"="+points)...)
 }

@@ -364,6 +364,9 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 				if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
 					return err
 				}
+				if seq+1 < total {
+					failpoint.Hit("source.load-progress-saved") // durable chunks, more to load
+				}
 				saved = time.Now()
 			}
 		}
