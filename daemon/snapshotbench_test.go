@@ -67,7 +67,7 @@ func TestIncrementalBenchShort(t *testing.T) {
 	t.Parallel()
 	res := measureIncremental(t, 20_000, 2000)
 	for name, m := range map[string]loadMeasure{"copy": res.raw, "load": res.load, "incremental": res.inc} {
-		if m.rate <= 0 || m.cpuUs <= 0 || m.serverUs <= 0 {
+		if m.rate <= 0 || m.cpuUs <= 0 {
 			t.Errorf("%s: a figure is not positive: %+v", name, m)
 		}
 	}

@@ -364,7 +364,7 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 				if err := saveJSON(gctx, r.state, r.stateKey(), st); err != nil {
 					return err
 				}
-				if seq+1 < total {
+				if lp.Done > 0 && seq+1 < total {
 					failpoint.Hit("source.load-progress-saved") // durable chunks, more to load
 				}
 				saved = time.Now()
