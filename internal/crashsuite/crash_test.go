@@ -194,6 +194,24 @@ shutdown:
 	return path
 }
 
+// waitSlotCreated waits (up to three minutes) until replication slot slot
+// exists or the daemon c has exited (at an armed failpoint).
+func waitSlotCreated(t *testing.T, conn *pgx.Conn, slot string, c *cdcdtest.Child) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline) && !c.Exited(); time.Sleep(100 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+	if !c.Exited() {
+		t.Fatalf("the daemon did not create slot %s within three minutes", slot)
+	}
+}
+
 // runRound is one round: fresh database and data directory, kills kills,
 // then the checks.
 func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
@@ -282,6 +300,10 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 	if s.mode == "upsert" {
 		rc = startReconciler(bin, cfgPath)
 	}
+	// The first kill waits for the slot: creating it waits for the
+	// workload's long transactions to end, and on a loaded machine every
+	// kill of a run came before that once, so none met the sink.
+	waitSlotCreated(t, connect(), names.Slot, c)
 	random, byPoint := 0, 0
 	for i := 0; i < kills; i++ {
 		wait := time.Duration(300+rng.IntN(2200)) * time.Millisecond
