@@ -527,7 +527,11 @@ func (p *plan) empty() bool {
 
 // stage folds buf and writes its data files and deletes against tbl.
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
-	states, keys, err := u.fold(buf)
+	keys, inserts, err := u.foldInserts(buf)
+	var states map[string]*keyState // a buffer of inserts needs none: no key takes values from another
+	if err == nil && !inserts {
+		states, keys, err = u.fold(buf)
+	}
 	if err != nil {
 		return nil, badData(err)
 	}
