@@ -61,8 +61,9 @@ func idFilter(ids []int32) iceberggo.BooleanExpression {
 }
 
 // damageRewrite rewrites the data file holding row id with column col of
-// that row set to value (a copy-on-write overwrite).
-func (p *pipeline) damageRewrite(sourceTable string, id int32, col, value string) {
+// that row set to value (a copy-on-write overwrite): a string, float32 or
+// float64, as the column's type is.
+func (p *pipeline) damageRewrite(sourceTable string, id int32, col string, value any) {
 	p.t.Helper()
 	cat := p.openCatalog()
 	defer closeCatalog(cat)
@@ -80,7 +81,16 @@ func (p *pipeline) damageRewrite(sourceTable string, id int32, col, value string
 		if name != col {
 			return false
 		}
-		b.(*array.StringBuilder).Append(value)
+		switch v := value.(type) {
+		case string:
+			b.(*array.StringBuilder).Append(v)
+		case float32:
+			b.(*array.Float32Builder).Append(v)
+		case float64:
+			b.(*array.Float64Builder).Append(v)
+		default:
+			p.t.Fatalf("damage: a %T value", value)
+		}
 		return true
 	})
 	defer rec.Release()
