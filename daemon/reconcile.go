@@ -37,6 +37,10 @@ type ReconcileOptions struct {
 	// the wait for each (default 1h).
 	Repair        RepairSnapshots
 	RepairTimeout time.Duration
+	// Running, when set, says whether the pipeline's daemon runs (the
+	// CLI: its admin API answers). A MySQL source asks it when the server
+	// lists no binlog dump (reconcile.MySQLConfig.Running).
+	Running func(ctx context.Context) bool
 }
 
 // Reconcile compares the pipeline's tables with their sources, reading
@@ -70,7 +74,7 @@ func reconcileTables(ctx context.Context, cfg *config.Config, opts ReconcileOpti
 		name := specs[i].Source
 		specs[i].Busy = func(ctx context.Context) (string, error) { return busy.why(ctx, name) }
 	}
-	src, err := openReconcileSource(ctx, cfg, busy)
+	src, err := openReconcileSource(ctx, cfg, busy, opts.Running)
 	if err != nil {
 		return nil, err
 	}
@@ -257,12 +261,13 @@ type reconcileSource interface {
 }
 
 // openReconcileSource connects to the pipeline's source; a MySQL source
-// reads the pipeline's checkpoint from the log's state (busy).
-func openReconcileSource(ctx context.Context, cfg *config.Config, busy *busyState) (reconcileSource, error) {
+// reads the pipeline's checkpoint from the log's state (busy) and asks
+// running whether the daemon runs when no binlog dump is listed.
+func openReconcileSource(ctx context.Context, cfg *config.Config, busy *busyState, running func(context.Context) bool) (reconcileSource, error) {
 	if my := cfg.Source.MySQL; my != nil {
 		return reconcile.OpenMySQL(ctx, reconcile.MySQLConfig{DSN: my.DSN, Flavor: my.Flavor,
-			StatementTimeout: cfg.Reconcile.StatementTimeout,
-			Checkpoint:       func(ctx context.Context) ([]byte, error) { return busy.value(ctx, "mysql/checkpoint") }})
+			StatementTimeout: cfg.Reconcile.StatementTimeout, Running: running,
+			Checkpoint: func(ctx context.Context) ([]byte, error) { return busy.value(ctx, "mysql/checkpoint") }})
 	}
 	pg := cfg.Source.Postgres
 	if pg == nil {

@@ -79,7 +79,8 @@ func (d *Daemon) startReconcile(req ReconcileRequest) error {
 // runReconcile compares the tables now and records the reports.
 func (d *Daemon) runReconcile(ctx context.Context, req ReconcileRequest) {
 	logger := d.logger.With("component", "reconcile")
-	opts := ReconcileOptions{Tables: req.Tables}
+	// This daemon runs: a MySQL reader not connected yet is connecting.
+	opts := ReconcileOptions{Tables: req.Tables, Running: func(context.Context) bool { return true }}
 	if req.Repair {
 		opts.Repair = engineSnapshots{d}
 	}

@@ -50,6 +50,12 @@ type MySQLConfig struct {
 	// Checkpoint reads the pipeline's checkpoint as source/mysql saves it
 	// (its state "mysql/checkpoint"; nil when none is saved yet).
 	Checkpoint func(ctx context.Context) ([]byte, error)
+	// Running, when set, says whether the pipeline's daemon runs (the
+	// CLI asks its admin API). It is asked only when the server lists no
+	// binlog dump: a daemon just started has not connected its reader
+	// yet, and without asking it would be taken for stopped. nil: no
+	// binlog dump means the pipeline is stopped.
+	Running func(ctx context.Context) bool
 }
 
 // MySQL reads ranges of MySQL / MariaDB tables, hashed in the server.
@@ -296,9 +302,10 @@ func (m *MySQL) rollback(c *sql.Conn) {
 }
 
 // Covered says whether the pipeline's checkpoint contains high's GTID
-// position, and whether a binlog reader of this DSN's user is connected
-// (the pipeline; the processlist shows a user's own threads without the
-// PROCESS privilege).
+// position, and whether the pipeline runs: a binlog reader of this DSN's
+// user is connected (the processlist shows a user's own threads without
+// the PROCESS privilege), or, when none is, MySQLConfig.Running says the
+// daemon runs (its reader is connecting: the caller waits for it).
 func (m *MySQL) Covered(ctx context.Context, high []byte) (bool, bool, error) {
 	want, err := m.parseSet(highGTID(high))
 	if err != nil {
@@ -312,7 +319,8 @@ func (m *MySQL) Covered(ctx context.Context, high []byte) (bool, bool, error) {
 	if err := m.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n); err != nil {
 		return false, false, fmt.Errorf("reconcile: read the processlist: %w", err)
 	}
-	return have != nil && have.Contain(want), n > 0, nil
+	running := n > 0 || m.cfg.Running != nil && m.cfg.Running(ctx)
+	return have != nil && have.Contain(want), running, nil
 }
 
 // Pending: the binlog past a stopped pipeline's checkpoint is not read

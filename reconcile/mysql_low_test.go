@@ -79,3 +79,44 @@ func TestMySQLKeyReadsFreshLow(t *testing.T) {
 		t.Errorf("a key read's Low is %x, want %x: one past the checkpoint as it is now", keys.Low, want)
 	}
 }
+
+// TestMySQLCoveredAsksTheDaemon: with no binlog dump listed, the pipeline
+// is taken for running only when MySQLConfig.Running says its daemon
+// runs. A daemon just started has not connected its reader yet; taken
+// for stopped, its table was called not comparable ("the pipeline is
+// stopped") by a reconcile run right after the start.
+func TestMySQLCoveredAsksTheDaemon(t *testing.T) {
+	srv := mariadbtest.NewServer(t, mariadbserver.Options{})
+	dsn := mariadbtest.NewDBOn(t, srv)
+	root, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	var db, gtid string
+	if err := root.QueryRow("SELECT DATABASE(), @@GLOBAL.gtid_binlog_pos").Scan(&db, &gtid); err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	for _, daemon := range []bool{false, true} {
+		m, err := OpenMySQL(t.Context(), MySQLConfig{
+			DSN:        fmt.Sprintf("mysql://%s:%s@%s/%s", mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), db),
+			Checkpoint: func(context.Context) ([]byte, error) { return nil, nil }, // the pipeline read nothing yet
+			Running:    func(context.Context) bool { asked.Add(1); return daemon },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		covered, running, err := m.Covered(t.Context(), m.myHigh(gtid))
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if covered || running != daemon {
+			t.Errorf("no binlog dump, the daemon running %v: covered %v, running %v; want not covered, running %v", daemon, covered, running, daemon)
+		}
+	}
+	if asked.Load() != 2 {
+		t.Errorf("Running was asked %d times, want 2 (once per Covered without a dump)", asked.Load())
+	}
+}

@@ -71,13 +71,16 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer startProfiles(logger)() // CDCD_CPUPROFILE, CDCD_HEAPPROFILE
 	opts := daemon.ReconcileOptions{Tables: tables, RepairTimeout: *repairTimeout,
 		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk, SegmentRows: *segment}}
+	ac, acErr := adminURL(*admin, *cfgPath)
 	if *repair {
-		ac, err := adminURL(*admin, *cfgPath)
-		if err != nil {
-			fmt.Fprintln(stderr, "cdcd reconcile --repair:", err)
+		if acErr != nil {
+			fmt.Fprintln(stderr, "cdcd reconcile --repair:", acErr)
 			return exitUsage
 		}
 		opts.Repair = adminSnapshots{ac}
+	}
+	if acErr == nil {
+		opts.Running = daemonRunning(ac, cfg.Pipeline)
 	}
 	reps, err := daemon.Reconcile(ctx, cfg, opts, logger)
 	if err != nil {
@@ -107,6 +110,36 @@ func reconcileExit(reps []*reconcile.TableReport) int {
 		}
 	}
 	return code
+}
+
+// daemonRunning says whether the pipeline's daemon answers at its admin
+// API: /status names the pipeline, or the API refuses the request (a
+// token this command lacks: a daemon answers, though it cannot say
+// which). No answer: no daemon runs there.
+func daemonRunning(ac *adminClient, pipeline string) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		req, err := ac.newRequest(ctx, http.MethodGet, "/status", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := ac.do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return true
+		case http.StatusOK:
+			var st struct {
+				Pipeline string `json:"pipeline"`
+			}
+			return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&st) == nil && st.Pipeline == pipeline
+		}
+		return false
+	}
 }
 
 // adminSnapshots runs a repair's snapshots through the daemon's admin API.

@@ -3,8 +3,14 @@ package faultsuite
 import (
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,6 +125,63 @@ func TestReconcileMyFloatStream(t *testing.T) {
 		t.Errorf("a float damaged by one ulp: exit %d, want 4", code)
 	}
 	requireFound(t, reps[tb], nil, nil, map[string][]string{"11": {"f"}, "14": {"d"}})
+}
+
+// TestReconcileMyRightAfterStart: a reconcile run while the daemon is up
+// (its admin API answers) but its reader has not connected to the binlog
+// yet, with changes made while the daemon was stopped, compares the
+// table: it asks the daemon before calling the pipeline stopped, and
+// waits for the reader to catch up. Before, a reconcile in that moment
+// said "the pipeline is stopped" and could not compare the table (exit
+// 1). The reader is held at its start by LOCK TABLES cdcd_watermark WRITE
+// (it probes every table it uses with a SELECT, the watermark table too,
+// which the reconcile never reads), released when the reconcile asks the
+// daemon's /status, through
+// a proxy the reconcile is pointed at (--admin): without the question,
+// the reader stays held and the old code fails every time.
+func TestReconcileMyRightAfterStart(t *testing.T) {
+	t.Parallel()
+	p := newMyPipeline(t, myLedgerDDL, []string{"ledger"}, "")
+	tb := p.name + ".ledger"
+	p.start()
+	p.waitLoaded(tb)
+	p.stop()
+	p.sql("UPDATE ledger SET owner = CONCAT(owner, '+') WHERE id BETWEEN 100 AND 150", "INSERT INTO ledger VALUES (10000, 'new', 1, NOW())")
+
+	lock, err := p.db.Conn(p.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(p.ctx, "LOCK TABLES cdcd_watermark WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	var asked sync.Once
+	daemonAdmin := &url.URL{Scheme: "http", Host: p.Admin}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/status" {
+			asked.Do(func() {
+				if _, err := lock.ExecContext(p.ctx, "UNLOCK TABLES"); err != nil {
+					t.Errorf("unlock tables: %v", err)
+				}
+			})
+		}
+		httputil.NewSingleHostReverseProxy(daemonAdmin).ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+
+	p.start()
+	var dumps int
+	if err := p.db.QueryRowContext(p.ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&dumps); err != nil {
+		t.Fatal(err)
+	}
+	if dumps != 0 {
+		t.Fatalf("the reader dumps the binlog while the watermark table is locked: the test holds nothing back")
+	}
+	reps, code := p.reconcileReport("--admin", strings.TrimPrefix(proxy.URL, "http://"))
+	if r := reps[tb]; code != 0 || r == nil || !r.Equal() || r.Error != "" || r.Rows != 3001 || r.Unchecked != 0 {
+		t.Fatalf("a reconcile while the reader connects: exit %d, %+v; want equal, 3001 rows", code, r)
+	}
 }
 
 // myLedgerDDL is the damaged tables' shape on MariaDB.
