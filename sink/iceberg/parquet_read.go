@@ -491,6 +491,11 @@ func flatColumns(pf *parquet.File, fields []iceberg.NestedField) bool {
 // readRaw calls fn(position, values) for every row of a file whose fields
 // are all flat columns (flatColumns), with the values as stored, valid
 // until fn returns (the page they point into is released after).
+//
+// It takes the rows every column has buffered at once: a value read stays
+// valid until its column's buffer is filled again, which happens only once
+// all of them were used, and a row costs one copy per value, not a call
+// through peek and next (cdcd reconcile reads millions of rows).
 func readRaw(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, vals []parquet.Value) error) error {
 	r, err := newRowReader(pf, fields)
 	if err != nil {
@@ -498,20 +503,31 @@ func readRaw(pf *parquet.File, fields []iceberg.NestedField, fn func(pos int64, 
 	}
 	defer r.close()
 	vals := make([]parquet.Value, len(fields))
-	for {
-		if !r.nextGroup() {
-			return nil
-		}
+	for r.nextGroup() {
+		n := r.left
 		for i, st := range r.streams {
-			if vals[i], err = st.next(); err != nil {
-				return fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, err)
+			for st.i >= st.n {
+				if st.eof { // fewer values than the row group has rows
+					return fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, io.ErrUnexpectedEOF)
+				}
+				if err := st.fill(); err != nil {
+					return fmt.Errorf("iceberg: column %q: %w", r.fields[i].Name, err)
+				}
+			}
+			n = min(n, int64(st.n-st.i))
+		}
+		for range n {
+			for i, st := range r.streams {
+				vals[i] = st.buf[st.i]
+				st.i++
+			}
+			pos := r.pos
+			r.pos++
+			if err := fn(pos, vals); err != nil {
+				return err
 			}
 		}
-		r.left--
-		pos := r.pos
-		r.pos++
-		if err := fn(pos, vals); err != nil {
-			return err
-		}
+		r.left -= n
 	}
+	return nil
 }
