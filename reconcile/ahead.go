@@ -70,6 +70,12 @@ func (tr *tableRun) readAhead(ctx context.Context, lower Key, limit int) (*ahead
 			fast = false
 		}
 	}
+	if lower == nil { // every live row is kept: no slice grows by copies
+		n := int(min(int64(limit), max(live.Rows, 0)))
+		if a.hashes = make([]uint64, 0, n); fast {
+			a.ints = make([]int64, 0, n)
+		}
+	}
 	mr := newMirrorRow(t)
 	err = mr.scanTexts(ctx, live, func(mr *mirrorRow) error {
 		if len(a.hashes) >= limit {

@@ -24,6 +24,9 @@ type LiveSnapshot struct {
 	TopicID string
 	// Fields are the table's columns.
 	Fields []iceberg.NestedField
+	// Rows is how many live rows the snapshot holds: its data files'
+	// record counts less their deleted positions.
+	Rows int64
 
 	fs      icebergio.IO
 	files   []string
@@ -68,8 +71,12 @@ func ReadLive(ctx context.Context, tbl *table.Table, partitions int) (*LiveSnaps
 	if s.deleted, err = u.deletedPositions(ctx, fs, tbl); err != nil {
 		return nil, err
 	}
-	for path := range u.data {
+	for path, df := range u.data {
 		s.files = append(s.files, path)
+		s.Rows += df.Count()
+		if gone := s.deleted[path]; gone != nil {
+			s.Rows -= gone.Cardinality()
+		}
 	}
 	return s, nil
 }
