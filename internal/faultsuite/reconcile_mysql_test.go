@@ -147,6 +147,9 @@ func TestReconcileMyRightAfterStart(t *testing.T) {
 	p.waitLoaded(tb)
 	p.stop()
 	p.sql("UPDATE ledger SET owner = CONCAT(owner, '+') WHERE id BETWEEN 100 AND 150", "INSERT INTO ledger VALUES (10000, 'new', 1, NOW())")
+	// The stopped daemon's dump thread lingers until the server sends it
+	// an event (these writes) and finds the connection closed.
+	p.waitNoDump()
 
 	lock, err := p.db.Conn(p.ctx)
 	if err != nil {
@@ -181,6 +184,25 @@ func TestReconcileMyRightAfterStart(t *testing.T) {
 	reps, code := p.reconcileReport("--admin", strings.TrimPrefix(proxy.URL, "http://"))
 	if r := reps[tb]; code != 0 || r == nil || !r.Equal() || r.Error != "" || r.Rows != 3001 || r.Unchecked != 0 {
 		t.Fatalf("a reconcile while the reader connects: exit %d, %+v; want equal, 3001 rows", code, r)
+	}
+}
+
+// waitNoDump waits until the server lists no binlog dump.
+func (p *myPipeline) waitNoDump() {
+	p.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n int
+		if err := p.db.QueryRowContext(p.ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n); err != nil {
+			p.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatal("the stopped daemon's binlog dump is still listed after 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
