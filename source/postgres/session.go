@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -164,7 +165,7 @@ func (s *session) prepareSlot(ctx context.Context) (uint64, error) {
 		// (An unfinished slot goes away with its walsender, hence a slot
 		// that is gone by the time it is dropped.)
 		s.logger.Warn("the last run stopped while creating the slot; creating it again")
-		err := pglogrepl.DropReplicationSlot(ctx, s.repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true})
+		err := s.dropSlot(ctx)
 		if pe := (*pgconn.PgError)(nil); err != nil && !(errors.As(err, &pe) && pe.Code == "42704") {
 			return 0, fmt.Errorf("postgres: drop the half-created slot %s: %w", s.cfg.Slot, err)
 		}
@@ -209,7 +210,7 @@ func (s *session) prepareSlot(ctx context.Context) (uint64, error) {
 			if err := saveJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
 				return 0, err
 			}
-			if err := pglogrepl.DropReplicationSlot(ctx, s.repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+			if err := s.dropSlot(ctx); err != nil {
 				return 0, fmt.Errorf("postgres: drop unused slot %s: %w", s.cfg.Slot, err)
 			}
 			return s.createSlot(ctx)
@@ -222,6 +223,34 @@ func (s *session) prepareSlot(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return slot.confirmedFlush, nil
+}
+
+// dropSlot drops the pipeline's slot, retrying while a walsender still
+// holds it: the one of a process killed while it used or created the slot,
+// until it notices or ends. It never asks the server to wait: a walsender
+// whose client was killed during such a wait goes on waiting, and drops
+// the slot by name once it is free — the slot this process has created
+// meanwhile ("replication slot does not exist" a moment later; crash
+// suite, upsert-v3 under load).
+func (s *session) dropSlot(ctx context.Context) error {
+	began, warned := time.Now(), false
+	for {
+		err := pglogrepl.DropReplicationSlot(ctx, s.repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{})
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "55006" { // object_in_use: the slot is active
+			return err
+		}
+		if !warned && time.Since(began) > 10*time.Second {
+			warned = true
+			s.logger.Warn("waiting for another connection to release the slot before it is dropped", "slot", s.cfg.Slot,
+				"what_to_do", "if no other cdcd uses the slot, find its walsender in pg_stat_replication (pg_replication_slots.active_pid)")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // createSlot creates the slot (exporting a snapshot when a load is
