@@ -11,18 +11,28 @@ import (
 	"github.com/cdcd-dev/cdcd/source"
 )
 
-// stopAfter passes batches to an Emitter until left runs out; then half of
-// the next batch reaches it and the batch fails, as a crash mid-append
-// leaves it.
+// stopAfter passes batches to an Emitter until left runs out (or, when
+// rows is set, until the next batch would pass more than rows changes,
+// each batch taking 2 ms); then half of the next batch reaches it and the
+// batch fails, as a crash mid-append leaves it.
 type stopAfter struct {
 	source.Emitter
 	mu   sync.Mutex
 	left int
+	rows int
 }
 
 func (s *stopAfter) Emit(ctx context.Context, batch []source.Change) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.rows > 0 && len(batch) <= s.rows {
+		s.rows -= len(batch)
+		// Longer than the test's StatusInterval: the load saves its
+		// progress after every chunk, however fast the machine.
+		time.Sleep(2 * time.Millisecond)
+		return s.Emitter.Emit(ctx, batch)
+	}
+	s.rows = 0 // over the rows: this batch fails (left is 0 then)
 	if s.left--; s.left >= 0 {
 		return s.Emitter.Emit(ctx, batch)
 	}
@@ -53,15 +63,21 @@ func TestLoadResumedIncrementally(t *testing.T) {
 		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax, c.StatusInterval = 500, 2, 100, time.Millisecond
 		c.Incremental.LoadResets, c.Incremental.ChunkRows = true, 200
 	}
-	run := func(left int) {
+	run := func(left, rows int) {
 		t.Helper()
 		cfg := e.config(t, []string{"done", "hot"}, true)
 		opts(&cfg)
-		if err := New(cfg, e.state, discard).Run(t.Context(), &stopAfter{Emitter: m, left: left}); !errors.Is(err, errPlannedFailure) {
+		if err := New(cfg, e.state, discard).Run(t.Context(), &stopAfter{Emitter: m, left: left, rows: rows}); !errors.Is(err, errPlannedFailure) {
 			t.Fatalf("the reader did not stop as planned: %v", err)
 		}
 	}
-	run(15)
+	// Stopped inside hot's third chunk of 500: done's 500 rows and hot's
+	// first two chunks (bar the batch the load holds back) have passed, and
+	// progress is saved after each chunk (the batches are slower than
+	// StatusInterval), so at least done and hot's first chunk are durable.
+	// Before, 15 batches at full speed: on a fast machine no chunk took the
+	// 1 ms after which progress is saved, and none of hot was (CI).
+	run(0, 1800)
 	var st sourceState
 	if _, err := loadJSON(t.Context(), e.state, "postgres/"+e.names.Slot, &st); err != nil || st.Load == nil || st.Load.Done < 2 || st.Load.Done >= 7 {
 		t.Fatalf("the first stop is not in the middle of hot's load, after a chunk of it: %+v %v", st.Load, err)
@@ -80,7 +96,7 @@ func TestLoadResumedIncrementally(t *testing.T) {
 	e.exec(t, `UPDATE done SET v = 'streamed' WHERE id = 7`)
 
 	readsBefore := m.reads
-	run(6) // stops inside hot's incremental snapshot
+	run(6, 0) // stops inside hot's incremental snapshot
 	if m.resets["public.hot"] != 1 {
 		t.Fatalf("public.hot has %d reset markers after the second stop, want the load's alone", m.resets["public.hot"])
 	}
