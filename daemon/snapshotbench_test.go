@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcd-dev/cdcd/internal/dbproc"
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/source"
@@ -281,48 +281,23 @@ func splitRows() int {
 	return n
 }
 
-// pgCPU reads the CPU time of a test server's processes: the postmaster's
-// own and its reaped children's, and its live children's.
+// pgCPU reads the CPU time of a test server's processes (dbproc.TreeCPU
+// of its postmaster).
 type pgCPU struct{ postmaster int }
 
 // serverCPU finds the postmaster of conn's server (its backend's parent).
 func serverCPU(tb testing.TB, conn *pgx.Conn) pgCPU {
-	backend := int(conn.PgConn().PID())
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(backend) + "/stat")
+	ppid, err := dbproc.ParentPID(int(conn.PgConn().PID()))
 	if err != nil {
 		tb.Fatalf("the server's CPU: %v", err)
 	}
-	f := statFields(b)
-	ppid, _ := strconv.Atoi(f[1])
 	return pgCPU{postmaster: ppid}
 }
 
-// statFields are /proc/PID/stat's fields after the command: state, ppid, …
-func statFields(b []byte) []string {
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
-
-// used is the server's CPU time so far.
+// used is the server's CPU time so far (0 when it cannot be read).
 func (p pgCPU) used() time.Duration {
-	ticks := func(f []string, from, to int) (n int64) {
-		for i := from; i <= to && i < len(f); i++ {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			n += v
-		}
-		return n
-	}
-	var total int64
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(p.postmaster) + "/stat"); err == nil {
-		total += ticks(statFields(b), 11, 14) // utime, stime, cutime, cstime
-	}
-	kids, _ := os.ReadFile("/proc/" + strconv.Itoa(p.postmaster) + "/task/" + strconv.Itoa(p.postmaster) + "/children")
-	for _, kid := range strings.Fields(string(kids)) {
-		if b, err := os.ReadFile("/proc/" + kid + "/stat"); err == nil {
-			total += ticks(statFields(b), 11, 12)
-		}
-	}
-	return time.Duration(total) * time.Second / 100 // USER_HZ
+	d, _ := dbproc.TreeCPU(p.postmaster)
+	return d
 }
 
 // measure is measureLoad with the server's CPU per item.

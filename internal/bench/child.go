@@ -67,7 +67,7 @@ func (c *child) stop() error {
 
 // usage is the daemon's CPU time and peak RSS so far.
 func (c *child) usage() (time.Duration, int64, error) {
-	cpu, err := processCPU(c.proc.PID())
+	cpu, err := dbproc.ProcessCPU(c.proc.PID())
 	if err != nil {
 		return 0, 0, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/cdcd-dev/cdcd/internal/dbproc"
 	"github.com/cdcd-dev/cdcd/sink/iceberg"
 	"github.com/cdcd-dev/cdcd/source/postgres"
 )
@@ -84,7 +85,7 @@ func (b *run) pgCPU() time.Duration {
 	if b.pgPID == 0 {
 		return -1
 	}
-	d, err := treeCPU(b.pgPID)
+	d, err := dbproc.TreeCPU(b.pgPID)
 	if err != nil {
 		return -1
 	}

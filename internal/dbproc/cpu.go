@@ -1,0 +1,118 @@
+package dbproc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPU times from /proc (Linux), for benchmarks: a database server's, a
+// daemon's.
+
+// clockTick is the unit of /proc/PID/stat's CPU fields (USER_HZ, 100 on
+// every Linux this runs on).
+const clockTick = 10 * time.Millisecond
+
+// procStat is what is read of a process from /proc/PID/stat.
+type procStat struct {
+	ppid        int
+	cpu         time.Duration // utime + stime
+	childrenCPU time.Duration // cutime + cstime: of its waited-for children
+}
+
+// readStat parses /proc/PID/stat; the command name may hold spaces and
+// parentheses, so the fields are counted from its closing parenthesis.
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("dbproc: /proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): field n is f[n-3].
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("dbproc: /proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	num := func(n int) int64 { v, _ := strconv.ParseInt(f[n-3], 10, 64); return v }
+	return procStat{
+		ppid:        int(num(4)),
+		cpu:         time.Duration(num(14)+num(15)) * clockTick,
+		childrenCPU: time.Duration(num(16)+num(17)) * clockTick,
+	}, nil
+}
+
+// ProcessCPU is a process's user+system CPU time so far (all its threads).
+func ProcessCPU(pid int) (time.Duration, error) {
+	st, err := readStat(pid)
+	return st.cpu, err
+}
+
+// TreeCPU is the CPU time of a process tree: the root's own and its
+// reaped children's, plus every live descendant's. PostgreSQL's backends
+// are the postmaster's children, so this is the server's CPU time; a
+// backend that exits moves its time into the postmaster's children's time
+// when it is reaped, so the sum is read again if a child was reaped while
+// /proc was being read.
+func TreeCPU(root int) (time.Duration, error) {
+	for try := 0; ; try++ {
+		before, err := readStat(root)
+		if err != nil {
+			return 0, err
+		}
+		live, err := descendantsCPU(root)
+		if err != nil {
+			return 0, err
+		}
+		after, err := readStat(root)
+		if err != nil {
+			return 0, err
+		}
+		if after.childrenCPU == before.childrenCPU || try == 10 {
+			return after.cpu + after.childrenCPU + live, nil
+		}
+	}
+}
+
+// descendantsCPU sums the CPU time of root's live descendants.
+func descendantsCPU(root int) (time.Duration, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	parent := map[int]int{}
+	cpu := map[int]time.Duration{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		parent[pid], cpu[pid] = st.ppid, st.cpu
+	}
+	var total time.Duration
+	for pid, c := range cpu {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				total += c
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// ParentPID is a process's parent's PID (a PostgreSQL backend's: the
+// postmaster).
+func ParentPID(pid int) (int, error) {
+	st, err := readStat(pid)
+	return st.ppid, err
+}
