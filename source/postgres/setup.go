@@ -129,7 +129,7 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	err := q.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, relid).Scan(&t.schema, &t.name, &kind, &ident)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: relation %d no longer exists", errNoTable, relid)
+		return nil, errGone(relid)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("postgres: look up relation %d: %w", relid, err)
@@ -196,13 +196,18 @@ func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable,
 	return t, nil
 }
 
+// errGone says relation relid no longer exists (wrapping errNoTable).
+func errGone(relid uint32) error {
+	return fmt.Errorf("%w: relation %d no longer exists", errNoTable, relid)
+}
+
 // stillExists returns an error wrapping errNoTable when relation relid no
 // longer exists.
 func stillExists(ctx context.Context, q querier, relid uint32) error {
 	var one int
 	err := q.QueryRow(ctx, `SELECT 1 FROM pg_class WHERE oid = $1`, relid).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: relation %d no longer exists", errNoTable, relid)
+		return errGone(relid)
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: look up relation %d: %w", relid, err)
