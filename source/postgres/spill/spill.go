@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -55,6 +56,7 @@ var (
 // transactions. Not safe for concurrent use.
 type Set struct {
 	dir  string
+	made bool             // Open made dir: Close removes it when empty
 	open map[uint32]*file // by top-level xid
 	// bytes is the size of all live spill files.
 	bytes int64
@@ -73,6 +75,8 @@ type file struct {
 
 // Open makes dir and removes spill files a previous session left.
 func Open(dir string) (*Set, error) {
+	_, statErr := os.Stat(dir)
+	made := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("postgres: spill directory: %w", err)
 	}
@@ -87,7 +91,7 @@ func Open(dir string) (*Set, error) {
 			}
 		}
 	}
-	return &Set{dir: dir, open: map[uint32]*file{}}, nil
+	return &Set{dir: dir, made: made, open: map[uint32]*file{}}, nil
 }
 
 // Start begins a stream block of xid; first is set for its first block,
@@ -237,9 +241,13 @@ func (s *Set) Replay(xid uint32, fn func(lsn uint64, msg []byte, aborted map[uin
 }
 
 // Close removes every file (the session ends; PostgreSQL will stream the
-// unfinished transactions again).
+// unfinished transactions again), and the directory if Open made it and
+// nothing else is in it (a directory the operator made stays).
 func (s *Set) Close() {
 	for xid := range s.open {
 		s.Drop(xid)
+	}
+	if s.made {
+		_ = os.Remove(s.dir) // fails, harmlessly, when not empty
 	}
 }

@@ -103,3 +103,47 @@ func TestSpillGaps(t *testing.T) {
 		t.Fatalf("the commit of an unknown streamed transaction: %v", err)
 	}
 }
+
+// TestCloseRemovesMadeDir: a directory Open made goes with Close once its
+// files are gone (the reader's default, $TMPDIR/cdcd-spill-<slot>, is
+// not left behind); one the operator made stays, and so does one holding
+// other files.
+func TestCloseRemovesMadeDir(t *testing.T) {
+	base := t.TempDir()
+	made := filepath.Join(base, "made")
+	s, err := Open(made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(7, true); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(made); !os.IsNotExist(err) {
+		t.Fatalf("the directory Open made is still there after Close (stat: %v)", err)
+	}
+
+	own := filepath.Join(base, "own")
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(own); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(own); err != nil {
+		t.Fatalf("Close removed a directory it did not make: %v", err)
+	}
+
+	busy := filepath.Join(base, "busy")
+	if s, err = Open(busy); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(busy, "other"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(filepath.Join(busy, "other")); err != nil {
+		t.Fatalf("Close removed a directory holding another file: %v", err)
+	}
+}
