@@ -43,8 +43,10 @@ type Shared[S Server] struct {
 }
 
 // Main runs the package's tests, stops the shared server (if a test started
-// it) and exits with the tests' status; a failure to stop makes the run fail.
-func (s *Shared[S]) Main(m *testing.M) {
+// it), runs atExit (e.g. removing what the tests built once for all of
+// them) and exits with the tests' status; a failure to stop makes the run
+// fail.
+func (s *Shared[S]) Main(m *testing.M, atExit ...func()) {
 	s.mu.Lock()
 	s.inMain = true
 	s.mu.Unlock()
@@ -63,6 +65,9 @@ func (s *Shared[S]) Main(m *testing.M) {
 				code = 1
 			}
 		}
+	}
+	for _, f := range atExit {
+		f()
 	}
 	os.Exit(code)
 }

@@ -472,7 +472,7 @@ var fpBuild struct {
 func (p *pipeline) startArmed(points string, env ...string) {
 	p.t.Helper()
 	fpBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "cdcd-faultsuite-fpbin-")
+		dir, err := binDir("cdcd-faultsuite-fpbin-")
 		if err != nil {
 			fpBuild.err = err
 			return

@@ -43,7 +43,33 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, removeBinaries) }
+
+// binDirs are the directories the cdcd binaries were built into, removed
+// when the tests end, passed or failed.
+var binDirs struct {
+	mu   sync.Mutex
+	dirs []string
+}
+
+// binDir makes a directory for a build, removed by removeBinaries.
+func binDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err == nil {
+		binDirs.mu.Lock()
+		binDirs.dirs = append(binDirs.dirs, dir)
+		binDirs.mu.Unlock()
+	}
+	return dir, err
+}
+
+func removeBinaries() {
+	binDirs.mu.Lock()
+	defer binDirs.mu.Unlock()
+	for _, dir := range binDirs.dirs {
+		_ = os.RemoveAll(dir)
+	}
+}
 
 // The cdcd binary, built once per test binary (with the failpoint build
 // tag, if internal/cdcdtest.Build sets one).
@@ -57,7 +83,7 @@ var build struct {
 func binary(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
-		dir, err := os.MkdirTemp("", "cdcd-faultsuite-bin-")
+		dir, err := binDir("cdcd-faultsuite-bin-")
 		if err != nil {
 			build.err = err
 			return

@@ -37,9 +37,9 @@ var shared = &dbtest.Shared[*pgserver.Server]{
 }
 
 // Main runs the package's tests, stops the shared server (if a test started
-// it) and exits with the tests' status; a failure to stop makes the run fail.
-// Call it from TestMain, as the package doc shows.
-func Main(m *testing.M) { shared.Main(m) }
+// it), runs atExit and exits with the tests' status; a failure to stop makes
+// the run fail. Call it from TestMain, as the package doc shows.
+func Main(m *testing.M, atExit ...func()) { shared.Main(m, atExit...) }
 
 // Server returns the package's shared server, starting it on first use.
 // Tests sharing it should each work in their own database (NewDB) and use
