@@ -124,6 +124,7 @@ sink: {iceberg: {mode: append}}
 	//   chunk_rows: 8192
 	//   block_rows: 256
 	//   max_rows_per_second: 0
+	//   parallel: 2
 	//   statement_timeout: 1m
 	//   interval: 0s
 	//   repair: false

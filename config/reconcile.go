@@ -20,9 +20,13 @@ type Reconcile struct {
 	// BlockRows is how many rows one hash covers; default 256. A range
 	// whose hashes differ is read again key by key.
 	BlockRows int `yaml:"block_rows"`
-	// MaxRowsPerSecond throttles the reads of the source; default 0
-	// (unthrottled).
+	// MaxRowsPerSecond throttles the reads of the source, all parallel
+	// reads together; default 0 (unthrottled).
 	MaxRowsPerSecond int `yaml:"max_rows_per_second"`
+	// Parallel is how many key ranges of a table are read from the
+	// source at once, each on a connection of its own; default 2. A
+	// MySQL source reads one at a time.
+	Parallel int `yaml:"parallel"`
 	// StatementTimeout bounds each statement on the source; default 60s.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
 	// Interval runs a reconcile of Tables from the daemon every interval;
@@ -38,6 +42,8 @@ type Reconcile struct {
 const (
 	defaultReconcileChunk   = 8192
 	defaultReconcileBlock   = 256
+	defaultReconcileLanes   = 2
+	maxReconcileLanes       = 16
 	defaultReconcileTimeout = 60 * time.Second
 )
 
@@ -45,6 +51,7 @@ func (r *Reconcile) applyDefaults(explicit func(string) bool) {
 	const p = "reconcile."
 	orDefault(&r.ChunkRows, defaultReconcileChunk, explicit(p+"chunk_rows"))
 	orDefault(&r.BlockRows, defaultReconcileBlock, explicit(p+"block_rows"))
+	orDefault(&r.Parallel, defaultReconcileLanes, explicit(p+"parallel"))
 	orDefault(&r.StatementTimeout, defaultReconcileTimeout, explicit(p+"statement_timeout"))
 }
 
@@ -56,6 +63,9 @@ func (v *validator) reconcile() {
 	}
 	if r.BlockRows < 1 || r.BlockRows > r.ChunkRows {
 		v.fail(p+"block_rows", ErrInvalid, "must be between 1 and reconcile.chunk_rows (%d), got %d", r.ChunkRows, r.BlockRows)
+	}
+	if r.Parallel < 1 || r.Parallel > maxReconcileLanes {
+		v.fail(p+"parallel", ErrInvalid, "must be between 1 and %d, got %d", maxReconcileLanes, r.Parallel)
 	}
 	if r.MaxRowsPerSecond < 0 {
 		v.fail(p+"max_rows_per_second", ErrInvalid, "must not be negative (0: unthrottled), got %d", r.MaxRowsPerSecond)

@@ -20,6 +20,8 @@ reconcile:
 		{"  chunk_rows: 0\n", "reconcile.chunk_rows"},
 		{"  interval: 30s\n", "reconcile.interval"},
 		{"  max_rows_per_second: -1\n", "reconcile.max_rows_per_second"},
+		{"  parallel: 0\n", "reconcile.parallel"},
+		{"  parallel: 17\n", "reconcile.parallel"},
 		{"  tables: [public.invoices]\n", "reconcile.tables[0]"},
 	} {
 		_, err := Parse([]byte(base+tc.yaml), "cdcd.yaml")
@@ -31,7 +33,7 @@ reconcile:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Reconcile; r.ChunkRows != 8192 || r.BlockRows != 256 || r.StatementTimeout.Seconds() != 60 || r.Interval.Hours() != 1 {
+	if r := c.Reconcile; r.ChunkRows != 8192 || r.BlockRows != 256 || r.Parallel != 2 || r.StatementTimeout.Seconds() != 60 || r.Interval.Hours() != 1 {
 		t.Errorf("defaults: %+v", r)
 	}
 }

@@ -281,7 +281,7 @@ func openReconcileSource(ctx context.Context, cfg *config.Config, busy *busyStat
 // command's overrides.
 func reconcileConfig(cfg *config.Config, over reconcile.Config) reconcile.Config {
 	rc := cfg.Reconcile
-	out := reconcile.Config{ChunkRows: rc.ChunkRows, BlockRows: rc.BlockRows, MaxRowsPerSecond: rc.MaxRowsPerSecond}
+	out := reconcile.Config{ChunkRows: rc.ChunkRows, BlockRows: rc.BlockRows, MaxRowsPerSecond: rc.MaxRowsPerSecond, Parallel: rc.Parallel}
 	if over.ChunkRows > 0 {
 		out.ChunkRows = over.ChunkRows
 	}
@@ -290,6 +290,9 @@ func reconcileConfig(cfg *config.Config, over reconcile.Config) reconcile.Config
 	}
 	if over.MaxRowsPerSecond > 0 {
 		out.MaxRowsPerSecond = over.MaxRowsPerSecond
+	}
+	if over.Parallel > 0 {
+		out.Parallel = over.Parallel
 	}
 	out.SegmentRows, out.SettleTimeout, out.Retries, out.MaxListed, out.Poll =
 		over.SegmentRows, over.SettleTimeout, over.Retries, over.MaxListed, over.Poll

@@ -22,6 +22,20 @@
 // per column), so only the keys that differ are listed, each with its
 // columns. A matching table costs one read of each side.
 //
+// # Ranges read in parallel
+//
+// The source's hashing is the bound of a reconcile (about twice COPY's
+// CPU a row), so Config.Parallel connections (default 2) read at once.
+// Keys sampled from about 500 of the table's pages (TABLESAMPLE SYSTEM)
+// cut it into ranges of about equal rows, four a connection in each
+// segment; each connection takes the segment's next range when done with
+// one and reads it in chunks up to its bound, the last range of the
+// table open above. Each chunk is still one read with its own positions
+// and Gap, and each block names its read, so the rules below hold per
+// read as they did for reads one after another; a sample's uneven ranges
+// cost time, never soundness. MaxRowsPerSecond paces all connections
+// together; MySQL reads one range at a time (mysql.go).
+//
 // The hash is PostgreSQL's hashtextextended (64 bits, computed in Go by
 // the same function, hash.go) or MD5's first 64 bits on MySQL; a block
 // compares its count and the sum modulo 2^64, so a difference goes unseen

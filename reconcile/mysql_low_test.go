@@ -56,12 +56,12 @@ func TestMySQLKeyReadsFreshLow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, first, err := m.Sums(t.Context(), tb, nil, 100, 10)
+	_, first, err := m.Sums(t.Context(), 0, tb, nil, nil, 100, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ordinal.Store(20) // the pipeline moves on
-	_, again, err := m.Sums(t.Context(), tb, nil, 100, 10)
+	_, again, err := m.Sums(t.Context(), 0, tb, nil, nil, 100, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,11 +98,17 @@ func myKeySelect(t *Table, wrap func(string) string) []string {
 	return s
 }
 
-// Sums reads up to rows rows after key after in key order, summed per
-// block of blockRows rows, in one consistent read; the keys' texts are
-// rendered for each block's last row only.
-func (m *MySQL) Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error) {
-	where, args := myKeyRange(t, after, nil, nil)
+// Sums reads up to rows rows after key after and at most upto in key
+// order, summed per block of blockRows rows, in one consistent read; the
+// keys' texts are rendered for each block's last row only. One lane only
+// (Sample gives no ranges): a read's High orders reads by a sequence
+// number taken after its GTID position was read, which holds only while
+// one read runs at a time.
+func (m *MySQL) Sums(ctx context.Context, lane int, t *Table, after, upto Key, rows, blockRows int) ([]Block, *Read, error) {
+	if lane != 0 {
+		return nil, nil, fmt.Errorf("reconcile: MySQL reads one range at a time (lane %d)", lane)
+	}
+	where, args := myKeyRange(t, after, upto, nil)
 	last := fmt.Sprintf("(_cdcd_rn %% %d = 0 OR _cdcd_rn = _cdcd_total)", blockRows)
 	keys := myKeySelect(t, func(e string) string { return "MAX(IF(" + last + ", " + e + ", NULL))" })
 	q := fmt.Sprintf(`SELECT COUNT(*), CAST(SUM(_cdcd_h) AS CHAR), %[1]s FROM (
@@ -126,13 +132,18 @@ func (m *MySQL) Sums(ctx context.Context, t *Table, after Key, rows, blockRows i
 	for _, b := range blocks {
 		total += b.Rows
 	}
-	if total < int64(rows) { // the end of the table: open above
+	if total < int64(rows) { // the end of the range: open above
 		if len(blocks) == 0 {
 			blocks = append(blocks, Block{})
 		}
 		blocks[len(blocks)-1].Last, blocks[len(blocks)-1].LastLit = nil, nil
 	}
 	return blocks, r, nil
+}
+
+// Sample: none; MySQL's ranges are read one at a time (Sums).
+func (m *MySQL) Sample(ctx context.Context, t *Table, pages int) ([]Split, float64, error) {
+	return nil, 0, nil
 }
 
 func (m *MySQL) readBlocks(ctx context.Context, c *sql.Conn, t *Table, q string, args []any) ([]Block, error) {

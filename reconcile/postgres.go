@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -33,12 +34,21 @@ type Postgres struct {
 	cfg     PostgresConfig
 	read    *pgx.Conn // ranges (the replica when configured)
 	primary *pgx.Conn // the slot; the same as read without a replica
-	// sums reads Sums on a connection of its own (the replica when
-	// configured), so it runs while the other methods do.
-	sums    *pgx.Conn
-	pids    []int // read's and sums' backends, for their CPU time
-	cpu0    time.Duration
+	readDSN string
 	replica bool
+
+	// lanes read Sums, each on a connection of its own (the replica when
+	// configured), so they run beside each other and the other methods;
+	// connected at a lane's first read.
+	mu    sync.Mutex
+	lanes []*pgx.Conn
+	procs []backend // read's and the lanes' backends, for their CPU time
+}
+
+// backend is a server process and its CPU time when it was connected.
+type backend struct {
+	pid  int
+	cpu0 time.Duration
 }
 
 // sessionParams fix every text the server renders (docs/types.md: cdcd
@@ -62,35 +72,48 @@ func OpenPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 			return nil, fmt.Errorf("reconcile: connect to the replica (reconcile.replica_dsn): %w", err)
 		}
 	}
-	readDSN := cfg.DSN
+	p.readDSN = cfg.DSN
 	if cfg.ReadDSN != "" {
-		readDSN = cfg.ReadDSN
+		p.readDSN = cfg.ReadDSN
 	}
-	if p.sums, err = connect(ctx, readDSN, cfg.StatementTimeout); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("reconcile: connect to the source: %w", err)
-	}
-	var pid, sumsPid int
+	var pid int
 	if err := p.read.QueryRow(ctx, "SELECT pg_backend_pid(), pg_is_in_recovery()").Scan(&pid, &p.replica); err != nil {
 		p.Close()
 		return nil, err
 	}
-	if err := p.sums.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&sumsPid); err != nil {
+	p.procs = []backend{{pid, ProcessCPU(pid)}}
+	if _, err := p.lane(ctx, 0); err != nil {
 		p.Close()
 		return nil, err
 	}
-	p.pids = []int{pid, sumsPid}
-	p.cpu0 = p.backendCPU()
 	return p, nil
 }
 
-// backendCPU is the CPU time of the reads' backends.
-func (p *Postgres) backendCPU() time.Duration {
-	var d time.Duration
-	for _, pid := range p.pids {
-		d += ProcessCPU(pid)
+// lane is the connection of Sums' lane i, connected at its first use.
+func (p *Postgres) lane(ctx context.Context, i int) (*pgx.Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.lanes) <= i {
+		p.lanes = append(p.lanes, nil)
 	}
-	return d
+	if c := p.lanes[i]; c != nil {
+		return c, nil
+	}
+	c, err := connect(ctx, p.readDSN, p.cfg.StatementTimeout)
+	if err != nil {
+		if i > 0 {
+			return nil, fmt.Errorf("reconcile: connect to the source for parallel read %d (reconcile.parallel; 1 reads on one connection): %w", i+1, err)
+		}
+		return nil, fmt.Errorf("reconcile: connect to the source: %w", err)
+	}
+	var pid int
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		c.Close(ctx)
+		return nil, err
+	}
+	p.lanes[i] = c
+	p.procs = append(p.procs, backend{pid, ProcessCPU(pid)})
+	return c, nil
 }
 
 func connect(ctx context.Context, dsn string, timeout time.Duration) (*pgx.Conn, error) {
@@ -111,8 +134,10 @@ func connect(ctx context.Context, dsn string, timeout time.Duration) (*pgx.Conn,
 func (p *Postgres) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if p.sums != nil {
-		p.sums.Close(ctx)
+	for _, c := range p.lanes {
+		if c != nil {
+			c.Close(ctx)
+		}
 	}
 	if p.read != nil && p.read != p.primary {
 		p.read.Close(ctx)
@@ -123,10 +148,13 @@ func (p *Postgres) Close() {
 // CPU is the CPU time the server spent on the reads since Open (0 when
 // the server's processes cannot be seen from here).
 func (p *Postgres) CPU() time.Duration {
-	if len(p.pids) == 0 {
-		return 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d time.Duration
+	for _, b := range p.procs {
+		d += ProcessCPU(b.pid) - b.cpu0
 	}
-	return p.backendCPU() - p.cpu0
+	return d
 }
 
 // ProcessCPU reads a process's user and system time from /proc (0 when it

@@ -217,17 +217,22 @@ type Block struct {
 	Sum           uint64
 }
 
-// Sums reads up to rows rows after key after (nil: from the first), in
-// key order, summed per block of blockRows rows, in one snapshot. The
-// last block of a read that reached the end has no upper bound. It has a
-// connection of its own: it may run while the other methods do.
-func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error) {
-	tx, r, err := begin(ctx, p.sums)
+// Sums reads up to rows rows after key after and at most upto (nil: from
+// the first, to the last), in key order, summed per block of blockRows
+// rows, in one snapshot. The last block of a read that reached upto or
+// the end has no upper bound. Each lane has a connection of its own: the
+// lanes' reads run beside each other and the other methods.
+func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key, rows, blockRows int) ([]Block, *Read, error) {
+	conn, err := p.lane(ctx, lane)
+	if err != nil {
+		return nil, nil, err
+	}
+	tx, r, err := begin(ctx, conn)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer tx.Rollback(ctx)
-	where, args := keyPredicate(t, after, nil, nil)
+	where, args := keyPredicate(t, after, upto, nil)
 	args = append(args, rows, blockRows)
 	n := len(args)
 	// One pass: each row numbered in key order, hashed, and grouped into
@@ -280,13 +285,54 @@ func (p *Postgres) Sums(ctx context.Context, t *Table, after Key, rows, blockRow
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err
 	}
-	if total < int64(rows) { // the end of the table: open above
+	if total < int64(rows) { // the end of the range: open above
 		if len(blocks) == 0 {
 			blocks = append(blocks, Block{})
 		}
 		blocks[len(blocks)-1].Last, blocks[len(blocks)-1].LastLit = nil, nil
 	}
 	return blocks, r, nil
+}
+
+// Sample reads the keys of rows sampled from about pages of t's pages
+// (TABLESAMPLE SYSTEM: whole pages chosen at random, every page when the
+// table has fewer), in key order, and how many of the table's rows each
+// stands for.
+func (p *Postgres) Sample(ctx context.Context, t *Table, pages int) ([]Split, float64, error) {
+	var size int64
+	if err := p.read.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(relid)), 0) / current_setting('block_size')::int
+		FROM pg_partition_tree($1::regclass)`, t.SQL).Scan(&size); err != nil {
+		return nil, 0, fmt.Errorf("reconcile: the size of %s: %w", t.Name, err)
+	}
+	pct := 100.0
+	if size > int64(pages) {
+		pct = 100 * float64(pages) / float64(size)
+	}
+	// Ordered by the table's columns: an output column of the same name
+	// (a key's literal text) would order by text.
+	order := make([]string, len(t.Key))
+	for i, ci := range t.Key {
+		order[i] = "_cdcd_s." + pgQuote(t.Columns[ci].Name)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s AS _cdcd_s TABLESAMPLE SYSTEM ($1) ORDER BY %s", keySelect(t), t.SQL, strings.Join(order, ","))
+	res, err := p.read.Query(ctx, q, pct)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reconcile: sample %s: %w", t.Name, err)
+	}
+	defer res.Close()
+	nk := len(t.Key)
+	var out []Split
+	for res.Next() {
+		vals, err := res.Values()
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, Split{Lit: textsOf(vals[:nk]), Key: textsOf(vals[nk:])})
+	}
+	if err := res.Err(); err != nil {
+		return nil, 0, fmt.Errorf("reconcile: sample %s: %w", t.Name, err)
+	}
+	return out, 100 / pct, nil
 }
 
 func textsOf(vals []any) Key {

@@ -55,7 +55,7 @@ func TestSumsBlocks(t *testing.T) {
 	}
 	var after Key
 	for i, chunk := range []struct{ rows, block, got int }{{7, 3, 7}, {9, 3, 9}, {7, 3, 4}} {
-		blocks, _, err := p.Sums(ctx, tb, after, chunk.rows, chunk.block)
+		blocks, _, err := p.Sums(ctx, 0, tb, after, nil, chunk.rows, chunk.block)
 		if err != nil {
 			t.Fatal(err)
 		}

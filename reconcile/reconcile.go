@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,10 +22,18 @@ type Source interface {
 	// Describe looks a table up and matches its columns with the mirror's;
 	// mask names the columns not to compare, with why.
 	Describe(ctx context.Context, name string, mirror []MirrorColumn, mask map[string]string) (*Table, error)
-	// Sums reads up to rows rows after key after (literals; nil: from the
-	// first) in key order, summed per block of blockRows rows, in one read.
-	// It may run while another method does (the mirror is read meanwhile).
-	Sums(ctx context.Context, t *Table, after Key, rows, blockRows int) ([]Block, *Read, error)
+	// Sums reads up to rows rows after key after and at most upto
+	// (literals; nil: from the first, to the last) in key order, summed
+	// per block of blockRows rows, in one read; the last block of a read
+	// that reached upto or the table's end is open (Last nil). Each lane
+	// (0 to Config.Parallel-1) reads one range at a time, on a connection
+	// of its own: lanes run beside each other and the other methods (the
+	// mirror is read meanwhile).
+	Sums(ctx context.Context, lane int, t *Table, after, upto Key, rows, blockRows int) ([]Block, *Read, error)
+	// Sample returns keys of rows sampled from about pages of t's pages,
+	// in key order, and how many rows of the table each stands for (nil:
+	// no sample; the table is read in one range).
+	Sample(ctx context.Context, t *Table, pages int) ([]Split, float64, error)
 	// Rows reads the rows of the ranges key by key, in one read.
 	Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *Read, error)
 	// Values reads columns of rows by their key literals, as the database
@@ -63,8 +74,13 @@ type Config struct {
 	// mirror is read for them; default 4Mi. Each segment costs one read of
 	// the mirror's files.
 	SegmentRows int
-	// MaxRowsPerSecond throttles the source reads (0: unthrottled).
+	// MaxRowsPerSecond throttles the source reads, all lanes together
+	// (0: unthrottled).
 	MaxRowsPerSecond int
+	// Parallel is how many key ranges are read from the source at once,
+	// each on a connection of its own; default 2. The ranges are cut
+	// from a sample of the table's keys (Source.Sample).
+	Parallel int
 	// SettleTimeout bounds the wait for the pipeline to bring the log and
 	// the mirror past a read; default 2m.
 	SettleTimeout time.Duration
@@ -88,6 +104,7 @@ func (c *Config) defaults() {
 	def(&c.ChunkRows, 8192)
 	def(&c.BlockRows, 256)
 	def(&c.SegmentRows, 4<<20)
+	def(&c.Parallel, 2)
 	def(&c.Retries, 3)
 	def(&c.MaxListed, 100)
 	if c.SettleTimeout <= 0 {
@@ -121,6 +138,7 @@ type Reconciler struct {
 	src    Source
 	log    Changes
 	logger *slog.Logger
+	pace   *pacer // MaxRowsPerSecond, across tables and lanes
 }
 
 // New returns a Reconciler over a source and the pipeline's log.
@@ -129,7 +147,7 @@ func New(cfg Config, src Source, ch Changes, logger *slog.Logger) *Reconciler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reconciler{cfg: cfg, src: src, log: ch, logger: logger}
+	return &Reconciler{cfg: cfg, src: src, log: ch, logger: logger, pace: &pacer{perSecond: cfg.MaxRowsPerSecond}}
 }
 
 // ErrNotComparable: a table the reconcile cannot compare (see the
@@ -218,13 +236,19 @@ type tableRun struct {
 type retryKey struct{ key, lit Key }
 
 func (tr *tableRun) run(ctx context.Context) error {
+	splits, perSegment, err := tr.plan(ctx)
+	if err != nil {
+		return err
+	}
 	var after, afterLit Key
 	var rest *aheadRows // the mirror's rows after the last segment
 	for {
-		seg, ahead, err := tr.readSegment(ctx, after, afterLit, rest)
+		n := min(perSegment, len(splits))
+		seg, ahead, err := tr.readSegment(ctx, after, afterLit, splits[:n], n == len(splits), rest)
 		if err != nil {
 			return err
 		}
+		splits = splits[n:]
 		if err := tr.settleSegment(ctx, seg, ahead); err != nil {
 			return err
 		}
@@ -239,6 +263,54 @@ func (tr *tableRun) run(ctx context.Context) error {
 		}
 	}
 	return tr.retries(ctx)
+}
+
+// Split is a key that bounds the ranges read in parallel: its canonical
+// texts and its literals.
+type Split struct{ Key, Lit Key }
+
+const (
+	// samplePages is how many of a table's pages its sample reads: about
+	// 500 runs of keys (a page holds rows inserted together), enough to
+	// cut a table into ranges of even size within a few tenths.
+	samplePages = 500
+	// rangesPerLane is how many ranges a segment has for each lane: a
+	// lane whose ranges came out short takes another, so the lanes end
+	// together though the sample's ranges are uneven.
+	rangesPerLane = 4
+)
+
+// plan cuts the table into ranges to read in parallel: the keys bounding
+// them (from a sample of the source's keys; each range about the same
+// rows) and how many ranges a segment reads. None (the table is read in
+// one range, by one lane) with Parallel 1, a table of fewer than two
+// chunks, or one the source cannot sample. The ranges bound only which
+// rows each read covers: any bounds are sound (each read is settled on
+// its own), uneven ones only slower.
+func (tr *tableRun) plan(ctx context.Context) ([]Split, int, error) {
+	cfg := tr.r.cfg
+	if cfg.Parallel < 2 {
+		return nil, 0, nil
+	}
+	keys, per, err := tr.r.src.Sample(ctx, tr.t, samplePages)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, err
+		}
+		tr.r.logger.Warn("reconcile: the table's keys could not be sampled: its ranges are read one at a time", "table", tr.t.Name, "err", err)
+		return nil, 0, nil
+	}
+	rows := float64(len(keys)) * per // the table's, estimated
+	segments := max(1, int(math.Ceil(rows/float64(cfg.SegmentRows))))
+	ranges := min(segments*rangesPerLane*cfg.Parallel, int(rows/float64(cfg.ChunkRows)), len(keys))
+	if ranges < 2 {
+		return nil, 0, nil
+	}
+	splits := make([]Split, ranges-1)
+	for i := range splits {
+		splits[i] = keys[(i+1)*len(keys)/ranges]
+	}
+	return splits, (ranges + segments - 1) / segments, nil
 }
 
 // retries compares the keys that changed while they were compared again,
@@ -281,14 +353,25 @@ type segment struct {
 // readSegment reads a segment from the source and, meanwhile, the
 // mirror's rows after its lower bound (ahead.go; nil when over budget),
 // unless rest has them already (the last segment's read, ahead.after).
-func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key, rest *aheadRows) (*segment, *aheadRows, error) {
+// The segment's ranges end at each of uppers, then, when open, one more
+// reaches up to SegmentRows rows further (to the table's end, or the
+// next segment's start).
+func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key, uppers []Split, open bool, rest *aheadRows) (*segment, *aheadRows, error) {
 	seg := &segment{lower: after, lowerLit: afterLit}
+	ranges := make([]sumRange, 0, len(uppers)+1)
+	for i := range uppers {
+		ranges = append(ranges, sumRange{after: afterLit, upto: &uppers[i]})
+		afterLit = uppers[i].Lit
+	}
+	if open {
+		ranges = append(ranges, sumRange{after: afterLit})
+	}
 	if rest != nil {
-		return seg, rest, tr.readSums(ctx, seg, afterLit)
+		return seg, rest, tr.readSums(ctx, seg, ranges)
 	}
 	var ahead *aheadRows
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return tr.readSums(gctx, seg, afterLit) })
+	g.Go(func() error { return tr.readSums(gctx, seg, ranges) })
 	g.Go(func() (err error) {
 		ahead, err = tr.readAhead(gctx, after, 2*tr.r.cfg.SegmentRows)
 		return err
@@ -299,44 +382,119 @@ func (tr *tableRun) readSegment(ctx context.Context, after, afterLit Key, rest *
 	return seg, ahead, nil
 }
 
-// readSums reads up to SegmentRows rows from the source into seg's blocks.
-func (tr *tableRun) readSums(ctx context.Context, seg *segment, afterLit Key) error {
-	cfg := tr.r.cfg
-	for seg.rows < int64(cfg.SegmentRows) {
-		began := time.Now()
-		blocks, read, err := tr.r.src.Sums(ctx, tr.t, afterLit, cfg.ChunkRows, cfg.BlockRows)
-		if err != nil {
-			return err
-		}
-		seg.reads = append(seg.reads, read)
-		for _, b := range blocks {
+// sumRange is a key range of a segment: after (literals; nil: from the
+// first key) up to upto (nil: open, up to SegmentRows rows), and what its
+// reads found.
+type sumRange struct {
+	after  Key
+	upto   *Split
+	blocks []Block
+	reads  []*Read
+	readOf []int
+}
+
+// readSums reads the segment's ranges from the source, up to Parallel at
+// once (each lane takes the next range when done with one), each in
+// chunks of ChunkRows rows, each chunk one read with its own positions
+// and Gap; their blocks, in key order, and reads make seg's.
+func (tr *tableRun) readSums(ctx context.Context, seg *segment, ranges []sumRange) error {
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	lanes := min(tr.r.cfg.Parallel, len(ranges))
+	tr.rep.Parallel = max(tr.rep.Parallel, lanes)
+	for lane := range lanes {
+		g.Go(func() error {
+			for i := int(next.Add(1)) - 1; i < len(ranges); i = int(next.Add(1)) - 1 {
+				if err := tr.readRange(gctx, lane, &ranges[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, rg := range ranges {
+		base := len(seg.reads)
+		seg.reads = append(seg.reads, rg.reads...)
+		for j, b := range rg.blocks {
 			seg.blocks = append(seg.blocks, b)
-			seg.readOf = append(seg.readOf, len(seg.reads)-1)
+			seg.readOf = append(seg.readOf, base+rg.readOf[j])
 			seg.rows += b.Rows
 		}
-		last := blocks[len(blocks)-1]
-		if last.Last == nil {
-			break
-		}
-		afterLit = last.LastLit
-		throttle(ctx, cfg.MaxRowsPerSecond, cfg.ChunkRows, began)
 	}
 	return nil
 }
 
-// throttle sleeps so reads of n rows started at began come at most
-// perSecond rows a second.
-func throttle(ctx context.Context, perSecond, n int, began time.Time) {
-	if perSecond <= 0 {
-		return
+// readRange reads one range on a lane: to its upper bound, or an open
+// one up to SegmentRows rows.
+func (tr *tableRun) readRange(ctx context.Context, lane int, rg *sumRange) error {
+	cfg := tr.r.cfg
+	var upto Key
+	if rg.upto != nil {
+		upto = rg.upto.Lit
 	}
-	want := time.Duration(float64(n) / float64(perSecond) * float64(time.Second))
-	if d := want - time.Since(began); d > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
+	after := rg.after
+	var rows int64
+	for {
+		if err := tr.r.pace.wait(ctx, cfg.ChunkRows); err != nil {
+			return err
 		}
+		blocks, read, err := tr.r.src.Sums(ctx, lane, tr.t, after, upto, cfg.ChunkRows, cfg.BlockRows)
+		if err != nil {
+			return err
+		}
+		rg.reads = append(rg.reads, read)
+		for _, b := range blocks {
+			rg.blocks = append(rg.blocks, b)
+			rg.readOf = append(rg.readOf, len(rg.reads)-1)
+			rows += b.Rows
+		}
+		last := &rg.blocks[len(rg.blocks)-1]
+		if last.Last == nil { // the range's end
+			if rg.upto != nil {
+				last.Last, last.LastLit = rg.upto.Key, rg.upto.Lit
+			}
+			return nil
+		}
+		if rg.upto == nil && rows >= int64(cfg.SegmentRows) {
+			return nil
+		}
+		after = last.LastLit
 	}
+}
+
+// pacer spaces the source reads of every lane so that they read at most
+// perSecond rows a second (0: unthrottled).
+type pacer struct {
+	perSecond int
+	mu        sync.Mutex
+	next      time.Time // when the next read may start
+}
+
+// wait returns once a read of n rows may start.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	if p.perSecond <= 0 {
+		return nil
+	}
+	if d := time.Until(p.reserve(time.Now(), n)); d > 0 {
+		return sleep(ctx, d)
+	}
+	return nil
+}
+
+// reserve is when a read of n rows asked for at now may start: when the
+// reads reserved before it have had their time.
+func (p *pacer) reserve(now time.Time, n int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := p.next
+	if at.Before(now) {
+		at = now
+	}
+	p.next = at.Add(time.Duration(float64(n) / float64(p.perSecond) * float64(time.Second)))
+	return at
 }
 
 // settled is the state the mirror is compared in after source reads.

@@ -20,6 +20,10 @@ type TableReport struct {
 	Rows    int64 `json:"rows"`
 	Ranges  int   `json:"ranges"`
 	Drilled int   `json:"ranges_read_by_key"`
+	// Parallel is how many key ranges were read from the source at once
+	// (Config.Parallel, fewer for a small table or one read in a single
+	// range).
+	Parallel int `json:"parallel_reads"`
 	// Counts of keys: in the source and not in Iceberg, in Iceberg and not
 	// in the source, in both with other values, live more than once in
 	// Iceberg; Unchecked changed each time they were compared (the next

@@ -51,6 +51,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	rate := fs.Int("max-rows-per-second", 0, "throttle the source reads (default: reconcile.max_rows_per_second)")
 	chunk := fs.Int("chunk-rows", 0, "rows per source read (default: reconcile.chunk_rows)")
+	parallel := fs.Int("parallel", 0, "key ranges read from the source at once (default: reconcile.parallel)")
 	segment := fs.Int("segment-rows", 0, "rows read from the source before they are compared with the mirror; up to twice as many mirror rows' keys and hashes are held in memory (default 4194304)")
 	repair := fs.Bool("repair", false, "re-snapshot the keys found different through the running daemon, then compare them again")
 	admin := fs.String("admin", "", "--repair: the daemon's admin address, HOST:PORT (default: admin.listen of -c FILE)")
@@ -70,7 +71,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer startProfiles(logger)() // CDCD_CPUPROFILE, CDCD_HEAPPROFILE
 	opts := daemon.ReconcileOptions{Tables: tables, RepairTimeout: *repairTimeout,
-		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk, SegmentRows: *segment}}
+		Config: reconcile.Config{MaxRowsPerSecond: *rate, ChunkRows: *chunk, SegmentRows: *segment, Parallel: *parallel}}
 	ac, acErr := adminURL(*admin, *cfgPath)
 	if *repair {
 		if acErr != nil {

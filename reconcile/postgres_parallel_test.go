@@ -1,0 +1,69 @@
+package reconcile
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/internal/pgtest"
+)
+
+// TestPostgresParallelSums: on PostgreSQL, the ranges cut from a sample
+// of the table's keys and read by two lanes cover every row once: the
+// segment's blocks hold the table's count and hash sum, in key order.
+func TestPostgresParallelSums(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE p (id int PRIMARY KEY, v text);
+		INSERT INTO p SELECT g, 'v' || g FROM generate_series(1, 6000) g;
+		DELETE FROM p WHERE id % 7 = 0 OR id BETWEEN 2000 AND 2400`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPostgres(ctx, PostgresConfig{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tb, err := p.Describe(ctx, "public.p", []MirrorColumn{{"id", iceberg.PrimitiveTypes.Int32}, {"v", iceberg.PrimitiveTypes.String}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM p").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	tr := &tableRun{r: New(Config{ChunkRows: 200, BlockRows: 20, Parallel: 2}, p, nil, nil), t: tb, rep: &TableReport{}}
+	splits, perSegment, err := tr.plan(ctx)
+	if err != nil || len(splits) != 7 || perSegment != 8 {
+		t.Fatalf("plan: %d splits, %d ranges a segment, %v; want 7, 8", len(splits), perSegment, err)
+	}
+	seg, _, err := tr.readSegment(ctx, nil, nil, splits, true, &aheadRows{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := int64(0)
+	for i, b := range seg.blocks {
+		if b.Last == nil {
+			if i != len(seg.blocks)-1 {
+				t.Fatalf("block %d of %d is open", i, len(seg.blocks))
+			}
+			continue
+		}
+		last, _ := strconv.ParseInt(b.Last[0], 10, 64)
+		if last < prev || last == prev && b.Rows > 0 {
+			t.Fatalf("block %d ends at %d, the one before at %d", i, last, prev)
+		}
+		prev = last
+	}
+	if seg.rows != want || tr.rep.Parallel != 2 {
+		t.Errorf("the blocks hold %d rows, read %d at once; the table has %d", seg.rows, tr.rep.Parallel, want)
+	}
+}
