@@ -40,6 +40,13 @@ func TestPostgresParallelSums(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM p").Scan(&want); err != nil {
 		t.Fatal(err)
 	}
+	// A sample of about 10 of the table's ~35 pages: some keys, each
+	// standing for more than one row (every key, with the table's size
+	// misread, made a 5M-row table's sample 5M keys).
+	keys, per, err := p.Sample(ctx, tb, 10)
+	if err != nil || len(keys) == 0 || int64(len(keys)) >= want || per <= 1 {
+		t.Fatalf("a sample of 10 pages: %d keys, each for %.1f rows, %v; the table has %d rows", len(keys), per, err, want)
+	}
 	tr := &tableRun{r: New(Config{ChunkRows: 200, BlockRows: 20, Parallel: 2}, p, nil, nil), t: tb, rep: &TableReport{}}
 	splits, perSegment, err := tr.plan(ctx)
 	if err != nil || len(splits) != 7 || perSegment != 8 {

@@ -300,8 +300,11 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 // stands for.
 func (p *Postgres) Sample(ctx context.Context, t *Table, pages int) ([]Split, float64, error) {
 	var size int64
-	if err := p.read.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(relid)), 0) / current_setting('block_size')::int
-		FROM pg_partition_tree($1::regclass)`, t.SQL).Scan(&size); err != nil {
+	// pg_partition_tree lists a partitioned table's partitions, nothing
+	// for a plain table.
+	if err := p.read.QueryRow(ctx, `SELECT (greatest(pg_relation_size($1::regclass),
+		(SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM pg_partition_tree($1::regclass))) / current_setting('block_size')::int)::bigint`,
+		t.SQL).Scan(&size); err != nil {
 		return nil, 0, fmt.Errorf("reconcile: the size of %s: %w", t.Name, err)
 	}
 	pct := 100.0
