@@ -2,6 +2,7 @@ package faultsuite
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -21,6 +22,15 @@ import (
 const reconcileBenchDDL = `CREATE TABLE bench (id bigint PRIMARY KEY, a int, b bigint, c text, d numeric(12,2), e timestamptz, f bool, g float8);
 INSERT INTO bench SELECT g, g % 1000, g * 7, 'row ' || g, (g % 100000) / 100.0, '2024-01-01'::timestamptz + g * interval '1 second',
 	g % 2 = 0, g / 3.0 FROM generate_series(1, ROWS) g; ANALYZE bench;`
+
+// profile is a run's profile file: base with the variant and run (""
+// without base).
+func profile(base, variant string, run int) string {
+	if base == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s.%s.%d", base, variant, run+1)
+}
 
 // copyRuns is how many times TestReconcileBench runs COPY binary before
 // the reconciles (once more after them).
@@ -93,7 +103,8 @@ func TestReconcileBench(t *testing.T) {
 		for _, v := range variants {
 			t0 := time.Now()
 			cmd := exec.CommandContext(p.ctx, v.bin, "reconcile", "-c", p.CfgPath, "--json", "public.bench")
-			cmd.Env = append(os.Environ(), "CDCD_CPUPROFILE="+os.Getenv("CDCD_RECONCILE_BENCH_CPU"))
+			cmd.Env = append(os.Environ(), "CDCD_CPUPROFILE="+profile(os.Getenv("CDCD_RECONCILE_BENCH_CPU"), v.name, i),
+				"CDCD_HEAPPROFILE="+profile(os.Getenv("CDCD_RECONCILE_BENCH_HEAP"), v.name, i))
 			out, err := cmd.Output()
 			wall := time.Since(t0)
 			var doc struct{ Tables []*reconcile.TableReport }
@@ -115,8 +126,8 @@ func TestReconcileBench(t *testing.T) {
 			}
 			res.rate, res.src = r.RowsPerSecond, r.SourceCPUMicrosPerRow
 			results[v.name] = append(results[v.name], res)
-			t.Logf("reconcile %s run %d of %d rows: %.0f rows/s, %d ranges at once (%.2f source CPU-µs/row, %.2f cdcd CPU-µs/row, cdcd peak RSS %.0f MB; the command took %s in all)",
-				v.name, i+1, rows, r.RowsPerSecond, r.Parallel, res.src, res.cdcd, res.rss, wall.Round(time.Millisecond))
+			t.Logf("reconcile %s run %d of %d rows: %.0f rows/s, %d ranges at once, %d blocks read by key (%.2f source CPU-µs/row, %.2f cdcd CPU-µs/row, cdcd peak RSS %.0f MB; the command took %s in all)",
+				v.name, i+1, rows, r.RowsPerSecond, r.Parallel, r.Drilled, res.src, res.cdcd, res.rss, wall.Round(time.Millisecond))
 		}
 	}
 	copyOnce() // after the reconciles too: the machine may have changed
