@@ -157,7 +157,10 @@ func parseInt(s string) (int64, bool) {
 // it holds within the budget, not once each. Rule 4 (doc.go) holds with
 // the older mirror as it does with one read beside the source: the keys
 // left out are those changed since its offsets. nil when k cannot be
-// placed (the next segment reads the mirror again).
+// placed (the next segment reads the mirror again). Keys of one integer
+// are kept in a's own arrays (a is not used after): a segment that ends
+// mid-table (ranges read in parallel end at a sampled key) would
+// otherwise hold a copy of half the table's keys beside them.
 func (a *aheadRows) after(t *Table, k Key) *aheadRows {
 	rest := &aheadRows{live: a.live}
 	if a.ints != nil || len(a.ends) == 0 {
@@ -168,12 +171,15 @@ func (a *aheadRows) after(t *Table, k Key) *aheadRows {
 		if !ok {
 			return nil
 		}
+		n := 0
 		for i, v := range a.ints {
 			if v > kv {
-				rest.ints = append(rest.ints, v)
-				rest.hashes = append(rest.hashes, a.hashes[i])
+				a.ints[n], a.hashes[n] = v, a.hashes[i]
+				n++
 			}
 		}
+		rest.ints, rest.hashes = a.ints[:n:n], a.hashes[:n:n]
+		a.ints, a.hashes = nil, nil
 		return rest
 	}
 	nk := len(t.Key)
