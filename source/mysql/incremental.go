@@ -275,8 +275,8 @@ func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 	keys := keyExprs(d)
 	text := "SELECT " + strings.Join(cols, ", ") + " FROM " + d.ident() + " WHERE " + where +
 		" ORDER BY " + strings.Join(keys, ", ")
-	if q.Keys == nil && q.To == nil {
-		text += " LIMIT " + strconv.Itoa(q.Limit)
+	if q.Keys == nil {
+		text += " LIMIT " + strconv.Itoa(q.Limit) // with To, the cap (snapshot.ChunkCap)
 	}
 	return text, args, nil
 }
