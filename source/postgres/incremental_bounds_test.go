@@ -14,14 +14,17 @@ import (
 // server sorts it (each range (previous, end] holds rows, in order), after
 // the chunk's After and at most its Upper, about Limit rows apart; the
 // last read of a range says so; an empty range and a table of few rows
-// give none.
+// give none; a partitioned table is sampled too.
 func TestSampledBounds(t *testing.T) {
 	t.Parallel()
 	e := setup(t, `CREATE TABLE sb (region text COLLATE "und-x-icu", id int, v text, PRIMARY KEY (region, id));
 		INSERT INTO sb SELECT r, g, 'v' || g FROM generate_series(1, 40000) g, unnest(ARRAY['a', 'B', 'é', 'Z', 'ä']) r;
 		ANALYZE sb;
-		CREATE TABLE few (id int PRIMARY KEY); INSERT INTO few SELECT generate_series(1, 10); ANALYZE few`)
-	r := New(e.config(t, []string{"sb", "few"}, false), e.state, slog.New(slog.DiscardHandler))
+		CREATE TABLE few (id int PRIMARY KEY); INSERT INTO few SELECT generate_series(1, 10); ANALYZE few;
+		CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+		CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (5000); CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (5000) TO (20000);
+		INSERT INTO pt SELECT g, 'v' FROM generate_series(1, 19999) g; ANALYZE pt`)
+	r := New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler))
 	conn, err := pgx.Connect(t.Context(), e.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +93,20 @@ func TestSampledBounds(t *testing.T) {
 	if ends, last, err := d.Bounds(t.Context(), "public.sb", nil, snapshot.ChunkQuery{After: after, Upper: upper, Limit: limit}, 2); err != nil || len(ends) != 2 || last {
 		t.Errorf("two ends asked: %v, last %v, %v; want two, not last", ends, last, err)
 	}
+	// A partitioned table is sampled through its partitions.
+	d.r.cfg.Incremental.SamplePercent = 20
+	pt, err := describeByName(t.Context(), conn, "public.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := snapshot.ChunkQuery{Upper: snapshot.Key{"19999"}, Limit: 1000}
+	if pct, _, err := d.sampleRate(t.Context(), pt, q.Limit, 1<<16); err != nil || pct != 20 {
+		t.Fatalf("sample rate %g%% (%v), want the configured 20%%", pct, err)
+	}
+	if ends, last, err := d.Bounds(t.Context(), "public.pt", nil, q, 1<<16); err != nil || len(ends) < 5 || !last {
+		t.Errorf("a partitioned table of 19,999 rows in chunks of 1,000: %d ends, last %v, %v", len(ends), last, err)
+	}
+	d.r.cfg.Incremental.SamplePercent = 0
 	if ends, last, err := d.Bounds(t.Context(), "public.few", nil, snapshot.ChunkQuery{Upper: snapshot.Key{"10"}, Limit: limit}, 1<<16); err != nil || len(ends) != 0 || !last {
 		t.Errorf("a table of 10 rows: ends %v, last %v, %v; want none, last", ends, last, err)
 	}
