@@ -42,13 +42,10 @@ func (d *pgDatabase) Bounds(ctx context.Context, name string, _ *snapshot.Table,
 	if err != nil {
 		return nil, false, err
 	}
-	var sql string
-	if pct > 0 {
-		sql, err = sampledBoundsSQL(ct, q, n, pct, every)
-	} else {
-		n = min(n, exactBatch)
-		sql, err = boundsSQL(ct, q, n)
+	if pct == 0 {
+		n, every = min(n, exactBatch), q.Limit
 	}
+	sql, err := boundsSQL(ct, q, n, every, pct)
 	if err != nil {
 		return nil, false, err
 	}
@@ -117,9 +114,11 @@ func (d *pgDatabase) sampleRate(ctx context.Context, ct *catalogTable, limit, n 
 	return pct, int(rows), nil
 }
 
-// sampledBoundsSQL selects the text of every every-th key of a pct% page
-// sample of range chunk q's rows, in its order, at most n of them.
-func sampledBoundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n int, pct float64, every int) (string, error) {
+// boundsSQL selects the text of every every-th key of range chunk q's
+// rows, in its order (the key's collations are the columns', as in the
+// chunks' ORDER BY), at most n of them: of a sample of pct% of the table's
+// pages (TABLESAMPLE SYSTEM), or of every row when pct is 0.
+func boundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n, every int, pct float64) (string, error) {
 	keys := keyColumns(ct)
 	inner := make([]string, len(keys))
 	outer := make([]string, len(keys))
@@ -131,34 +130,15 @@ func sampledBoundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n int, pct float6
 	if err != nil {
 		return "", err
 	}
+	sample := ""
+	if pct > 0 {
+		sample = " TABLESAMPLE SYSTEM (" + strconv.FormatFloat(pct, 'f', -1, 64) + ")"
+	}
 	order := strings.Join(keys, ", ")
 	return "SELECT " + strings.Join(outer, ", ") + " FROM (SELECT " + strings.Join(inner, ", ") +
-		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.ident() + " AS " + tableAlias +
-		" TABLESAMPLE SYSTEM (" + strconv.FormatFloat(pct, 'f', -1, 64) + ") WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY " + order + " LIMIT " + strconv.FormatInt(int64(n)*int64(every), 10) +
+		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.ident() + " AS " + tableAlias + sample +
+		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order + " LIMIT " + strconv.FormatInt(int64(n)*int64(every), 10) +
 		") AS b WHERE b.n % " + strconv.Itoa(every) + " = 0 ORDER BY b.n", nil
-}
-
-// boundsSQL selects the text of every q.Limit-th key of the next n·q.Limit
-// in range chunk q's order (the key's collations are the columns', as in
-// the chunks' ORDER BY).
-func boundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n int) (string, error) {
-	keys := keyColumns(ct)
-	inner := make([]string, len(keys))
-	outer := make([]string, len(keys))
-	for i, k := range keys {
-		inner[i] = k + " AS k" + strconv.Itoa(i)
-		outer[i] = "(b.k" + strconv.Itoa(i) + ")::text"
-	}
-	where, err := chunkWhere(ct, q)
-	if err != nil {
-		return "", err
-	}
-	order := strings.Join(keys, ", ")
-	return "SELECT " + strings.Join(outer, ", ") + " FROM (SELECT " + strings.Join(inner, ", ") +
-		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.ident() + " AS " + tableAlias +
-		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order + " LIMIT " + strconv.Itoa(n*q.Limit) +
-		") AS b WHERE b.n % " + strconv.Itoa(q.Limit) + " = 0 ORDER BY b.n", nil
 }
 
 // Reader implements snapshot.Parallel.
