@@ -176,8 +176,11 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	}
 	defer rows.Close()
 	want := q.Limit
-	if q.Keys != nil {
+	switch {
+	case q.Keys != nil:
 		want = len(q.Keys)
+	case q.To != nil:
+		want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 	}
 	now, n := time.Now(), len(desc.cols)
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
