@@ -97,14 +97,17 @@ func (d *pgDatabase) sampleRate(ctx context.Context, ct *catalogTable, limit, n 
 		p = min(p, 100)
 		return p, max(1, int(float64(limit)*p/100)), nil
 	}
-	var tuples, pages float64
-	if err := d.conn.QueryRow(ctx, `SELECT COALESCE(sum(GREATEST(reltuples, 0)), 0), COALESCE(sum(relpages), 0) FROM pg_class
-		WHERE oid = $1::oid OR oid IN (SELECT relid FROM pg_partition_tree($1::oid) WHERE isleaf)`, ct.oid).Scan(&tuples, &pages); err != nil {
+	var tuples, pages, size float64
+	if err := d.conn.QueryRow(ctx, `SELECT COALESCE(sum(GREATEST(reltuples, 0)), 0), COALESCE(sum(relpages), 0),
+		COALESCE(sum(pg_relation_size(oid)), 0) / current_setting('block_size')::float8 FROM pg_class
+		WHERE oid = $1::oid OR oid IN (SELECT relid FROM pg_partition_tree($1::oid) WHERE isleaf)`, ct.oid).Scan(&tuples, &pages, &size); err != nil {
 		return 0, 0, fmt.Errorf("postgres: statistics of %s: %w", ct.qualified(), err)
 	}
 	perPage := 100.0 // never analyzed: a guess, a narrow row's
 	if tuples > 0 && pages > 0 {
 		perPage = tuples / pages
+	} else {
+		tuples = size * perPage
 	}
 	rows := max(sampleMin, samplePages*perPage) // sampled a chunk
 	pct = 100 * rows / float64(limit)
