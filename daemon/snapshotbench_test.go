@@ -30,7 +30,10 @@ import (
 // goal is an incremental rate of at least 0.8 of the initial load's.
 // CDCD_BENCH_ROWS (default 1M) sets the table's size, CDCD_BENCH_CHUNK_ROWS
 // the snapshot's chunk, CDCD_BENCH_SPLIT_ROWS the smallest chunk read in
-// halves, CDCD_BENCH_AHEAD the chunks read at once (1: one at a time);
+// halves, CDCD_BENCH_AHEAD the chunks read at once (1: one at a time),
+// CDCD_BENCH_SAMPLE the share of pages sampled for the chunks' ends
+// (postgres.IncrementalConfig.SamplePercent; -1: every key read through
+// the index, as before session 7);
 // CDCD_BENCH_PREPARE=0 has the chunks' rows encoded on the stream's
 // goroutine rather than ahead (the baseline of source.Preparer);
 // CDCD_BENCH_INC_CPU=file profiles the snapshot,
@@ -120,7 +123,8 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	}
 	lag := &lagEmitter{next: e, table: "beat", noPrepare: os.Getenv("CDCD_BENCH_PREPARE") == "0"}
 	r = postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot + "_inc", Publication: names.Publication, Tables: []string{"bench", "beat"},
-		SpillDir: tb.TempDir(), HeartbeatInterval: -1, Incremental: postgres.IncrementalConfig{ChunkRows: chunk, SplitRows: splitRows(), Ahead: benchEnvInt("CDCD_BENCH_AHEAD")}},
+		SpillDir: tb.TempDir(), HeartbeatInterval: -1, Incremental: postgres.IncrementalConfig{ChunkRows: chunk, SplitRows: splitRows(), Ahead: benchEnvInt("CDCD_BENCH_AHEAD"),
+			SamplePercent: float64(benchEnvInt("CDCD_BENCH_SAMPLE"))}},
 		e.state, slog.New(slog.DiscardHandler))
 	rctx, cancel := context.WithCancel(ctx)
 	errc, ran := make(chan error, 1), make(chan struct{})

@@ -176,8 +176,11 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	}
 	defer rows.Close()
 	want := q.Limit
-	if q.Keys != nil {
+	switch {
+	case q.Keys != nil:
 		want = len(q.Keys)
+	case q.To != nil:
+		want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 	}
 	now, n := time.Now(), len(desc.cols)
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
@@ -275,8 +278,8 @@ func chunkQuery(d *tableDesc, q snapshot.ChunkQuery) (string, []any, error) {
 	keys := keyExprs(d)
 	text := "SELECT " + strings.Join(cols, ", ") + " FROM " + d.ident() + " WHERE " + where +
 		" ORDER BY " + strings.Join(keys, ", ")
-	if q.Keys == nil && q.To == nil {
-		text += " LIMIT " + strconv.Itoa(q.Limit)
+	if q.Keys == nil {
+		text += " LIMIT " + strconv.Itoa(q.Limit) // with To, the cap (snapshot.ChunkCap)
 	}
 	return text, args, nil
 }

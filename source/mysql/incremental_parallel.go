@@ -21,12 +21,14 @@ type myParallel struct{ *myDatabase }
 var _ snapshot.Parallel = (*myParallel)(nil)
 
 // Bounds implements snapshot.Parallel: the keys Limit-1, 2·Limit-1, …
-// rows into the range chunk q, in its order (fewer: fewer rows are left),
-// one query each after one description of the table.
-func (d *myParallel) Bounds(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery, n int) ([]snapshot.Key, error) {
+// rows into the range chunk q, in its order, for at most boundBatch
+// chunks (fewer: fewer rows are left), one query each after one
+// description of the table.
+func (d *myParallel) Bounds(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery, n int) ([]snapshot.Key, bool, error) {
+	n = min(n, boundBatch)
 	desc, err := d.describe(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	keys := keyExprs(desc)
 	sel := make([]string, len(keys))
@@ -37,22 +39,25 @@ func (d *myParallel) Bounds(ctx context.Context, name string, _ *snapshot.Table,
 	for len(out) < n {
 		where, args, err := rangeWhere(desc, q)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		text := "SELECT " + strings.Join(sel, ", ") + " FROM " + desc.ident() + " WHERE " + where +
 			" ORDER BY " + strings.Join(keys, ", ") + " LIMIT 1 OFFSET ?"
 		p := &snapshot.Plan{}
 		if err := readKey(ctx, d.db, desc, text, append(args, int64(q.Limit-1)), name, q.Where, p); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if p.Upper == nil {
-			break
+			return out, true, nil
 		}
 		out = append(out, p.Upper)
 		q.After = p.Upper
 	}
-	return out, nil
+	return out, false, nil
 }
+
+// boundBatch is how many chunks' ends one Bounds call finds.
+const boundBatch = 8
 
 // Reader implements snapshot.Parallel.
 func (d *myParallel) Reader(context.Context) (snapshot.ChunkReader, error) {

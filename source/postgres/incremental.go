@@ -231,7 +231,11 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		if err != nil {
 			return nil, err
 		}
-		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, max(q.Limit, len(q.Keys))); err != nil {
+		want := max(q.Limit, len(q.Keys))
+		if q.To != nil {
+			want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
+		}
+		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
 	}
@@ -430,7 +434,7 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snap
 	}
 	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + ct.ident() + " AS " + tableAlias +
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + strings.Join(keys, ", ")
-	if q.Keys == nil && q.To == nil {
+	if q.Keys == nil {
 		sql += " LIMIT " + strconv.Itoa(q.Limit)
 	}
 	return "COPY (" + sql + ") TO STDOUT (FORMAT binary)", nil

@@ -38,6 +38,13 @@ type IncrementalConfig struct {
 	// connection of its own between watermarks of its own; default 3
 	// (snapshot.Config.Ahead).
 	Ahead int
+	// SamplePercent is the share of a table's pages (TABLESAMPLE SYSTEM)
+	// whose keys place the range chunks' ends; default (0): chosen from
+	// the table's statistics, about ten pages a chunk, or every key read
+	// through the index (exact ends) when that sample would be more than
+	// 30% of the table or the table has more than 4·65,536 chunks.
+	// Negative: always the index read.
+	SamplePercent float64
 	// MaxRowsPerSecond throttles a snapshot; 0 does not.
 	MaxRowsPerSecond int
 	// SignalTable ("schema.table") is a Debezium-compatible signal table

@@ -66,8 +66,10 @@ type ChunkQuery struct {
 	// bound a range read of at most Limit rows in key order.
 	After, Upper Key
 	Limit        int
-	// To, when set (only for a Parallel database), ends the range instead
-	// of Limit: every row with a key after After and at most To is read.
+	// To, when set (only for a Parallel database), ends the range: the
+	// rows with keys after After and at most To are read, the first Limit
+	// of them in key order. A read that returns Limit rows may have
+	// stopped before To; the range goes on after its Last.
 	To Key
 	// Keys, when set, reads exactly these keys instead of a range.
 	Keys []Key
@@ -122,11 +124,15 @@ type Database interface {
 // start before this one's read ends.
 type Parallel interface {
 	Database
-	// Bounds returns the keys q.Limit-1, 2·q.Limit-1, … n·q.Limit-1 rows
-	// into the order of range chunk q: where the next n range chunks end
-	// (fewer: fewer rows are left), in one read. Called from the engine's
-	// goroutine.
-	Bounds(ctx context.Context, table string, t *Table, q ChunkQuery, n int) ([]Key, error)
+	// Bounds returns where the next range chunks after q.After end, about
+	// q.Limit rows apart (exact, or estimated from a sample), in key order,
+	// each at most q.Upper, at most n of them; last when about a chunk or
+	// less is left after them (then the engine reads no more ends). They
+	// only cut the range: a chunk reads the rows of (After, To], at most
+	// its Limit of them (ChunkQuery.To), so a range that holds more rows
+	// than planned costs another chunk, not memory. Called from the
+	// engine's goroutine.
+	Bounds(ctx context.Context, table string, t *Table, q ChunkQuery, n int) (ends []Key, last bool, err error)
 	// Reader opens a connection of its own that writes watermarks and
 	// reads chunks (one at a time) beside the others.
 	Reader(ctx context.Context) (ChunkReader, error)

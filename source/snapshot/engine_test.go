@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,8 +70,15 @@ type fakeDB struct {
 	badReads     map[int]bool
 	written      []string // watermark ids, in order
 	// parallel runs the engine on it as a Parallel database
-	// (parallelDB).
-	parallel bool
+	// (parallelDB); rough, when set, places its chunks' ends at random
+	// (parallelDB.Bounds); boundReads counts Bounds calls; maxRead is the
+	// most rows a range read returned, cutReads the range reads that
+	// stopped at their Limit.
+	parallel   bool
+	rough      *rand.Rand
+	boundReads int
+	maxRead    int
+	cutReads   int
 }
 
 func newFakeDB(n int) *fakeDB {
@@ -141,7 +149,7 @@ func (db *fakeDB) ReadChunk(_ context.Context, _ string, _ *Table, q ChunkQuery)
 		case q.After != nil && k <= parse(q.After):
 			continue
 		case q.To != nil:
-			if k > parse(q.To) {
+			if k > parse(q.To) || len(res.Rows) >= q.Limit {
 				continue
 			}
 		case k > parse(q.Upper), len(res.Rows) >= q.Limit:
@@ -151,6 +159,12 @@ func (db *fakeDB) ReadChunk(_ context.Context, _ string, _ *Table, q ChunkQuery)
 		if q.Keys == nil {
 			res.Last = Key{strconv.FormatInt(k, 10)}
 		}
+	}
+	if q.Keys == nil {
+		db.maxRead = max(db.maxRead, len(res.Rows))
+	}
+	if q.To != nil && len(res.Rows) >= q.Limit {
+		db.cutReads++
 	}
 	return res, nil
 }
@@ -259,6 +273,14 @@ func waitDone(t *testing.T, e *Engine, s *streamer) {
 			return
 		}
 	}
+	e.mu.Lock() // what the engine's goroutine left: for the failure's reader
+	for _, r := range e.runs {
+		t.Logf("run: ahead %d readEnd %v rangeDone %v finished %v cursor %v readLast %v upper %v windows %d bounds %v boundsLast %v ends %d cuts %d retries %d", len(r.ahead), r.readEnd, r.rangeDone, r.finished, r.cursor, r.readLast, r.rec.Upper, len(r.windows), r.bounds, r.boundsLast, len(r.ends), r.cuts, r.retries)
+		for _, k := range r.reread {
+			t.Logf("re-read key %v resolved %v inFlight %v maybe %v", k.key, k.resolvedAt, k.inFlight, k.maybe)
+		}
+	}
+	e.mu.Unlock()
 	t.Fatalf("runs not done: %+v", e.Progress())
 }
 

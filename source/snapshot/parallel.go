@@ -11,19 +11,26 @@ import (
 // One chunk's read between its watermarks is most of a snapshot's time,
 // and it leaves the database's other cores idle, as do the round trips
 // around it. With a Parallel database the engine fixes each range chunk's
-// last key first (Bounds: the keys Limit-1, 2·Limit-1, … rows on, for
-// boundBatch chunks in one read), so the next chunk's range is known at
-// once, and reads up to Ahead chunks at the same time, each on a reader of
-// its own: low watermark, read, high watermark. Their windows overlap in
-// the stream. A chunk's end is only where its range stops: rows inserted
-// into the range since the ends were read make the chunk longer, deleted
-// ones shorter; every chunk reads its whole range (After, To].
+// last key first (Bounds: about Limit rows apart, exact or estimated from
+// a sample, many chunks' ends in one read), so the next chunk's range is
+// known at once, and reads up to Ahead chunks at the same time, each on a
+// reader of its own: low watermark, read, high watermark. Their windows
+// overlap in the stream. A chunk's end is only where its range stops: rows
+// inserted into the range since the ends were read, or an estimate short
+// of the truth, make the chunk longer, deleted ones shorter. A chunk reads
+// its range (After, To] up to ChunkCap·ChunkRows rows in key order; one
+// that stops there is cut: its rows up to its last key are emitted, the
+// chunks after it refused (as after a chunk read again), and the range
+// goes on after that key, up to the same ends.
 //
 // The ends were read one chunk at a time once: the table's description
 // and an index read of Limit keys, five round trips a chunk on the
-// engine's goroutine while no new chunk could start. A batch saves the
-// round trips; the index read of every key stays (about 0.45 PostgreSQL
-// CPU-µs a row of the benchmark table, half a chunk's read: BENCHMARKS.md).
+// engine's goroutine while no new chunk could start. A batch of eight
+// saved the round trips; the index read of every key stayed (about 0.45
+// PostgreSQL CPU-µs a row of the benchmark table, half a chunk's read).
+// PostgreSQL now places the ends by a page sample (about 0.04 µs a row:
+// BENCHMARKS.md, session 7); a range that goes on after a chunk read
+// again or cut keeps the ends it has (moveCursor).
 //
 // Each chunk stays correct on its own, whatever the others do. Its read
 // sees every change the stream delivered before its low watermark (the
@@ -44,8 +51,15 @@ import (
 // and the stream meets them in that order; a chunk read again cancels
 // the later ones of its range epoch as before.
 
-// boundBatch is how many chunks' ends one Bounds read finds.
-const boundBatch = 8
+// maxBounds is the most chunks' ends one Bounds read returns (held in
+// memory until their chunks start).
+const maxBounds = 1 << 16
+
+// ChunkCap is how many times ChunkRows a range chunk with an end (To)
+// reads at most, its Limit: the end may hold more rows than planned (an
+// estimated end, rows inserted since), and a chunk's rows are held in
+// memory until its high watermark.
+const ChunkCap = 2
 
 // pchunk is a range chunk read by a reader goroutine.
 type pchunk struct {
@@ -117,16 +131,18 @@ func (p *readers) close() {
 // returns with the chunk registered; the cursor moves past it.
 func (e *Engine) startParallel(ctx context.Context, p *readers, r *run, q ChunkQuery, prev *chunk) (*chunk, error) {
 	if len(r.bounds) == 0 && !r.boundsLast {
-		ks, err := p.db.Bounds(ctx, r.rec.Table, r.tbl, q, boundBatch)
+		ks, last, err := p.db.Bounds(ctx, r.rec.Table, r.tbl, q, maxBounds)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: ends of chunks of %s: %w", r.rec.Table, err)
 		}
-		r.bounds, r.boundsLast = ks, len(ks) < boundBatch
+		r.ends, r.endsAfter, r.endsLast = ks, q.After, last || len(ks) == 0
+		r.bounds, r.boundsLast = r.ends, r.endsLast
 	}
-	q.To = r.rec.Upper // fewer than a chunk left: read to the bound
+	q.To = r.rec.Upper // about a chunk left: read to the bound
 	if len(r.bounds) > 0 {
 		q.To, r.bounds = r.bounds[0], r.bounds[1:]
 	}
+	q.Limit *= ChunkCap
 	e.mu.Lock()
 	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, done: make(chan outcome, 1), epoch: r.epoch,
 		par: &pchunk{written: make(chan struct{})}}

@@ -19,23 +19,38 @@ var parallelReads bool
 // parallelDB is a fakeDB read by several chunks at once.
 type parallelDB struct{ *fakeDB }
 
-func (p *parallelDB) Bounds(_ context.Context, _ string, _ *Table, q ChunkQuery, want int) ([]Key, error) {
+var _ Parallel = (*parallelDB)(nil)
+
+// Bounds returns the exact ends, or with rough set ends 1 to 3·Limit rows
+// apart, and sometimes none after one (as a sample may place them: some
+// chunks hold more rows than their Limit and are cut), at most 8 a read.
+func (p *parallelDB) Bounds(_ context.Context, _ string, _ *Table, q ChunkQuery, want int) ([]Key, bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	parse := func(k Key) int64 { v, _ := strconv.ParseInt(k[0], 10, 64); return v }
-	n := 0
+	want = min(want, 8)
+	p.boundReads++
+	n, next := 0, q.Limit
 	var out []Key
 	for _, k := range p.keysLocked() {
 		if q.After != nil && k <= parse(q.After) || k > parse(q.Upper) {
 			continue
 		}
-		if n++; n%q.Limit == 0 {
+		if n++; n == next {
 			if out = append(out, Key{strconv.FormatInt(k, 10)}); len(out) == want {
-				break
+				return out, false, nil
 			}
+			step := q.Limit
+			if p.rough != nil {
+				if p.rough.IntN(8) == 0 {
+					return out, true, nil // the sample saw no more: the rest is one chunk, cut at its Limit
+				}
+				step = 1 + p.rough.IntN(3*q.Limit)
+			}
+			next += step
 		}
 	}
-	return out, nil
+	return out, true, nil
 }
 
 func (p *parallelDB) Reader(context.Context) (ChunkReader, error) { return fakeReader{p.fakeDB}, nil }
@@ -68,13 +83,26 @@ func TestParallelEngine(t *testing.T) {
 // order) equals the database's.
 func TestParallelHammer(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4} {
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { hammer(t, seed) })
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { hammer(t, seed, false) })
 	}
 }
 
-func hammer(t *testing.T, seed uint64) {
+// TestParallelHammerRoughEnds is TestParallelHammer with chunks' ends
+// placed as a sample places them: chunks of 1 to 3 times their rows, some
+// cut at their Limit (the chunks after them refused), and sometimes no end
+// at all for the rest of the range.
+func TestParallelHammerRoughEnds(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { hammer(t, seed, true) })
+	}
+}
+
+func hammer(t *testing.T, seed uint64, rough bool) {
 	db := newFakeDB(400)
 	db.parallel = true
+	if rough {
+		db.rough = rand.New(rand.NewPCG(seed, 7))
+	}
 	db.badReads = map[int]bool{3: true, 11: true}
 	db.duringRead = func(int) { time.Sleep(time.Millisecond) } // reads overlap; writers write meanwhile
 	var mu sync.Mutex                                          // the writers' random source
@@ -187,6 +215,9 @@ func hammer(t *testing.T, seed uint64) {
 	if n := maxOpen(db.written); n < 2 {
 		t.Errorf("at most %d windows were open at once, want several", n)
 	}
+	if db.maxRead > 2*16 {
+		t.Errorf("a range chunk read %d rows, want at most %d (ChunkCap times ChunkRows)", db.maxRead, 2*16)
+	}
 	for k, v := range db.rows {
 		if got, ok := mirror[k]; !ok || got != v {
 			t.Errorf("key %d: mirror has %q (present %v), the database %q", k, got, ok, v)
@@ -212,4 +243,95 @@ func maxOpen(written []string) int {
 		}
 	}
 	return most
+}
+
+// TestRoughEndsCutChunks: chunks whose ends hold up to three times their
+// rows are read at most twice their rows at a time (cut there, the range
+// goes on after the cut's last key); every row is emitted once, in key
+// order; a range that goes on after a cut or a chunk read again keeps the
+// ends it read (fewer Bounds reads than restarts).
+func TestRoughEndsCutChunks(t *testing.T) {
+	db := newFakeDB(2000)
+	db.parallel = true
+	db.rough = rand.New(rand.NewPCG(5, 5))
+	db.badReads = map[int]bool{4: true, 9: true, 30: true}
+	e, s, _ := start(t, &memState{}, db, 16)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	s.mu.Lock()
+	rows := append([]source.Change(nil), s.emitted...)
+	s.mu.Unlock()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.maxRead > 2*16 {
+		t.Errorf("a range chunk read %d rows, want at most %d", db.maxRead, 2*16)
+	}
+	for _, q := range db.reads {
+		if q.To != nil && q.Limit != 2*16 {
+			t.Fatalf("a range chunk read with Limit %d, want %d", q.Limit, 2*16)
+		}
+	}
+	if db.cutReads == 0 {
+		t.Error("no range chunk was cut at its Limit")
+	}
+	seen := map[int64]bool{}
+	var prev int64
+	for _, c := range rows {
+		k := c.After[0].(int64)
+		if seen[k] {
+			t.Fatalf("key %d emitted twice", k)
+		}
+		if k < prev {
+			t.Fatalf("key %d emitted after %d", k, prev)
+		}
+		seen[k], prev = true, k
+	}
+	if len(seen) != 2000 {
+		t.Errorf("%d keys emitted, want 2000", len(seen))
+	}
+	t.Logf("%d reads (%d cut), %d Bounds reads, longest read %d rows", len(db.reads), db.cutReads, db.boundReads, db.maxRead)
+}
+
+// TestMoveCursorKeepsEnds: a range that goes on after a chunk read again
+// (the cursor at an end) or after a cut (the cursor before the cut
+// chunk's To) keeps the ends after the cursor; a cursor it cannot place
+// among them drops them.
+func TestMoveCursorKeepsEnds(t *testing.T) {
+	ends := []Key{{"10"}, {"20"}, {"30"}, {"40"}}
+	for _, c := range []struct {
+		name         string
+		after, last  Key
+		cutTo        Key
+		want         []Key
+		wantBoundsOK bool
+	}{
+		{"at their read's start", Key{"5"}, Key{"5"}, nil, ends, true},
+		{"none read yet", nil, nil, nil, ends, true},
+		{"at an end", Key{"5"}, Key{"20"}, nil, ends[2:], true},
+		{"at the last end", Key{"5"}, Key{"40"}, nil, []Key{}, true},
+		{"cut before an end", Key{"5"}, Key{"27"}, Key{"30"}, ends[2:], true},
+		{"cut before the bound", Key{"5"}, Key{"47"}, Key{"50"}, nil, false},
+		{"elsewhere", Key{"5"}, Key{"27"}, nil, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &run{rec: &record{}, readLast: c.last, ends: ends, endsAfter: c.after, endsLast: true, cutTo: c.cutTo}
+			r.moveCursor()
+			if len(r.bounds) != len(c.want) || (r.bounds == nil) != (c.want == nil) {
+				t.Fatalf("bounds %v, want %v", r.bounds, c.want)
+			}
+			for i := range c.want {
+				if !keysEqual(r.bounds[i], c.want[i]) {
+					t.Fatalf("bounds %v, want %v", r.bounds, c.want)
+				}
+			}
+			if r.boundsLast != c.wantBoundsOK || (r.ends == nil) == c.wantBoundsOK {
+				t.Errorf("boundsLast %v, ends kept %v; want %v", r.boundsLast, r.ends != nil, c.wantBoundsOK)
+			}
+			if r.cutTo != nil {
+				t.Error("cutTo is kept after the cursor moved")
+			}
+		})
+	}
 }

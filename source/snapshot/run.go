@@ -39,10 +39,17 @@ type run struct {
 	cursorSet bool
 	readEnd   bool
 	// bounds are where the next range chunks after cursor end (Parallel
-	// databases), read boundBatch at a time; boundsLast once the read
-	// returned fewer: after them, less than a chunk is left.
+	// databases); boundsLast when about a chunk or less is left after
+	// them. ends is the whole list of the Bounds read they come from (its
+	// ends after endsAfter; endsLast its boundsLast), kept so a range that
+	// goes on from one of them, or from a chunk cut short before cutTo,
+	// need not read them again.
 	bounds     []Key
 	boundsLast bool
+	ends       []Key
+	endsAfter  Key
+	endsLast   bool
+	cutTo      Key
 	// epoch counts the range's restarts after a chunk read again (from 1);
 	// cancelEpoch is the epoch whose later chunks the stream refuses.
 	epoch, cancelEpoch int
@@ -51,6 +58,7 @@ type run struct {
 	began     time.Time
 	beganRows int64
 	retries   int
+	cuts      int // range chunks cut short at their Limit (outcomeCut)
 }
 
 // emitted is a chunk whose rows were handed to the stream at pos.
@@ -74,11 +82,40 @@ type rereadKey struct {
 }
 
 // moveCursor puts the range cursor at the last key emitted: the next
-// range chunk reads after it (bounds found from elsewhere are dropped).
+// range chunk reads after it, up to the next of the ends known to follow
+// it (none known: the next chunk reads new ones).
 func (r *run) moveCursor() {
 	r.cursor, r.readEnd, r.cursorSet = r.readLast, r.rangeDone, true
 	r.bounds, r.boundsLast = nil, false
+	if i := r.endsFrom(); i >= 0 {
+		r.bounds, r.boundsLast = r.ends[i:], r.endsLast
+	} else {
+		r.ends, r.endsAfter = nil, nil
+	}
+	r.cutTo = nil
 	r.epoch++
+}
+
+// endsFrom returns the index of the first of the ends after the cursor,
+// -1 when not known without comparing keys: all when the cursor is where
+// their read began, those after the end the cursor is at, and after a cut
+// (the cursor is the cut chunk's Last, before its To) those from its To on.
+func (r *run) endsFrom() int {
+	if r.ends == nil {
+		return -1
+	}
+	if keysEqual(r.cursor, r.endsAfter) {
+		return 0
+	}
+	for i, k := range r.ends {
+		if keysEqual(k, r.cursor) {
+			return i + 1
+		}
+		if r.cutTo != nil && keysEqual(k, r.cutTo) {
+			return i
+		}
+	}
+	return -1
 }
 
 func newRun(rec *record) *run {

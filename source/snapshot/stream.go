@@ -54,6 +54,10 @@ const (
 	outcomeEmitted outcome = iota + 1
 	outcomeRetry           // read again: inconsistent, or the shape changed
 	outcomeStopped         // the run was stopped meanwhile
+	// outcomeCut: emitted, but the read stopped at its Limit before the
+	// chunk's To; the chunks after it were refused, and the range goes on
+	// after its Last.
+	outcomeCut
 )
 
 // Watermark handles a watermark the stream met at pos (a position no
@@ -125,7 +129,13 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 	}
 	read := len(c.res.Rows)
 	last, lastVals := c.res.Last, []any(nil)
+	cut := c.query.To != nil && read >= c.query.Limit && c.res.Last != nil
 	switch {
+	case cut: // (Last, To] is not read: the later chunks of the epoch must not be emitted
+		r.cancelEpoch, r.cutTo = c.epoch, c.query.To
+		if r.tbl.Compare != nil {
+			lastVals = c.res.Rows[read-1].Key()
+		}
 	case c.query.To != nil: // the range read ends at To, whether or not a row has that key
 		last = c.query.To
 		if r.tbl.Compare != nil && r.tbl.ParseKey != nil {
@@ -174,7 +184,11 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 	}
 	r.readRows += em.rows
 	r.emitted = append(r.emitted, em)
-	c.done <- outcomeEmitted
+	if cut {
+		c.done <- outcomeCut
+	} else {
+		c.done <- outcomeEmitted
+	}
 	return rows
 }
 

@@ -140,7 +140,7 @@ func (e *Engine) step(ctx context.Context, db Database, pool *readers, r *run) e
 	}
 	e.mu.Unlock()
 	if q, ids := e.pointQuery(r); q != nil {
-		if err := e.drain(ctx, r); err != nil {
+		if err := e.drain(ctx, r, false); err != nil {
 			return err
 		}
 		began := time.Now()
@@ -211,28 +211,34 @@ func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *r
 		return err
 	}
 	r.ahead = r.ahead[1:]
-	if o == outcomeEmitted {
+	switch o {
+	case outcomeEmitted:
 		return nil
-	}
-	if o == outcomeRetry {
+	case outcomeCut:
+		r.cuts++
+	case outcomeRetry:
 		r.retries++
 	}
-	if err := e.drain(ctx, r); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	r.moveCursor()
-	e.mu.Unlock()
-	return nil
+	return e.drain(ctx, r, true)
 }
 
-// drain waits for the range chunks in flight.
-func (e *Engine) drain(ctx context.Context, r *run) error {
+// drain waits for the range chunks in flight. When one was not emitted
+// whole (read again, cut, stopped), or restart is set, the range goes on
+// from the last key emitted: the chunks after it were refused, and a
+// cursor left after them would wait for chunks no longer in flight.
+func (e *Engine) drain(ctx context.Context, r *run, restart bool) error {
 	for len(r.ahead) > 0 {
-		if _, err := e.wait(ctx, r.ahead[0]); err != nil {
+		o, err := e.wait(ctx, r.ahead[0])
+		if err != nil {
 			return err
 		}
 		r.ahead = r.ahead[1:]
+		restart = restart || o != outcomeEmitted
+	}
+	if restart {
+		e.mu.Lock()
+		r.moveCursor()
+		e.mu.Unlock()
 	}
 	return nil
 }

@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// TestSampledBounds: the ends a page sample gives a composite key whose
+// text column sorts by an ICU collation are in the key's order as the
+// server sorts it (each range (previous, end] holds rows, in order), after
+// the chunk's After and at most its Upper, about Limit rows apart; the
+// last read of a range says so; an empty range and a table of few rows
+// give none; a partitioned table is sampled too.
+func TestSampledBounds(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE sb (region text COLLATE "und-x-icu", id int, v text, PRIMARY KEY (region, id));
+		INSERT INTO sb SELECT r, g, 'v' || g FROM generate_series(1, 40000) g, unnest(ARRAY['a', 'B', 'é', 'Z', 'ä']) r;
+		ANALYZE sb;
+		CREATE TABLE few (id int PRIMARY KEY); INSERT INTO few SELECT generate_series(1, 10); ANALYZE few;
+		CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+		CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (5000); CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (5000) TO (20000);
+		INSERT INTO pt SELECT g, 'v' FROM generate_series(1, 19999) g; ANALYZE pt`)
+	r := New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler))
+	conn, err := pgx.Connect(t.Context(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
+	defer d.close()
+	ct, err := describeByName(t.Context(), conn, "public.sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 8000
+	if pct, every, err := d.sampleRate(t.Context(), ct, limit, 1<<16); err != nil || pct <= 0 || pct > sampleMaxPercent || every < sampleMin {
+		t.Fatalf("sample rate %g%%, every %d (%v); want a sample of the 200,000 rows", pct, every, err)
+	}
+	upper := snapshot.Key{"é", "35000"} // "é" sorts between "a" and "B" here: not the byte order
+	count := func(after, to snapshot.Key) int {
+		t.Helper()
+		q := snapshot.ChunkQuery{After: after, Upper: upper, To: to}
+		where, err := chunkWhere(ct, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sql := "SELECT count(*) FROM sb AS " + tableAlias + " WHERE " + where[0]
+		for _, w := range where[1:] {
+			sql += " AND " + w
+		}
+		var n int
+		if err := conn.QueryRow(t.Context(), sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	after := snapshot.Key{"a", "500"}
+	total := count(after, nil)
+	ends, last, err := d.Bounds(t.Context(), "public.sb", nil, snapshot.ChunkQuery{After: after, Upper: upper, Limit: limit}, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !last {
+		t.Error("a read of every end of the range says more are left")
+	}
+	if want := total / limit; len(ends) < want/2 || len(ends) > want*2 {
+		t.Errorf("%d ends for %d rows in chunks of %d, want about %d", len(ends), total, limit, want)
+	}
+	prev, sum := after, 0
+	for i, k := range ends {
+		n := count(prev, k)
+		if n <= 0 {
+			t.Fatalf("end %d %v holds no rows after %v: not in the key's order", i, k, prev)
+		}
+		if n > 4*limit {
+			t.Errorf("end %d %v is %d rows after %v, chunks of %d", i, k, n, prev, limit)
+		}
+		sum += n
+		prev = k
+	}
+	if sum += count(prev, nil); sum != total {
+		t.Errorf("the ranges hold %d rows, the range %d", sum, total)
+	}
+	t.Logf("%d ends over %d rows", len(ends), total)
+
+	if ends, last, err := d.Bounds(t.Context(), "public.sb", nil, snapshot.ChunkQuery{After: upper, Upper: upper, Limit: limit}, 1<<16); err != nil || len(ends) != 0 || !last {
+		t.Errorf("an empty range: ends %v, last %v, %v; want none, last", ends, last, err)
+	}
+	if ends, last, err := d.Bounds(t.Context(), "public.sb", nil, snapshot.ChunkQuery{After: after, Upper: upper, Limit: limit}, 2); err != nil || len(ends) != 2 || last {
+		t.Errorf("two ends asked: %v, last %v, %v; want two, not last", ends, last, err)
+	}
+	// A partitioned table is sampled through its partitions.
+	d.r.cfg.Incremental.SamplePercent = 20
+	pt, err := describeByName(t.Context(), conn, "public.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := snapshot.ChunkQuery{Upper: snapshot.Key{"19999"}, Limit: 1000}
+	if pct, _, err := d.sampleRate(t.Context(), pt, q.Limit, 1<<16); err != nil || pct != 20 {
+		t.Fatalf("sample rate %g%% (%v), want the configured 20%%", pct, err)
+	}
+	if ends, last, err := d.Bounds(t.Context(), "public.pt", nil, q, 1<<16); err != nil || len(ends) < 5 || !last {
+		t.Errorf("a partitioned table of 19,999 rows in chunks of 1,000: %d ends, last %v, %v", len(ends), last, err)
+	}
+	d.r.cfg.Incremental.SamplePercent = 0
+	if ends, last, err := d.Bounds(t.Context(), "public.few", nil, snapshot.ChunkQuery{Upper: snapshot.Key{"10"}, Limit: limit}, 1<<16); err != nil || len(ends) != 0 || !last {
+		t.Errorf("a table of 10 rows: ends %v, last %v, %v; want none, last", ends, last, err)
+	}
+}
