@@ -31,6 +31,59 @@ type prepared struct {
 	key   []byte        // the key record's Avro body (no frame)
 	head  []byte        // the value's before and after (no frame)
 	part  int32
+	slab  *prepSlab
+}
+
+// prepSlab is the memory of one Prepare call's encodings. Once Submit has
+// used every one of them (copied into its batch), it goes back to the
+// emitter's free list for another Prepare: an initial load prepares every
+// row, and a slab a batch (about 200 bytes a row) was garbage as fast as
+// the load read. A slab some of whose rows are never used (dropped from a
+// snapshot's window, encoded afresh) is left to the collector.
+type prepSlab struct {
+	pre   []prepared
+	spans []prepSpan
+	arena []byte
+	left  int // rows prepared and not yet used; under the emitter's mu
+}
+
+// prepSpan is where a row's key and head are in a slab's arena (start
+// -1: not prepared).
+type prepSpan struct{ start, mid, end int }
+
+// prepSlabsKept is how many used-up slabs the emitter keeps: about a
+// load's batches in flight (two for each chunk in flight), at about 2 MB a
+// slab of 10,000 rows.
+const prepSlabsKept = 4
+
+// slab returns an empty slab for n rows, a recycled one if any.
+func (e *emitter) slab(n int) *prepSlab {
+	select {
+	case s := <-e.prepFree:
+		if cap(s.pre) >= n {
+			s.pre, s.spans, s.arena = s.pre[:n], s.spans[:n], s.arena[:0]
+			clear(s.pre)
+			return s
+		}
+	default:
+	}
+	return &prepSlab{pre: make([]prepared, n), spans: make([]prepSpan, n)}
+}
+
+// used notes that Submit copied p; the slab goes back once all of its
+// rows were. REQUIRES: e.mu.
+func (e *emitter) used(p *prepared) {
+	p.owner = nil // never used twice
+	s := p.slab
+	if s == nil {
+		return
+	}
+	if s.left--; s.left == 0 && e.prepFree != nil && cap(s.arena) <= maxKeptArena {
+		select {
+		case e.prepFree <- s:
+		default:
+		}
+	}
 }
 
 var _ source.Preparer = (*emitter)(nil)
@@ -42,13 +95,11 @@ func (e *emitter) Prepare(batch []source.Change) {
 		return // masking picks a table version per change, in Submit
 	}
 	limit := e.maxRow()
-	pre := make([]prepared, len(batch))
-	type span struct{ start, mid, end int }
-	spans := make([]span, len(batch))
-	var arena []byte
+	sl := e.slab(len(batch))
+	pre, spans, arena := sl.pre, sl.spans, sl.arena
 	for i := range batch {
 		c := &batch[i]
-		spans[i] = span{-1, -1, -1}
+		spans[i] = prepSpan{-1, -1, -1}
 		if !preparable(c) || c.Bytes() > limit {
 			continue
 		}
@@ -64,21 +115,23 @@ func (e *emitter) Prepare(batch []source.Change) {
 			arena = arena[:start]
 			continue
 		}
-		spans[i] = span{start, mid, len(arena)}
-		if i == 0 && len(batch) > 1 { // size the rest like the first
-			arena = append(make([]byte, 0, (len(arena)+len(arena)/4)*len(batch)), arena...)
+		spans[i] = prepSpan{start, mid, len(arena)}
+		if want := (len(arena) + len(arena)/4) * len(batch); i == 0 && len(batch) > 1 && cap(arena) < want { // size the rest like the first
+			arena = append(make([]byte, 0, want), arena...)
 		}
 	}
+	sl.arena = arena
 	for i, s := range spans {
 		if s.start < 0 {
 			continue
 		}
 		p := &pre[i]
-		p.owner, p.table = e, batch[i].Table
+		p.owner, p.table, p.slab = e, batch[i].Table, sl
 		p.key = arena[s.start:s.mid:s.mid]
 		p.head = arena[s.mid:s.end:s.end]
 		p.part = log.PartitionFor(p.key, e.partitions)
 		batch[i].Prepared = p
+		sl.left++
 	}
 }
 
@@ -134,6 +187,7 @@ func (e *emitter) preparedRecords(b *batchRecords, tc *tableCodec, c *source.Cha
 	start = len(b.arena)
 	b.arena = append(schema.AppendFrame(b.arena, tc.keyID), p.key...)
 	b.two[0] = log.Record{Key: b.cut(start), Value: value, Headers: headers, Timestamp: c.CommitTime, Partition: p.part}
+	e.used(p)
 	return b.two[:1]
 }
 
