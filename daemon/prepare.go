@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -25,35 +26,36 @@ import (
 // decides), and a held table's row.
 
 // prepared is a change encoded ahead: what does not depend on its place.
+// 32 bytes: a load prepares every row, and these are in memory for every
+// batch in flight.
 type prepared struct {
-	owner *emitter
-	table *schema.Table // the version it was encoded with
-	key   []byte        // the key record's Avro body (no frame)
-	head  []byte        // the value's before and after (no frame)
-	part  int32
 	slab  *prepSlab
+	table *schema.Table // the version it was encoded with; nil once used
+	// The key record's Avro body [key, mid) and the value's before and
+	// after [mid, end) (no frames), in the slab's arena.
+	key, mid, end uint32
+	part          int32
 }
+
+func (p *prepared) keyBytes() []byte  { return p.slab.arena[p.key:p.mid:p.mid] }
+func (p *prepared) headBytes() []byte { return p.slab.arena[p.mid:p.end:p.end] }
 
 // prepSlab is the memory of one Prepare call's encodings. Once Submit has
 // used every one of them (copied into its batch), it goes back to the
 // emitter's free list for another Prepare: an initial load prepares every
-// row, and a slab a batch (about 200 bytes a row) was garbage as fast as
+// row, and a slab a batch (about 150 bytes a row) was garbage as fast as
 // the load read. A slab some of whose rows are never used (dropped from a
 // snapshot's window, encoded afresh) is left to the collector.
 type prepSlab struct {
+	owner *emitter
 	pre   []prepared
-	spans []prepSpan
 	arena []byte
 	left  int // rows prepared and not yet used; under the emitter's mu
 }
 
-// prepSpan is where a row's key and head are in a slab's arena (start
-// -1: not prepared).
-type prepSpan struct{ start, mid, end int }
-
 // prepSlabsKept is how many used-up slabs the emitter keeps: about a
-// load's batches in flight (two for each chunk in flight), at about 2 MB a
-// slab of 10,000 rows.
+// load's batches in flight (two for each chunk in flight), at about 1.5 MB
+// a slab of 10,000 rows.
 const prepSlabsKept = 4
 
 // slab returns an empty slab for n rows, a recycled one if any.
@@ -61,23 +63,20 @@ func (e *emitter) slab(n int) *prepSlab {
 	select {
 	case s := <-e.prepFree:
 		if cap(s.pre) >= n {
-			s.pre, s.spans, s.arena = s.pre[:n], s.spans[:n], s.arena[:0]
+			s.pre, s.arena = s.pre[:n], s.arena[:0]
 			clear(s.pre)
 			return s
 		}
 	default:
 	}
-	return &prepSlab{pre: make([]prepared, n), spans: make([]prepSpan, n)}
+	return &prepSlab{owner: e, pre: make([]prepared, n)}
 }
 
 // used notes that Submit copied p; the slab goes back once all of its
 // rows were. REQUIRES: e.mu.
 func (e *emitter) used(p *prepared) {
-	p.owner = nil // never used twice
+	p.table = nil // never used twice
 	s := p.slab
-	if s == nil {
-		return
-	}
 	if s.left--; s.left == 0 && e.prepFree != nil && cap(s.arena) <= maxKeptArena {
 		select {
 		case e.prepFree <- s:
@@ -96,11 +95,10 @@ func (e *emitter) Prepare(batch []source.Change) {
 	}
 	limit := e.maxRow()
 	sl := e.slab(len(batch))
-	pre, spans, arena := sl.pre, sl.spans, sl.arena
+	arena := sl.arena
 	for i := range batch {
 		c := &batch[i]
-		spans[i] = prepSpan{-1, -1, -1}
-		if !preparable(c) || c.Bytes() > limit {
+		if !preparable(c) || c.Bytes() > limit || len(arena) > math.MaxUint32-limit {
 			continue
 		}
 		start := len(arena)
@@ -115,24 +113,17 @@ func (e *emitter) Prepare(batch []source.Change) {
 			arena = arena[:start]
 			continue
 		}
-		spans[i] = prepSpan{start, mid, len(arena)}
 		if want := (len(arena) + len(arena)/4) * len(batch); i == 0 && len(batch) > 1 && cap(arena) < want { // size the rest like the first
 			arena = append(make([]byte, 0, want), arena...)
 		}
-	}
-	sl.arena = arena
-	for i, s := range spans {
-		if s.start < 0 {
-			continue
-		}
-		p := &pre[i]
-		p.owner, p.table, p.slab = e, batch[i].Table, sl
-		p.key = arena[s.start:s.mid:s.mid]
-		p.head = arena[s.mid:s.end:s.end]
-		p.part = log.PartitionFor(p.key, e.partitions)
-		batch[i].Prepared = p
+		p := &sl.pre[i]
+		p.slab, p.table = sl, c.Table
+		p.key, p.mid, p.end = uint32(start), uint32(mid), uint32(len(arena))
+		p.part = log.PartitionFor(arena[start:mid], e.partitions)
+		c.Prepared = p
 		sl.left++
 	}
+	sl.arena = arena // before the batch is handed over: Submit reads it
 }
 
 // preparable reports whether c is a row Prepare encodes: a snapshot's read
@@ -153,7 +144,7 @@ func preparable(c *source.Change) bool {
 // by e, for a table of c's shape, not held, nothing masked.
 func (e *emitter) preparedOf(eb *batchRecords, c *source.Change, held bool) *prepared {
 	p, ok := c.Prepared.(*prepared)
-	if !ok || p.owner != e || held || e.masker != nil || c.Fault != nil || !preparable(c) {
+	if !ok || p.table == nil || p.slab.owner != e || held || e.masker != nil || c.Fault != nil || !preparable(c) {
 		return nil
 	}
 	if p.table != c.Table {
@@ -172,7 +163,7 @@ func (e *emitter) preparedOf(eb *batchRecords, c *source.Change, held bool) *pre
 // what Prepare encoded.
 func (e *emitter) preparedRecords(b *batchRecords, tc *tableCodec, c *source.Change, p *prepared) []log.Record {
 	start := len(b.arena)
-	b.arena = append(schema.AppendFrame(b.arena, tc.valueID), p.head...)
+	b.arena = append(schema.AppendFrame(b.arena, tc.valueID), p.headBytes()...)
 	b.arena = append(b.arena, e.tail(b, c)...)
 	b.arena = schema.AppendPosition(b.arena, c.Pos)
 	value := b.cut(start)
@@ -185,7 +176,7 @@ func (e *emitter) preparedRecords(b *batchRecords, tc *tableCodec, c *source.Cha
 	b.headers = append(b.headers, log.Header{Key: HeaderPosition, Value: c.Pos}, log.Header{Key: HeaderTxID, Value: b.txidText})
 	headers := b.headers[h0:len(b.headers):len(b.headers)]
 	start = len(b.arena)
-	b.arena = append(schema.AppendFrame(b.arena, tc.keyID), p.key...)
+	b.arena = append(schema.AppendFrame(b.arena, tc.keyID), p.keyBytes()...)
 	b.two[0] = log.Record{Key: b.cut(start), Value: value, Headers: headers, Timestamp: c.CommitTime, Partition: p.part}
 	e.used(p)
 	return b.two[:1]
