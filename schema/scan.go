@@ -127,7 +127,7 @@ func (r *reader) skipOptBytes() {
 //
 // The sink's fetcher scans every record, so the common encodings take a
 // fast path over a local copy of the buffer: a union branch in one byte,
-// a varint, a length-prefixed value of a one-byte length. Anything else
+// a varint, a value shorter than 64 bytes (a one-byte length). Anything else
 // (a longer length, a non-minimal branch, a kind without a skipper, the
 // end of the buffer) goes through the reader's checked calls, which fail
 // as they always did.
