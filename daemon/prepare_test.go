@@ -77,16 +77,7 @@ func TestPreparedRecordsMatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, got := readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog)
-	if len(want) != 2001 || len(got) != len(want) {
-		t.Fatalf("records: %d encoded in Submit, %d prepared; want 2001 each", len(want), len(got))
-	}
-	for i := range want {
-		w, g := want[i], got[i]
-		if !bytes.Equal(w.key, g.key) || w.part != g.part || !reflect.DeepEqual(w.headers, g.headers) || !reflect.DeepEqual(w.env, g.env) {
-			t.Fatalf("record %d differs:\nencoded in Submit %+v\nprepared          %+v", i, w, g)
-		}
-	}
+	sameRecords(t, readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog), 2001)
 	unchanged := []source.Change{{Table: read, Op: source.OpRead, After: []any{int64(1), schema.Unchanged, nil}, Snapshot: true}}
 	pre.Prepare(unchanged)
 	if unchanged[0].Prepared != nil {
@@ -158,9 +149,15 @@ func TestPreparedSlabsReused(t *testing.T) {
 	if err := pre.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want, got := readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog)
-	if len(want) != 1450 || len(got) != len(want) {
-		t.Fatalf("records: %d encoded in Submit, %d prepared; want 1450 each", len(want), len(got))
+	sameRecords(t, readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog), 1450)
+}
+
+// sameRecords fails t unless want (encoded in Submit) and got (prepared)
+// are n records each, the same key, partition, headers and envelope.
+func sameRecords(t *testing.T, want, got []decodedRecord, n int) {
+	t.Helper()
+	if len(want) != n || len(got) != len(want) {
+		t.Fatalf("records: %d encoded in Submit, %d prepared; want %d each", len(want), len(got), n)
 	}
 	for i := range want {
 		w, g := want[i], got[i]
