@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		lg: d.lg, reg: d.reg, state: d.state, pipeline: cfg.Pipeline, db: db, connector: connector,
 		topicOf: d.topicOf, partitions: int32(cfg.Log.Partitions), tombstones: cfg.Log.Tombstones, logger: logger.With("component", "emitter"),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		masker: newMasker(cfg), free: make(chan *batchRecords, 2),
+		masker: newMasker(cfg), free: make(chan *batchRecords, 2), prepFree: make(chan *prepSlab, prepSlabsKept),
 		// An initial load keeps up to 4 batches in the log's hands while
 		// they sync, so one fsync makes several durable.
 		pipe: source.Pipeline{Depth: 4},

@@ -88,6 +88,9 @@ type emitter struct {
 	// free holds the batches' record buffers the log is done with (nil:
 	// none are reused).
 	free chan *batchRecords
+	// prepFree holds Prepare's slabs that Submit has used up (nil: none
+	// are reused; prepare.go).
+	prepFree chan *prepSlab
 }
 
 var (

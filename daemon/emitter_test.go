@@ -49,7 +49,7 @@ func newTestEmitter(tb testing.TB, table string, partitions int32) (*emitter, lo
 	e := &emitter{lg: lg, reg: reg, state: st, pipeline: "p", db: "db", connector: "postgresql",
 		topicOf: func(ns, t string) string { return "p." + ns + "." + t }, partitions: partitions, logger: slog.New(slog.DiscardHandler),
 		codecs: map[*schema.Table]*tableCodec{}, last: map[string][]source.Position{}, paused: map[string]*pauseState{},
-		free: make(chan *batchRecords, 2), pipe: source.Pipeline{Depth: 4}}
+		free: make(chan *batchRecords, 2), prepFree: make(chan *prepSlab, prepSlabsKept), pipe: source.Pipeline{Depth: 4}}
 	return e, lg
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -25,12 +26,63 @@ import (
 // decides), and a held table's row.
 
 // prepared is a change encoded ahead: what does not depend on its place.
+// 32 bytes: a load prepares every row, and these are in memory for every
+// batch in flight.
 type prepared struct {
+	slab  *prepSlab
+	table *schema.Table // the version it was encoded with; nil once used
+	// The key record's Avro body [key, mid) and the value's before and
+	// after [mid, end) (no frames), in the slab's arena.
+	key, mid, end uint32
+	part          int32
+}
+
+func (p *prepared) keyBytes() []byte  { return p.slab.arena[p.key:p.mid:p.mid] }
+func (p *prepared) headBytes() []byte { return p.slab.arena[p.mid:p.end:p.end] }
+
+// prepSlab is the memory of one Prepare call's encodings. Once Submit has
+// used every one of them (copied into its batch), it goes back to the
+// emitter's free list for another Prepare: an initial load prepares every
+// row, and a slab a batch (about 150 bytes a row) was garbage as fast as
+// the load read. A slab some of whose rows are never used (dropped from a
+// snapshot's window, encoded afresh) is left to the collector.
+type prepSlab struct {
 	owner *emitter
-	table *schema.Table // the version it was encoded with
-	key   []byte        // the key record's Avro body (no frame)
-	head  []byte        // the value's before and after (no frame)
-	part  int32
+	pre   []prepared
+	arena []byte
+	left  int // rows prepared and not yet used; under the emitter's mu
+}
+
+// prepSlabsKept is how many used-up slabs the emitter keeps: about a
+// load's batches in flight (two for each chunk in flight), at about 1.5 MB
+// a slab of 10,000 rows.
+const prepSlabsKept = 4
+
+// slab returns an empty slab for n rows, a recycled one if any.
+func (e *emitter) slab(n int) *prepSlab {
+	select {
+	case s := <-e.prepFree:
+		if cap(s.pre) >= n {
+			s.pre, s.arena = s.pre[:n], s.arena[:0]
+			clear(s.pre)
+			return s
+		}
+	default:
+	}
+	return &prepSlab{owner: e, pre: make([]prepared, n)}
+}
+
+// used notes that Submit copied p; the slab goes back once all of its
+// rows were. REQUIRES: e.mu.
+func (e *emitter) used(p *prepared) {
+	p.table = nil // never used twice
+	s := p.slab
+	if s.left--; s.left == 0 && e.prepFree != nil && cap(s.arena) <= maxKeptArena {
+		select {
+		case e.prepFree <- s:
+		default:
+		}
+	}
 }
 
 var _ source.Preparer = (*emitter)(nil)
@@ -42,14 +94,11 @@ func (e *emitter) Prepare(batch []source.Change) {
 		return // masking picks a table version per change, in Submit
 	}
 	limit := e.maxRow()
-	pre := make([]prepared, len(batch))
-	type span struct{ start, mid, end int }
-	spans := make([]span, len(batch))
-	var arena []byte
+	sl := e.slab(len(batch))
+	arena := sl.arena
 	for i := range batch {
 		c := &batch[i]
-		spans[i] = span{-1, -1, -1}
-		if !preparable(c) || c.Bytes() > limit {
+		if !preparable(c) || c.Bytes() > limit || len(arena) > math.MaxUint32-limit {
 			continue
 		}
 		start := len(arena)
@@ -64,22 +113,17 @@ func (e *emitter) Prepare(batch []source.Change) {
 			arena = arena[:start]
 			continue
 		}
-		spans[i] = span{start, mid, len(arena)}
-		if i == 0 && len(batch) > 1 { // size the rest like the first
-			arena = append(make([]byte, 0, (len(arena)+len(arena)/4)*len(batch)), arena...)
+		if want := (len(arena) + len(arena)/4) * len(batch); i == 0 && len(batch) > 1 && cap(arena) < want { // size the rest like the first
+			arena = append(make([]byte, 0, want), arena...)
 		}
+		p := &sl.pre[i]
+		p.slab, p.table = sl, c.Table
+		p.key, p.mid, p.end = uint32(start), uint32(mid), uint32(len(arena))
+		p.part = log.PartitionFor(arena[start:mid], e.partitions)
+		c.Prepared = p
+		sl.left++
 	}
-	for i, s := range spans {
-		if s.start < 0 {
-			continue
-		}
-		p := &pre[i]
-		p.owner, p.table = e, batch[i].Table
-		p.key = arena[s.start:s.mid:s.mid]
-		p.head = arena[s.mid:s.end:s.end]
-		p.part = log.PartitionFor(p.key, e.partitions)
-		batch[i].Prepared = p
-	}
+	sl.arena = arena // before the batch is handed over: Submit reads it
 }
 
 // preparable reports whether c is a row Prepare encodes: a snapshot's read
@@ -100,7 +144,7 @@ func preparable(c *source.Change) bool {
 // by e, for a table of c's shape, not held, nothing masked.
 func (e *emitter) preparedOf(eb *batchRecords, c *source.Change, held bool) *prepared {
 	p, ok := c.Prepared.(*prepared)
-	if !ok || p.owner != e || held || e.masker != nil || c.Fault != nil || !preparable(c) {
+	if !ok || p.table == nil || p.slab.owner != e || held || e.masker != nil || c.Fault != nil || !preparable(c) {
 		return nil
 	}
 	if p.table != c.Table {
@@ -119,7 +163,7 @@ func (e *emitter) preparedOf(eb *batchRecords, c *source.Change, held bool) *pre
 // what Prepare encoded.
 func (e *emitter) preparedRecords(b *batchRecords, tc *tableCodec, c *source.Change, p *prepared) []log.Record {
 	start := len(b.arena)
-	b.arena = append(schema.AppendFrame(b.arena, tc.valueID), p.head...)
+	b.arena = append(schema.AppendFrame(b.arena, tc.valueID), p.headBytes()...)
 	b.arena = append(b.arena, e.tail(b, c)...)
 	b.arena = schema.AppendPosition(b.arena, c.Pos)
 	value := b.cut(start)
@@ -132,8 +176,9 @@ func (e *emitter) preparedRecords(b *batchRecords, tc *tableCodec, c *source.Cha
 	b.headers = append(b.headers, log.Header{Key: HeaderPosition, Value: c.Pos}, log.Header{Key: HeaderTxID, Value: b.txidText})
 	headers := b.headers[h0:len(b.headers):len(b.headers)]
 	start = len(b.arena)
-	b.arena = append(schema.AppendFrame(b.arena, tc.keyID), p.key...)
+	b.arena = append(schema.AppendFrame(b.arena, tc.keyID), p.keyBytes()...)
 	b.two[0] = log.Record{Key: b.cut(start), Value: value, Headers: headers, Timestamp: c.CommitTime, Partition: p.part}
+	e.used(p)
 	return b.two[:1]
 }
 

@@ -77,20 +77,93 @@ func TestPreparedRecordsMatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, got := readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog)
-	if len(want) != 2001 || len(got) != len(want) {
-		t.Fatalf("records: %d encoded in Submit, %d prepared; want 2001 each", len(want), len(got))
+	sameRecords(t, readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog), 2001)
+	unchanged := []source.Change{{Table: read, Op: source.OpRead, After: []any{int64(1), schema.Unchanged, nil}, Snapshot: true}}
+	pre.Prepare(unchanged)
+	if unchanged[0].Prepared != nil {
+		t.Error("a row with a value left to the sink was prepared")
+	}
+}
+
+// TestPreparedSlabsReused: Prepare's memory goes back to the emitter only
+// once Submit has used every row of it, and is then used again: batches
+// prepared ahead of their Submit (as a load's workers prepare them),
+// submitted in pieces, with a batch prepared while another is half
+// submitted, land as the same records as rows encoded in Submit.
+func TestPreparedSlabsReused(t *testing.T) {
+	ctx := t.Context()
+	tbl := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{
+		{Name: "id", Kind: schema.Int64}, {Name: "body", Kind: schema.String, Nullable: true}}, Key: []int{0}}
+	at := time.Date(2026, 12, 2, 20, 0, 0, 0, time.UTC)
+	batch := func(from, n int) []source.Change {
+		rows := make([]source.Change, n)
+		for i := range rows {
+			id := from + i
+			rows[i] = source.Change{Table: tbl, Op: source.OpRead, After: []any{int64(id), fmt.Sprint("body of ", id, " ", bytes.Repeat([]byte("x"), id%50))},
+				Snapshot: true, CommitTime: at, TxID: 9, LSN: 100, Pos: append(pgpos.New(99, 0), byte(id>>8), byte(id))}
+		}
+		return rows
+	}
+	plain, plainLog := testEmitter(t)
+	pre, preLog := testEmitter(t)
+	emit := func(rows []source.Change, prepared bool) {
+		t.Helper()
+		e := plain
+		if prepared {
+			e = pre
+		}
+		if err := e.Submit(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := batch(0, 400), batch(400, 300)
+	pre.Prepare(a)
+	pre.Prepare(b)
+	emit(batch(0, 200), false)
+	emit(a[:200], true)
+	if n := len(pre.prepFree); n != 0 {
+		t.Fatalf("%d slabs back with half of one used", n)
+	}
+	c := batch(700, 400)
+	pre.Prepare(c) // a fresh slab: none is back yet
+	emit(batch(200, 200), false)
+	emit(a[200:], true)
+	emit(batch(400, 300), false)
+	emit(b, true)
+	if n := len(pre.prepFree); n != 2 {
+		t.Fatalf("%d slabs back after two were used up, want 2", n)
+	}
+	emit(batch(700, 400), false)
+	emit(c, true)
+	d := batch(1100, 350)
+	pre.Prepare(d)
+	if s := d[0].Prepared.(*prepared).slab; s != a[0].Prepared.(*prepared).slab && s != b[0].Prepared.(*prepared).slab &&
+		s != c[0].Prepared.(*prepared).slab {
+		t.Error("a used-up slab was not used again")
+	}
+	emit(batch(1100, 350), false)
+	emit(d, true)
+	if err := plain.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pre.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sameRecords(t, readDecoded(t, plain, plainLog), readDecoded(t, pre, preLog), 1450)
+}
+
+// sameRecords fails t unless want (encoded in Submit) and got (prepared)
+// are n records each, the same key, partition, headers and envelope.
+func sameRecords(t *testing.T, want, got []decodedRecord, n int) {
+	t.Helper()
+	if len(want) != n || len(got) != len(want) {
+		t.Fatalf("records: %d encoded in Submit, %d prepared; want %d each", len(want), len(got), n)
 	}
 	for i := range want {
 		w, g := want[i], got[i]
 		if !bytes.Equal(w.key, g.key) || w.part != g.part || !reflect.DeepEqual(w.headers, g.headers) || !reflect.DeepEqual(w.env, g.env) {
 			t.Fatalf("record %d differs:\nencoded in Submit %+v\nprepared          %+v", i, w, g)
 		}
-	}
-	unchanged := []source.Change{{Table: read, Op: source.OpRead, After: []any{int64(1), schema.Unchanged, nil}, Snapshot: true}}
-	pre.Prepare(unchanged)
-	if unchanged[0].Prepared != nil {
-		t.Error("a row with a value left to the sink was prepared")
 	}
 }
 

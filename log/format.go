@@ -155,6 +155,7 @@ func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
 	d := decoder{buf: batch[batchHeaderLen:]}
 	prev := int64(-1)
 	for i := uint32(0); i < h.Count; i++ {
+		d.left = h.Count - i
 		r, delta, err := d.record(h)
 		if err != nil {
 			return err
@@ -173,8 +174,48 @@ func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
 	return nil
 }
 
-// decoder reads records from the body of a batch.
-type decoder struct{ buf []byte }
+// decoder reads records from the body of a batch. The records' headers
+// are cut from one slab a batch (hdrs) and their keys, which repeat from
+// record to record, are made once a batch (keys): a fetch allocated a
+// slice and a string per header of every record, three allocations a
+// change record.
+type decoder struct {
+	buf   []byte
+	left  uint32 // records left in the batch, this one included
+	hdrs  []Header
+	keys  [8]string
+	nkeys int
+}
+
+// maxHeaderSlab is the most headers one slab holds (40 bytes each).
+const maxHeaderSlab = 4096
+
+// headers returns n headers cut from the slab, sized at first for the
+// batch's records left with as many each.
+func (d *decoder) headers(n int) []Header {
+	if cap(d.hdrs)-len(d.hdrs) < n {
+		d.hdrs = make([]Header, 0, max(n, min(n*int(max(d.left, 1)), maxHeaderSlab)))
+	}
+	h := d.hdrs[len(d.hdrs) : len(d.hdrs)+n : len(d.hdrs)+n]
+	d.hdrs = d.hdrs[:len(d.hdrs)+n]
+	return h
+}
+
+// key returns k as a string, the same string for the same key within a
+// batch.
+func (d *decoder) key(k []byte) string {
+	for _, s := range d.keys[:d.nkeys] {
+		if s == string(k) {
+			return s
+		}
+	}
+	s := string(k)
+	if d.nkeys < len(d.keys) {
+		d.keys[d.nkeys] = s
+		d.nkeys++
+	}
+	return s
+}
 
 func (d *decoder) record(h batchHeader) (Record, uint64, error) {
 	delta, err := d.uvarint()
@@ -202,13 +243,13 @@ func (d *decoder) record(h batchHeader) (Record, uint64, error) {
 		return r, 0, errBadRecord
 	}
 	if n > 0 {
-		r.Headers = make([]Header, n)
+		r.Headers = d.headers(int(n))
 		for i := range r.Headers {
 			k, err := d.bytes()
 			if err != nil || k == nil {
 				return r, 0, errBadRecord
 			}
-			r.Headers[i].Key = string(k)
+			r.Headers[i].Key = d.key(k)
 			if r.Headers[i].Value, err = d.bytes(); err != nil {
 				return r, 0, err
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -47,6 +48,42 @@ func TestBatchGolden(t *testing.T) {
 	}
 	if got != string(want) {
 		t.Fatalf("batch bytes changed:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestDecodeHeaders: records' headers, cut from one slab a batch with
+// their keys made once, decode as written — counts from none to many,
+// more distinct keys than are kept — and stay each record's own: appending
+// to one record's headers leaves the next record's alone.
+func TestDecodeHeaders(t *testing.T) {
+	var recs []Record
+	for i := range 300 {
+		var hs []Header
+		for j := range i % 5 {
+			hs = append(hs, Header{Key: fmt.Sprint("key-", (i+j)%13), Value: fmt.Appendf(nil, "%d.%d", i, j)})
+		}
+		recs = append(recs, Record{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v"), Headers: hs, Timestamp: time.UnixMilli(1)})
+	}
+	var b batchBuilder
+	b.reset(nil)
+	for i := range recs {
+		b.add(&recs[i], uint32(i), 1)
+	}
+	out := b.finish()
+	finishBatch(out, 0)
+	got, _, err := decodeBatch(out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		if !reflect.DeepEqual(got[i].Headers, recs[i].Headers) {
+			t.Fatalf("record %d: headers %v, want %v", i, got[i].Headers, recs[i].Headers)
+		}
+	}
+	next := append([]Header(nil), got[2].Headers...)
+	_ = append(got[1].Headers, Header{Key: "extra", Value: []byte("x")})
+	if !reflect.DeepEqual(got[2].Headers, next) {
+		t.Fatalf("appending to record 1's headers changed record 2's: %v", got[2].Headers)
 	}
 }
 

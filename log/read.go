@@ -12,6 +12,9 @@ import (
 // defaultFetchBytes is FetchOptions.MaxBytes when it is 0.
 const defaultFetchBytes = 1 << 20
 
+// maxFetchEstimate bounds the records a fetch's slice is first made for.
+const maxFetchEstimate = 1 << 16
+
 // readPlan is a consistent view of the segments a read needs, taken under
 // the partition's lock; the segments are acquired until release.
 type readPlan struct {
@@ -151,6 +154,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int) ([]
 			if h.Base >= stop {
 				return recs, nil
 			}
+			first := recs == nil
 			recs = slices.Grow(recs, int(h.Count))
 			err = walkRecords(b, h, func(rec Record) bool {
 				if rec.Offset < offset {
@@ -167,6 +171,14 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int) ([]
 			})
 			if err != nil {
 				return recs, p.readError(v.s, bpos, err)
+			}
+			if first && len(recs) > 0 && 2*h.Size() <= int64(maxBytes) && total < maxBytes {
+				// Room for what the fetch will take at the first (small) batch's
+				// bytes a record (at most what the segment holds after
+				// it): growing by doubling copied the records about twice.
+				per := max(total/len(recs), 1)
+				more := min(int64(maxBytes-total)/int64(per)+1, (v.size-bpos-h.Size())/int64(per)+1, maxFetchEstimate)
+				recs = slices.Grow(recs, int(more))
 			}
 		}
 		if total >= maxBytes && len(recs) > 0 {

@@ -191,3 +191,47 @@ func TestParseUUIDBytes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanEnvelope: scanning garbage never panics, and whatever decodes
+// also scans, with the same op, images, position and after-image bytes
+// (ScanEnvelope's fast path over common encodings must agree with the
+// decoder on every input the decoder accepts, long varints and lengths,
+// non-minimal branches and all).
+func FuzzScanEnvelope(f *testing.F) {
+	for _, s := range envelopeSeeds(f) {
+		f.Add(s)
+	}
+	// A value the fast path leaves to the checked reader: a string of 64
+	// bytes and more (a two-byte length), an int64 of ten bytes.
+	long := benchEnvelope(3)
+	long.After[0], long.After[2] = int64(math.MinInt64), string(bytes.Repeat([]byte("x"), 200))
+	if buf, err := AppendEnvelope([]byte{1}, benchTable(), &long); err == nil {
+		f.Add(buf)
+	}
+	tables := fuzzTables()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		tbl := tables[int(data[0])%len(tables)]
+		info, serr := ScanEnvelope(tbl, data[1:])
+		e, err := DecodeEnvelope(tbl, data[1:])
+		if err != nil {
+			return
+		}
+		if serr != nil {
+			t.Fatalf("decodes but does not scan: %v", serr)
+		}
+		if info.Op != e.Op || info.HasBefore != (e.Before != nil) || info.HasAfter != (e.After != nil) ||
+			!bytes.Equal(info.Position, e.Source.Position) {
+			t.Fatalf("scan %+v, decode %+v", info, e)
+		}
+		if e.After != nil {
+			r := newReader(info.After)
+			row := r.row(tbl, false)
+			if r.err != nil || len(r.buf) != 0 || len(row) != len(e.After) {
+				t.Fatalf("after-image bytes %x do not hold the row alone: %v", info.After, r.err)
+			}
+		}
+	})
+}

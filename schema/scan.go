@@ -1,6 +1,9 @@
 package schema
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // EnvelopeInfo is what a consumer can learn from an envelope without
 // decoding its rows: enough to route, order and fold changes, deferring
@@ -121,6 +124,13 @@ func (r *reader) skipOptBytes() {
 
 // skipRow skips a nullable row record; it reports whether one was there.
 // legacy: every field is a union.
+//
+// The sink's fetcher scans every record, so the common encodings take a
+// fast path over a local copy of the buffer: a union branch in one byte,
+// a varint, a value shorter than 64 bytes (a one-byte length). Anything else
+// (a longer length, a non-minimal branch, a kind without a skipper, the
+// end of the buffer) goes through the reader's checked calls, which fail
+// as they always did.
 func (r *reader) skipRow(t *Table, legacy bool) bool {
 	switch r.long() {
 	case 0:
@@ -130,21 +140,82 @@ func (r *reader) skipRow(t *Table, legacy bool) bool {
 		r.fail(fmt.Errorf("schema: bad union index"))
 		return false
 	}
+	if r.err != nil {
+		return false
+	}
+	buf := r.buf
 	for i := range t.Columns {
 		c := &t.Columns[i] // not copied: a Column is about 100 bytes, a row scan's main cost once
 		if legacy || c.Nullable {
-			switch r.long() {
-			case 0:
+			if len(buf) > 0 && buf[0] == 0 { // branch 0: null
+				buf = buf[1:]
 				continue
-			case 1:
-			default:
-				r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
-				return false
+			}
+			if len(buf) > 0 && buf[0] == 2 { // branch 1: the value
+				buf = buf[1:]
+			} else {
+				r.buf = buf
+				switch r.long() {
+				case 0:
+					buf = r.buf
+					continue
+				case 1:
+				default:
+					r.fail(fmt.Errorf("schema: column %q: bad union index", c.Name))
+					return false
+				}
+				if r.err != nil {
+					return false
+				}
+				buf = r.buf
 			}
 		}
+		if n := skipFast(buf, c.Kind); n > 0 {
+			buf = buf[n:]
+			continue
+		}
+		r.buf = buf
 		r.skipValue(c)
+		if r.err != nil {
+			return false
+		}
+		buf = r.buf
 	}
+	r.buf = buf
 	return true
+}
+
+// skipFast returns the length of the value of kind k at the start of buf
+// when it is one of the common encodings, else 0 (the caller then reads
+// it the checked way).
+func skipFast(buf []byte, k Kind) int {
+	switch k {
+	case Int16, Int32, Int64, Date, Time, Timestamp, TimestampTZ:
+		for i := 0; i < len(buf) && i < binary.MaxVarintLen64-1; i++ { // a tenth byte may overflow: checked way
+			if buf[i] < 0x80 {
+				return i + 1
+			}
+		}
+	case String, JSON, Bytes, Decimal, UUID:
+		if len(buf) > 0 && buf[0] < 0x80 && buf[0]&1 == 0 { // a length of 0 to 63, zigzag
+			if n := 1 + int(buf[0]>>1); n <= len(buf) {
+				return n
+			}
+		}
+	case Float64:
+		if len(buf) >= 8 {
+			return 8
+		}
+	case Float32:
+		if len(buf) >= 4 {
+			return 4
+		}
+	case Bool:
+		if len(buf) >= 1 {
+			return 1
+		}
+	}
+	return 0
 }
 
 // skipValue skips one non-null value of column c.

@@ -11,10 +11,13 @@ import (
 // the live heap (GOGC=100). It is soft: a live heap above it is allowed
 // (the collector's CPU is capped), it only costs more collection.
 //
-// 240 MiB, not 256: the limit counts the runtime's memory, not the pages of
-// the binary's text the process touches (some 50 MB), so peak RSS sits
-// that much above it. BENCHMARKS.md has the runs behind both choices.
-const defaultMemoryLimit = 240 << 20
+// 224 MiB, so that peak RSS stays under 300 MB: the limit counts the
+// runtime's memory, not the pages of the binary the process maps (its text
+// and read-only data, about 69 MB resident), so peak RSS sits that much
+// above the limit, plus what a collection lets the heap overshoot. At 240
+// MiB a quiet machine's load and MariaDB's streaming peaked at 304 and 305
+// MB. BENCHMARKS.md has the runs behind the choice.
+const defaultMemoryLimit = 224 << 20
 
 // applyMemoryLimit sets defaultMemoryLimit when GOMEMLIMIT is not set.
 func applyMemoryLimit() {

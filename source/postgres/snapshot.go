@@ -333,9 +333,13 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		}
 		return nil
 	})
+	// An Emitter that encodes ahead gets each batch on its worker: the
+	// Avro encoding then runs on the workers, in parallel, instead of in
+	// the emitter's one goroutine under its lock.
+	prep, _ := e.(source.Preparer)
 	for w := 0; w < workers; w++ {
 		g.Go(func() error {
-			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs, free)
+			return r.chunkWorker(gctx, plan, tables, rels, snapshot, lp.ConsistentPoint, lp.Started, next, outs, free, prep)
 		})
 	}
 	g.Go(func() error {
@@ -408,7 +412,7 @@ func (r *Reader) emitChunk(ctx context.Context, out chunkBatches, le *loadEmitte
 
 // chunkWorker copies the chunks it takes from next, in the snapshot.
 func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[string]*catalogTable, rels map[string]*relation,
-	snapshot string, cp uint64, started time.Time, next <-chan int, outs []chunkBatches, free loadFree) error {
+	snapshot string, cp uint64, started time.Time, next <-chan int, outs []chunkBatches, free loadFree, prep source.Preparer) error {
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("postgres: snapshot worker connection: %w", err)
@@ -432,7 +436,7 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 		}
 		// A failed chunk's channel stays open: only a whole chunk is closed,
 		// so the emitter never takes a failed one for done.
-		if err := r.copyChunk(ctx, conn, buildChunkQuery(t, rel, tp, i), rel, cp, seq, started, outs[seq], free); err != nil {
+		if err := r.copyChunk(ctx, conn, buildChunkQuery(t, rel, tp, i), rel, cp, seq, started, outs[seq], free, prep); err != nil {
 			return fmt.Errorf("postgres: initial load of %s, chunk %d: %w", tp.Table, i, err)
 		}
 		close(outs[seq])
@@ -440,10 +444,11 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 	return nil
 }
 
-// copyChunk runs one chunk's COPY and sends its rows in batches. The rows
-// and positions of a batch are cut from one allocation each.
+// copyChunk runs one chunk's COPY and sends its rows in batches, each
+// prepared by prep (when not nil) first. The rows and positions of a batch
+// are cut from one allocation each.
 func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, rel *relation, cp uint64, seq int,
-	started time.Time, out chunkBatches, free loadFree) error {
+	started time.Time, out chunkBatches, free loadFree, prep source.Preparer) error {
 	n := len(rel.types)
 	var (
 		buf    *loadBuf
@@ -459,6 +464,9 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	// collector — one 4 MB allocation a chunk, most of the load's.
 	send := func() error {
 		buf.changes, size = batch, 0
+		if prep != nil {
+			prep.Prepare(batch)
+		}
 		select {
 		case out <- buf:
 		case <-ctx.Done():

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/schema"
@@ -214,5 +216,53 @@ func TestLoadEmitterPlaces(t *testing.T) {
 	}
 	if le.emittedRows() != 9 || le.stats.SnapshotRows.Load() != 9 {
 		t.Error("rows not counted")
+	}
+}
+
+// preparing is a collector that is also a source.Preparer: it marks each
+// change it is asked to prepare with its position and row, as the
+// daemon's emitter keeps its encoding.
+type preparing struct {
+	*collector
+	calls atomic.Int64
+}
+
+type prepMark struct {
+	pos   string
+	after []any
+}
+
+func (p *preparing) Prepare(batch []source.Change) {
+	p.calls.Add(1)
+	for i := range batch {
+		c := &batch[i]
+		c.Prepared = &prepMark{pos: string(c.Pos), after: append([]any(nil), c.After...)}
+	}
+}
+
+// TestLoadRowsPrepared: an Emitter that encodes ahead (source.Preparer)
+// gets every row of the initial load to prepare before the row is handed
+// to it, with the row's position and values as they are emitted, so the
+// encoding runs on the COPY workers rather than in the emitter.
+func TestLoadRowsPrepared(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE nums (id bigint PRIMARY KEY, v text);
+		INSERT INTO nums SELECT g, 'n' || g FROM generate_series(1, 5000) g; ANALYZE nums`)
+	c := &preparing{collector: newCollector()}
+	e.startReader(t, []string{"nums"}, true, c, func(c *Config) {
+		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax = 1000, 3, 250
+	})
+	got := c.wait(t, 5000)
+	for i, ch := range got[:5000] {
+		m, ok := ch.Prepared.(*prepMark)
+		if !ok {
+			t.Fatalf("row %d (%s) was not prepared", i, keyOf(ch))
+		}
+		if m.pos != string(ch.Pos) || fmt.Sprint(m.after) != fmt.Sprint(ch.After) {
+			t.Fatalf("row %d (%s, %v) was prepared as %x %v", i, keyOf(ch), ch.After, m.pos, m.after)
+		}
+	}
+	if n := c.calls.Load(); n < 5000/500 {
+		t.Errorf("%d Prepare calls for 5000 rows in batches of at most 500", n)
 	}
 }
