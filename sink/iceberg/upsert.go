@@ -16,6 +16,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -769,12 +770,18 @@ var writePartRows = 8 << 10
 
 // writeParts is the number of key ranges a commit of rows live rows is
 // written in; partitioned tables write one (a range would open a file in
-// every partition it touches).
+// every partition it touches). A failpoint build takes the fewest rows of
+// a range from the knob SINK_WRITE_PART_ROWS, so the crash suite's small
+// commits are cut too.
 func writeParts(rows int, partitioned bool) int {
 	if partitioned {
 		return 1
 	}
-	return max(1, min(rows/writePartRows, maxWriteParts, runtime.GOMAXPROCS(0)))
+	per := writePartRows
+	if k := failpoint.Knob("SINK_WRITE_PART_ROWS"); k > 0 {
+		per = k
+	}
+	return max(1, min(rows/per, maxWriteParts, runtime.GOMAXPROCS(0)))
 }
 
 // rangeWriter writes sorted live rows into data files (writeRows); one may
