@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/apache/iceberg-go"
@@ -14,6 +16,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -673,6 +676,15 @@ func (u *upsert) resolveUnchanged(fs icebergio.IO, tbl *table.Table, states map[
 // writeRows writes every live key's row into new data files, sorted by key,
 // and stages their index entries. On format 3 the files carry the row
 // lineage columns: an updated row keeps its old _row_id (keyState.rowID).
+//
+// A large commit of an unpartitioned table is cut into key ranges
+// (writeParts) written into files of their own at once, one goroutine a
+// range: the table's loop is one goroutine, and writing data files (the
+// rows decoded into Parquet values, parquet-go's encoding and compression)
+// is most of its time in a load, while the second core waits. What the
+// commit stages does not depend on the cut: each range's files are added,
+// and their keys set in the index batch, in key order after every range is
+// written.
 func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table.Table, keys []*keyState, p *plan) error {
 	live := make([]*keyState, 0, len(keys))
 	for _, st := range keys {
@@ -691,19 +703,125 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	if tbl.Metadata().Version() >= 3 {
 		fileSc = iceberg.SchemaWithRowLineage(fileSc)
 	}
-	fsch, err := newFileSchema(fileSc)
-	if err != nil {
-		return err
-	}
-	idLeaf, idCol, lineage := rowIDLeaf(fsch, fileSc.Fields())
 	part, err := newPartitioner(tbl.Schema(), tbl.Spec())
 	if err != nil {
 		return err
 	}
 	fields := tbl.Schema().Fields()
-	defaults := initialValues(fields) // of columns a row's version lacks
-	// One open file per partition, rolled at the target size; rows stay in
-	// key order within each file.
+	rw := &rangeWriter{u: u, w: w, wfs: wfs, tbl: tbl, fileSc: fileSc, part: part,
+		fields: fields, defaults: initialValues(fields)} // defaults: of columns a row's version lacks
+	var written [][]writtenFile
+	if n := writeParts(len(live), part.partitioned()); n > 1 {
+		written = make([][]writtenFile, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			lo, hi := i*len(live)/n, (i+1)*len(live)/n
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				written[i], errs[i] = rw.write(live[lo:hi])
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err // the files written are the attempt's: discardAttempt removes them
+		}
+	} else {
+		one, err := rw.write(live)
+		if err != nil {
+			return err
+		}
+		written = [][]writtenFile{one}
+	}
+	lineage := slices.ContainsFunc(fileSc.Fields(), func(f iceberg.NestedField) bool { return f.ID == iceberg.RowIDFieldID })
+	for _, files := range written {
+		for _, f := range files {
+			p.added = append(p.added, f.df)
+			var ids []int64 // the file's explicit row ids, for a later update
+			for i, st := range f.rows {
+				p.batch.set(st.key, location{file: f.path, pos: int64(i)})
+				if st.hasRowID {
+					if ids == nil {
+						ids = slices.Repeat([]int64{noRowID}, len(f.rows))
+					}
+					ids[i] = st.rowID
+				}
+			}
+			if lineage {
+				u.rowIDs.remember(f.path, ids)
+			}
+			p.rows += len(f.rows)
+		}
+	}
+	return nil
+}
+
+// Key ranges written at once (writeRows): at most maxWriteParts, each of
+// at least writePartRows rows, and no more than GOMAXPROCS. A range is a
+// data file of its own, so the bound on its rows keeps a commit from
+// leaving many small files (the compactor merges them); a load's commit,
+// about 35,000 rows of the benchmark's table at the default 8 MiB buffer,
+// is cut in two on two cores.
+const maxWriteParts = 4
+
+// writePartRows is the fewest rows of a range (a variable for tests).
+var writePartRows = 8 << 10
+
+// writeParts is the number of key ranges a commit of rows live rows is
+// written in; partitioned tables write one (a range would open a file in
+// every partition it touches). A failpoint build takes the fewest rows of
+// a range from the knob SINK_WRITE_PART_ROWS, so the crash suite's small
+// commits are cut too.
+func writeParts(rows int, partitioned bool) int {
+	if partitioned {
+		return 1
+	}
+	per := writePartRows
+	if k := failpoint.Knob("SINK_WRITE_PART_ROWS"); k > 0 {
+		per = k
+	}
+	return max(1, min(rows/per, maxWriteParts, runtime.GOMAXPROCS(0)))
+}
+
+// rangeWriter writes sorted live rows into data files (writeRows); one may
+// write several ranges at once, each with write.
+type rangeWriter struct {
+	u        *upsert
+	w        *tableWriter
+	wfs      icebergio.WriteFileIO
+	tbl      *table.Table
+	fileSc   *iceberg.Schema
+	part     *partitioner
+	fields   []iceberg.NestedField
+	defaults []any
+	mu       sync.Mutex // names files (attemptFiles is not safe for concurrent use)
+}
+
+// writtenFile is a finished data file and the rows it holds, in order.
+type writtenFile struct {
+	df   iceberg.DataFile
+	path string
+	rows []*keyState
+}
+
+// name names a new data file of the attempt.
+func (r *rangeWriter) name(partPath string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.w.files.data(r.tbl, partPath, "parquet")
+}
+
+// write writes live (sorted by key) into data files, one open file per
+// partition, rolled at the target size; rows stay in key order within each
+// file. It touches nothing shared but the states of its own rows.
+func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
+	fsch, err := newFileSchema(r.fileSc)
+	if err != nil {
+		return nil, err
+	}
+	idLeaf, idCol, lineage := rowIDLeaf(fsch, r.fileSc.Fields())
+	part, fields, tbl, wfs := r.part, r.fields, r.tbl, r.wfs
 	type open struct {
 		d       *dataFileWriter
 		path    string
@@ -712,6 +830,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	}
 	files := map[string]*open{}
 	var order []string
+	var out []writtenFile
 	defer func() { // on failure: no half-written file stays behind
 		for _, o := range files {
 			if o.d != nil {
@@ -724,22 +843,8 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		if err != nil {
 			return err
 		}
-		w.failpoint("after-data-file")
-		p.added = append(p.added, df)
-		var ids []int64 // the file's explicit row ids, for a later update
-		for i, st := range o.pending {
-			p.batch.set(st.key, location{file: o.path, pos: int64(i)})
-			if st.hasRowID {
-				if ids == nil {
-					ids = slices.Repeat([]int64{noRowID}, len(o.pending))
-				}
-				ids[i] = st.rowID
-			}
-		}
-		if lineage {
-			u.rowIDs.remember(o.path, ids)
-		}
-		p.rows += len(o.pending)
+		r.w.failpoint("after-data-file")
+		out = append(out, writtenFile{df: df, path: o.path, rows: o.pending})
 		o.d, o.pending = nil, nil
 		return nil
 	}
@@ -756,7 +861,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			if part.partitioned() {
 				partPath = part.path(values)
 			}
-			o.path = w.files.data(tbl, partPath, "parquet")
+			o.path = r.name(partPath)
 			var err error
 			if o.d, err = streamDataFile(fsch, wfs, o.path); err != nil {
 				return nil, err
@@ -766,7 +871,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 	}
 	added := func(o *open, st *keyState) error {
 		o.pending = append(o.pending, st)
-		if o.d.size() >= w.s.cfg.TargetFileSize {
+		if o.d.size() >= r.w.s.cfg.TargetFileSize {
 			return flush(o)
 		}
 		return nil
@@ -783,13 +888,13 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		if st.direct != nil && !part.partitioned() {
 			c, seen := codecs[st.table]
 			if !seen {
-				c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, defaults))
+				c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, r.defaults))
 				codecs[st.table] = c
 			}
 			if c != nil {
 				o, err := fileFor(nil, "")
 				if err != nil {
-					return err
+					return nil, err
 				}
 				// A row the codec refuses takes the generic path, which
 				// names what is wrong with it.
@@ -800,7 +905,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 				}
 				if err == nil {
 					if err := added(o, st); err != nil {
-						return err
+						return nil, err
 					}
 					continue
 				}
@@ -809,7 +914,7 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		if st.row == nil {
 			env, err := st.direct.envelope()
 			if err != nil {
-				return badData(err)
+				return nil, badData(err)
 			}
 			st.row = env.After
 		}
@@ -819,10 +924,10 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			for fi, f := range fields {
 				vc.cols[fi] = st.table.ColumnIndex(f.Name)
 			}
-			vc.defaults = rowDefaults(st.table, fields, defaults)
+			vc.defaults = rowDefaults(st.table, fields, r.defaults)
 			colsOf[st.table] = vc
 		}
-		vals := make([]any, len(fileSc.Fields()))
+		vals := make([]any, len(r.fileSc.Fields()))
 		if st.hasRowID && lineage {
 			vals[len(fields)] = st.rowID // _row_id follows the table's fields
 		}
@@ -835,27 +940,27 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 		}
 		values, key, err := part.partition(vals)
 		if err != nil {
-			return badData(fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err))
+			return nil, badData(fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err))
 		}
 		o, err := fileFor(values, key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := o.d.add(vals); err != nil {
-			return fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
+			return nil, fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
 		}
 		if err := added(o, st); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for _, key := range order {
 		if o := files[key]; o.d != nil {
 			if err := flush(o); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // compareKeys orders encoded keys; encodeKey is order-preserving for
