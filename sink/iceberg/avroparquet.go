@@ -14,10 +14,11 @@ import (
 
 // A rowCodec decodes the Avro after-image of one table version (the row
 // record of schema.EnvelopeInfo.After) straight into the Parquet values
-// of one data file schema, in parquet-go's leaf order, with their levels:
-// no generic row ([]any), no boxed values, no decimal text. Byte-array
-// values alias the Avro bytes, which must stay unchanged until the row is
-// handed to parquet-go (the sink's records are held until the commit).
+// of one data file schema, each appended to its leaf column's batch
+// (dataFileWriter.pending), with its levels: no generic row ([]any), no
+// boxed values, no decimal text. Byte-array values alias the Avro bytes,
+// which must stay unchanged until the row is handed to parquet-go (the
+// sink's records are held until the commit).
 //
 // It covers the flat kinds whose Avro value maps onto the Iceberg column
 // without a Go value in between: booleans, integers, floats, dates, times,
@@ -35,7 +36,8 @@ type rowCodec struct {
 	// value (>= 0) or that the table version lacks the column (-1: consts).
 	out    []int
 	consts []parquet.Value // by leaf position, for out[i] < 0
-	vals   []parquet.Value // scratch, by src column
+	// constLeaves are the leaves the version lacks (out[i] < 0).
+	constLeaves []int
 }
 
 // codecColumn is how one Avro column becomes its Parquet value.
@@ -45,6 +47,7 @@ type codecColumn struct {
 	required bool // the Iceberg column is required
 	conv     codecConv
 	leaf     int // the Parquet leaf column index
+	def      int // the definition level of a value: 0 when required, else 1
 	scale    int // decimals: the unscaled value is read as is
 	skip     bool
 }
@@ -76,7 +79,7 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 		}
 		fieldOf[f.Name] = fi
 	}
-	c := &rowCodec{src: make([]codecColumn, len(t.Columns)), vals: make([]parquet.Value, len(t.Columns))}
+	c := &rowCodec{src: make([]codecColumn, len(t.Columns))}
 	srcOf := make([]int, len(fields))
 	for i := range srcOf {
 		srcOf[i] = -1
@@ -91,6 +94,9 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 		} else {
 			pc := &fs.cols[fi]
 			cc.required, cc.leaf = pc.required, pc.leaf
+			if !pc.required {
+				cc.def = 1
+			}
 			if cc.conv, ok = convOf(col, pc.typ); !ok {
 				return nil
 			}
@@ -116,6 +122,7 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 				return nil // the generic path reports it
 			}
 			c.consts[li] = pv
+			c.constLeaves = append(c.constLeaves, li)
 		}
 	}
 	return c
@@ -193,56 +200,92 @@ func skipConv(col schema.Column) codecConv {
 
 var errAvroShort = errors.New("the Avro row ends early")
 
-// decode appends the Parquet values of the after-image row (the Avro
-// union branch, then the record) to dst in leaf order.
-func (c *rowCodec) decode(row []byte, dst []parquet.Value) ([]parquet.Value, error) {
+// decodeInto appends the Parquet values of the after-image row (the Avro
+// union branch, then the record) to the batches of their leaf columns,
+// one value to each, and returns the bytes of its byte-array values. On
+// error some batches may have the row's value and others not: the caller
+// cuts them back (dataFileWriter.addAvro).
+func (c *rowCodec) decodeInto(row []byte, pending [][]parquet.Value) (int, error) {
 	b, branch, err := avroLong(row)
 	if err != nil {
-		return dst, err
+		return 0, err
 	}
 	if branch != 1 {
-		return dst, errors.New("the change has no after-image")
+		return 0, errors.New("the change has no after-image")
 	}
+	size := 0
 	for i := range c.src {
 		col := &c.src[i]
-		def := 1
-		if col.required {
-			def = 0
-		}
 		if col.nullable {
-			var u int64
-			if b, u, err = avroLong(b); err != nil {
-				return dst, err
+			if len(b) == 0 {
+				return 0, errAvroShort
 			}
-			switch u {
+			switch b[0] { // the union's branch: zigzag 0 or 1, one byte
 			case 0:
-				if col.required && !col.skip {
-					return dst, fmt.Errorf("column %q is required but the value is NULL", col.name)
+				b = b[1:]
+				if col.skip {
+					continue
 				}
-				c.vals[i] = parquet.NullValue().Level(0, 0, col.leaf)
+				if col.required {
+					return 0, fmt.Errorf("column %q is required but the value is NULL", col.name)
+				}
+				p := append(pending[col.leaf], parquet.Value{})
+				p[len(p)-1].SetColumnIndex(col.leaf)
+				pending[col.leaf] = p
 				continue
-			case 1:
+			case 2:
+				b = b[1:]
 			default:
-				return dst, fmt.Errorf("column %q: bad union index %d", col.name, u)
+				return 0, fmt.Errorf("column %q: bad union index byte %#x", col.name, b[0])
 			}
 		}
 		var v parquet.Value
-		if b, v, err = col.value(b); err != nil {
-			return dst, err
+		switch {
+		case col.skip:
+			if b, _, err = col.skipValue(b); err != nil {
+				return 0, err
+			}
+			continue
+		case col.conv == convInt64:
+			var n int64
+			if b, n, err = avroLong(b); err != nil {
+				return 0, err
+			}
+			v = parquet.Int64Value(n)
+		case col.conv == convBytes:
+			var x []byte
+			if b, x, err = avroBytes(b); err != nil {
+				return 0, err
+			}
+			if len(x) > maxUpperBound {
+				if err := checkBoundable(x); err != nil {
+					return 0, (&pqColumn{name: col.name}).valueError(err)
+				}
+			}
+			size += len(x)
+			v = parquet.ByteArrayValue(x)
+		default:
+			if b, v, err = col.value(b); err != nil {
+				return 0, err
+			}
 		}
-		c.vals[i] = v.Level(0, def, col.leaf)
+		p := append(pending[col.leaf], v)
+		e := &p[len(p)-1]
+		e.SetDefinitionLevel(col.def)
+		e.SetColumnIndex(col.leaf)
+		pending[col.leaf] = p
 	}
 	if len(b) != 0 {
-		return dst, fmt.Errorf("%d trailing bytes after the row", len(b))
+		return 0, fmt.Errorf("%d trailing bytes after the row", len(b))
 	}
-	for li, si := range c.out {
-		if si >= 0 {
-			dst = append(dst, c.vals[si])
-		} else {
-			dst = append(dst, c.consts[li])
+	for _, li := range c.constLeaves {
+		v := c.consts[li]
+		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
+			size += len(v.ByteArray())
 		}
+		pending[li] = append(pending[li], v)
 	}
-	return dst, nil
+	return size, nil
 }
 
 // value reads one non-null value of the column from b.
@@ -378,11 +421,19 @@ func avroBytes(b []byte) ([]byte, []byte, error) {
 // addAvro writes one row decoded by c from an after-image (rowCodec). Its
 // byte-array values alias row until the row is handed to parquet-go.
 func (d *dataFileWriter) addAvro(c *rowCodec, row []byte) error {
-	start := len(d.vals)
-	var err error
-	if d.vals, err = c.decode(row, d.vals); err != nil {
-		d.vals = d.vals[:start]
+	n, err := c.decodeInto(row, d.pending)
+	if err != nil {
+		d.dropRow()
 		return err
 	}
-	return d.added(start)
+	d.pendingBytes += n
+	return d.added()
+}
+
+// dropRow cuts every column's batch back to the rows before the one being
+// added; a row of the codec has one value in each (flat columns only).
+func (d *dataFileWriter) dropRow() {
+	for leaf := range d.pending {
+		d.pending[leaf] = d.pending[leaf][:d.npending]
+	}
 }

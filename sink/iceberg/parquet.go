@@ -79,6 +79,14 @@ func newFileSchema(sc *iceberg.Schema) (*fileSchema, error) {
 		fs.order[i] = i
 	}
 	sort.Slice(fs.order, func(i, j int) bool { return fs.cols[fs.order[i]].leaf < fs.cols[fs.order[j]].leaf })
+	// Every field is one leaf, so a field's leaf index is its place in
+	// leaf order: the writer's batches (dataFileWriter.pending) and the
+	// codec's (rowCodec.out) are indexed by either.
+	for li, fi := range fs.order {
+		if fs.cols[fi].leaf != li {
+			return nil, fmt.Errorf("iceberg: column %q is leaf %d of the parquet schema, want %d", fs.cols[fi].name, fs.cols[fi].leaf, li)
+		}
+	}
 	return fs, nil
 }
 
@@ -470,20 +478,31 @@ type dataFileWriter struct {
 	path string
 	w    *parquet.Writer
 	rows int64
-	// pending rows are handed to w together (writeBatchRows, writeBatchBytes):
-	// parquet-go's cost per WriteRows call, per column, was most of a row's
-	// Parquet cost when rows went one at a time. vals backs pending;
-	// pendingBytes counts their byte-array values.
-	pending      []parquet.Row
-	vals         []parquet.Value
+	// Rows go to parquet-go a column at a time: pending[leaf] holds the
+	// values of leaf column leaf of the npending rows not yet handed over,
+	// and writePending hands each column's to its ColumnWriter (cols) in
+	// one call, every writeBatchRows rows or writeBatchBytes of byte-array
+	// values (pendingBytes); parquet-go's row API (WriteRows) would copy
+	// every value once more, row by row into per-column slices of its own.
+	// groupRows counts the rows handed over into the open row group, which
+	// writePending closes at rowGroupRows (parquet-go counts only rows that
+	// come through WriteRows).
+	cols         []*parquet.ColumnWriter
+	pending      [][]parquet.Value
+	npending     int
 	pendingBytes int
+	groupRows    int
+	starts       []int // add's scratch: each leaf's values before the row
 }
 
 // writeBatchRows and writeBatchBytes bound the rows handed to parquet-go
-// at once. parquet-go closes a page only between WriteRows calls (it cuts
-// a call into chunks of 64 rows), so the bytes of one batch are what a
-// page can hold beyond its target size; readers refuse page headers over
-// 4 MiB (arrow-go), so a batch of large values is cut short.
+// at once. parquet-go closes a page only between calls that hand it
+// values (WriteRowValues; its WriteRows cuts a call into chunks of 64
+// rows), so the bytes of one batch are what a page can hold beyond its
+// target size; readers refuse page headers over 4 MiB (arrow-go), so a
+// batch of large values is cut short. At 64 rows a file is byte for byte
+// the one parquet-go's WriteRows makes of the same batches
+// (TestColumnWritesMatchWriteRows).
 const (
 	writeBatchRows  = 64
 	writeBatchBytes = 64 << 10
@@ -509,8 +528,19 @@ var writerOptions = []parquet.WriterOption{
 
 func newDataFileWriter(fs *fileSchema) *dataFileWriter {
 	d := &dataFileWriter{fs: fs}
-	d.w = parquet.NewWriter(&d.buf, append([]parquet.WriterOption{fs.pq}, writerOptions...)...)
+	d.open(&d.buf)
 	return d
+}
+
+// open starts the Parquet writer into out and the column batches.
+func (d *dataFileWriter) open(out io.Writer) {
+	d.w = parquet.NewWriter(out, append([]parquet.WriterOption{d.fs.pq}, writerOptions...)...)
+	d.cols = d.w.ColumnWriters()
+	d.pending = make([][]parquet.Value, len(d.cols))
+	for i := range d.pending {
+		d.pending[i] = make([]parquet.Value, 0, writeBatchRows)
+	}
+	d.starts = make([]int, len(d.cols))
 }
 
 // streamDataFile creates path and writes the file into it as rows come.
@@ -521,7 +551,7 @@ func streamDataFile(fs *fileSchema, wfs icebergio.WriteFileIO, path string) (*da
 		return nil, fmt.Errorf("iceberg: create %s: %w", path, err)
 	}
 	d := &dataFileWriter{fs: fs, out: out, tail: &tailWriter{w: out, keep: tailKeep}, path: path}
-	d.w = parquet.NewWriter(d.tail, append([]parquet.WriterOption{fs.pq}, writerOptions...)...)
+	d.open(d.tail)
 	return d, nil
 }
 
@@ -574,46 +604,62 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 // value that refers to memory (a text, a binary) must not change until
 // then. A value parquet-go refuses may so fail a later add or finish.
 func (d *dataFileWriter) add(vals []any) error {
-	start := len(d.vals)
-	var err error
-	// parquet-go wants the values in leaf order.
-	for _, i := range d.fs.order {
-		if d.vals, err = d.fs.cols[i].appendTo(d.vals, vals[i]); err != nil {
-			d.vals = d.vals[:start]
+	for leaf, p := range d.pending {
+		d.starts[leaf] = len(p)
+	}
+	for i := range d.fs.cols {
+		c := &d.fs.cols[i]
+		p, err := c.appendTo(d.pending[c.leaf], vals[i])
+		d.pending[c.leaf] = p
+		if err != nil {
+			for leaf, n := range d.starts {
+				d.pending[leaf] = d.pending[leaf][:n]
+			}
 			return err
 		}
 	}
-	return d.added(start)
-}
-
-// added takes the values appended to d.vals from start on as one row.
-func (d *dataFileWriter) added(start int) error {
-	for _, v := range d.vals[start:] {
-		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
-			d.pendingBytes += len(v.ByteArray())
+	for leaf, p := range d.pending {
+		for _, v := range p[d.starts[leaf]:] {
+			if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
+				d.pendingBytes += len(v.ByteArray())
+			}
 		}
 	}
-	// A row's values stay where they are even when vals grows: a row
-	// refers to the array it was appended to.
-	d.pending = append(d.pending, d.vals[start:len(d.vals):len(d.vals)])
+	return d.added()
+}
+
+// added counts the row whose values were appended to pending.
+func (d *dataFileWriter) added() error {
+	d.npending++
 	d.rows++
-	if len(d.pending) >= writeBatchRows || d.pendingBytes >= writeBatchBytes {
+	if d.npending >= writeBatchRows || d.pendingBytes >= writeBatchBytes || d.groupRows+d.npending >= rowGroupRows {
 		return d.writePending()
 	}
 	return nil
 }
 
-// writePending hands the pending rows to parquet-go, which copies their
-// values into its column buffers.
+// writePending hands the pending rows to parquet-go, each column's values
+// to its ColumnWriter, which copies them into its column buffer (and cuts
+// a page when the buffer is over the page size); then closes the row
+// group when it holds rowGroupRows rows.
 func (d *dataFileWriter) writePending() error {
-	if len(d.pending) == 0 {
+	if d.npending == 0 {
 		return nil
 	}
-	_, err := d.w.WriteRows(d.pending)
-	clear(d.pending)
-	d.pending, d.vals, d.pendingBytes = d.pending[:0], d.vals[:0], 0
-	if err != nil {
-		return fmt.Errorf("iceberg: write parquet rows: %w", err)
+	for leaf, p := range d.pending {
+		_, err := d.cols[leaf].WriteRowValues(p)
+		d.pending[leaf] = p[:0]
+		if err != nil {
+			return fmt.Errorf("iceberg: write parquet column %d: %w", leaf, err)
+		}
+	}
+	d.groupRows += d.npending
+	d.npending, d.pendingBytes = 0, 0
+	if d.groupRows >= rowGroupRows {
+		d.groupRows = 0
+		if err := d.w.Flush(); err != nil {
+			return fmt.Errorf("iceberg: write parquet row group: %w", err)
+		}
 	}
 	return nil
 }

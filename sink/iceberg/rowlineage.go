@@ -206,12 +206,12 @@ func rowIDLeaf(fs *fileSchema, fields []iceberg.NestedField) (li, leaf int, ok b
 // addAvroRowID is addAvro with the row's _row_id (leaf li of column leaf)
 // set to id.
 func (d *dataFileWriter) addAvroRowID(c *rowCodec, row []byte, li, leaf int, id int64) error {
-	start := len(d.vals)
-	var err error
-	if d.vals, err = c.decode(row, d.vals); err != nil {
-		d.vals = d.vals[:start]
+	n, err := c.decodeInto(row, d.pending)
+	if err != nil {
+		d.dropRow()
 		return err
 	}
-	d.vals[start+li] = parquet.Int64Value(id).Level(0, 1, leaf)
-	return d.added(start)
+	d.pending[leaf][d.npending] = parquet.Int64Value(id).Level(0, 1, leaf)
+	d.pendingBytes += n
+	return d.added()
 }
