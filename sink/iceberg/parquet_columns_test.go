@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/apache/iceberg-go"
+	gosnappy "github.com/golang/snappy"
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/cdcd-dev/cdcd/schema"
 )
@@ -230,4 +232,43 @@ func TestColumnWritesMatchWriteRows(t *testing.T) {
 		}
 		sameFile(t, "generic rows", closed(t, d), rowWriteReference(t, fs, ref))
 	})
+}
+
+// BenchmarkDataFileAvroCommit is BenchmarkDataFileAvro with a commit's
+// file schema (commitCodec).
+func BenchmarkDataFileAvroCommit(b *testing.B) { benchDataFileAvro(b, newCommitFileSchema) }
+
+// TestCommitCodecIsSnappy: the commit files' codec says Snappy and what it
+// encodes, compressible or not, any Snappy decoder gives back whole (here
+// golang/snappy's, which is not the encoder's library).
+func TestCommitCodecIsSnappy(t *testing.T) {
+	c := &commitCodec{}
+	if c.CompressionCodec() != format.Snappy {
+		t.Fatalf("codec %v, want SNAPPY", c.CompressionCodec())
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	var dst []byte
+	for _, n := range []int{0, 1, 16, 1000, 256 << 10, 1 << 20} {
+		for _, random := range []bool{false, true} {
+			src := make([]byte, n)
+			for i := range src {
+				if random {
+					src[i] = byte(rng.IntN(256))
+				} else {
+					src[i] = "label-000000"[i%12]
+				}
+			}
+			var err error
+			if dst, err = c.Encode(dst[:0], src); err != nil {
+				t.Fatal(err)
+			}
+			got, err := gosnappy.Decode(nil, dst)
+			if err != nil || !bytes.Equal(got, src) {
+				t.Fatalf("%d bytes (random %v): decoded %d bytes, %v", n, random, len(got), err)
+			}
+			if !random && n >= 1000 && len(dst) > n/4 {
+				t.Errorf("%d repetitive bytes compressed to %d", n, len(dst))
+			}
+		}
+	}
 }

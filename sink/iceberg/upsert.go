@@ -816,7 +816,7 @@ func (r *rangeWriter) name(partPath string) string {
 // partition, rolled at the target size; rows stay in key order within each
 // file. It touches nothing shared but the states of its own rows.
 func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
-	fsch, err := newFileSchema(r.fileSc)
+	fsch, err := newCommitFileSchema(r.fileSc)
 	if err != nil {
 		return nil, err
 	}
