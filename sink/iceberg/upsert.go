@@ -884,17 +884,29 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 	}
 	colsOf := map[*schema.Table]versionCols{}
 	codecs := map[*schema.Table]*rowCodec{}
+	// The last row's table version and codec, and the unpartitioned file:
+	// nearly every row of a commit has the same (two map lookups a row).
+	var lastTable *schema.Table
+	var lastCodec *rowCodec
+	var one *open
 	for _, st := range live {
 		if st.direct != nil && !part.partitioned() {
-			c, seen := codecs[st.table]
-			if !seen {
-				c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, r.defaults))
-				codecs[st.table] = c
+			c := lastCodec
+			if st.table != lastTable {
+				var seen bool
+				if c, seen = codecs[st.table]; !seen {
+					c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, r.defaults))
+					codecs[st.table] = c
+				}
+				lastTable, lastCodec = st.table, c
 			}
 			if c != nil {
-				o, err := fileFor(nil, "")
-				if err != nil {
-					return nil, err
+				o := one
+				if o == nil || o.d == nil {
+					if o, err = fileFor(nil, ""); err != nil {
+						return nil, err
+					}
+					one = o
 				}
 				// A row the codec refuses takes the generic path, which
 				// names what is wrong with it.
