@@ -34,16 +34,7 @@ func benchDataFileAvro(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, e
 	rng := rand.New(rand.NewPCG(1, 2))
 	rows := make([][]byte, fileRows) // no row repeats within a file (Snappy would find it)
 	for i := range rows {
-		env := &schema.Envelope{Op: 'r', After: benchRow(int64(i), rng), Source: schema.SourceInfo{Position: []byte("p")}}
-		body, err := schema.AppendEnvelope(nil, benchTable, env)
-		if err != nil {
-			b.Fatal(err)
-		}
-		info, err := schema.ScanEnvelope(benchTable, body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows[i] = info.After
+		rows[i] = afterImage(b, benchTable, &schema.Envelope{Op: 'r', After: benchRow(int64(i), rng), Source: schema.SourceInfo{Position: []byte("p")}})
 	}
 	var written, closed int64
 	d := newDataFileWriter(fs)

@@ -31,6 +31,21 @@ func (c *rowCodec) decode(row []byte, dst []parquet.Value) ([]parquet.Value, err
 	return dst, nil
 }
 
+// afterImage encodes env as the log does and returns its after-image's
+// bytes (schema.EnvelopeInfo.After).
+func afterImage(tb testing.TB, tt *schema.Table, env *schema.Envelope) []byte {
+	tb.Helper()
+	body, err := schema.AppendEnvelope(nil, tt, env)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := schema.ScanEnvelope(tt, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.After
+}
+
 // rowWriteReference writes rows of Parquet values (leaf order) the way the
 // writer did before it wrote by column: parquet-go's WriteRows, in batches
 // cut where dataFileWriter cuts them (writeBatchRows rows, writeBatchBytes
@@ -126,24 +141,17 @@ func TestColumnWritesMatchWriteRows(t *testing.T) {
 			if i%997 == 0 {
 				row[9] = strings.Repeat("y", 20<<10+rng.IntN(40<<10)) // cuts a batch by bytes
 			}
-			body, err := schema.AppendEnvelope(nil, codecTable, &schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: []byte("p")}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := schema.ScanEnvelope(codecTable, body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := c.decode(info.After, nil)
+			after := afterImage(t, codecTable, &schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: []byte("p")}})
+			want, err := c.decode(after, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if i%5 == 0 {
 				id := int64(i) * 7
 				want[idLeaf] = parquet.Int64Value(id).Level(0, 1, idCol)
-				err = d.addAvroRowID(c, info.After, idLeaf, idCol, id)
+				err = d.addAvroRowID(c, after, idLeaf, idCol, id)
 			} else {
-				err = d.addAvro(c, info.After)
+				err = d.addAvro(c, after)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -151,7 +159,7 @@ func TestColumnWritesMatchWriteRows(t *testing.T) {
 			ref = append(ref, want)
 			if i == 10 {
 				// A row the codec refuses leaves nothing behind.
-				if err := d.addAvro(c, info.After[:len(info.After)-1]); err == nil {
+				if err := d.addAvro(c, after[:len(after)-1]); err == nil {
 					t.Fatal("a cut row decoded")
 				}
 			}
