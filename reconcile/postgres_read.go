@@ -254,9 +254,9 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 		keys[i] = "max(CASE WHEN " + last + " THEN " + e + " END COLLATE \"C\")"
 	}
 	q := fmt.Sprintf(`SELECT count(*), sum(_cdcd_h)::text, %[1]s FROM (
-		SELECT row_number() OVER (ORDER BY %[2]s) - 1 AS _cdcd_rn, hashtextextended(%[3]s, 0) AS _cdcd_h, %[2]s
+		SELECT row_number() OVER (ORDER BY %[2]s) - 1 AS _cdcd_rn, %[3]s AS _cdcd_h, %[2]s
 		FROM (SELECT * FROM %[4]s WHERE %[5]s ORDER BY %[2]s LIMIT $%[6]d) s) c
-	GROUP BY _cdcd_rn / $%[7]d ORDER BY _cdcd_rn / $%[7]d`, strings.Join(keys, ", "), keyOrder(t), pgRowText(t), t.SQL, where, n-1, n)
+	GROUP BY _cdcd_rn / $%[7]d ORDER BY _cdcd_rn / $%[7]d`, strings.Join(keys, ", "), keyOrder(t), pgRowHash(t), t.SQL, where, n-1, n)
 	res, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)

@@ -1,0 +1,275 @@
+package reconcile
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/cdcd-dev/cdcd/schema"
+	icebergsink "github.com/cdcd-dev/cdcd/sink/iceberg"
+)
+
+// PostgreSQL's row hash, column by column. A row's canonical text
+// (concat_ws over coalesced pieces, then hashtextextended) cost the
+// server about 1.3 µs a row of the bench table; most of it went into
+// rendering integers, booleans and floats as text and joining the pieces.
+// Instead each column is hashed by itself, from its binary value where
+// PostgreSQL has a hash that is exact for it, and the row hash mixes the
+// columns' hashes:
+//
+//	row  = hashint4extended(0, H1 # H2 # … # Hn)
+//	Hi   = coalesce(hash of column i's value with seed Si, Ni)
+//
+// Si and Ni are constants of the column's position (colSeed, colNull), so
+// a value moved to another column, or a NULL moved, changes the row: each
+// position hashes with its own seed. The XOR of the columns' hashes is
+// linear, and a block's sum over rows is too, so a value swapped between
+// two rows of one block would cancel out; hashint4extended with the XOR as
+// its seed (lookup3's mix and final) makes each row's hash a non-linear
+// function of all its columns, and a block compares the sum of those.
+//
+// A column's value is hashed (colHash) by
+//
+//	hInt4    hashint4extended(v, S): smallint, integer
+//	hInt8    hashint8extended(v, hashint4extended(v >> 32, S)): bigint.
+//	         hashint8extended alone folds the high half into the low
+//	         (0 and 4294967297 hash alike); the seed brings the high half
+//	hBool    hashint4extended(v::int4, S)
+//	hFloat8  hashfloat8extended(v, S), except 0 and NaN, which it folds
+//	         (-0 and 0, every NaN payload): those hash their bits' text
+//	         as hText does
+//	hString  hashtextextended(v, S) of the text's bytes (text, varchar,
+//	         json…: the canonical text without its length, which only
+//	         kept a text from running into the next column)
+//	hText    hashtextextended(canonical text, S): every other kind, as
+//	         canon.go renders it
+//
+// and cdcd computes the same functions from the mirror's values (hashU32
+// is PostgreSQL's hash_bytes_uint32_extended, pgHash its
+// hash_bytes_extended). Each is exact for its type: two values of a
+// column hash alike only when docs/types.md calls them equal, or when two
+// 64-bit hashes collide. A value cdcd could not have read from the source
+// (an integer out of the column's range in the mirror) hashes as a wider
+// type, so it never equals a source value's hash by construction.
+
+// colHash is how a column's value enters a PostgreSQL row hash.
+type colHash uint8
+
+const (
+	hText colHash = iota
+	hString
+	hInt4
+	hInt8
+	hBool
+	hFloat8
+)
+
+// colSeed is the seed of the column at position i; colNull its hash when
+// NULL. Both are below 2^63, so they are bigint literals.
+func colSeed(i int) uint64 { return (uint64(i) + 1) * 0x9e3779b97f4a7c15 >> 1 }
+func colNull(i int) uint64 { return colSeed(i) * 0xbf58476d1ce4e5b9 >> 1 }
+
+// pgHashKind picks how a column of PostgreSQL base type base, read back
+// with canonical kind c.Canon, is hashed.
+func pgHashKind(c *Column, base string) colHash {
+	switch {
+	case c.Canon == cInt && (base == "int2" || base == "int4"):
+		return hInt4
+	case c.Canon == cInt && base == "int8":
+		return hInt8
+	case c.Canon == cBool && base == "bool":
+		return hBool
+	case c.Canon == cFloat64 && base == "float8":
+		return hFloat8
+	case c.Canon == cText && c.Text != "":
+		return hString
+	}
+	return hText
+}
+
+// pgColHash is the SQL of column i's hash (NULL when the value is).
+func pgColHash(c *Column, i int) string {
+	s := strconv.FormatUint(colSeed(i), 10)
+	e := c.Expr
+	switch c.Hash {
+	case hInt4:
+		return "hashint4extended(" + e + ", " + s + ")"
+	case hInt8:
+		return "hashint8extended(" + e + ", hashint4extended((" + e + " >> 32)::int4, " + s + "))"
+	case hBool:
+		return "hashint4extended((" + e + ")::int4, " + s + ")"
+	case hFloat8:
+		return "CASE WHEN " + e + " = 0 OR " + e + " = 'NaN' THEN hashtextextended(" + c.SQL + " COLLATE \"C\", " + s +
+			") ELSE hashfloat8extended(" + e + ", " + s + ") END"
+	case hString:
+		return "hashtextextended((" + c.Text + ") COLLATE \"C\", " + s + ")"
+	}
+	return "hashtextextended((" + c.SQL + ") COLLATE \"C\", " + s + ")"
+}
+
+// pgRowHash is the SQL of a row's hash.
+func pgRowHash(t *Table) string {
+	parts := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		parts[i] = "coalesce(" + pgColHash(c, i) + ", " + strconv.FormatUint(colNull(i), 10) + ")"
+	}
+	return "hashint4extended(0, " + strings.Join(parts, " # ") + ")"
+}
+
+// rowHash mixes the XOR of a row's column hashes (hashint4extended(0, x)).
+func rowHash(x uint64) uint64 { return hashU32(0, x) }
+
+// hashU32 is PostgreSQL's hash_bytes_uint32_extended(k, seed), what
+// hashint4extended returns (a bigint: the bits of the uint64).
+func hashU32(k uint32, seed uint64) uint64 {
+	a := uint32(0x9e3779b9 + 4 + 3923095)
+	b, c := a, a
+	if seed != 0 {
+		a += uint32(seed >> 32)
+		b += uint32(seed)
+		a, b, c = mix(a, b, c)
+	}
+	a += k
+	a, b, c = final(a, b, c)
+	return uint64(b)<<32 | uint64(c)
+}
+
+// hashInt8 is hashint8extended(v, seed): the high half folded into the
+// low, then hashed.
+func hashInt8(v int64, seed uint64) uint64 {
+	lo, hi := uint32(v), uint32(v>>32)
+	if v >= 0 {
+		lo ^= hi
+	} else {
+		lo ^= ^hi
+	}
+	return hashU32(lo, seed)
+}
+
+// hashInt is column hash hInt8 of v.
+func hashInt(v int64, seed uint64) uint64 {
+	return hashInt8(v, hashU32(uint32(int32(v>>32)), seed))
+}
+
+// hashIntCol is v's hash in an hInt4 or hInt8 column. A value outside an
+// int4 column's range (which the source cannot hold) hashes as an int8.
+func hashIntCol(h colHash, v int64, seed uint64) uint64 {
+	if h == hInt4 && v >= math.MinInt32 && v <= math.MaxInt32 {
+		return hashU32(uint32(int32(v)), seed)
+	}
+	return hashInt(v, seed)
+}
+
+// hashFloat8 is column hash hFloat8 of v: hashfloat8extended's (the
+// value's 8 bytes, little-endian), or for 0 and NaN the hash of its bits'
+// text (buf is scratch space, returned).
+func hashFloat8(v float64, seed uint64, buf []byte) (uint64, []byte) {
+	bits := math.Float64bits(v)
+	if v == 0 || math.IsNaN(v) {
+		buf = appendHex64(buf[:0], bits)
+		return pgHash(buf, seed), buf
+	}
+	buf = append(buf[:0], byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24),
+		byte(bits>>32), byte(bits>>40), byte(bits>>48), byte(bits>>56))
+	return pgHash(buf, seed), buf
+}
+
+func boolBit(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// colHashOf is the hash of column c (at position i) of value v, in cdcd's
+// Go representation (as appendCanon takes it); buf is scratch space,
+// returned.
+func colHashOf(c *Column, i int, v any, buf []byte) (uint64, []byte, error) {
+	if v == nil {
+		return colNull(i), buf, nil
+	}
+	seed := colSeed(i)
+	switch c.Hash {
+	case hInt4, hInt8:
+		if n, ok := keyInt(v); ok {
+			return hashIntCol(c.Hash, n, seed), buf, nil
+		}
+	case hBool:
+		if b, ok := v.(bool); ok {
+			return hashU32(boolBit(b), seed), buf, nil
+		}
+	case hFloat8:
+		switch f := v.(type) {
+		case float64:
+			h, buf := hashFloat8(f, seed, buf)
+			return h, buf, nil
+		case float32:
+			h, buf := hashFloat8(float64(f), seed, buf)
+			return h, buf, nil
+		}
+	case hString:
+		if s, ok := v.(string); ok {
+			buf = append(buf[:0], s...)
+			return pgHash(buf, seed), buf, nil
+		}
+		if iv, ok := v.(schema.IntervalValue); ok { // as appendCanon renders it
+			buf = append(buf[:0], iv.String()...)
+			return pgHash(buf, seed), buf, nil
+		}
+	case hText:
+		var err error
+		if buf, err = appendCanon(buf[:0], c, v); err != nil {
+			return 0, buf, err
+		}
+		return pgHash(buf, seed), buf, nil
+	}
+	return 0, buf, fmt.Errorf("reconcile: column %q (%s): cannot compare a %T value", c.Name, c.Canon, v)
+}
+
+// colHashRaw is colHashOf for a value as the data file stores it (typ is
+// the mirror's type of the column): the same hash, without boxing
+// (TestRawHashMatchesBoxed).
+func colHashRaw(c *Column, i int, typ iceberg.Type, v parquet.Value, buf []byte) (uint64, []byte, error) {
+	if v.IsNull() {
+		return colNull(i), buf, nil
+	}
+	seed := colSeed(i)
+	switch c.Hash {
+	case hInt4, hInt8:
+		switch v.Kind() {
+		case parquet.Int32:
+			return hashIntCol(c.Hash, int64(v.Int32()), seed), buf, nil
+		case parquet.Int64:
+			return hashIntCol(c.Hash, v.Int64(), seed), buf, nil
+		}
+	case hBool:
+		if v.Kind() == parquet.Boolean {
+			return hashU32(boolBit(v.Boolean()), seed), buf, nil
+		}
+	case hFloat8:
+		switch v.Kind() {
+		case parquet.Double:
+			h, buf := hashFloat8(v.Double(), seed, buf)
+			return h, buf, nil
+		case parquet.Float:
+			h, buf := hashFloat8(float64(v.Float()), seed, buf)
+			return h, buf, nil
+		}
+	case hString:
+		if _, ok := typ.(iceberg.StringType); ok && v.Kind() == parquet.ByteArray {
+			return pgHash(v.ByteArray(), seed), buf, nil
+		}
+	case hText:
+		var err error
+		if buf, err = appendRaw(buf[:0], c, typ, v); err != nil {
+			return 0, buf, err
+		}
+		return pgHash(buf, seed), buf, nil
+	}
+	// Anything else as Scan gives it (and colHashOf's error).
+	return colHashOf(c, i, icebergsink.Value(typ, v), buf)
+}
