@@ -303,6 +303,10 @@ func pgCanonColumn(c pgColumn, it iceberg.Type) (*Column, error) {
 	}
 	col.SQL, col.Expr = sql, pgQuote(c.name)
 	col.Hash = pgHashKind(col, c.base)
+	col.canonAt = func(expr string) string {
+		s, _ := pgCanon(&Column{Name: c.name}, expr, c.base, c.typtype, c.elem, c.elemType, it) // as above: no error
+		return s
+	}
 	return col, nil
 }
 

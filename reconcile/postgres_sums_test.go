@@ -82,3 +82,74 @@ func TestSumsBlocks(t *testing.T) {
 		after = blocks[len(blocks)-1].LastLit
 	}
 }
+
+// TestSumsKeyTexts: the texts of the keys that end blocks, rendered from
+// the chunk's arrays of key values, are the literals and canonical texts
+// cdcd renders for the same keys (a date, a timestamp, a numeric and a
+// uuid: canonical texts unlike the literals).
+func TestSumsKeyTexts(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE k4 (d date, ts timestamptz, n numeric(6,2), u uuid, v int, PRIMARY KEY (d, ts, n, u));
+		INSERT INTO k4 SELECT '2024-01-01'::date + g / 4, '2000-01-01 UTC'::timestamptz + g * interval '1.5 second', g / 4.0,
+			('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, g FROM generate_series(1, 10) g`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPostgres(ctx, PostgresConfig{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tb, err := p.Describe(ctx, "public.k4", []MirrorColumn{{"d", iceberg.PrimitiveTypes.Date}, {"ts", iceberg.PrimitiveTypes.TimestampTz},
+		{"n", iceberg.DecimalTypeOf(6, 2)}, {"u", iceberg.PrimitiveTypes.UUID}, {"v", iceberg.PrimitiveTypes.Int32}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, _, err := p.Sums(ctx, 0, tb, nil, nil, 100, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 4 || blocks[3].Last != nil {
+		t.Fatalf("%d blocks (%+v); want 4, the last open", len(blocks), blocks)
+	}
+	for i, b := range blocks[:3] {
+		g := int64(3 * (i + 1)) // the block's last row
+		var u [16]byte
+		copy(u[10:], []byte{0, 0, 0, 0, 0, byte(g)}) // lpad(g, 12) is decimal: g < 10 reads as hex alike
+		mr := newMirrorRow(tb)
+		if err := mr.set([]any{int32(19723 + g/4), int64(946684800000000 + g*1500000), fmt.Sprintf("%.2f", float64(g)/4), u, g}); err != nil {
+			t.Fatal(err)
+		}
+		if b.Last.id() != mr.key().id() || b.Rows != 3 {
+			t.Errorf("block %d: last %q, %d rows; want %q, 3 rows", i, b.Last, b.Rows, mr.key())
+		}
+		var lit [4]string
+		if err := c.QueryRow(ctx, "SELECT d::text, ts::text, n::text, u::text FROM k4 WHERE v = $1", g).Scan(&lit[0], &lit[1], &lit[2], &lit[3]); err != nil {
+			t.Fatal(err)
+		}
+		if b.LastLit.id() != Key(lit[:]).id() {
+			t.Errorf("block %d: literal %q, want %q", i, b.LastLit, lit)
+		}
+	}
+}
+
+// TestChunkBlocksOrder: a chunk whose block ends do not ascend is an
+// error, not blocks that would leave keys in no range.
+func TestChunkBlocksOrder(t *testing.T) {
+	tb := &Table{Columns: []*Column{{Name: "id", Canon: cInt}}, Key: []int{0}, Ordered: true}
+	hs := []int64{1, 2, 3, 4}
+	if _, err := chunkBlocks(tb, hs, [][]string{{"2", "4"}, {"2", "4"}}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chunkBlocks(tb, hs, [][]string{{"4", "2"}, {"4", "2"}}, 2); err == nil {
+		t.Error("block ends 4, then 2: no error")
+	}
+	if _, err := chunkBlocks(tb, hs, [][]string{{"2"}, {"2"}}, 2); err == nil {
+		t.Error("two blocks, one end: no error")
+	}
+}

@@ -48,6 +48,9 @@ type Column struct {
 	// that SQL's canonical text has.
 	Hash       colHash
 	Expr, Text string
+	// canonAt is the SQL of the canonical text of a value of the column
+	// given as expr (PostgreSQL).
+	canonAt func(expr string) string
 	// Mirror is the column's index among the mirror's columns.
 	Mirror int
 	// Collated: a text key whose order is the database's collation, not
