@@ -22,17 +22,20 @@ type mirrorRow struct {
 	// vals), types the mirror's types of the columns.
 	raw   []parquet.Value
 	types []icebergtypes.Type
-	// hash is the row's hash when t.ColumnHash (rowhash.go); isKey marks
-	// the key columns, scratch is colHashRaw's.
+	// hash is the row's hash when t.ColumnHash (rowhash.go), hashers
+	// its columns'; isKey marks the key columns.
 	hash    uint64
+	hashers []*colHasher
 	isKey   []bool
-	scratch []byte
 }
 
 func newMirrorRow(t *Table) *mirrorRow {
 	mr := &mirrorRow{t: t, idx: make([]int, len(t.Columns)), ends: make([]int, len(t.Columns)), isKey: make([]bool, len(t.Columns))}
 	for i, c := range t.Columns {
 		mr.idx[i] = c.Mirror
+		if t.ColumnHash {
+			mr.hashers = append(mr.hashers, newColHasher(c, i))
+		}
 	}
 	for _, ci := range t.Key {
 		mr.isKey[ci] = true
@@ -56,7 +59,7 @@ func (mr *mirrorRow) set(vals []any) error {
 		}
 		mr.ends[i] = len(mr.buf)
 		if mr.t.ColumnHash {
-			if h, mr.scratch, err = colHashOf(c, i, vals[i], mr.scratch); err != nil {
+			if h, err = mr.hashers[i].value(vals[i]); err != nil {
 				return err
 			}
 			x ^= h
@@ -80,7 +83,7 @@ func (mr *mirrorRow) setRaw(vals []parquet.Value) error {
 			mr.buf = append(mr.buf, ',')
 		}
 		if mr.t.ColumnHash {
-			if h, mr.scratch, err = colHashRaw(c, i, mr.types[i], vals[i], mr.scratch); err != nil {
+			if h, err = mr.hashers[i].raw(mr.types[i], vals[i]); err != nil {
 				return err
 			}
 			x ^= h

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -125,58 +126,19 @@ func rowHash(x uint64) uint64 { return hashU32(0, x) }
 
 // hashU32 is PostgreSQL's hash_bytes_uint32_extended(k, seed), what
 // hashint4extended returns (a bigint: the bits of the uint64).
-func hashU32(k uint32, seed uint64) uint64 {
-	a := uint32(0x9e3779b9 + 4 + 3923095)
-	b, c := a, a
-	if seed != 0 {
-		a += uint32(seed >> 32)
-		b += uint32(seed)
-		a, b, c = mix(a, b, c)
-	}
-	a += k
-	a, b, c = final(a, b, c)
-	return uint64(b)<<32 | uint64(c)
-}
+func hashU32(k uint32, seed uint64) uint64 { return seeded(4, seed).u32(k) }
 
-// hashInt8 is hashint8extended(v, seed): the high half folded into the
-// low, then hashed.
-func hashInt8(v int64, seed uint64) uint64 {
+// fold is hashint8extended's key: the high half folded into the low.
+func fold(v int64) uint32 {
 	lo, hi := uint32(v), uint32(v>>32)
 	if v >= 0 {
-		lo ^= hi
-	} else {
-		lo ^= ^hi
+		return lo ^ hi
 	}
-	return hashU32(lo, seed)
+	return lo ^ ^hi
 }
 
-// hashInt is column hash hInt8 of v.
-func hashInt(v int64, seed uint64) uint64 {
-	return hashInt8(v, hashU32(uint32(int32(v>>32)), seed))
-}
-
-// hashIntCol is v's hash in an hInt4 or hInt8 column. A value outside an
-// int4 column's range (which the source cannot hold) hashes as an int8.
-func hashIntCol(h colHash, v int64, seed uint64) uint64 {
-	if h == hInt4 && v >= math.MinInt32 && v <= math.MaxInt32 {
-		return hashU32(uint32(int32(v)), seed)
-	}
-	return hashInt(v, seed)
-}
-
-// hashFloat8 is column hash hFloat8 of v: hashfloat8extended's (the
-// value's 8 bytes, little-endian), or for 0 and NaN the hash of its bits'
-// text (buf is scratch space, returned).
-func hashFloat8(v float64, seed uint64, buf []byte) (uint64, []byte) {
-	bits := math.Float64bits(v)
-	if v == 0 || math.IsNaN(v) {
-		buf = appendHex64(buf[:0], bits)
-		return pgHash(buf, seed), buf
-	}
-	buf = append(buf[:0], byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24),
-		byte(bits>>32), byte(bits>>40), byte(bits>>48), byte(bits>>56))
-	return pgHash(buf, seed), buf
-}
+// hashInt8 is hashint8extended(v, seed).
+func hashInt8(v int64, seed uint64) uint64 { return hashU32(fold(v), seed) }
 
 func boolBit(b bool) uint32 {
 	if b {
@@ -185,91 +147,142 @@ func boolBit(b bool) uint32 {
 	return 0
 }
 
-// colHashOf is the hash of column c (at position i) of value v, in cdcd's
-// Go representation (as appendCanon takes it); buf is scratch space,
-// returned.
-func colHashOf(c *Column, i int, v any, buf []byte) (uint64, []byte, error) {
-	if v == nil {
-		return colNull(i), buf, nil
-	}
+// colHasher hashes the values of column i (at its position in the table)
+// as pgColHash's SQL does. lookup3 mixes the seed into its state before
+// the value, so the state after the seed is kept: once for a 4-byte key,
+// for the last text length, and for the last bigint's high half (whose
+// hash seeds hashint8extended). A row of the bench table costs two
+// finals where it cost ten mixes and finals.
+type colHasher struct {
+	c    *Column
+	i    int
+	seed uint64
+	u32  lookup // seeded(4, seed)
+	// hi and hiState: the high half of the last bigint and
+	// seeded(4, hashU32(hi, seed)); n and nState: the last text's length
+	// and seeded(n, seed). Valid when the flags are set.
+	hi, n           uint32
+	hiOK, nOK       bool
+	hiState, nState lookup
+	buf             []byte // scratch for texts
+}
+
+func newColHasher(c *Column, i int) *colHasher {
 	seed := colSeed(i)
-	switch c.Hash {
+	return &colHasher{c: c, i: i, seed: seed, u32: seeded(4, seed)}
+}
+
+// int is the hash of integer v in an hInt4 or hInt8 column. A value
+// outside an int4 column's range (which the source cannot hold) hashes
+// as an int8.
+func (h *colHasher) int(v int64) uint64 {
+	if h.c.Hash == hInt4 && v >= math.MinInt32 && v <= math.MaxInt32 {
+		return h.u32.u32(uint32(int32(v)))
+	}
+	if hi := uint32(v >> 32); !h.hiOK || hi != h.hi {
+		h.hi, h.hiOK, h.hiState = hi, true, seeded(4, h.u32.u32(hi))
+	}
+	return h.hiState.u32(fold(v))
+}
+
+// text is hashtextextended(k, seed).
+func (h *colHasher) text(k []byte) uint64 {
+	if n := uint32(len(k)); !h.nOK || n != h.n {
+		h.n, h.nOK, h.nState = n, true, seeded(n, h.seed)
+	}
+	return h.nState.bytes(k)
+}
+
+// float8 is column hash hFloat8 of v: hashfloat8extended's (the value's 8
+// bytes, little-endian), or for 0 and NaN the hash of its bits' text.
+func (h *colHasher) float8(v float64) uint64 {
+	bits := math.Float64bits(v)
+	if v == 0 || math.IsNaN(v) {
+		h.buf = appendHex64(h.buf[:0], bits)
+	} else {
+		h.buf = binary.LittleEndian.AppendUint64(h.buf[:0], bits)
+	}
+	return h.text(h.buf)
+}
+
+// value is the hash of v, in cdcd's Go representation (as appendCanon
+// takes it).
+func (h *colHasher) value(v any) (uint64, error) {
+	if v == nil {
+		return colNull(h.i), nil
+	}
+	switch h.c.Hash {
 	case hInt4, hInt8:
 		if n, ok := keyInt(v); ok {
-			return hashIntCol(c.Hash, n, seed), buf, nil
+			return h.int(n), nil
 		}
 	case hBool:
 		if b, ok := v.(bool); ok {
-			return hashU32(boolBit(b), seed), buf, nil
+			return h.u32.u32(boolBit(b)), nil
 		}
 	case hFloat8:
 		switch f := v.(type) {
 		case float64:
-			h, buf := hashFloat8(f, seed, buf)
-			return h, buf, nil
+			return h.float8(f), nil
 		case float32:
-			h, buf := hashFloat8(float64(f), seed, buf)
-			return h, buf, nil
+			return h.float8(float64(f)), nil
 		}
 	case hString:
-		if s, ok := v.(string); ok {
-			buf = append(buf[:0], s...)
-			return pgHash(buf, seed), buf, nil
-		}
-		if iv, ok := v.(schema.IntervalValue); ok { // as appendCanon renders it
-			buf = append(buf[:0], iv.String()...)
-			return pgHash(buf, seed), buf, nil
+		switch s := v.(type) {
+		case string:
+			h.buf = append(h.buf[:0], s...)
+			return h.text(h.buf), nil
+		case schema.IntervalValue: // as appendCanon renders it
+			h.buf = append(h.buf[:0], s.String()...)
+			return h.text(h.buf), nil
 		}
 	case hText:
 		var err error
-		if buf, err = appendCanon(buf[:0], c, v); err != nil {
-			return 0, buf, err
+		if h.buf, err = appendCanon(h.buf[:0], h.c, v); err != nil {
+			return 0, err
 		}
-		return pgHash(buf, seed), buf, nil
+		return h.text(h.buf), nil
 	}
-	return 0, buf, fmt.Errorf("reconcile: column %q (%s): cannot compare a %T value", c.Name, c.Canon, v)
+	return 0, fmt.Errorf("reconcile: column %q (%s): cannot compare a %T value", h.c.Name, h.c.Canon, v)
 }
 
-// colHashRaw is colHashOf for a value as the data file stores it (typ is
-// the mirror's type of the column): the same hash, without boxing
+// raw is value for a value as the data file stores it (typ is the
+// mirror's type of the column): the same hash, without boxing
 // (TestRawHashMatchesBoxed).
-func colHashRaw(c *Column, i int, typ iceberg.Type, v parquet.Value, buf []byte) (uint64, []byte, error) {
+func (h *colHasher) raw(typ iceberg.Type, v parquet.Value) (uint64, error) {
 	if v.IsNull() {
-		return colNull(i), buf, nil
+		return colNull(h.i), nil
 	}
-	seed := colSeed(i)
-	switch c.Hash {
+	switch h.c.Hash {
 	case hInt4, hInt8:
 		switch v.Kind() {
 		case parquet.Int32:
-			return hashIntCol(c.Hash, int64(v.Int32()), seed), buf, nil
+			return h.int(int64(v.Int32())), nil
 		case parquet.Int64:
-			return hashIntCol(c.Hash, v.Int64(), seed), buf, nil
+			return h.int(v.Int64()), nil
 		}
 	case hBool:
 		if v.Kind() == parquet.Boolean {
-			return hashU32(boolBit(v.Boolean()), seed), buf, nil
+			return h.u32.u32(boolBit(v.Boolean())), nil
 		}
 	case hFloat8:
 		switch v.Kind() {
 		case parquet.Double:
-			h, buf := hashFloat8(v.Double(), seed, buf)
-			return h, buf, nil
+			return h.float8(v.Double()), nil
 		case parquet.Float:
-			h, buf := hashFloat8(float64(v.Float()), seed, buf)
-			return h, buf, nil
+			return h.float8(float64(v.Float())), nil
 		}
 	case hString:
 		if _, ok := typ.(iceberg.StringType); ok && v.Kind() == parquet.ByteArray {
-			return pgHash(v.ByteArray(), seed), buf, nil
+			return h.text(v.ByteArray()), nil
 		}
 	case hText:
 		var err error
-		if buf, err = appendRaw(buf[:0], c, typ, v); err != nil {
-			return 0, buf, err
+		if h.buf, err = appendRaw(h.buf[:0], h.c, typ, v); err != nil {
+			return 0, err
 		}
-		return pgHash(buf, seed), buf, nil
+		return h.text(h.buf), nil
 	}
-	// Anything else as Scan gives it (and colHashOf's error).
-	return colHashOf(c, i, icebergsink.Value(typ, v), buf)
+	// Anything else as Scan gives it (and value's error).
+	return h.value(icebergsink.Value(typ, v))
 }

@@ -48,7 +48,7 @@ func serverHashes(t *testing.T, conn *pgx.Conn, sql string, args ...any) []uint6
 }
 
 // TestColumnHashMatchesServer: each column hash's SQL (pgColHash) and
-// cdcd's computation of it (colHashOf) agree on every edge of their
+// cdcd's computation of it (colHasher) agree on every edge of their
 // types, at several column positions (seeds); and the row's mix
 // (hashint4extended(0, x)) is rowHash.
 func TestColumnHashMatchesServer(t *testing.T) {
@@ -99,8 +99,9 @@ func TestColumnHashMatchesServer(t *testing.T) {
 			sql := fmt.Sprintf("SELECT coalesce(%s, %d) FROM unnest($1::text[]) WITH ORDINALITY u(s, o), LATERAL (SELECT s::%s AS v) x ORDER BY o",
 				pgColHash(&c, pos), colNull(pos), tc.typ)
 			got := serverHashes(t, conn, sql, texts)
+			h := newColHasher(&c, pos) // one for all values: its kept states must follow them
 			for i, v := range append(tc.vals, nil) {
-				want, _, err := colHashOf(&c, pos, v, nil)
+				want, err := h.value(v)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,9 +202,10 @@ func TestRowHashDistinguishes(t *testing.T) {
 }
 
 // TestRawHashMatchesBoxed: a column's hash computed from the value as a
-// data file stores it (colHashRaw) equals the hash of the value Scan
-// converts it to (colHashOf), for every hash kind and its edges, and a
-// value an int4 column cannot hold does not hash as one it can.
+// data file stores it (colHasher.raw, one hasher for all values) equals
+// the hash of the value Scan converts it to (colHasher.value, a fresh
+// one), for every hash kind and its edges, and a value an int4 column
+// cannot hold does not hash as one it can.
 func TestRawHashMatchesBoxed(t *testing.T) {
 	cases := []struct {
 		typ  iceberg.Type
@@ -227,12 +229,13 @@ func TestRawHashMatchesBoxed(t *testing.T) {
 		for _, h := range tc.hash {
 			c := &Column{Name: "c", Canon: kind, Scale: scale, Hash: h}
 			seen := map[uint64]parquet.Value{}
+			kept := newColHasher(c, 3)
 			for _, v := range tc.vals {
-				want, _, err := colHashOf(c, 3, icebergsink.Value(tc.typ, v), nil)
+				want, err := newColHasher(c, 3).value(icebergsink.Value(tc.typ, v))
 				if err != nil {
 					t.Fatalf("%s %v: %v", tc.typ, v, err)
 				}
-				got, _, err := colHashRaw(c, 3, tc.typ, v, nil)
+				got, err := kept.raw(tc.typ, v)
 				if err != nil || got != want {
 					t.Errorf("%s (hash %d) %v: raw %x (%v), boxed %x", tc.typ, h, v, got, err, want)
 				}
@@ -244,8 +247,9 @@ func TestRawHashMatchesBoxed(t *testing.T) {
 		}
 	}
 	// 2^32 in an int4 column is not 0, nor is 2^32 + 5 five.
+	h := newColHasher(&Column{Name: "c", Canon: cInt, Hash: hInt4}, 0)
 	for _, v := range []int64{1 << 32, 1<<32 + 5} {
-		if hashIntCol(hInt4, v, 9) == hashIntCol(hInt4, int64(int32(v)), 9) {
+		if h.int(v) == h.int(int64(int32(v))) {
 			t.Errorf("%d hashes as %d in an int4 column", v, int32(v))
 		}
 	}
