@@ -89,12 +89,8 @@ func TestSumsBlocks(t *testing.T) {
 // uuid: canonical texts unlike the literals).
 func TestSumsKeyTexts(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDB(t)
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := connectDB(t)
+	dsn := c.Config().ConnString()
 	if _, err := c.Exec(ctx, `CREATE TABLE k4 (d date, ts timestamptz, n numeric(6,2), u uuid, v int, PRIMARY KEY (d, ts, n, u));
 		INSERT INTO k4 SELECT '2024-01-01'::date + g / 4, '2000-01-01 UTC'::timestamptz + g * interval '1.5 second', g / 4.0,
 			('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, g FROM generate_series(1, 10) g`); err != nil {
