@@ -251,6 +251,12 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 	for j, ci := range t.Key {
 		c := t.Columns[ci]
 		cols[j] = pgQuote(c.Name)
+		if c.Canon == cList { // an array of arrays has no element to pick: every row's texts
+			aggs = append(aggs, fmt.Sprintf("array_agg(%s::text) AS _cdcd_l%d, array_agg(%s) AS _cdcd_c%d", cols[j], j, c.SQL, j))
+			ends[j] = fmt.Sprintf("ARRAY(SELECT a._cdcd_l%d[g.p] FROM %s ORDER BY g.p)", j, at)
+			ends[nk+j] = fmt.Sprintf("ARRAY(SELECT a._cdcd_c%d[g.p] FROM %s ORDER BY g.p)", j, at)
+			continue
+		}
 		aggs = append(aggs, fmt.Sprintf("array_agg(%s) AS _cdcd_k%d", cols[j], j))
 		e := fmt.Sprintf("a._cdcd_k%d[g.p]", j)
 		ends[j] = "ARRAY(SELECT (" + e + ")::text FROM " + at + " ORDER BY g.p)"
