@@ -16,7 +16,7 @@ import (
 
 // PostgreSQL's row hash, column by column. A row's canonical text
 // (concat_ws over coalesced pieces, then hashtextextended) cost the
-// server about 1.3 µs a row of the bench table; most of it went into
+// server about 1.5 µs a row of the bench table; most of it went into
 // rendering integers, booleans and floats as text and joining the pieces.
 // Instead each column is hashed by itself, from its binary value where
 // PostgreSQL has a hash that is exact for it, and the row hash mixes the
@@ -27,11 +27,13 @@ import (
 //
 // Si and Ni are constants of the column's position (colSeed, colNull), so
 // a value moved to another column, or a NULL moved, changes the row: each
-// position hashes with its own seed. The XOR of the columns' hashes is
-// linear, and a block's sum over rows is too, so a value swapped between
-// two rows of one block would cancel out; hashint4extended with the XOR as
-// its seed (lookup3's mix and final) makes each row's hash a non-linear
-// function of all its columns, and a block compares the sum of those.
+// position hashes with its own seed. The XOR of the columns' hashes alone,
+// summed over a block's rows, would miss a value swapped between two rows
+// whenever the rows' other columns' hashes agree on the bits where the
+// swapped values' hashes differ (about (3/4)^64, far above 2^-64);
+// hashint4extended with the XOR as its seed (lookup3's mix and final)
+// makes each row's hash a non-linear function of all its columns, and a
+// block compares the sum of those.
 //
 // A column's value is hashed (colHash) by
 //
@@ -55,7 +57,7 @@ import (
 // column hash alike only when docs/types.md calls them equal, or when two
 // 64-bit hashes collide. A value cdcd could not have read from the source
 // (an integer out of the column's range in the mirror) hashes as a wider
-// type, so it never equals a source value's hash by construction.
+// type, so it equals a source value's hash only by such a collision.
 
 // colHash is how a column's value enters a PostgreSQL row hash.
 type colHash uint8
