@@ -113,6 +113,19 @@ func TestSumsKeyTexts(t *testing.T) {
 	if len(blocks) != 4 || blocks[3].Last != nil {
 		t.Fatalf("%d blocks (%+v); want 4, the last open", len(blocks), blocks)
 	}
+	// After the third block's end: the last row, in one open block; after
+	// that row's key: none, and one open block still.
+	last, _, err := p.Sums(ctx, 0, tb, blocks[2].LastLit, nil, 100, 3)
+	if err != nil || len(last) != 1 || last[0].Rows != 1 || last[0].Last != nil || last[0].Sum != blocks[3].Sum {
+		t.Fatalf("after the third block: %+v, %v; want the fourth", last, err)
+	}
+	lit := make(Key, 4)
+	if err := c.QueryRow(ctx, "SELECT d::text, ts::text, n::text, u::text FROM k4 WHERE v = 10").Scan(&lit[0], &lit[1], &lit[2], &lit[3]); err != nil {
+		t.Fatal(err)
+	}
+	if none, _, err := p.Sums(ctx, 0, tb, lit, nil, 100, 3); err != nil || len(none) != 1 || none[0].Rows != 0 || none[0].Last != nil {
+		t.Errorf("after the last key: %+v, %v; want one open block of no rows", none, err)
+	}
 	for i, b := range blocks[:3] {
 		g := int64(3 * (i + 1)) // the block's last row
 		var u [16]byte
