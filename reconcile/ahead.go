@@ -100,7 +100,7 @@ func (tr *tableRun) readAhead(ctx context.Context, lower Key, limit int) (*ahead
 				a.ends = append(a.ends, len(a.texts))
 			}
 		}
-		a.hashes = append(a.hashes, tr.r.src.RowHash(mr.buf))
+		a.hashes = append(a.hashes, mr.rowHash(tr.r.src))
 		return nil
 	})
 	if errors.Is(err, errAheadFull) {

@@ -44,6 +44,8 @@ import (
 // A row's text joins its columns' texts with "," in the table's column
 // order, a NULL as "N". No column's text contains "," unless
 // length-prefixed, and none is "N", so the joined text decides every value.
+// MySQL hashes a row's text; PostgreSQL hashes each column by itself
+// (rowhash.go), the texts of the kinds it has no exact binary hash for.
 
 // canonKind is how a column's values render.
 type canonKind uint8

@@ -22,21 +22,34 @@ type mirrorRow struct {
 	// vals), types the mirror's types of the columns.
 	raw   []parquet.Value
 	types []icebergtypes.Type
+	// hash is the row's hash when t.ColumnHash (rowhash.go), hashers
+	// its columns'; isKey marks the key columns.
+	hash    uint64
+	hashers []*colHasher
+	isKey   []bool
 }
 
 func newMirrorRow(t *Table) *mirrorRow {
-	mr := &mirrorRow{t: t, idx: make([]int, len(t.Columns)), ends: make([]int, len(t.Columns))}
+	mr := &mirrorRow{t: t, idx: make([]int, len(t.Columns)), ends: make([]int, len(t.Columns)), isKey: make([]bool, len(t.Columns))}
 	for i, c := range t.Columns {
 		mr.idx[i] = c.Mirror
+		if t.ColumnHash {
+			mr.hashers = append(mr.hashers, newColHasher(c, i))
+		}
+	}
+	for _, ci := range t.Key {
+		mr.isKey[ci] = true
 	}
 	return mr
 }
 
 // set renders vals (the scan's values of t's columns) as the row's text:
-// the columns' texts joined by ",".
+// the columns' texts joined by ",". With t.ColumnHash it also hashes the
+// row.
 func (mr *mirrorRow) set(vals []any) error {
 	mr.buf, mr.vals, mr.raw = mr.buf[:0], vals, nil
 	var err error
+	var x, h uint64
 	for i, c := range mr.t.Columns {
 		if i > 0 {
 			mr.buf = append(mr.buf, ',')
@@ -45,24 +58,58 @@ func (mr *mirrorRow) set(vals []any) error {
 			return err
 		}
 		mr.ends[i] = len(mr.buf)
+		if mr.t.ColumnHash {
+			if h, err = mr.hashers[i].value(vals[i]); err != nil {
+				return err
+			}
+			x ^= h
+		}
+	}
+	if mr.t.ColumnHash {
+		mr.hash = rowHash(x)
 	}
 	return nil
 }
 
-// setRaw is set from the values as the data file stores them.
+// setRaw is set from the values as the data file stores them. With
+// t.ColumnHash only the key columns' texts are rendered (the others are
+// empty): the row's hash needs none.
 func (mr *mirrorRow) setRaw(vals []parquet.Value) error {
 	mr.buf, mr.vals, mr.raw = mr.buf[:0], nil, vals
 	var err error
+	var x, h uint64
 	for i, c := range mr.t.Columns {
 		if i > 0 {
 			mr.buf = append(mr.buf, ',')
+		}
+		if mr.t.ColumnHash {
+			if h, err = mr.hashers[i].raw(mr.types[i], vals[i]); err != nil {
+				return err
+			}
+			x ^= h
+			if !mr.isKey[i] {
+				mr.ends[i] = len(mr.buf)
+				continue
+			}
 		}
 		if mr.buf, err = appendRaw(mr.buf, c, mr.types[i], vals[i]); err != nil {
 			return err
 		}
 		mr.ends[i] = len(mr.buf)
 	}
+	if mr.t.ColumnHash {
+		mr.hash = rowHash(x)
+	}
 	return nil
+}
+
+// rowHash is the row's hash as the source computes it: its columns' mixed
+// (t.ColumnHash), or src's of its text.
+func (mr *mirrorRow) rowHash(src Source) uint64 {
+	if mr.t.ColumnHash {
+		return mr.hash
+	}
+	return src.RowHash(mr.buf)
 }
 
 // keyInt is the key of a table keyed by one integer column (intKey).
@@ -109,7 +156,8 @@ func (mr *mirrorRow) scan(ctx context.Context, live *iceberg.LiveSnapshot, fn fu
 	})
 }
 
-// scanTexts is scan for a reader of the rows' texts only (not vals):
+// scanTexts is scan for a reader of the rows' keys and hashes only (not
+// vals, nor the texts of other columns when t.ColumnHash):
 // values are rendered as the data files store them (ScanRaw), without
 // boxing each one.
 func (mr *mirrorRow) scanTexts(ctx context.Context, live *iceberg.LiveSnapshot, fn func(*mirrorRow) error) error {
@@ -168,7 +216,7 @@ func (tr *tableRun) settleSegment(ctx context.Context, seg *segment, ahead *ahea
 			i, ok := seg.blockOf(tr.t, mr.key())
 			if ok {
 				sums[i].rows++
-				sums[i].sum += tr.r.src.RowHash(mr.buf)
+				sums[i].sum += mr.rowHash(tr.r.src)
 			}
 			return nil
 		})

@@ -7,17 +7,21 @@
 // The source is read in chunks of ChunkRows rows by primary-key range
 // (bounds compared by the database, as `(k1, k2) > ($1, $2) ORDER BY k1,
 // k2 LIMIT n`), each chunk in one short REPEATABLE READ transaction. The
-// database itself hashes every row's canonical text (canon.go: one text
-// per value, following docs/types.md, so 1.50 and 1.5 in a numeric(p,2)
-// differ, a timestamp by its microseconds, json by its bytes) and sums the
-// hashes per block of BlockRows consecutive keys: only a count, a sum and
-// the block's last key leave the database. cdcd reads the mirror's live
+// database itself hashes every row (PostgreSQL each column by itself,
+// from its binary value where that is exact, and mixes the columns'
+// hashes: rowhash.go; MySQL the row's canonical text) and sums the hashes
+// per block of BlockRows consecutive keys: only a count, a sum and the
+// block's last key leave the database. Values compare as their canonical
+// texts do (canon.go: one text per value, following docs/types.md, so
+// 1.50 and 1.5 in a numeric(p,2) differ, a timestamp by its
+// microseconds, json by its bytes); a column hashed from its binary value
+// tells apart exactly the values its text does. cdcd reads the mirror's live
 // rows (data files minus deletion vectors or position deletes) beside the
 // source's reads of a segment of SegmentRows rows, keeping up to twice
 // that many (later segments use the rows kept past the last one's end;
 // over the budget, each segment reads the mirror after its source reads),
-// computes the same text and hash of each row, and adds it to the block
-// its key falls in. Blocks whose count
+// computes the same hash of each row, and adds it to the block its key
+// falls in. Blocks whose count
 // and sum agree are equal; the others are read again key by key (a hash
 // per column), so only the keys that differ are listed, each with its
 // columns. A matching table costs one read of each side.
@@ -36,10 +40,12 @@
 // cost time, never soundness. MaxRowsPerSecond paces all connections
 // together; MySQL reads one range at a time (mysql.go).
 //
-// The hash is PostgreSQL's hashtextextended (64 bits, computed in Go by
-// the same function, hash.go) or MD5's first 64 bits on MySQL; a block
-// compares its count and the sum modulo 2^64, so a difference goes unseen
-// only when two different blocks collide (about 2^-64 per block).
+// The hashes are PostgreSQL's own 64-bit hash functions (lookup3:
+// hashtextextended, hashint4extended, hashint8extended, hashfloat8extended,
+// computed in Go by the same functions, hash.go and rowhash.go) or MD5's
+// first 64 bits on MySQL; a block compares its count and the sum modulo
+// 2^64, so a difference goes unseen only when two different blocks
+// collide (about 2^-64 per block).
 //
 // # Sound while changes flow
 //

@@ -23,8 +23,15 @@ import (
 // pgHash is PostgreSQL's hash_bytes_extended(k, len(k), seed) on a
 // little-endian machine, as hashtextextended returns it (a bigint: the
 // bits of the uint64).
-func pgHash(k []byte, seed uint64) uint64 {
-	n := uint32(len(k))
+func pgHash(k []byte, seed uint64) uint64 { return seeded(uint32(len(k)), seed).bytes(k) }
+
+// lookup is lookup3's state: what the key's length and the seed make of
+// it before the key's bytes are added, so a caller hashing many keys of
+// one length with one seed mixes the seed in once.
+type lookup struct{ a, b, c uint32 }
+
+// seeded is the state for a key of n bytes and seed.
+func seeded(n uint32, seed uint64) lookup {
 	a := 0x9e3779b9 + n + 3923095
 	b, c := a, a
 	if seed != 0 {
@@ -32,6 +39,20 @@ func pgHash(k []byte, seed uint64) uint64 {
 		b += uint32(seed)
 		a, b, c = mix(a, b, c)
 	}
+	return lookup{a, b, c}
+}
+
+// u32 is hash_bytes_uint32_extended's end from the state of a 4-byte
+// key: hashU32(k, seed) is seeded(4, seed).u32(k).
+func (s lookup) u32(k uint32) uint64 {
+	_, b, c := final(s.a+k, s.b, s.c)
+	return uint64(b)<<32 | uint64(c)
+}
+
+// bytes is hash_bytes_extended's end from the state of a key of
+// len(k) bytes.
+func (s lookup) bytes(k []byte) uint64 {
+	a, b, c := s.a, s.b, s.c
 	for len(k) >= 12 {
 		a += binary.LittleEndian.Uint32(k)
 		b += binary.LittleEndian.Uint32(k[4:])

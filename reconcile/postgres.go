@@ -243,7 +243,7 @@ func (p *Postgres) Describe(ctx context.Context, name string, mirror []MirrorCol
 
 // pgTable builds the Table from the catalog's columns.
 func pgTable(name, quoted string, cols []pgColumn, mirror []MirrorColumn, mask map[string]string, defCollate string) (*Table, error) {
-	t := &Table{Name: name, SQL: quoted, Ordered: true}
+	t := &Table{Name: name, SQL: quoted, Ordered: true, ColumnHash: true}
 	keys := map[int]int{}
 	for _, c := range cols {
 		if why, ok := mask[c.name]; ok && c.key == 0 {
@@ -301,7 +301,12 @@ func pgCanonColumn(c pgColumn, it iceberg.Type) (*Column, error) {
 	if err != nil {
 		return nil, err
 	}
-	col.SQL = sql
+	col.SQL, col.Expr = sql, pgQuote(c.name)
+	col.Hash = pgHashKind(col, c.base)
+	col.canonAt = func(expr string) string {
+		s, _ := pgCanon(&Column{Name: c.name}, expr, c.base, c.typtype, c.elem, c.elemType, it) // as above: no error
+		return s
+	}
 	return col, nil
 }
 

@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/apache/iceberg-go"
 )
@@ -59,6 +58,7 @@ func pgCanon(col *Column, expr, base string, typtype byte, elem string, elemType
 		default: // the output function's text (::text may differ: bpchar trims, inet adds /32)
 			s = "CASE WHEN (" + expr + ") IS NULL THEN NULL ELSE concat(" + expr + ") END"
 		}
+		col.Text = s
 		return "octet_length(" + s + ")||':'||" + s, nil
 	case cBytes:
 		if base != "bytea" {
@@ -105,13 +105,4 @@ func pgCanon(col *Column, expr, base string, typtype byte, elem string, elemType
 			expr, es), nil
 	}
 	return mismatch()
-}
-
-// pgRowText is the SQL of a row's canonical text.
-func pgRowText(t *Table) string {
-	parts := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		parts[i] = "coalesce(" + c.SQL + ",'" + nullText + "')"
-	}
-	return "(concat_ws(','," + strings.Join(parts, ",") + ") COLLATE \"C\")"
 }

@@ -235,53 +235,51 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 	where, args := keyPredicate(t, after, upto, nil)
 	args = append(args, rows, blockRows)
 	n := len(args)
-	// One pass: each row numbered in key order, hashed, and grouped into
-	// its block; the keys' texts are rendered for each block's last row
-	// only (the last of a chunk cut short is the table's end, whose block
-	// is open). No CTE read twice and no join: this shape costs the
-	// server about a quarter less CPU a row than one that joined each
-	// block with its last row (BENCHMARKS.md).
-	last := fmt.Sprintf("_cdcd_rn %% $%[1]d = $%[1]d - 1 OR _cdcd_rn = $%[2]d - 1", n, n-1)
+	// One pass, no window and no grouping: the chunk's rows in key
+	// order, each hashed, gathered into an array of hashes and one of
+	// each key column's values; the texts of the keys that end a block
+	// (each blockRows-th row and the chunk's last) are rendered from
+	// those arrays, and cdcd sums the blocks. Numbering the rows with
+	// row_number() and grouping them into blocks cost the server about
+	// as much again as hashing them (the window spools each row, the
+	// aggregate hashes it): BENCHMARKS.md, session 8.
 	nk := len(t.Key)
-	keys := make([]string, 0, 2*nk)
-	for _, ci := range t.Key {
-		keys = append(keys, t.Columns[ci].Lit)
+	cols := make([]string, nk)
+	aggs := []string{"array_agg(_cdcd_h) AS _cdcd_hs"}
+	ends := make([]string, 2*nk)
+	at := fmt.Sprintf("(SELECT least(i, cardinality(a._cdcd_hs)) AS p FROM generate_series($%[1]d, cardinality(a._cdcd_hs) + $%[1]d - 1, $%[1]d) i) g", n)
+	for j, ci := range t.Key {
+		c := t.Columns[ci]
+		cols[j] = pgQuote(c.Name)
+		if c.Canon == cList { // an array of arrays has no element to pick: every row's texts
+			aggs = append(aggs, fmt.Sprintf("array_agg(%s::text) AS _cdcd_l%d, array_agg(%s) AS _cdcd_c%d", cols[j], j, c.SQL, j))
+			ends[j] = fmt.Sprintf("ARRAY(SELECT a._cdcd_l%d[g.p] FROM %s ORDER BY g.p)", j, at)
+			ends[nk+j] = fmt.Sprintf("ARRAY(SELECT a._cdcd_c%d[g.p] FROM %s ORDER BY g.p)", j, at)
+			continue
+		}
+		aggs = append(aggs, fmt.Sprintf("array_agg(%s) AS _cdcd_k%d", cols[j], j))
+		e := fmt.Sprintf("a._cdcd_k%d[g.p]", j)
+		ends[j] = "ARRAY(SELECT (" + e + ")::text FROM " + at + " ORDER BY g.p)"
+		ends[nk+j] = "ARRAY(SELECT " + c.canonAt(e) + " FROM " + at + " ORDER BY g.p)"
 	}
-	for _, ci := range t.Key {
-		keys = append(keys, t.Columns[ci].SQL)
+	order := strings.Join(cols, ", ")
+	q := fmt.Sprintf(`SELECT a._cdcd_hs, %[1]s FROM (
+		SELECT %[2]s FROM (SELECT %[3]s AS _cdcd_h, %[4]s FROM %[5]s WHERE %[6]s ORDER BY %[4]s LIMIT $%[7]d) s) a`,
+		strings.Join(ends, ", "), strings.Join(aggs, ", "), pgRowHash(t), order, t.SQL, where, n-1)
+	var hs []int64
+	texts := make([][]string, 2*nk)
+	dest := []any{&hs}
+	for j := range texts {
+		dest = append(dest, &texts[j])
 	}
-	for i, e := range keys {
-		keys[i] = "max(CASE WHEN " + last + " THEN " + e + " END COLLATE \"C\")"
+	if err := tx.QueryRow(ctx, q, args...).Scan(dest...); err != nil {
+		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
 	}
-	q := fmt.Sprintf(`SELECT count(*), sum(_cdcd_h)::text, %[1]s FROM (
-		SELECT row_number() OVER (ORDER BY %[2]s) - 1 AS _cdcd_rn, hashtextextended(%[3]s, 0) AS _cdcd_h, %[2]s
-		FROM (SELECT * FROM %[4]s WHERE %[5]s ORDER BY %[2]s LIMIT $%[6]d) s) c
-	GROUP BY _cdcd_rn / $%[7]d ORDER BY _cdcd_rn / $%[7]d`, strings.Join(keys, ", "), keyOrder(t), pgRowText(t), t.SQL, where, n-1, n)
-	res, err := tx.Query(ctx, q, args...)
+	blocks, err := chunkBlocks(t, hs, texts, blockRows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
 	}
-	var blocks []Block
-	var total int64
-	for res.Next() {
-		vals, err := res.Values()
-		if err != nil {
-			res.Close()
-			return nil, nil, err
-		}
-		b := Block{Rows: vals[0].(int64)}
-		if b.Sum, err = sumMod64(vals[1].(string)); err != nil {
-			res.Close()
-			return nil, nil, err
-		}
-		// Then nk literals, nk canonical texts.
-		b.LastLit, b.Last = textsOf(vals[2:2+nk]), textsOf(vals[2+nk:2+2*nk])
-		total += b.Rows
-		blocks = append(blocks, b)
-	}
-	if err := res.Err(); err != nil {
-		return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
-	}
+	total := int64(len(hs))
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -292,6 +290,39 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 		blocks[len(blocks)-1].Last, blocks[len(blocks)-1].LastLit = nil, nil
 	}
 	return blocks, r, nil
+}
+
+// chunkBlocks cuts a chunk's row hashes (in key order) into blocks of
+// blockRows rows; texts are the literal texts of each block's last key
+// (one array a key column), then its canonical texts. The last keys must
+// ascend: a block is the range of keys up to its last, and a mirror row
+// is placed by its key, so a chunk out of order would leave keys in no
+// range instead of failing loudly.
+func chunkBlocks(t *Table, hs []int64, texts [][]string, blockRows int) ([]Block, error) {
+	nb := (len(hs) + blockRows - 1) / blockRows
+	nk := len(t.Key)
+	for _, tx := range texts {
+		if len(tx) != nb {
+			return nil, fmt.Errorf("%d rows in %d blocks, but %d last keys", len(hs), nb, len(tx))
+		}
+	}
+	blocks := make([]Block, nb)
+	for b := range blocks {
+		lo, hi := b*blockRows, min((b+1)*blockRows, len(hs))
+		var sum uint64
+		for _, h := range hs[lo:hi] {
+			sum += uint64(h)
+		}
+		blk := Block{Rows: int64(hi - lo), Sum: sum, LastLit: make(Key, nk), Last: make(Key, nk)}
+		for j := range nk {
+			blk.LastLit[j], blk.Last[j] = texts[j][b], texts[nk+j][b]
+		}
+		if b > 0 && t.Ordered && t.compareKeys(blocks[b-1].Last, blk.Last) >= 0 {
+			return nil, fmt.Errorf("the chunk's rows came out of key order (%v, then %v)", blocks[b-1].LastLit, blk.LastLit)
+		}
+		blocks[b] = blk
+	}
+	return blocks, nil
 }
 
 // Sample reads the keys of rows sampled from about pages of t's pages

@@ -19,6 +19,10 @@ type Table struct {
 	Key     []int
 	// Skipped are the source's columns that are not compared, and why.
 	Skipped []Skipped
+	// ColumnHash says a row's hash mixes its columns' hashes (PostgreSQL,
+	// rowhash.go) instead of hashing the row's canonical text with
+	// Source.RowHash (MySQL).
+	ColumnHash bool
 	// Ordered says cdcd orders keys as the database does (compareKeys),
 	// so a key read from the mirror falls into the range the source read
 	// it in. Without it every range that differs is read key by key, and
@@ -39,6 +43,14 @@ type Column struct {
 	// Show is the source's SQL of the value as the report shows it
 	// (MySQL; PostgreSQL prints its own text).
 	Show string
+	// Hash is how the value enters a PostgreSQL row hash (rowhash.go);
+	// Expr is the value's SQL, Text (cText) its text without the length
+	// that SQL's canonical text has.
+	Hash       colHash
+	Expr, Text string
+	// canonAt is the SQL of the canonical text of a value of the column
+	// given as expr (PostgreSQL).
+	canonAt func(expr string) string
 	// Mirror is the column's index among the mirror's columns.
 	Mirror int
 	// Collated: a text key whose order is the database's collation, not
