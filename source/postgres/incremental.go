@@ -34,9 +34,10 @@ import (
 // (so a chunk read after DDL has the new columns), the snapshot's
 // in-progress transactions (pg_current_snapshot), then a COPY (binary) of
 // up to ChunkRows rows after the last key, in the key's order, with the
-// key's text appended. The snapshot's in-progress list is what the chunk's
-// consistency check compares with the transactions the stream delivered
-// before the low watermark (see xidRing).
+// key's text appended (not for integer and uuid keys, whose text cdcd
+// writes as the server does). The snapshot's in-progress list is what the
+// chunk's consistency check compares with the transactions the stream
+// delivered before the low watermark (see xidRing).
 
 const watermarkPrefix = "cdcd.watermark"
 
@@ -360,13 +361,19 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 
 // copyRows runs a chunk's COPY (sql, from chunkSQL) on conn and decodes
 // its rows, about want of them; the rows and their values are cut from
-// one allocation each.
+// one allocation each. nk is the key's columns; their text follows the
+// row's columns unless the key is native (then the last key's text is
+// written from its values).
 func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int) (*snapshot.Chunk, error) {
 	n := len(rel.types)
 	now := time.Now()
 	res := &snapshot.Chunk{Rows: make([]source.Change, 0, want)}
 	values := make([]any, want*n)
 	var scalar pgdecode.Slab
+	native := nativeKey(rel)
+	if native {
+		nk = 0
+	}
 	lastKey := make([][]byte, nk) // the last row's key text, copied (fields are the parser's)
 	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if len(fields) != n+nk {
@@ -392,7 +399,15 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	if err := p.Finish(); err != nil {
 		return nil, err
 	}
-	if len(res.Rows) > 0 {
+	switch {
+	case len(res.Rows) == 0:
+	case native:
+		last, ok := keyText(keyKinds(rel.table), res.Rows[len(res.Rows)-1].Key())
+		if !ok {
+			return nil, fmt.Errorf("postgres: chunk of %s: the last row's key %v has no text", name, res.Rows[len(res.Rows)-1].Key())
+		}
+		res.Last = last
+	default:
 		res.Last = make(snapshot.Key, nk)
 		for i, b := range lastKey {
 			res.Last[i] = string(b)
@@ -401,8 +416,35 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	return res, nil
 }
 
+// nativeKey reports whether a table's key is integers and uuids read in
+// binary: their text (the chunk's Last, compared with the ends the server
+// wrote as text) is then written from the decoded values, as the server
+// writes it, and the chunk's COPY does not send each row's key text.
+func nativeKey(rel *relation) bool {
+	for _, ci := range rel.table.Key {
+		switch rel.table.Columns[ci].Kind {
+		case schema.Int16, schema.Int32, schema.Int64, schema.UUID:
+			if rel.types[ci].Text {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// keyKinds returns the kinds of a table's key columns.
+func keyKinds(t *schema.Table) []schema.Kind {
+	kinds := make([]schema.Kind, len(t.Key))
+	for i, ci := range t.Key {
+		kinds[i] = t.Columns[ci].Kind
+	}
+	return kinds
+}
+
 // chunkSQL writes a chunk's COPY: the columns (those without a binary form
-// as text), the key's text, the key range or the keys, the key's order. A
+// as text), the key's text (unless nativeKey), the key range or the keys, the key's order. A
 // bound, when set, cuts a range: the keys before it, or from it on (from).
 func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snapshot.Key, from bool) (string, error) {
 	cols := make([]string, 0, len(ct.columns)+len(ct.key))
@@ -414,8 +456,10 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snap
 		cols = append(cols, id)
 	}
 	keys := keyColumns(ct)
-	for i := range ct.key {
-		cols = append(cols, "("+keys[i]+")::text")
+	if !nativeKey(rel) {
+		for _, k := range keys {
+			cols = append(cols, "("+k+")::text")
+		}
 	}
 	where, err := chunkWhere(ct, q)
 	if err != nil {
@@ -632,10 +676,7 @@ func (x *xidRing) committedBefore(snap pgSnapshot, lsn uint64) bool {
 // whose collation orders by bytes (ordered).
 func keyFuncs(t *schema.Table, ordered bool) *snapshot.Table {
 	out := &snapshot.Table{Shape: t}
-	kinds := make([]schema.Kind, len(t.Key))
-	for i, ci := range t.Key {
-		kinds[i] = t.Columns[ci].Kind
-	}
+	kinds := keyKinds(t)
 	textOK, orderOK := true, ordered
 	for i, k := range kinds {
 		switch k {
