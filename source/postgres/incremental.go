@@ -236,7 +236,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		if q.To != nil {
 			want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 		}
-		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want); err != nil {
+		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
 	}
@@ -307,7 +307,7 @@ func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct 
 		b, err = readInSnapshot(ctx, conn, snap, name, rel, len(ct.key), second, q.Limit-q.Limit/2)
 		errB <- err
 	}()
-	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2)
+	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2, nil)
 	if err := errors.Join(errA, <-errB); err != nil {
 		d.dropSecond(ctx)
 		return nil, queryError(name, q.Where, err)
@@ -352,7 +352,7 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snap+"'"); err != nil {
 		return nil, fmt.Errorf("import the chunk's snapshot %s: %w", snap, err)
 	}
-	res, err := copyRows(ctx, conn, name, rel, nk, sql, want)
+	res, err := copyRows(ctx, conn, name, rel, nk, sql, want, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -361,14 +361,21 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 
 // copyRows runs a chunk's COPY (sql, from chunkSQL) on conn and decodes
 // its rows, about want of them; the rows and their values are cut from
-// one allocation each. nk is the key's columns; their text follows the
+// one allocation each, taken from bufs and lent to the chunk when bufs is
+// not nil (incremental_bufs.go). nk is the key's columns; their text follows the
 // row's columns unless the key is native (then the last key's text is
 // written from its values).
-func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int) (*snapshot.Chunk, error) {
+func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *chunkBufs) (*snapshot.Chunk, error) {
 	n := len(rel.types)
 	now := time.Now()
-	res := &snapshot.Chunk{Rows: make([]source.Change, 0, want)}
-	values := make([]any, want*n)
+	var cb chunkBuf
+	if bufs != nil {
+		cb = bufs.get(want, n)
+	} else {
+		cb = chunkBuf{rows: make([]source.Change, 0, want), values: make([]any, want*n)}
+	}
+	res := &snapshot.Chunk{Rows: cb.rows}
+	values := cb.values
 	var scalar pgdecode.Slab
 	native := nativeKey(rel)
 	if native {
@@ -398,6 +405,9 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	}
 	if err := p.Finish(); err != nil {
 		return nil, err
+	}
+	if bufs != nil {
+		bufs.lend(res.Rows, cb.values)
 	}
 	switch {
 	case len(res.Rows) == 0:
