@@ -39,8 +39,12 @@ type chunkBuf struct {
 // remembers.
 const maxLent = 16
 
+// The free list holds two chunks' slices: three readers take one each as
+// the stream gives them back one at a time; four held more (a sampled
+// chunk's rows grow to twice a chunk) and the benchmark's peak RSS rose
+// by 10-70 MB (BENCHMARKS.md, session 8).
 func newChunkBufs() *chunkBufs {
-	return &chunkBufs{free: make(chan chunkBuf, 4), lent: map[*source.Change][]any{}}
+	return &chunkBufs{free: make(chan chunkBuf, 2), lent: map[*source.Change][]any{}}
 }
 
 // get returns slices for a chunk of about rows rows of cols values: from
