@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -26,14 +27,7 @@ func TestSampledBounds(t *testing.T) {
 		CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
 		CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (5000); CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (5000) TO (20000);
 		INSERT INTO pt SELECT g, 'v' FROM generate_series(1, 19999) g; ANALYZE pt`)
-	r := New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler))
-	conn, err := pgx.Connect(t.Context(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
-	defer d.close()
+	d, conn := testDatabase(t, e, New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler)))
 	ct, err := describeByName(t.Context(), conn, "public.sb")
 	if err != nil {
 		t.Fatal(err)
@@ -125,14 +119,7 @@ func TestNativeKeyLast(t *testing.T) {
 		CREATE TABLE k8 (a int8, b int4, v text, PRIMARY KEY (a, b)); INSERT INTO k8 SELECT -g * 10000000000, -g, 'v' FROM generate_series(1, 500) g;
 		CREATE TABLE ku (id uuid PRIMARY KEY); INSERT INTO ku SELECT md5(g::text)::uuid FROM generate_series(1, 500) g;
 		CREATE TABLE kt (id int, name text, PRIMARY KEY (id, name)); INSERT INTO kt SELECT g, 'n' || g FROM generate_series(1, 500) g`)
-	r := New(e.config(t, []string{"k2", "k8", "ku", "kt"}, false), e.state, slog.New(slog.DiscardHandler))
-	conn, err := pgx.Connect(t.Context(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
-	defer d.close()
+	d, conn := testDatabase(t, e, New(e.config(t, []string{"k2", "k8", "ku", "kt"}, false), e.state, slog.New(slog.DiscardHandler)))
 	for _, c := range []struct {
 		table  string
 		native bool
@@ -194,4 +181,17 @@ func TestNativeKeyLast(t *testing.T) {
 			after = res.Last
 		}
 	}
+}
+
+// testDatabase is r's incremental-snapshot database on a connection of
+// its own, closed when the test ends.
+func testDatabase(t *testing.T, e *env, r *Reader) (*pgDatabase, *pgx.Conn) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
+	t.Cleanup(func() { d.close(); conn.Close(context.Background()) })
+	return d, conn
 }

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -393,19 +392,8 @@ func (r *lateReader) Close() {
 func TestReadersBounded(t *testing.T) {
 	db := newFakeDB(200)
 	c := &countingDB{parallelDB: &parallelDB{db}, opened: make(chan struct{}, 1)}
-	e := New(Config{StateKey: "inc", ChunkRows: 10}, &memState{}, slog.New(slog.DiscardHandler))
-	if err := e.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Prepare(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	s := &streamer{e: e}
-	go s.run(ctx, db)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx, c, nil) }()
-	defer func() { cancel(); <-done }()
+	db.runAs = c
+	e, s, _ := start(t, &memState{}, db, 10)
 	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
 		t.Fatal(err)
 	}
