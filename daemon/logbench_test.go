@@ -219,15 +219,18 @@ type loadMeasure struct {
 	serverUs            float64 // the database server's CPU-µs per item, where measured
 }
 
+// selfCPU is this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // measureLoad times fn over items: wall rate, this process's CPU per item
 // and its peak RSS (reset first).
 func measureLoad(items int, fn func() error) (loadMeasure, error) {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	cpu := selfCPU
 	cpu0, t0 := cpu(), time.Now()
 	if err := fn(); err != nil {
 		return loadMeasure{}, err

@@ -53,6 +53,13 @@ func BenchmarkIncrementalIntoLog(b *testing.B) {
 			b.ReportMetric(m.m.serverUs, m.name+"-pg-cpu-µs/row")
 			b.ReportMetric(m.m.peakMB, m.name+"-peak-MB")
 		}
+		// The probe and the stream run only in the incremental phase: its
+		// figures net of their CPU as measured without a snapshot.
+		netCPU, netPG := res.inc.cpuUs-res.bg.cdcd*1e6/res.inc.rate, res.inc.serverUs-res.bg.pg*1e6/res.inc.rate
+		b.ReportMetric(netCPU, "inc-net-cpu-µs/row")
+		b.ReportMetric(netPG, "inc-net-pg-cpu-µs/row")
+		b.Logf("the lag probe and the stream without a snapshot used %.0f ms a second of cdcd's CPU and %.0f of PostgreSQL's; "+
+			"the incremental phase net of them: %.2f CPU-µs/row (PostgreSQL %.2f)", res.bg.cdcd*1000, res.bg.pg*1000, netCPU, netPG)
 		b.ReportMetric(res.inc.rate/res.load.rate, "inc/load")
 		b.ReportMetric(res.inc.rate/res.raw.rate, "inc/copy")
 		b.ReportMetric(res.during.max.Seconds()*1000, "lag-max-ms")
@@ -74,6 +81,9 @@ func TestIncrementalBenchShort(t *testing.T) {
 			t.Errorf("%s: a figure is not positive: %+v", name, m)
 		}
 	}
+	if res.bg.pg <= 0 {
+		t.Errorf("the probe's PostgreSQL CPU without a snapshot: %.3f s a second, want some", res.bg.pg)
+	}
 	if res.during.n == 0 || res.idle.n == 0 {
 		t.Errorf("streamed changes measured: %d without the snapshot, %d while it ran; want some of both", res.idle.n, res.during.n)
 	}
@@ -84,6 +94,11 @@ func TestIncrementalBenchShort(t *testing.T) {
 type incrementalResult struct {
 	raw, load, inc loadMeasure
 	idle, during   lagStats // streamed changes' wait before the snapshot, and while it ran
+	// bg is what the lag probe (its backend, the walsender decoding its
+	// rows, cdcd streaming them into the log) costs without a snapshot, in
+	// CPU-seconds a second: the incremental phase's figures include it, the
+	// load's and COPY's do not.
+	bg struct{ cdcd, pg float64 }
 }
 
 // measureIncremental loads the benchmark table three ways and measures
@@ -143,8 +158,11 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	}
 	beat := startBeat(ctx, dsn)
 	lag.on.Store(true)
-	time.Sleep(2 * time.Second) // the stream's lag without a snapshot
+	cpu0, pg0, t0 := selfCPU(), server.used(), time.Now()
+	time.Sleep(2 * time.Second) // the stream's lag without a snapshot, and its cost
 	res.idle = lag.take()
+	el := time.Since(t0).Seconds()
+	res.bg.cdcd, res.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
 	stop := cpuProfile(tb, os.Getenv("CDCD_BENCH_INC_CPU"))
 	before := e.produced.Load()
 	res.inc, err = server.measure(rows, func() error {

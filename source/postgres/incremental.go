@@ -34,9 +34,10 @@ import (
 // (so a chunk read after DDL has the new columns), the snapshot's
 // in-progress transactions (pg_current_snapshot), then a COPY (binary) of
 // up to ChunkRows rows after the last key, in the key's order, with the
-// key's text appended. The snapshot's in-progress list is what the chunk's
-// consistency check compares with the transactions the stream delivered
-// before the low watermark (see xidRing).
+// key's text appended (not for integer and uuid keys, whose text cdcd
+// writes as the server does). The snapshot's in-progress list is what the
+// chunk's consistency check compares with the transactions the stream
+// delivered before the low watermark (see xidRing).
 
 const watermarkPrefix = "cdcd.watermark"
 
@@ -235,7 +236,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		if q.To != nil {
 			want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 		}
-		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want); err != nil {
+		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
 	}
@@ -306,7 +307,7 @@ func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct 
 		b, err = readInSnapshot(ctx, conn, snap, name, rel, len(ct.key), second, q.Limit-q.Limit/2)
 		errB <- err
 	}()
-	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2)
+	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2, nil)
 	if err := errors.Join(errA, <-errB); err != nil {
 		d.dropSecond(ctx)
 		return nil, queryError(name, q.Where, err)
@@ -351,7 +352,7 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snap+"'"); err != nil {
 		return nil, fmt.Errorf("import the chunk's snapshot %s: %w", snap, err)
 	}
-	res, err := copyRows(ctx, conn, name, rel, nk, sql, want)
+	res, err := copyRows(ctx, conn, name, rel, nk, sql, want, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -360,13 +361,26 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 
 // copyRows runs a chunk's COPY (sql, from chunkSQL) on conn and decodes
 // its rows, about want of them; the rows and their values are cut from
-// one allocation each.
-func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int) (*snapshot.Chunk, error) {
+// one allocation each, taken from bufs and lent to the chunk when bufs is
+// not nil (incremental_bufs.go). nk is the key's columns; their text follows the
+// row's columns unless the key is native (then the last key's text is
+// written from its values).
+func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *chunkBufs) (*snapshot.Chunk, error) {
 	n := len(rel.types)
 	now := time.Now()
-	res := &snapshot.Chunk{Rows: make([]source.Change, 0, want)}
-	values := make([]any, want*n)
+	var cb chunkBuf
+	if bufs != nil {
+		cb = bufs.get(want, n)
+	} else {
+		cb = chunkBuf{rows: make([]source.Change, 0, want), values: make([]any, want*n)}
+	}
+	res := &snapshot.Chunk{Rows: cb.rows}
+	values := cb.values
 	var scalar pgdecode.Slab
+	native := nativeKey(rel)
+	if native {
+		nk = 0
+	}
 	lastKey := make([][]byte, nk) // the last row's key text, copied (fields are the parser's)
 	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if len(fields) != n+nk {
@@ -392,7 +406,18 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	if err := p.Finish(); err != nil {
 		return nil, err
 	}
-	if len(res.Rows) > 0 {
+	if bufs != nil {
+		bufs.lend(res.Rows, cb.values)
+	}
+	switch {
+	case len(res.Rows) == 0:
+	case native:
+		last, ok := keyText(keyKinds(rel.table), res.Rows[len(res.Rows)-1].Key())
+		if !ok {
+			return nil, fmt.Errorf("postgres: chunk of %s: the last row's key %v has no text", name, res.Rows[len(res.Rows)-1].Key())
+		}
+		res.Last = last
+	default:
 		res.Last = make(snapshot.Key, nk)
 		for i, b := range lastKey {
 			res.Last[i] = string(b)
@@ -401,8 +426,35 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	return res, nil
 }
 
+// nativeKey reports whether a table's key is integers and uuids read in
+// binary: their text (the chunk's Last, compared with the ends the server
+// wrote as text) is then written from the decoded values, as the server
+// writes it, and the chunk's COPY does not send each row's key text.
+func nativeKey(rel *relation) bool {
+	for _, ci := range rel.table.Key {
+		switch rel.table.Columns[ci].Kind {
+		case schema.Int16, schema.Int32, schema.Int64, schema.UUID:
+			if rel.types[ci].Text {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// keyKinds returns the kinds of a table's key columns.
+func keyKinds(t *schema.Table) []schema.Kind {
+	kinds := make([]schema.Kind, len(t.Key))
+	for i, ci := range t.Key {
+		kinds[i] = t.Columns[ci].Kind
+	}
+	return kinds
+}
+
 // chunkSQL writes a chunk's COPY: the columns (those without a binary form
-// as text), the key's text, the key range or the keys, the key's order. A
+// as text), the key's text (unless nativeKey), the key range or the keys, the key's order. A
 // bound, when set, cuts a range: the keys before it, or from it on (from).
 func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snapshot.Key, from bool) (string, error) {
 	cols := make([]string, 0, len(ct.columns)+len(ct.key))
@@ -414,8 +466,10 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snap
 		cols = append(cols, id)
 	}
 	keys := keyColumns(ct)
-	for i := range ct.key {
-		cols = append(cols, "("+keys[i]+")::text")
+	if !nativeKey(rel) {
+		for _, k := range keys {
+			cols = append(cols, "("+k+")::text")
+		}
 	}
 	where, err := chunkWhere(ct, q)
 	if err != nil {
@@ -632,10 +686,7 @@ func (x *xidRing) committedBefore(snap pgSnapshot, lsn uint64) bool {
 // whose collation orders by bytes (ordered).
 func keyFuncs(t *schema.Table, ordered bool) *snapshot.Table {
 	out := &snapshot.Table{Shape: t}
-	kinds := make([]schema.Kind, len(t.Key))
-	for i, ci := range t.Key {
-		kinds[i] = t.Columns[ci].Kind
-	}
+	kinds := keyKinds(t)
 	textOK, orderOK := true, ordered
 	for i, k := range kinds {
 		switch k {

@@ -1,7 +1,10 @@
 package postgres
 
 import (
+	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -24,14 +27,7 @@ func TestSampledBounds(t *testing.T) {
 		CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
 		CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (5000); CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (5000) TO (20000);
 		INSERT INTO pt SELECT g, 'v' FROM generate_series(1, 19999) g; ANALYZE pt`)
-	r := New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler))
-	conn, err := pgx.Connect(t.Context(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
-	defer d.close()
+	d, conn := testDatabase(t, e, New(e.config(t, []string{"sb", "few", "pt"}, false), e.state, slog.New(slog.DiscardHandler)))
 	ct, err := describeByName(t.Context(), conn, "public.sb")
 	if err != nil {
 		t.Fatal(err)
@@ -110,4 +106,92 @@ func TestSampledBounds(t *testing.T) {
 	if ends, last, err := d.Bounds(t.Context(), "public.few", nil, snapshot.ChunkQuery{Upper: snapshot.Key{"10"}, Limit: limit}, 1<<16); err != nil || len(ends) != 0 || !last {
 		t.Errorf("a table of 10 rows: ends %v, last %v, %v; want none, last", ends, last, err)
 	}
+}
+
+// TestNativeKeyLast: a chunk of an integer or uuid key reads no key text,
+// and its Last, written from the last row's values, is the server's text of
+// that key (negative integers of each width, uuids), so it equals the ends
+// and bounds the server wrote; a composite key with a text column still
+// reads the server's text.
+func TestNativeKeyLast(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE k2 (id int2 PRIMARY KEY, v text); INSERT INTO k2 SELECT g, 'v' FROM generate_series(-300, 300) g;
+		CREATE TABLE k8 (a int8, b int4, v text, PRIMARY KEY (a, b)); INSERT INTO k8 SELECT -g * 10000000000, -g, 'v' FROM generate_series(1, 500) g;
+		CREATE TABLE ku (id uuid PRIMARY KEY); INSERT INTO ku SELECT md5(g::text)::uuid FROM generate_series(1, 500) g;
+		CREATE TABLE kt (id int, name text, PRIMARY KEY (id, name)); INSERT INTO kt SELECT g, 'n' || g FROM generate_series(1, 500) g`)
+	d, conn := testDatabase(t, e, New(e.config(t, []string{"k2", "k8", "ku", "kt"}, false), e.state, slog.New(slog.DiscardHandler)))
+	for _, c := range []struct {
+		table  string
+		native bool
+	}{{"k2", true}, {"k8", true}, {"ku", true}, {"kt", false}} {
+		plan, err := d.Plan(t.Context(), "public."+c.table, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var after snapshot.Key
+		for chunks := 0; ; chunks++ {
+			res, err := d.ReadChunk(t.Context(), "public."+c.table, nil, snapshot.ChunkQuery{After: after, Upper: plan.Upper, Limit: 77})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Rows) == 0 {
+				if chunks < 5 {
+					t.Fatalf("%s: read in %d chunks", c.table, chunks)
+				}
+				break
+			}
+			ct, err := describeByName(t.Context(), conn, "public."+c.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, err := catalogRelation(t.Context(), d.types, ct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nativeKey(rel) != c.native {
+				t.Fatalf("%s: native key %v, want %v", c.table, !c.native, c.native)
+			}
+			// The server's text of the chunk's greatest key.
+			keys := keyColumns(ct)
+			sel := make([]string, len(keys))
+			for i, k := range keys {
+				sel[i] = "(" + k + ")::text"
+			}
+			where, err := chunkWhere(ct, snapshot.ChunkQuery{After: after, Upper: res.Last})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make(snapshot.Key, len(keys))
+			ptrs := make([]any, len(keys))
+			for i := range want {
+				ptrs[i] = &want[i]
+			}
+			sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.ident() + " AS " + tableAlias + " WHERE " + strings.Join(where, " AND ") +
+				" ORDER BY " + strings.Join(keys, " DESC, ") + " DESC LIMIT 1"
+			var n int
+			if err := conn.QueryRow(t.Context(), sql).Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM "+ct.ident()+" AS "+tableAlias+" WHERE "+strings.Join(where, " AND ")).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.Last, want) || n != len(res.Rows) {
+				t.Fatalf("%s: a chunk of %d rows ends at %q; the server has %d rows up to it, the greatest %q", c.table, len(res.Rows), res.Last, n, want)
+			}
+			after = res.Last
+		}
+	}
+}
+
+// testDatabase is r's incremental-snapshot database on a connection of
+// its own, closed when the test ends.
+func testDatabase(t *testing.T, e *env, r *Reader) (*pgDatabase, *pgx.Conn) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
+	t.Cleanup(func() { d.close(); conn.Close(context.Background()) })
+	return d, conn
 }

@@ -155,11 +155,7 @@ func newDBOrder(dsn string, ct *catalogTable, t *schema.Table, collate []string)
 		return "(" + strings.Join(parts, ", ") + ")"
 	}
 	a, b := side(0), side(n)
-	kinds := make([]schema.Kind, len(t.Key))
-	for i, ci := range t.Key {
-		kinds[i] = t.Columns[ci].Kind
-	}
-	return &dbOrder{dsn: dsn, kinds: kinds,
+	return &dbOrder{dsn: dsn, kinds: keyKinds(t),
 		sql: "SELECT CASE WHEN " + a + " < " + b + " THEN -1 WHEN " + a + " = " + b + " THEN 0 ELSE 1 END"}
 }
 

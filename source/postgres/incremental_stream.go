@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -191,7 +192,7 @@ func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMe
 // be durable: the stream goes on while the log syncs. The last row stays in
 // the batch, so the watermark's transaction is confirmed only after the
 // next flush's Emit, whose sync covers everything submitted before it. It
-// returns what is left for the batch.
+// returns what is left for the batch, and gives the chunk's slices back.
 func (in *incStream) submit(ctx context.Context, rows []source.Change) ([]source.Change, error) {
 	s := in.s
 	p, ok := s.emit.(source.Pipeliner)
@@ -209,7 +210,12 @@ func (in *incStream) submit(ctx context.Context, rows []source.Change) ([]source
 	if err := p.Submit(ctx, rows[:len(rows)-1]); err != nil {
 		return nil, err
 	}
-	return rows[len(rows)-1:], nil
+	// The chunk's slices go back to be read into again; the row the batch
+	// keeps takes a copy of its values.
+	last := rows[len(rows)-1]
+	last.After = slices.Clone(last.After)
+	s.r.chunkBufs.giveBack(rows)
+	return []source.Change{last}, nil
 }
 
 // observe passes the changes batch[from:] through the engine (windows,

@@ -191,6 +191,8 @@ type Reader struct {
 	sqlASCII bool
 	render   *valueRenderer
 	inc      *snapshot.Engine // incremental snapshots
+	// chunkBufs recycles the incremental snapshots' chunk slices.
+	chunkBufs *chunkBufs
 	// faultsLogged is the reason last logged per table that fails the
 	// publication check (pubcheck.go), so a standing fault is logged once.
 	faultsLogged map[string]string
@@ -202,7 +204,7 @@ var _ source.Source = (*Reader)(nil)
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
 	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}, cols: map[string]*tableColumns{}}
-	r.inc = newEngine(cfg, state, r.logger)
+	r.inc, r.chunkBufs = newEngine(cfg, state, r.logger), newChunkBufs()
 	return r
 }
 

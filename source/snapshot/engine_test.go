@@ -54,6 +54,8 @@ type event struct {
 
 // fakeDB is a table of int64 keys whose stream is a channel of events.
 type fakeDB struct {
+	// runAs, when set, is what the engine runs on (a wrapper of this db).
+	runAs  Database
 	mu     sync.Mutex
 	rows   map[int64]string
 	stream chan event
@@ -250,7 +252,10 @@ func startLogged(t *testing.T, st State, db *fakeDB, chunk int, logger *slog.Log
 	go s.run(ctx, db)
 	done := make(chan struct{})
 	var run Database = db
-	if db.parallel {
+	switch {
+	case db.runAs != nil:
+		run = db.runAs
+	case db.parallel:
 		run = &parallelDB{db}
 	}
 	go func() { defer close(done); _ = e.Run(ctx, run, nil) }()

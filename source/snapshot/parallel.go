@@ -67,17 +67,33 @@ type pchunk struct {
 	err     error         // why it failed; set before written is closed
 }
 
-// readers is the Parallel database's pool of chunk readers.
+// readers is the Parallel database's pool of chunk readers: at most as
+// many as chunks are read at once (Ahead). A chunk's reader goes back once
+// its high watermark is written, and the stream may meet that watermark,
+// and the engine start the next chunk, before it does: without the bound
+// the pool then opened one more connection (a fourth backend for three
+// chunks, seen in session 7), kept for the rest of the run.
 type readers struct {
 	db   Parallel
+	busy chan struct{} // a token per reader handed out; its capacity is the bound
 	mu   sync.Mutex
 	free []ChunkReader
 	all  []ChunkReader
 	wg   sync.WaitGroup // reader goroutines running
 }
 
-// get returns an idle reader, opening one when none is idle.
+func newReaders(db Parallel, most int) *readers {
+	return &readers{db: db, busy: make(chan struct{}, max(most, 1))}
+}
+
+// get returns an idle reader, opening one when none is idle; it waits
+// while the bound's worth of readers are handed out.
 func (p *readers) get(ctx context.Context) (ChunkReader, error) {
+	select {
+	case p.busy <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	p.mu.Lock()
 	if n := len(p.free); n > 0 {
 		rd := p.free[n-1]
@@ -88,6 +104,7 @@ func (p *readers) get(ctx context.Context) (ChunkReader, error) {
 	p.mu.Unlock()
 	rd, err := p.db.Reader(ctx)
 	if err != nil {
+		<-p.busy
 		return nil, err
 	}
 	p.mu.Lock()
@@ -99,6 +116,7 @@ func (p *readers) get(ctx context.Context) (ChunkReader, error) {
 // put gives a reader back; a reader whose read failed is closed (its
 // connection's state is unknown).
 func (p *readers) put(rd ChunkReader, failed bool) {
+	defer func() { <-p.busy }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !failed {

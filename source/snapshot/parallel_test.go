@@ -3,7 +3,9 @@ package snapshot
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -333,5 +335,80 @@ func TestMoveCursorKeepsEnds(t *testing.T) {
 				t.Error("cutTo is kept after the cursor moved")
 			}
 		})
+	}
+}
+
+// countingDB is a parallelDB that counts the readers open at once. Its
+// readers return from writing a high watermark only once the stream has met
+// it and the engine has started the next chunk, or 20 ms later: the order
+// in which the pool, giving a reader back after that return, opened one
+// reader more than chunks are read at once.
+type countingDB struct {
+	*parallelDB
+	mu         sync.Mutex
+	open, most int
+	opened     chan struct{} // a reader was opened
+}
+
+func (c *countingDB) Reader(context.Context) (ChunkReader, error) {
+	c.mu.Lock()
+	c.open++
+	c.most = max(c.most, c.open)
+	c.mu.Unlock()
+	select {
+	case c.opened <- struct{}{}:
+	default:
+	}
+	return &lateReader{fakeReader{c.fakeDB}, c}, nil
+}
+
+type lateReader struct {
+	fakeReader
+	c *countingDB
+}
+
+func (r *lateReader) WriteWatermark(ctx context.Context, id string) error {
+	if err := r.fakeReader.WriteWatermark(ctx, id); err != nil {
+		return err
+	}
+	if strings.HasPrefix(id, kindHigh+":") {
+		select {
+		case <-r.c.opened:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (r *lateReader) Close() {
+	r.c.mu.Lock()
+	r.c.open--
+	r.c.mu.Unlock()
+}
+
+// TestReadersBounded: however late a reader goes back to the pool, no more
+// readers are open than chunks are read at once (Ahead), and every key is
+// emitted once.
+func TestReadersBounded(t *testing.T) {
+	db := newFakeDB(200)
+	c := &countingDB{parallelDB: &parallelDB{db}, opened: make(chan struct{}, 1)}
+	db.runAs = c
+	e, s, _ := start(t, &memState{}, db, 10)
+	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	want := make([]int64, 200)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	if got := keysOf(s.rows()); !slices.Equal(got, want) {
+		t.Fatalf("emitted keys %v, want 1..200 once each", got)
+	}
+	c.mu.Lock()
+	most := c.most
+	c.mu.Unlock()
+	if ahead := e.cfg.Ahead; most > ahead || most < 2 {
+		t.Fatalf("%d readers open at once; want between 2 and %d (Ahead)", most, ahead)
 	}
 }

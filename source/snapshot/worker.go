@@ -68,7 +68,7 @@ func (e *Engine) Run(ctx context.Context, db Database, em source.Emitter) error 
 	e.prep, _ = em.(source.Preparer)
 	var pool *readers
 	if p, ok := db.(Parallel); ok {
-		pool = &readers{db: p}
+		pool = newReaders(p, e.cfg.Ahead)
 	}
 	defer pool.close() // after the readers' goroutines see ctx end
 	ctx, cancel := context.WithCancel(ctx)
