@@ -43,9 +43,10 @@ func BenchmarkMariaDB(b *testing.B) {
 			if m.Items <= 0 || m.Wall <= 0 || m.CPU <= 0 || m.PGCPU < 0 {
 				b.Errorf("%s: a figure is not positive: %+v", m.Name, m)
 			}
-			// The server's CPU for sending a small binlog to the plain loop
-			// can be below the clock tick; every other phase makes it work.
-			if m.PGCPU == 0 && m.Name != res.Decode.Name {
+			// The server's CPU for sending a small binlog (to the plain loop
+			// or to cdcd's stream: about 0.4 µs an event, 10 ms at this size)
+			// can be below the clock tick; the reads of rows make it work.
+			if m.PGCPU == 0 && m.Name != res.Decode.Name && m.Name != res.Stream.Name {
 				b.Errorf("%s: MariaDB's CPU is not positive: %+v", m.Name, m)
 			}
 		}
