@@ -31,6 +31,8 @@ type chunk struct {
 	point []string // ids of the re-read keys it reads
 
 	res *Chunk // set before the high watermark is written
+	// highAt is when its high watermark's write began (zero: not yet).
+	highAt time.Time
 
 	low     source.Position
 	lowSeen bool
@@ -107,6 +109,10 @@ func (e *Engine) resetLocked(id string, pos source.Position) []source.Change {
 
 // highLocked closes a chunk's window and returns the rows to emit.
 func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
+	e.tm.chunks.Add(1)
+	if !c.highAt.IsZero() {
+		since(&e.tm.meet, c.highAt)
+	}
 	delete(e.chunks, c.id)
 	r := c.run
 	for i, w := range r.windows {
