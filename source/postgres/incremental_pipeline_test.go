@@ -124,3 +124,43 @@ func TestIncrementalPipelined(t *testing.T) {
 	}
 	compareMirror(t, p.mirror, e.conn, "hot")
 }
+
+// TestIncrementalDoneAtDurable: a snapshot is done once its rows are
+// durable, not at the next periodic status: with an hour between statuses
+// the run still ends (its progress saved, the slot confirmed past it)
+// right after the flush that makes its last chunk durable.
+func TestIncrementalDoneAtDurable(t *testing.T) {
+	t.Parallel()
+	e := setup(t, incrementalTable)
+	p := &pipeMirror{mirror: newMirror(4)}
+	_, r := e.startReader(t, []string{"hot"}, false, p, func(c *Config) {
+		c.Incremental.ChunkRows = 500
+		c.StatusInterval = time.Hour
+	})
+	p.r.Store(r)
+	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Origin: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// Well within the server's keepalive (wal_sender_timeout / 2, 30 s),
+	// whose reply would be a status too.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pr := r.Snapshots().Progress()
+		if len(pr) > 0 && !pr[0].Finished.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the snapshot is not done 20 s after it was asked for (statuses an hour apart): %+v", pr)
+		}
+	}
+	p.mu.Lock()
+	p.check("end")
+	violations := p.violations
+	p.mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if r.Stats().Flushed.Load() == 0 {
+		t.Error("the snapshot is done and nothing was confirmed")
+	}
+	compareMirror(t, p.mirror, e.conn, "hot")
+}

@@ -230,6 +230,10 @@ func (in *incStream) observe(batch []source.Change, from int) []source.Change {
 	return in.eng.Observe(batch, from)
 }
 
+// finishing reports whether a snapshot run waits only for its rows to be
+// durable (snapshot.Engine.Finishing).
+func (in *incStream) finishing() bool { return in != nil && in.eng.Finishing() }
+
 // checkpoint saves the snapshots' progress that is durable at lsn.
 func (in *incStream) checkpoint(ctx context.Context, lsn uint64) error {
 	if in == nil {

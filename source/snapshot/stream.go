@@ -429,6 +429,26 @@ func (e *Engine) Checkpoint(ctx context.Context, durable source.Position) error 
 	return nil
 }
 
+// Finishing reports whether a run has read and emitted everything and
+// waits only for its rows to be durable: a Checkpoint once they are ends
+// it. A source checkpoints then, after the flush that makes them durable,
+// rather than at its next periodic one, so a run is done (in status, in
+// the saved state) when its rows are in the log, not up to a status
+// interval later.
+func (e *Engine) Finishing() bool {
+	if !e.active.Load() {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.runs {
+		if r.finished {
+			return true
+		}
+	}
+	return false
+}
+
 // checkpoint moves what durable covers into the saved record.
 func (r *run) checkpoint(durable source.Position) bool {
 	changed := false
