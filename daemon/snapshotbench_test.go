@@ -187,7 +187,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	lag.on.Store(true)
 	cpu0, pg0, t0 := selfCPU(), server.used(), time.Now()
 	time.Sleep(2 * time.Second) // the stream's lag without a snapshot, and its cost
-	res.idle = lag.take()
+	res.idle, _ = lag.take()
 	el := time.Since(t0).Seconds()
 	res.bg.cdcd, res.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
 	stop := cpuProfile(tb, os.Getenv("CDCD_BENCH_INC_CPU"))
@@ -212,7 +212,7 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	})
 	res.incWall = time.Since(res.incStart)
 	res.timings = r.Snapshots().Timings()
-	res.during, res.hand = lag.take(), lag.takeHand()
+	res.during, res.hand = lag.take()
 	lag.on.Store(false)
 	stop()
 	beat()
@@ -324,15 +324,6 @@ func (l *lagEmitter) handed(batch []source.Change, t time.Time, synced bool) {
 	}
 }
 
-// takeHand returns the hand-over's figures so far and starts afresh.
-func (l *lagEmitter) takeHand() handStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.hand
-	l.hand = handStats{}
-	return h
-}
-
 func (l *lagEmitter) Sync(ctx context.Context) error { return l.next.Sync(ctx) }
 
 // Prepare passes a chunk's rows on to be encoded ahead, as the daemon's
@@ -360,13 +351,14 @@ func (l *lagEmitter) observe(batch []source.Change) {
 	}
 }
 
-// take returns the waits recorded so far and starts afresh.
-func (l *lagEmitter) take() lagStats {
+// take returns the waits and the hand-over recorded so far and starts
+// afresh.
+func (l *lagEmitter) take() (lagStats, handStats) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.stats
-	l.stats = lagStats{}
-	return s
+	s, h := l.stats, l.hand
+	l.stats, l.hand = lagStats{}, handStats{}
+	return s, h
 }
 
 // benchEnvInt is an integer from the environment (0 when unset).
