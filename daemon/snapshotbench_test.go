@@ -67,7 +67,28 @@ func BenchmarkIncrementalIntoLog(b *testing.B) {
 		b.ReportMetric((res.during.mean()-res.idle.mean()).Seconds()*1000, "lag-added-mean-ms")
 		b.Logf("incremental / initial load %.2f, / COPY %.2f; streaming lag without a snapshot: %s; while it ran: %s",
 			res.inc.rate/res.load.rate, res.inc.rate/res.raw.rate, res.idle, res.during)
+		logPhase(b, res)
 	}
+}
+
+// logPhase says where the incremental phase's wall time went: the engine's
+// chunk timings (per chunk, and the readers' share of the phase), the
+// stream's hand-over of the chunks' rows, when the last row was handed
+// over and was durable against when the run was reported done.
+func logPhase(b *testing.B, res incrementalResult) {
+	tm, el := res.timings, res.incWall.Seconds()
+	n := float64(max(tm.Chunks, 1))
+	ms := func(d time.Duration) float64 { return d.Seconds() * 1000 / n }
+	b.Logf("phase %.2f s, %d chunks; per chunk (ms): reader wait %.1f, low %.1f, read %.1f, order %.1f, high %.1f, "+
+		"high to met %.1f, engine wait %.1f; bounds %.0f ms in all; readers busy %.2f of the phase (summed over readers)",
+		el, tm.Chunks, ms(tm.ReaderWait), ms(tm.Low), ms(tm.Read), ms(tm.Order), ms(tm.High), ms(tm.Meet), ms(tm.EngineWait),
+		tm.Bounds.Seconds()*1000, (tm.Low+tm.Read+tm.Order+tm.High).Seconds()/el)
+	b.Logf("stream: handed over the chunks' rows in %.0f ms (%.2f µs/row), of which %.0f ms in Emits that synced them; "+
+		"last row handed over at %.2f s, durable at %.2f s, run done at %.2f s",
+		res.hand.busy.Seconds()*1000, res.hand.busy.Seconds()*1e6/float64(max(res.hand.rows, 1)), res.hand.synced.Seconds()*1000,
+		res.hand.last.Sub(res.incStart).Seconds(), res.hand.durable.Sub(res.incStart).Seconds(), el)
+	b.ReportMetric(tm.EngineWait.Seconds()/el, "inc-engine-wait-share")
+	b.ReportMetric(res.incWall.Seconds()-res.hand.durable.Sub(res.incStart).Seconds(), "inc-done-after-durable-s")
 }
 
 // TestIncrementalBenchShort runs the benchmark's measurement once at a
@@ -99,6 +120,12 @@ type incrementalResult struct {
 	// CPU-seconds a second: the incremental phase's figures include it, the
 	// load's and COPY's do not.
 	bg struct{ cdcd, pg float64 }
+	// The incremental phase: its start and length, the engine's timings,
+	// the stream's hand-over of the chunks' rows.
+	incStart time.Time
+	incWall  time.Duration
+	timings  snapshot.Timings
+	hand     handStats
 }
 
 // measureIncremental loads the benchmark table three ways and measures
@@ -160,11 +187,12 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	lag.on.Store(true)
 	cpu0, pg0, t0 := selfCPU(), server.used(), time.Now()
 	time.Sleep(2 * time.Second) // the stream's lag without a snapshot, and its cost
-	res.idle = lag.take()
+	res.idle, _ = lag.take()
 	el := time.Since(t0).Seconds()
 	res.bg.cdcd, res.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
 	stop := cpuProfile(tb, os.Getenv("CDCD_BENCH_INC_CPU"))
 	before := e.produced.Load()
+	res.incStart = time.Now()
 	res.inc, err = server.measure(rows, func() error {
 		if err := r.Snapshots().Submit(ctx, snapshot.Request{Table: "public.bench", Origin: "bench"}); err != nil {
 			return err
@@ -182,7 +210,9 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 			}
 		}
 	})
-	res.during = lag.take()
+	res.incWall = time.Since(res.incStart)
+	res.timings = r.Snapshots().Timings()
+	res.during, res.hand = lag.take()
 	lag.on.Store(false)
 	stop()
 	beat()
@@ -224,6 +254,17 @@ type lagEmitter struct {
 	on        atomic.Bool
 	mu        sync.Mutex
 	stats     lagStats
+	hand      handStats
+}
+
+// handStats are the stream's hand-over of snapshot rows: the time spent in
+// the Emitter's Submit and Emit with them, the rows, when the last
+// returned, and when the last Emit (a sync) that followed one returned.
+type handStats struct {
+	busy, synced  time.Duration // in Submit and Emit; in Emit alone
+	rows          int
+	last, durable time.Time
+	pending       bool // snapshot rows were handed over since the last Emit
 }
 
 // lagStats are the waits of n streamed changes.
@@ -245,13 +286,42 @@ func (s lagStats) String() string {
 
 func (l *lagEmitter) Emit(ctx context.Context, batch []source.Change) error {
 	l.observe(batch)
-	return l.next.Emit(ctx, batch)
+	t := time.Now()
+	err := l.next.Emit(ctx, batch)
+	l.handed(batch, t, true)
+	return err
 }
 
 // Submit and Sync pass a pipelined batch on, as the daemon's intake does.
 func (l *lagEmitter) Submit(ctx context.Context, batch []source.Change) error {
 	l.observe(batch)
-	return l.next.Submit(ctx, batch)
+	t := time.Now()
+	err := l.next.Submit(ctx, batch)
+	l.handed(batch, t, false)
+	return err
+}
+
+// handed records a hand-over begun at t; synced when it was an Emit.
+func (l *lagEmitter) handed(batch []source.Change, t time.Time, synced bool) {
+	now := time.Now()
+	n := 0
+	for i := range batch {
+		if batch[i].Snapshot {
+			n++
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := &l.hand
+	if n > 0 {
+		h.busy += now.Sub(t)
+		h.rows += n
+		h.last, h.pending = now, true
+	}
+	if synced && h.pending {
+		h.synced += now.Sub(t)
+		h.durable, h.pending = now, false
+	}
 }
 
 func (l *lagEmitter) Sync(ctx context.Context) error { return l.next.Sync(ctx) }
@@ -281,13 +351,14 @@ func (l *lagEmitter) observe(batch []source.Change) {
 	}
 }
 
-// take returns the waits recorded so far and starts afresh.
-func (l *lagEmitter) take() lagStats {
+// take returns the waits and the hand-over recorded so far and starts
+// afresh.
+func (l *lagEmitter) take() (lagStats, handStats) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.stats
-	l.stats = lagStats{}
-	return s
+	s, h := l.stats, l.hand
+	l.stats, l.hand = lagStats{}, handStats{}
+	return s, h
 }
 
 // benchEnvInt is an integer from the environment (0 when unset).

@@ -124,3 +124,107 @@ func TestIncrementalPipelined(t *testing.T) {
 	}
 	compareMirror(t, p.mirror, e.conn, "hot")
 }
+
+// TestIncrementalDoneAtDurable: a snapshot is done once its rows are
+// durable, not at the next periodic status: with an hour between statuses
+// the run still ends (its progress saved, the slot confirmed past it)
+// right after the flush that makes its last chunk durable.
+func TestIncrementalDoneAtDurable(t *testing.T) {
+	t.Parallel()
+	e := setup(t, incrementalTable)
+	p := &pipeMirror{mirror: newMirror(4)}
+	_, r := e.startReader(t, []string{"hot"}, false, p, func(c *Config) {
+		c.Incremental.ChunkRows = 500
+		c.StatusInterval = time.Hour
+	})
+	p.r.Store(r)
+	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Origin: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// Well within the server's keepalive (wal_sender_timeout / 2, 30 s),
+	// whose reply would be a status too.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pr := r.Snapshots().Progress()
+		if len(pr) > 0 && !pr[0].Finished.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the snapshot is not done 20 s after it was asked for (statuses an hour apart): %+v", pr)
+		}
+	}
+	p.mu.Lock()
+	p.check("end")
+	violations := p.violations
+	p.mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if r.Stats().Flushed.Load() == 0 {
+		t.Error("the snapshot is done and nothing was confirmed")
+	}
+	compareMirror(t, p.mirror, e.conn, "hot")
+}
+
+// syncCounter is a pipeMirror that counts the Emits (each a sync of
+// everything submitted) that carry a snapshot's row.
+type syncCounter struct {
+	*pipeMirror
+	emits atomic.Int64
+}
+
+func (c *syncCounter) Emit(ctx context.Context, batch []source.Change) error {
+	for i := range batch {
+		if batch[i].Snapshot {
+			c.emits.Add(1)
+			break
+		}
+	}
+	return c.pipeMirror.Emit(ctx, batch)
+}
+
+// TestIncrementalChunksShareSyncs: pipelined chunks that follow each other
+// closely are not each followed by a flush whose sync the stream waits
+// for (it did after every chunk: most of a snapshot's wall time under
+// load); at most one a syncEvery forces one. Nothing is confirmed before
+// it is durable, and the mirror ends equal to the table.
+func TestIncrementalChunksShareSyncs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, incrementalTable)
+	p := &syncCounter{pipeMirror: &pipeMirror{mirror: newMirror(4)}}
+	_, r := e.startReader(t, []string{"hot"}, false, p, func(c *Config) {
+		c.Incremental.ChunkRows = 20
+		c.BatchDelay = 2 * time.Second // no flush by age while the chunks come
+		c.StatusInterval = 10 * time.Millisecond
+	})
+	p.r.Store(r)
+	began := time.Now()
+	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Origin: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pr := r.Snapshots().Progress()
+		if len(pr) > 0 && !pr[0].Finished.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the snapshot is not done after 60 s: %+v", pr)
+		}
+	}
+	took := time.Since(began)
+	chunks, emits := r.Snapshots().Timings().Chunks, p.emits.Load()
+	t.Logf("%d chunks in %s, %d Emits with a snapshot's rows", chunks, took, emits)
+	if chunks < 150 {
+		t.Fatalf("%d chunks met, want the table's 3000 rows in 20-row chunks", chunks)
+	}
+	if most := int64(took/syncEvery) + 2; emits > most || emits >= chunks/2 {
+		t.Errorf("%d Emits carried a snapshot's rows for %d chunks in %s; want at most one a %s (%d)", emits, chunks, took, syncEvery, most)
+	}
+	p.mu.Lock()
+	p.check("end")
+	violations := p.violations
+	p.mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	compareMirror(t, p.mirror, e.conn, "hot")
+}

@@ -215,11 +215,21 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	return nil
 }
 
-// advance records lsn as durable.
+// advance records lsn as durable. When a snapshot run waits only for its
+// rows to be durable and the position to confirm moved past the saved
+// one, the next status (its checkpoint) is due now, at most once a
+// BatchDelay, instead of up to StatusInterval later.
 func (s *streamer) advance(lsn uint64) {
 	if lsn > s.flushed {
 		s.flushed = lsn
-		s.publishFlushed(s.confirmable())
+		c := s.confirmable()
+		s.publishFlushed(c)
+		if c > s.saved && s.inc.finishing() {
+			now := time.Now()
+			if last := s.nextStatus.Add(-s.r.cfg.StatusInterval); now.Sub(last) >= s.r.cfg.BatchDelay {
+				s.nextStatus = now
+			}
+		}
 	}
 }
 

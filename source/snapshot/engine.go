@@ -244,6 +244,7 @@ type Engine struct {
 	// before its goroutines start.
 	prep source.Preparer
 	wake chan struct{}
+	tm   timings
 }
 
 // New returns an Engine; Load reads its saved state.

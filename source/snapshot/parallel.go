@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Several range chunks at once (a Parallel database).
@@ -149,10 +150,12 @@ func (p *readers) close() {
 // returns with the chunk registered; the cursor moves past it.
 func (e *Engine) startParallel(ctx context.Context, p *readers, r *run, q ChunkQuery, prev *chunk) (*chunk, error) {
 	if len(r.bounds) == 0 && !r.boundsLast {
+		t := time.Now()
 		ks, last, err := p.db.Bounds(ctx, r.rec.Table, r.tbl, q, maxBounds)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: ends of chunks of %s: %w", r.rec.Table, err)
 		}
+		since(&e.tm.bounds, t)
 		r.ends, r.endsAfter, r.endsLast = ks, q.After, last || len(ks) == 0
 		r.bounds, r.boundsLast = r.ends, r.endsLast
 	}
@@ -187,15 +190,18 @@ func (e *Engine) startParallel(ctx context.Context, p *readers, r *run, q ChunkQ
 // chunk before it to write its high watermark and writes its own.
 func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before *pchunk) error {
 	r := c.run
+	t := time.Now()
 	rd, err := p.get(ctx)
 	if err != nil {
 		return fmt.Errorf("snapshot: a reader for %s: %w", r.rec.Table, err)
 	}
+	t = since(&e.tm.readerWait, t)
 	failed := true
 	defer func() { p.put(rd, failed) }()
 	if err := rd.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
 		return fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
 	}
+	t = since(&e.tm.low, t)
 	res, err := rd.ReadChunk(ctx, r.rec.Table, r.tbl, c.query)
 	if err != nil {
 		return fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
@@ -204,6 +210,7 @@ func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before 
 	e.mu.Lock()
 	c.res = res
 	e.mu.Unlock()
+	t = since(&e.tm.read, t)
 	if before != nil {
 		select {
 		case <-before.written:
@@ -215,9 +222,14 @@ func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before 
 			return fmt.Errorf("snapshot: a chunk of %s before this one failed: %w", r.rec.Table, before.err)
 		}
 	}
+	t = since(&e.tm.order, t)
+	e.mu.Lock()
+	c.highAt = t
+	e.mu.Unlock()
 	if err := rd.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
 		return fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
 	}
+	since(&e.tm.high, t)
 	failed = false
 	return nil
 }

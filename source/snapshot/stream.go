@@ -31,6 +31,8 @@ type chunk struct {
 	point []string // ids of the re-read keys it reads
 
 	res *Chunk // set before the high watermark is written
+	// highAt is when its high watermark's write began (zero: not yet).
+	highAt time.Time
 
 	low     source.Position
 	lowSeen bool
@@ -107,6 +109,10 @@ func (e *Engine) resetLocked(id string, pos source.Position) []source.Change {
 
 // highLocked closes a chunk's window and returns the rows to emit.
 func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
+	e.tm.chunks.Add(1)
+	if !c.highAt.IsZero() {
+		since(&e.tm.meet, c.highAt)
+	}
 	delete(e.chunks, c.id)
 	r := c.run
 	for i, w := range r.windows {
@@ -421,6 +427,26 @@ func (e *Engine) Checkpoint(ctx context.Context, durable source.Position) error 
 			"took", time.Since(r.rec.Started).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// Finishing reports whether a run has read and emitted everything and
+// waits only for its rows to be durable: a Checkpoint once they are ends
+// it. A source checkpoints then, after the flush that makes them durable,
+// rather than at its next periodic one, so a run is done (in status, in
+// the saved state) when its rows are in the log, not up to a status
+// interval later.
+func (e *Engine) Finishing() bool {
+	if !e.active.Load() {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.runs {
+		if r.finished {
+			return true
+		}
+	}
+	return false
 }
 
 // checkpoint moves what durable covers into the saved record.

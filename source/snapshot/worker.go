@@ -206,10 +206,12 @@ func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *r
 		}
 		return nil
 	}
+	t := time.Now()
 	o, err := e.wait(ctx, r.ahead[0])
 	if err != nil {
 		return err
 	}
+	since(&e.tm.waiting, t)
 	r.ahead = r.ahead[1:]
 	switch o {
 	case outcomeEmitted:
@@ -338,19 +340,23 @@ func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, p
 	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, point: point, done: make(chan outcome, 1), epoch: r.epoch}
 	e.chunks[c.id] = c
 	e.mu.Unlock()
+	began := time.Now()
 	if err := db.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
 		e.release(c)
 		return nil, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
 	}
+	t := since(&e.tm.low, began)
 	res, err := db.ReadChunk(ctx, r.rec.Table, r.tbl, q)
 	if err != nil {
 		e.release(c)
 		return nil, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
 	}
 	e.prepare(res)
+	t = since(&e.tm.read, t)
 	e.mu.Lock()
-	c.res = res
+	c.res, c.highAt = res, t
 	e.mu.Unlock()
+	defer since(&e.tm.high, t)
 	if err := db.WriteWatermark(ctx, kindHigh+":"+c.id); err != nil {
 		e.release(c)
 		return nil, fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
