@@ -17,11 +17,13 @@ import (
 // build, about 95 MiB in a cgo build, whose pebble cache and memtables are
 // C memory outside the limit besides), so peak RSS is the anonymous
 // memory (about the limit less 10 MiB at a load's peak) plus those pages.
-// At 224 MiB a static build's 1M-row load peaked at 282 MiB (anonymous
-// 213, file 69) and a cgo build's at 316 (221 and 95). A load's live
-// heap is about 120 MB, so at 200 MiB the collector runs more often; the
-// allocations cut in the same session more than pay for it (BENCHMARKS.md,
-// "Peak RSS and the load's allocations (session 9, load)").
+// At 224 MiB a static build's 1M-row load peaked at 282–286 MiB
+// (anonymous 214, file 70) and a cgo build's at 318 (221 and 95); at
+// 200 MiB, 258 (190 and 71). A load's live heap is about 120 MB, so at
+// 200 MiB the collector runs more often: that cost about what the
+// allocations cut in the same session saved, so the load's CPU per row is
+// what it was at 224 MiB before them (BENCHMARKS.md, "Peak RSS and the
+// load's allocations (session 9, load)").
 const defaultMemoryLimit = 200 << 20
 
 // applyMemoryLimit sets defaultMemoryLimit when GOMEMLIMIT is not set.
