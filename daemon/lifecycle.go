@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres"
 )
@@ -372,25 +373,39 @@ func (in *intake) Sync(ctx context.Context) error {
 	return p.Sync(ctx)
 }
 
-// count adds batch to its tables' counters.
+// count adds batch to its tables' counters. A run of changes of one table
+// version is looked up once and added at once: a load's batch is one run,
+// and a name a change (a string built each time) and two atomic adds a
+// change were a load's cost for a gauge.
 func (in *intake) count(batch []source.Change) {
-	var cur *intakeCounts
-	var curTable string
+	var (
+		cur          *intakeCounts
+		curTbl       *schema.Table
+		events, rows int64
+	)
+	flush := func() {
+		if cur != nil {
+			cur.Events.Add(events)
+			if rows > 0 {
+				cur.SnapshotRows.Add(rows)
+				in.loading.Store(true)
+			}
+		}
+		events, rows = 0, 0
+	}
 	for i := range batch {
 		c := &batch[i]
 		if c.Fault != nil && c.Before == nil && c.After == nil {
 			continue // stops a table; no change of it
 		}
-		if name := c.Table.QualifiedName(); cur == nil || name != curTable {
-			cur, curTable = in.tables[name], name
+		if c.Table != curTbl {
+			flush()
+			cur, curTbl = in.tables[c.Table.QualifiedName()], c.Table
 		}
-		if cur == nil {
-			continue
-		}
-		cur.Events.Add(1)
+		events++
 		if c.Snapshot {
-			cur.SnapshotRows.Add(1)
-			in.loading.Store(true)
+			rows++
 		}
 	}
+	flush()
 }

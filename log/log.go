@@ -142,6 +142,12 @@ type FetchOptions struct {
 	// MaxWait is how long Fetch waits for a record to arrive when none is
 	// available at the offset (long poll). 0 returns at once.
 	MaxWait time.Duration
+	// Into, when not nil, is a slice the log may return the records in
+	// (appended to Into[:0] while its capacity lasts), so that a reader
+	// that fetches in a loop and is done with each fetch's records before
+	// the next reuses one slice. After the call Into's earlier contents are
+	// gone. A log may ignore it (the Kafka backend does).
+	Into []Record
 }
 
 // AsyncProducer is an optional ability of a Log (found by type assertion):

@@ -34,22 +34,41 @@ type batchBufs struct {
 
 const spareBatchBytes = 16 << 20
 
-// get returns an empty buffer of capacity n or more.
+// get returns an empty buffer of capacity n or more: the newest kept one
+// that fits, else a new one. A kept buffer too small for this batch stays
+// for a smaller one (a Produce call's batches differ by partition), except
+// that a miss gives up the smallest, so the list follows batches that
+// grow. Before, every buffer popped on the way to a fit was dropped, and a
+// batch a size class larger than the newest kept one cost them all.
 func (f *batchBufs) get(n int) []byte {
 	f.mu.Lock()
-	for len(f.free) > 0 {
-		b := f.free[len(f.free)-1]
-		f.free[len(f.free)-1] = nil
-		f.free = f.free[:len(f.free)-1]
-		f.bytes -= cap(b)
+	smallest := -1
+	for i := len(f.free) - 1; i >= 0; i-- {
+		b := f.free[i]
 		if cap(b) >= n {
+			f.take(i)
 			f.mu.Unlock()
 			return b[:0]
 		}
+		if smallest < 0 || cap(b) < cap(f.free[smallest]) {
+			smallest = i
+		}
+	}
+	if smallest >= 0 {
+		f.take(smallest)
 	}
 	f.mu.Unlock()
 	const step = 64 << 10
 	return make([]byte, 0, (n+n/8+step-1)/step*step)
+}
+
+// take removes the kept buffer i. REQUIRES: f.mu.
+func (f *batchBufs) take(i int) {
+	last := len(f.free) - 1
+	f.bytes -= cap(f.free[i])
+	f.free[i] = f.free[last]
+	f.free[last] = nil
+	f.free = f.free[:last]
 }
 
 // put offers b for reuse; the caller no longer refers to it.

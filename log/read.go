@@ -90,7 +90,7 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 			}
 			rp := p.planLocked(segmentFor(p.segs, offset))
 			p.mu.Unlock()
-			recs, err = p.readPlan(&rp, offset, stop, maxBytes)
+			recs, err = p.readPlan(&rp, offset, stop, maxBytes, opts.Into[:0])
 			rp.release()
 			if err != nil || len(recs) > 0 {
 				return recs, err
@@ -121,9 +121,9 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 }
 
 // readPlan reads records from offset on, below stop, until maxBytes of
-// payload (at least one record) or the plan's end.
-func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int) ([]Record, error) {
-	var recs []Record
+// payload (at least one record) or the plan's end, appending them to recs
+// (empty; FetchOptions.Into).
+func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, recs []Record) ([]Record, error) {
 	total := 0
 	for _, v := range rp.segs {
 		if v.size == 0 {
@@ -154,7 +154,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int) ([]
 			if h.Base >= stop {
 				return recs, nil
 			}
-			first := recs == nil
+			first := len(recs) == 0
 			recs = slices.Grow(recs, int(h.Count))
 			err = walkRecords(b, h, func(rec Record) bool {
 				if rec.Offset < offset {

@@ -11,13 +11,20 @@ import (
 // the live heap (GOGC=100). It is soft: a live heap above it is allowed
 // (the collector's CPU is capped), it only costs more collection.
 //
-// 224 MiB, so that peak RSS stays under 300 MB: the limit counts the
-// runtime's memory, not the pages of the binary the process maps (its text
-// and read-only data, about 69 MB resident), so peak RSS sits that much
-// above the limit, plus what a collection lets the heap overshoot. At 240
-// MiB a quiet machine's load and MariaDB's streaming peaked at 304 and 305
-// MB. BENCHMARKS.md has the runs behind the choice.
-const defaultMemoryLimit = 224 << 20
+// 200 MiB, so that peak RSS stays under 300 MB with a margin: the limit
+// counts the runtime's memory, not the pages of the binary the process
+// maps (its text and read-only data: RssFile about 70 MiB in a static
+// build, about 95 MiB in a cgo build, whose pebble cache and memtables are
+// C memory outside the limit besides), so peak RSS is the anonymous
+// memory (about the limit less 10 MiB at a load's peak) plus those pages.
+// At 224 MiB a static build's 1M-row load peaked at 282–286 MiB
+// (anonymous 214, file 70) and a cgo build's at 318 (221 and 95); at
+// 200 MiB, 258 (190 and 71). A load's live heap is about 120 MB, so at
+// 200 MiB the collector runs more often: that cost about what the
+// allocations cut in the same session saved, so the load's CPU per row is
+// what it was at 224 MiB before them (BENCHMARKS.md, "Peak RSS and the
+// load's allocations (session 9, load)").
+const defaultMemoryLimit = 200 << 20
 
 // applyMemoryLimit sets defaultMemoryLimit when GOMEMLIMIT is not set.
 func applyMemoryLimit() {

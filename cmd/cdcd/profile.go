@@ -5,16 +5,27 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/internal/bench"
 )
 
+// allocsPath names the profile of a whole run's allocations written beside
+// the heap profile at path: load.heap.pprof gives load.allocs.pprof.
+func allocsPath(path string) string {
+	if base, ok := strings.CutSuffix(path, ".heap.pprof"); ok {
+		return base + ".allocs.pprof"
+	}
+	return path + ".allocs"
+}
+
 // startProfiles starts the profiles `cdcd run` writes when asked by
 // environment (cdcd bench -profile sets them for its daemons):
 // CDCD_CPUPROFILE=FILE, a CPU profile of the whole run; CDCD_HEAPPROFILE=FILE,
 // a heap profile rewritten at each new peak of the heap in use (checked
-// every 500 ms), so the file shows what the memory held at its peak. The
+// every 500 ms), so the file shows what the memory held at its peak, and
+// at the end the allocations of the whole run (allocsPath). The
 // returned function stops them.
 func startProfiles(logger *slog.Logger) func() {
 	var stops []func()
@@ -55,7 +66,16 @@ func startProfiles(logger *slog.Logger) func() {
 				}
 			}
 		}()
-		stops = append(stops, func() { close(done); <-finished })
+		stops = append(stops, func() {
+			close(done)
+			<-finished
+			// The peak's profile holds the allocations up to the peak,
+			// often early in a phase; this one holds the whole run's.
+			if f, err := os.Create(allocsPath(path)); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		})
 	}
 	return func() {
 		for _, s := range stops {

@@ -95,7 +95,7 @@ func resetPeak() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 //
 // CGO_ENABLED=0 builds as the shipped binary is built (pebble's cache and
 // memtables are then Go memory, under the soft limit). The children run
-// under `cdcd run`'s default soft memory limit, 224 MiB, unless GOMEMLIMIT
+// under `cdcd run`'s default soft memory limit, 200 MiB, unless GOMEMLIMIT
 // is set.
 //
 // Goals: >= 150k rows/s inserts, >= 80k rows/s updates, RSS <= 300 MB.
@@ -155,7 +155,7 @@ func TestSinkThroughput(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSinkThroughput$", "-test.v")
 		cmd.Env = os.Environ()
 		if os.Getenv("GOMEMLIMIT") == "" {
-			cmd.Env = append(cmd.Env, "GOMEMLIMIT=224MiB") // cmd/cdcd's defaultMemoryLimit
+			cmd.Env = append(cmd.Env, "GOMEMLIMIT=200MiB") // cmd/cdcd's defaultMemoryLimit
 		}
 		cmd.Env = append(cmd.Env, "CDCD_SINK_BENCH_CHILD="+dir, "CDCD_SINK_BENCH_TOPIC="+topic, "CDCD_SINK_BENCH_TABLE="+table, "CDCD_SINK_BENCH_PHASE="+what)
 		out, err := cmd.CombinedOutput()

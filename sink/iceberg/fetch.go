@@ -47,6 +47,14 @@ type fetcher struct {
 	// truncReset: the truncate the partitions stop at is a reset marker.
 	truncReset bool
 	resumed    bool // skipped to a reset marker since the last batch sent
+	// spare holds change slices of batches the loop has taken (recycle),
+	// for the next batches: a batch's slice, grown fetch by fetch (a
+	// quarter at a time once large), was allocated about five times
+	// over, and a change is about 190 bytes.
+	spare chan []change
+	// recs is the records' slice the next fetch reads into
+	// (log.FetchOptions.Into).
+	recs []log.Record
 	// endAt is, per partition, when the last fetch that found no record
 	// began: what is read there later reached the log after it. A commit
 	// that holds the fetcher up (its channel full) does not move it, so a
@@ -60,7 +68,30 @@ func newFetcher(w *tableWriter, next []int64) *fetcher {
 	for i := range endAt {
 		endAt[i] = now
 	}
-	return &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt}
+	return &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt,
+		spare: make(chan []change, 2)}
+}
+
+// recycle takes back a batch's change slice once the loop has copied its
+// changes (tableWriter.accept): cleared, so that it pins no read buffer,
+// and kept for a later batch when there is room. Safe from any goroutine.
+func (f *fetcher) recycle(cs []change) {
+	clear(cs)
+	select {
+	case f.spare <- cs[:0]:
+	default:
+	}
+}
+
+// changes returns an empty change slice for a new batch, a recycled one if
+// any.
+func (f *fetcher) changes() []change {
+	select {
+	case cs := <-f.spare:
+		return cs
+	default:
+		return nil
+	}
 }
 
 // batchBytes is about how much record data one batch carries.
@@ -68,7 +99,7 @@ const batchBytes = 1 << 20
 
 func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan struct{}) error {
 	p, idle := 0, 0
-	var cur fetched
+	cur := fetched{changes: f.changes()}
 	// sentFull: the last batch handed over was a full one. The loop learns
 	// that the fetcher found the end of every partition after it only from
 	// a smaller batch (tableWriter.caughtUp), so when there is nothing more
@@ -82,7 +113,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 		if err := handOver(ctx, out, &cur); err != nil {
 			return err
 		}
-		cur, sentFull = fetched{}, full
+		cur, sentFull = fetched{changes: f.changes()}, full
 		return nil
 	}
 	for ctx.Err() == nil {
@@ -165,7 +196,16 @@ func (f *fetcher) allBlocked() bool {
 func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *fetched) (int, error) {
 	w := f.w
 	began := time.Now()
-	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait})
+	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait, Into: f.recs})
+	defer func() {
+		// The records are decoded into changes (which keep what they
+		// need of them); their slice serves the next fetch, cleared so
+		// that it pins no read buffer.
+		clear(recs)
+		if cap(recs) >= cap(f.recs) {
+			f.recs = recs[:0]
+		}
+	}()
 	var lost *log.DataLossError
 	switch {
 	case err == nil:

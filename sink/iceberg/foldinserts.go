@@ -43,14 +43,77 @@ func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error
 	for i := range slab {
 		keys[i] = &slab[i]
 	}
-	byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }
-	if !slices.IsSortedFunc(keys, byKey) {
-		slices.SortFunc(keys, byKey)
-	}
+	keys = sortByKey(keys)
 	for i := 1; i < len(keys); i++ {
 		if bytes.Equal(keys[i-1].key, keys[i].key) {
 			return nil, false, nil
 		}
 	}
 	return keys, true, nil
+}
+
+// sortByKey sorts a fold's states by key, returning them in keys or in a
+// slice of its own. A load's buffer is a few long ascending runs — each
+// fetch is one partition's rows, which a load emits in key order — so
+// its runs are merged (about n log k comparisons for k runs) rather than
+// the whole sorted (n log n: the sort was about half of a load's fold). A
+// buffer of many short runs (keys in no order) is sorted.
+//
+// BenchmarkSortByKey, 35,000 states (a load commit), CPU a call: 8 runs
+// merged about 3 ms against 15 sorted, 64 runs 9 ms, 256 runs as slow as
+// the sort (a merge pass costs about two of the sort's levels).
+func sortByKey(keys []*keyState) []*keyState {
+	n := len(keys)
+	starts := []int{0}
+	for i := 1; i < n; i++ {
+		if compareKeys(keys[i-1].key, keys[i].key) > 0 {
+			if starts = append(starts, i); len(starts) > maxMergeRuns {
+				slices.SortFunc(keys, func(a, b *keyState) int { return compareKeys(a.key, b.key) })
+				return keys
+			}
+		}
+	}
+	if len(starts) == 1 {
+		return keys
+	}
+	// Merge pairs of neighbouring runs, pass after pass, back and forth
+	// between keys and tmp.
+	tmp := make([]*keyState, n)
+	src, dst := keys, tmp
+	for len(starts) > 1 {
+		next := starts[:0:0]
+		for r := 0; r < len(starts); r += 2 {
+			lo, mid, hi := starts[r], n, n
+			if r+1 < len(starts) {
+				mid = starts[r+1]
+			}
+			if r+2 < len(starts) {
+				hi = starts[r+2]
+			}
+			mergeByKey(dst[lo:hi], src[lo:mid], src[mid:hi])
+			next = append(next, lo)
+		}
+		starts, src, dst = next, dst, src
+	}
+	return src
+}
+
+// maxMergeRuns is the most runs sortByKey merges rather than sorts.
+const maxMergeRuns = 64
+
+// mergeByKey merges the ascending a and b into out (len(a)+len(b)).
+func mergeByKey(out, a, b []*keyState) {
+	i, j, k := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		if compareKeys(b[j].key, a[i].key) < 0 {
+			out[k] = b[j]
+			j++
+		} else {
+			out[k] = a[i]
+			i++
+		}
+		k++
+	}
+	k += copy(out[k:], a[i:])
+	copy(out[k:], b[j:])
 }

@@ -113,7 +113,9 @@ func (w *tableWriter) run(ctx context.Context) error {
 				continue
 			}
 			w.accept(b)
-			if w.caughtUp(b) && len(w.buf) > 0 {
+			caught := w.caughtUp(b)
+			f.recycle(b.changes) // copied into w.buf
+			if caught && len(w.buf) > 0 {
 				// The end of a backlog or a load: its tail is committed
 				// now, not a commit interval later.
 				w.catchingUp = true

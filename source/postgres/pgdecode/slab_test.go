@@ -25,6 +25,7 @@ var slabPairs = []struct {
 	{"timestamp", decodeTimestamp, slabInt(readTimestamp)},
 	{"text", DecodeString, slabString},
 	{"numeric", decodeNumeric, slabNumeric},
+	{"jsonb", decodeVersioned, slabVersioned},
 }
 
 // numericBinary encodes base-10000 digits as numeric_send does.
@@ -50,6 +51,7 @@ func slabInputs(rng *rand.Rand) map[string][][]byte {
 		"date":      {{0x7f, 0xff, 0xff, 0xff}, {0x80, 0, 0, 0}, {0, 0, 0, 0}, {0xff, 0xff, 0xff, 0xff}},
 		"timestamp": {u64(math.MaxInt64), u64(1 << 63), u64(0), u64(uint64(maxTimestamp))},
 		"text":      {{}, []byte("a"), []byte(strings.Repeat("x", slabText+1)), []byte("après"), bytes.Repeat([]byte{0xff}, 70)},
+		"jsonb":     {{}, {1}, {0, '1'}, {2, '{', '}'}, []byte("\x01{\"a\": 1}"), append([]byte{1}, strings.Repeat("x", slabText+1)...)},
 		"numeric": {
 			numericBinary(0, numericPos, 4, 1, 5000),
 			numericBinary(-1, numericNeg, 4, 1),
@@ -75,6 +77,8 @@ func slabInputs(rng *rand.Rand) map[string][][]byte {
 			switch name {
 			case "text":
 				b = make([]byte, rng.IntN(300))
+			case "jsonb":
+				b = make([]byte, rng.IntN(300))
 			case "numeric":
 				n := rng.IntN(6)
 				digits := make([]uint16, n)
@@ -87,6 +91,9 @@ func slabInputs(rng *rand.Rand) map[string][][]byte {
 			}
 			for i := range b {
 				b[i] = byte(rng.Uint32())
+			}
+			if name == "jsonb" && len(b) > 0 && rng.IntN(4) > 0 {
+				b[0] = 1 // mostly the version byte, random bytes after it
 			}
 			in[name] = append(in[name], b)
 		}

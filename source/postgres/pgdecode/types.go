@@ -134,9 +134,9 @@ func Builtin(oid uint32, typmod int32, moneyScale func() (int, error)) (t *Type,
 	case oidJSON:
 		c.Kind, t.Decode, t.Slab = schema.JSON, DecodeString, slabString
 	case oidJSONB:
-		c.Kind, t.Decode = schema.JSON, decodeVersioned
+		c.Kind, t.Decode, t.Slab = schema.JSON, decodeVersioned, slabVersioned
 	case oidJSONPath:
-		c.Kind, t.Decode = schema.String, decodeVersioned
+		c.Kind, t.Decode, t.Slab = schema.String, decodeVersioned, slabVersioned
 	case oidUUID:
 		c.Kind, t.Decode = schema.UUID, decodeUUID
 	case oidDate:
