@@ -767,3 +767,41 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestRunLastRowMarked: the last row a run emits is marked the last of its
+// table (a sink commits a load's end at once on it), also when the
+// window dropped the last key read; every other row is incremental.
+func TestRunLastRowMarked(t *testing.T) {
+	db := newFakeDB(10)
+	db.duringRead = func(n int) {
+		db.mu.Lock()
+		after := db.reads[n].After
+		db.mu.Unlock()
+		if after != nil && after[0] == "8" { // the last chunk (keys 9-10): key 10 changes meanwhile
+			db.stream <- event{change: &source.Change{Table: shape, Op: source.OpUpdate, After: []any{int64(10), "new"}}}
+		}
+	}
+	e, s, _ := start(t, &memState{}, db, 4)
+	if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	var reads []source.Change
+	for _, c := range s.rows() {
+		if c.Op == source.OpRead {
+			reads = append(reads, c)
+		}
+	}
+	if got, want := keysOf(reads), []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
+		t.Fatalf("emitted keys %v, want %v", got, want)
+	}
+	for i, c := range reads {
+		want := source.PlaceIncremental
+		if i == len(reads)-1 {
+			want = source.PlaceLastInTable
+		}
+		if c.Place != want {
+			t.Errorf("row %d (key %v) has place %d, want %d", i, c.After[0], c.Place, want)
+		}
+	}
+}
