@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -41,7 +42,12 @@ import (
 // rowsBody is the undecoded row images of a row event (after its header).
 type rowsBody string
 
-// rowsHook is the BinlogSyncer's RowsEventDecodeFunc.
+// rowsHook is the BinlogSyncer's RowsEventDecodeFunc. The images are the
+// event's own bytes, not a copy: the BinlogSyncer reads every event into a
+// buffer of its own (packet.Conn.ReadPacket allocates one a packet, a
+// compressed transaction's events share one fresh buffer) and never writes
+// it again, so the strings cut from it are as immutable as copies.
+// TestImageDecoder reads a whole binlog before it compares the values.
 func rowsHook(e *replication.RowsEvent, data []byte) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
@@ -50,7 +56,11 @@ func rowsHook(e *replication.RowsEvent, data []byte) error {
 	if e.Type() == replication.EnumRowsEventTypeUnknown || !imageTypes(e.Table) {
 		return e.DecodeData(pos, data)
 	}
-	e.Rows = [][]any{{rowsBody(data[pos:])}}
+	var body rowsBody
+	if pos < len(data) {
+		body = rowsBody(unsafe.String(&data[pos], len(data)-pos))
+	}
+	e.Rows = [][]any{{body}}
 	return nil
 }
 
