@@ -23,10 +23,10 @@ import (
 //
 // go-mysql's BinlogSyncer calls rowsHook for every row event, in its own
 // goroutine: it decodes the event's header (table id, flags, column
-// bitmaps) and leaves the images as rowsBody, one copy of the event's
-// bytes, as the event's only "row". The streamer, which knows the table's
-// version (tables.go), reads them with imageReader and converts each
-// column with fromImage. Text values are substrings of that copy (a
+// bitmaps) and leaves the images as rowsBody, the event's own bytes, as
+// the event's only "row". The streamer, which knows the table's version
+// (tables.go), reads them with imageReader and converts each column with
+// fromImage. Text values are substrings of those bytes (a
 // change's strings keep its event's bytes alive, as go-mysql's did);
 // bytes values are copies.
 //
