@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // Values reach cdcd three ways: decoded from the binlog's bytes by
@@ -158,7 +159,12 @@ func binlogInt(t *colType, v any) (any, error) {
 
 // fromText converts a value of the text protocol, as the load selects it
 // (see selectExpr).
-func fromText(t *colType, b []byte) (any, error) {
+func fromText(t *colType, b []byte) (any, error) { return slabText(t, b, nil) }
+
+// slabText is fromText with the value's text and number in slab (nil:
+// each boxed alone): a chunk's rows are emitted and dropped together, so
+// one slab chunk serves thousands of values instead of an allocation each.
+func slabText(t *colType, b []byte, slab *pgdecode.Slab) (any, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -179,6 +185,9 @@ func fromText(t *colType, b []byte) (any, error) {
 		}
 		return n, nil
 	case "decimal":
+		if canonicalDecimal(b) {
+			return slab.Text(b), nil // the server's text, as it mostly is
+		}
 		return normalizeDecimal(string(b))
 	case "float", "double":
 		f, err := strconv.ParseFloat(string(b), 64)
@@ -197,12 +206,12 @@ func fromText(t *colType, b []byte) (any, error) {
 		copy(out[max(0, len(out)-len(b)):], b)
 		return out, nil
 	case "date", "time", "datetime", "timestamp":
-		return parseTemporal(t.Base, string(b))
+		return slabTemporal(t.Base, string(b), slab)
 	case "char", "varchar", "text", "enum", "set", "json":
 		if !utf8.Valid(b) {
 			return nil, fmt.Errorf("%w: text that is not UTF-8", errBadValue)
 		}
-		return string(b), nil
+		return slab.Text(b), nil
 	case "binary", "varbinary", "blob", "geometry":
 		return append([]byte{}, b...), nil
 	}
@@ -217,6 +226,9 @@ func fromText(t *colType, b []byte) (any, error) {
 type scanned struct {
 	raw sql.RawBytes
 	num any
+	// slab holds the column's converted texts and numbers (slabText);
+	// integers and doubles stay in the driver's own boxes.
+	slab pgdecode.Slab
 }
 
 // scanDests returns a row's destinations for Scan, by column type.
@@ -238,7 +250,7 @@ func scanDests(cols []colType) ([]scanned, []any) {
 func (s *scanned) value(t *colType) (any, error) {
 	switch v := s.num.(type) {
 	case nil:
-		return fromText(t, s.raw)
+		return slabText(t, s.raw, &s.slab)
 	case int64:
 		if t.Base == "bigint" && t.Unsigned {
 			return strconv.FormatUint(uint64(v), 10), nil
@@ -259,7 +271,7 @@ func (s *scanned) value(t *colType) (any, error) {
 			return s.num, nil
 		}
 	case []byte:
-		return fromText(t, v)
+		return slabText(t, v, &s.slab)
 	}
 	return nil, fmt.Errorf("%w: %s as %T", errBadValue, t.Base, s.num)
 }
@@ -327,6 +339,31 @@ func setLabels(t *colType, bits uint64) (any, error) {
 	return b.String(), nil
 }
 
+// canonicalDecimal reports whether b is a decimal's canonical text (see
+// normalizeDecimal) as it stands.
+func canonicalDecimal(b []byte) bool {
+	digits := b
+	if len(b) > 0 && b[0] == '-' {
+		digits = b[1:]
+	}
+	dot, zero := -1, true
+	for i, c := range digits {
+		switch {
+		case c == '.' && dot < 0:
+			dot = i
+		case c < '0' || c > '9':
+			return false
+		case c != '0':
+			zero = false
+		}
+	}
+	intLen := len(digits)
+	if dot >= 0 {
+		intLen = dot
+	}
+	return intLen > 0 && dot != len(digits)-1 && (intLen == 1 || digits[0] != '0') && !(zero && len(b) > len(digits))
+}
+
 // normalizeDecimal returns the canonical text of a decimal: no leading
 // zeros before the first integer digit, no sign on zero, the scale kept.
 func normalizeDecimal(s string) (string, error) {
@@ -370,7 +407,11 @@ func allDigits(s string) bool {
 // ("-838:59:59.000000"), datetime or timestamp ("2024-02-29
 // 13:45:00.123456"; a timestamp's text is in UTC). A zero date, or a date
 // with a zero month or day, is nil (documented in docs/types.md).
-func parseTemporal(base, s string) (any, error) {
+func parseTemporal(base, s string) (any, error) { return slabTemporal(base, s, nil) }
+
+// slabTemporal is parseTemporal with dates and instants in slab (nil:
+// boxed alone).
+func slabTemporal(base, s string, slab *pgdecode.Slab) (any, error) {
 	// The error copies s, so s does not escape: the load's string(b) at
 	// the call costs no allocation.
 	bad := func() error { return fmt.Errorf("%w: %s %q", errBadValue, base, strings.Clone(s)) }
@@ -389,7 +430,7 @@ func parseTemporal(base, s string) (any, error) {
 		if m == 0 || d == 0 {
 			return nil, nil
 		}
-		return int32(daysFromCivil(y, m, d)), nil
+		return slab.Int32(int32(daysFromCivil(y, m, d))), nil
 	}
 	if len(s) < 19 || s[10] != ' ' {
 		return nil, bad()
@@ -405,7 +446,7 @@ func parseTemporal(base, s string) (any, error) {
 	if m == 0 || d == 0 {
 		return nil, nil
 	}
-	return daysFromCivil(y, m, d)*86_400_000_000 + us, nil
+	return slab.Int64(daysFromCivil(y, m, d)*86_400_000_000 + us), nil
 }
 
 func parseYMD(s string) (y, m, d int, ok bool) {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // mysqlGTIDEvent is a MySQL 8.0 GTID event body as the server writes it
@@ -179,6 +180,52 @@ func TestNormalizeDecimal(t *testing.T) {
 	for _, bad := range []string{"", "-", "1e5", "1.", "1.2.3", "NaN", " 1"} {
 		if _, err := normalizeDecimal(bad); err == nil {
 			t.Errorf("normalizeDecimal(%q) accepted", bad)
+		}
+	}
+}
+
+// TestCanonicalDecimal: canonicalDecimal says a text is canonical exactly
+// when normalizeDecimal accepts it and returns it unchanged.
+func TestCanonicalDecimal(t *testing.T) {
+	for _, in := range []string{"12.30", "-0.00", "007.5", "-00012", ".5", "-0.01", "0", "-0", "-.5", "0.00", "-5", "10.0",
+		"00", "-0.10", "", "-", "1e5", "1.", "1.2.3", "NaN", " 1", "-1.", "0.0001", "-0.0001", "9", "-90", "1..2", "+1"} {
+		norm, err := normalizeDecimal(in)
+		if want := err == nil && norm == in; canonicalDecimal([]byte(in)) != want {
+			t.Errorf("canonicalDecimal(%q) = %v, want %v", in, !want, want)
+		}
+	}
+}
+
+// TestSlabText: a value converted into a slab equals fromText's, for
+// every kind the load reads; the slab's values are not overwritten by
+// the next ones.
+func TestSlabText(t *testing.T) {
+	cases := []struct {
+		t  colType
+		in string
+	}{
+		{colType{Base: "decimal"}, "12.30"}, {colType{Base: "decimal"}, "-0.00"}, {colType{Base: "decimal"}, "007.5"},
+		{colType{Base: "date"}, "2024-02-29"}, {colType{Base: "date"}, "0000-00-00"}, {colType{Base: "datetime"}, "1969-12-31 23:59:59.999999"},
+		{colType{Base: "timestamp"}, "2024-01-01 00:00:01.500000"}, {colType{Base: "time"}, "-838:59:59.000000"},
+		{colType{Base: "varchar"}, "héllo"}, {colType{Base: "json"}, `{"k": 1}`}, {colType{Base: "enum"}, ""},
+		{colType{Base: "bigint"}, "-42"}, {colType{Base: "bigint", Unsigned: true}, "18446744073709551615"},
+		{colType{Base: "double"}, "1.5"}, {colType{Base: "varbinary"}, "\x00\xff"},
+	}
+	var slab pgdecode.Slab
+	got := make([]any, len(cases))
+	for i, c := range cases {
+		buf := []byte(c.in)
+		v, err := slabText(&c.t, buf, &slab)
+		if err != nil {
+			t.Fatalf("%s %q: %v", c.t.Base, c.in, err)
+		}
+		clear(buf) // the driver's buffer is reused: the value must not alias it
+		got[i] = v
+	}
+	for i, c := range cases {
+		want, err := fromText(&c.t, []byte(c.in))
+		if err != nil || !reflect.DeepEqual(got[i], want) {
+			t.Errorf("%s %q: slab %#v, fromText %#v, %v", c.t.Base, c.in, got[i], want, err)
 		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // The stream's row images are decoded here, from the binlog's bytes
@@ -21,10 +23,10 @@ import (
 //
 // go-mysql's BinlogSyncer calls rowsHook for every row event, in its own
 // goroutine: it decodes the event's header (table id, flags, column
-// bitmaps) and leaves the images as rowsBody, one copy of the event's
-// bytes, as the event's only "row". The streamer, which knows the table's
-// version (tables.go), reads them with imageReader and converts each
-// column with fromImage. Text values are substrings of that copy (a
+// bitmaps) and leaves the images as rowsBody, the event's own bytes, as
+// the event's only "row". The streamer, which knows the table's version
+// (tables.go), reads them with imageReader and converts each column with
+// fromImage. Text values are substrings of those bytes (a
 // change's strings keep its event's bytes alive, as go-mysql's did);
 // bytes values are copies.
 //
@@ -40,7 +42,12 @@ import (
 // rowsBody is the undecoded row images of a row event (after its header).
 type rowsBody string
 
-// rowsHook is the BinlogSyncer's RowsEventDecodeFunc.
+// rowsHook is the BinlogSyncer's RowsEventDecodeFunc. The images are the
+// event's own bytes, not a copy: the BinlogSyncer reads every event into a
+// buffer of its own (packet.Conn.ReadPacket allocates one a packet, a
+// compressed transaction's events share one fresh buffer) and never writes
+// it again, so the strings cut from it are as immutable as copies.
+// TestImageDecoder reads a whole binlog before it compares the values.
 func rowsHook(e *replication.RowsEvent, data []byte) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
@@ -49,7 +56,11 @@ func rowsHook(e *replication.RowsEvent, data []byte) error {
 	if e.Type() == replication.EnumRowsEventTypeUnknown || !imageTypes(e.Table) {
 		return e.DecodeData(pos, data)
 	}
-	e.Rows = [][]any{{rowsBody(data[pos:])}}
+	var body rowsBody
+	if pos < len(data) {
+		body = rowsBody(unsafe.String(&data[pos], len(data)-pos))
+	}
+	e.Rows = [][]any{{body}}
 	return nil
 }
 
@@ -241,18 +252,25 @@ func boolInt(b bool) int {
 
 // fromImage converts a column's value in its binlog form (its field's
 // bytes; typ and meta from the table map) into the table-model value, the
-// one fromText gives for the server's text of it.
-func fromImage(t *colType, typ byte, meta uint16, b string) (any, error) {
+// one fromText gives for the server's text of it. Numbers, dates and
+// texts are put in slab (nil: each boxed alone): a row event's values are
+// emitted and dropped together.
+func fromImage(t *colType, typ byte, meta uint16, b string, slab *pgdecode.Slab) (any, error) {
 	switch typ {
 	case gomysql.MYSQL_TYPE_TINY, gomysql.MYSQL_TYPE_SHORT, gomysql.MYSQL_TYPE_INT24, gomysql.MYSQL_TYPE_LONG,
 		gomysql.MYSQL_TYPE_LONGLONG:
-		return imageInt(t, b), nil
+		return imageInt(t, b, slab), nil
 	case gomysql.MYSQL_TYPE_NEWDECIMAL:
-		return imageDecimal(b, int(meta>>8), int(meta&0xff))
+		var out [80]byte
+		d, err := appendDecimal(out[:0], b, int(meta>>8), int(meta&0xff))
+		if err != nil {
+			return nil, err
+		}
+		return slab.Text(d), nil
 	case gomysql.MYSQL_TYPE_FLOAT:
 		return math.Float32frombits(uint32(le(b))), nil
 	case gomysql.MYSQL_TYPE_DOUBLE:
-		return math.Float64frombits(le(b)), nil
+		return slab.Float64(math.Float64frombits(le(b))), nil
 	case gomysql.MYSQL_TYPE_BIT:
 		if t.Length == 1 {
 			return b[0] != 0, nil
@@ -265,7 +283,7 @@ func fromImage(t *colType, typ byte, meta uint16, b string) (any, error) {
 		return int64(b[0]) + 1900, nil
 	case gomysql.MYSQL_TYPE_DATE, gomysql.MYSQL_TYPE_DATETIME, gomysql.MYSQL_TYPE_DATETIME2,
 		gomysql.MYSQL_TYPE_TIMESTAMP, gomysql.MYSQL_TYPE_TIMESTAMP2:
-		return civilOf(typ, meta, b).value(typ == gomysql.MYSQL_TYPE_DATE)
+		return civilOf(typ, meta, b).value(typ == gomysql.MYSQL_TYPE_DATE, slab)
 	case gomysql.MYSQL_TYPE_TIME, gomysql.MYSQL_TYPE_TIME2:
 		return timeOf(typ, meta, b).value()
 	case gomysql.MYSQL_TYPE_STRING:
@@ -276,12 +294,12 @@ func fromImage(t *colType, typ byte, meta uint16, b string) (any, error) {
 			return setLabels(t, le(b))
 		}
 	}
-	return imageBytes(t, b)
+	return imageBytes(t, b, slab)
 }
 
 // imageBytes converts a character, binary, JSON (MariaDB's text) or
 // geometry value.
-func imageBytes(t *colType, b string) (any, error) {
+func imageBytes(t *colType, b string, slab *pgdecode.Slab) (any, error) {
 	switch t.Base {
 	case "char", "varchar", "text":
 		if !isUTF8Charset(t.Charset) {
@@ -290,12 +308,12 @@ func imageBytes(t *colType, b string) (any, error) {
 		if !utf8.ValidString(b) {
 			return nil, fmt.Errorf("%w: %s text that is not valid UTF-8", errBadValue, t.Charset)
 		}
-		return b, nil
+		return slab.Str(b), nil
 	case "json":
 		if t.binaryJSON {
 			break // go-mysql's (rowsHook)
 		}
-		return b, nil // MariaDB: the stored text
+		return slab.Str(b), nil // MariaDB: the stored text
 	case "binary":
 		out := make([]byte, max(len(b), t.Length)) // the binlog drops trailing zero bytes
 		copy(out, b)
@@ -329,16 +347,16 @@ func be(b string) uint64 {
 	return n
 }
 
-func imageInt(t *colType, b string) any {
+func imageInt(t *colType, b string, slab *pgdecode.Slab) any {
 	u := le(b)
 	if t.Unsigned {
 		if len(b) == 8 {
 			return strconv.FormatUint(u, 10) // bigint unsigned: a decimal(20,0)
 		}
-		return int64(u)
+		return slab.Int64(int64(u))
 	}
 	shift := 64 - 8*len(b) // sign-extend
-	return int64(u<<shift) >> shift
+	return slab.Int64(int64(u<<shift) >> shift)
 }
 
 // decimalSize is the bytes of a binary decimal (decimal.c's
@@ -354,8 +372,16 @@ var dig2bytes = [9]int{0, 1, 1, 2, 2, 3, 3, 4, 4}
 // imageDecimal renders a binary decimal as its canonical text: no leading
 // zeros, the scale kept, no sign on zero.
 func imageDecimal(b string, precision, scale int) (string, error) {
+	var out [80]byte
+	d, err := appendDecimal(out[:0], b, precision, scale)
+	return string(d), err
+}
+
+// appendDecimal appends imageDecimal's text to s (room for 67 bytes
+// spares it an allocation).
+func appendDecimal(s []byte, b string, precision, scale int) ([]byte, error) {
 	if precision > 65 || scale > precision || len(b) != decimalSize(precision, scale) {
-		return "", fmt.Errorf("%w: decimal(%d,%d) of %d bytes", errBadValue, precision, scale, len(b))
+		return s, fmt.Errorf("%w: decimal(%d,%d) of %d bytes", errBadValue, precision, scale, len(b))
 	}
 	var buf [40]byte
 	copy(buf[:], b)
@@ -368,15 +394,15 @@ func imageDecimal(b string, precision, scale int) (string, error) {
 	for i := range d {
 		d[i] ^= mask
 	}
-	var out [80]byte
-	s := out[:1] // out[0]: room for the sign
+	start := len(s)
+	s = append(s, '-') // room for the sign
 	intg := precision - scale
 	head := dig2bytes[intg%9]
 	s = appendGroups(s, d[:head+intg/9*4], head, intg%9, true)
-	if len(s) == 1 {
+	if len(s) == start+1 {
 		s = append(s, '0')
 	}
-	zero := len(s) == 2 && s[1] == '0'
+	zero := len(s) == start+2 && s[start+1] == '0'
 	if scale > 0 {
 		s = append(s, '.')
 		f := len(s)
@@ -390,10 +416,9 @@ func imageDecimal(b string, precision, scale int) (string, error) {
 		}
 	}
 	if mask == 0 || zero {
-		return string(s[1:]), nil
+		return append(s[:start], s[start+1:]...), nil // no sign
 	}
-	s[0] = '-'
-	return string(s), nil
+	return s, nil
 }
 
 // appendGroups appends the digits of a decimal's part: a first group of
@@ -493,20 +518,20 @@ func fracMicros(b string, fsp int) int64 {
 // value is the table model's: days (DATE) or microseconds since the
 // epoch; nil for a zero date or one with a zero month or day
 // (docs/types.md).
-func (c civil) value(date bool) (any, error) {
+func (c civil) value(date bool, slab *pgdecode.Slab) (any, error) {
 	switch {
 	case c.zero:
 		return nil, nil
 	case c.ts:
-		return c.epochUS, nil
+		return slab.Int64(c.epochUS), nil
 	case c.m > 12 || c.y > 9999 || c.h > 23 || c.mi > 59 || c.s > 59:
 		return nil, fmt.Errorf("%w: %s", errBadValue, c)
 	case c.m == 0 || c.d == 0:
 		return nil, nil
 	case date:
-		return int32(daysFromCivil(c.y, c.m, c.d)), nil
+		return slab.Int32(int32(daysFromCivil(c.y, c.m, c.d))), nil
 	}
-	return daysFromCivil(c.y, c.m, c.d)*86_400_000_000 + ((int64(c.h)*60+int64(c.mi))*60+int64(c.s))*1_000_000 + c.us, nil
+	return slab.Int64(daysFromCivil(c.y, c.m, c.d)*86_400_000_000 + ((int64(c.h)*60+int64(c.mi))*60+int64(c.s))*1_000_000 + c.us), nil
 }
 
 // String is the value as the server prints it (a fault's value).

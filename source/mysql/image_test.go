@@ -241,7 +241,7 @@ func FuzzImageRows(f *testing.F) {
 				}
 				for i, fd := range fields {
 					if !fd.absent && !fd.isNull {
-						if _, err := fromImage(&cols[i], tm.ColumnType[i], tm.ColumnMeta[i], fd.b); err != nil {
+						if _, err := fromImage(&cols[i], tm.ColumnType[i], tm.ColumnMeta[i], fd.b, nil); err != nil {
 							_ = imageText(tm.ColumnType[i], tm.ColumnMeta[i], fd.b)
 						}
 					}

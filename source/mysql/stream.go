@@ -15,6 +15,7 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // streamer is the state of one binlog session.
@@ -53,8 +54,9 @@ type streamer struct {
 	row     int32
 	batch   []source.Change
 	batchAt time.Time
-	slab    rowSlab // the decoded rows' values
-	fields  []field // a row image's columns (image.go)
+	slab    rowSlab       // the decoded rows' values
+	vals    pgdecode.Slab // the row images' values (fromImage)
+	fields  []field       // a row image's columns (image.go)
 	places  []source.BinlogPlace
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live

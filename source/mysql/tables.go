@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // tableMap records which table a table id names, and for a captured
@@ -213,8 +214,10 @@ type rowImages struct {
 	img *imageReader
 	e   *replication.RowsEvent
 	i   int
-	// fields is the streamer's, reused for every image.
+	// fields is the streamer's, reused for every image; vals is its
+	// slab of the images' values (fromImage).
 	fields []field
+	vals   *pgdecode.Slab
 }
 
 // images returns the row images of e, a row event of table v.
@@ -226,7 +229,7 @@ func (s *streamer) images(h *replication.EventHeader, e *replication.RowsEvent, 
 	if n := len(e.Table.ColumnType); cap(s.fields) < n {
 		s.fields = make([]field, n)
 	}
-	return &rowImages{v: v, img: newImageReader(e, body), e: e, fields: s.fields[:len(e.Table.ColumnType)]}, nil
+	return &rowImages{v: v, img: newImageReader(e, body), e: e, fields: s.fields[:len(e.Table.ColumnType)], vals: &s.vals}, nil
 }
 
 func (r *rowImages) more() bool {
@@ -277,7 +280,7 @@ func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
 	if _, err := r.img.next(r.fields); err != nil {
 		return nil, nil, fmt.Errorf("mysql: %s: %w", r.v.qn, err)
 	}
-	return r.v.decodeImage(r.e.Table, r.fields, slab)
+	return r.v.decodeImage(r.e.Table, r.fields, slab, r.vals)
 }
 
 func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
@@ -340,7 +343,7 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault
 
 // decodeImage converts a row image split by imageReader (image.go) into
 // table-model values, as decodeRow does go-mysql's.
-func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowSlab) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowSlab, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
 	if len(fields) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
 	}
@@ -351,7 +354,7 @@ func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field
 		if f.isNull || f.absent {
 			continue
 		}
-		val, err := fromImage(&v.cols[i], tm.ColumnType[i], tm.ColumnMeta[i], f.b)
+		val, err := fromImage(&v.cols[i], tm.ColumnType[i], tm.ColumnMeta[i], f.b, vals)
 		if err == nil && val == nil && !v.table.Columns[i].Nullable {
 			err = errNullKey
 		}

@@ -289,6 +289,19 @@ func waitDone(t *testing.T, e *Engine, s *streamer) {
 	t.Fatalf("runs not done: %+v", e.Progress())
 }
 
+// updateDuringRead makes the read of the chunk after key after stream an
+// update of key while it reads (the change falls in its window).
+func (db *fakeDB) updateDuringRead(after string, key int64) {
+	db.duringRead = func(n int) {
+		db.mu.Lock()
+		a := db.reads[n].After
+		db.mu.Unlock()
+		if a != nil && a[0] == after {
+			db.stream <- event{change: &source.Change{Table: shape, Op: source.OpUpdate, After: []any{key, "new"}}}
+		}
+	}
+}
+
 func keysOf(rows []source.Change) []int64 {
 	var out []int64
 	for _, r := range rows {
@@ -305,14 +318,7 @@ func keysOf(rows []source.Change) []int64 {
 // position, in key order.
 func TestWindowDropsChangedKeys(t *testing.T) {
 	db := newFakeDB(10)
-	db.duringRead = func(n int) {
-		db.mu.Lock()
-		after := db.reads[n].After
-		db.mu.Unlock()
-		if after != nil && after[0] == "4" { // the second chunk (keys 5-8): key 6 changes meanwhile
-			db.stream <- event{change: &source.Change{Table: shape, Op: source.OpUpdate, After: []any{int64(6), "new"}}}
-		}
-	}
+	db.updateDuringRead("4", 6) // the second chunk (keys 5-8): key 6 changes meanwhile
 	e, s, _ := start(t, &memState{}, db, 4)
 	if err := e.Submit(t.Context(), Request{Table: "public.t"}); err != nil {
 		t.Fatal(err)
@@ -766,4 +772,35 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestRunLastRowMarked: the last row a run emits is marked the last of its
+// table (a sink commits a load's end at once on it), also when the
+// window dropped the last key read; every other row is incremental.
+func TestRunLastRowMarked(t *testing.T) {
+	db := newFakeDB(10)
+	db.updateDuringRead("8", 10) // the last chunk (keys 9-10): key 10 changes meanwhile
+	e, s, _ := start(t, &memState{}, db, 4)
+	if err := e.Submit(t.Context(), Request{Table: "public.t", Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e, s)
+	var reads []source.Change
+	for _, c := range s.rows() {
+		if c.Op == source.OpRead {
+			reads = append(reads, c)
+		}
+	}
+	if got, want := keysOf(reads), []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
+		t.Fatalf("emitted keys %v, want %v", got, want)
+	}
+	for i, c := range reads {
+		want := source.PlaceIncremental
+		if i == len(reads)-1 {
+			want = source.PlaceLastInTable
+		}
+		if c.Place != want {
+			t.Errorf("row %d (key %v) has place %d, want %d", i, c.After[0], c.Place, want)
+		}
+	}
 }

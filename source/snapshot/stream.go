@@ -188,6 +188,14 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 			r.settleMaybe(r.readVals)
 		}
 	}
+	if n := len(rows); n > 0 && r.rangeDone && len(r.windows) == 0 && !r.unresolved() {
+		// The run's last row, as far as the engine knows now (a streamed
+		// change may still ask a key to be read again): source.snapshot
+		// "last_in_data_collection", which tells a sink the load's rows
+		// have ended, so it commits them at once instead of waiting for
+		// its commit interval (the COPY load marks its last row so too).
+		rows[n-1].Place = source.PlaceLastInTable
+	}
 	r.readRows += em.rows
 	r.emitted = append(r.emitted, em)
 	if cut {

@@ -143,6 +143,49 @@ func numericTextMax(b []byte) int {
 	return 4*(max(ndigits, weight+1, 1)) + max(dscale, 0) + 16
 }
 
+// Int64, Int32, Float64, Text and Str are the slab for other sources (the
+// MySQL reader's chunk rows and row images): the value as an interface
+// value pointing into the slab, Text's bytes copied, Str's string not
+// (its header is in the slab). On a nil slab they box the value as usual.
+func (s *Slab) Int64(v int64) any {
+	if s == nil {
+		return v
+	}
+	return s.int64(v)
+}
+
+func (s *Slab) Int32(v int32) any {
+	if s == nil {
+		return v
+	}
+	return s.int32(v)
+}
+
+func (s *Slab) Text(b []byte) any {
+	if s == nil {
+		return string(b)
+	}
+	return s.string(b)
+}
+
+func (s *Slab) Float64(v float64) any {
+	if s == nil {
+		return v
+	}
+	return s.float64(v)
+}
+
+func (s *Slab) Str(v string) any {
+	if s == nil {
+		return v
+	}
+	if len(s.strs) == cap(s.strs) {
+		s.strs = make([]string, 0, slabValues)
+	}
+	s.strs = append(s.strs, v)
+	return box(typeString, unsafe.Pointer(&s.strs[len(s.strs)-1]))
+}
+
 // SlabFunc is a decoder that puts its value in a slab.
 type SlabFunc func(b []byte, s *Slab) (any, error)
 
