@@ -1,7 +1,11 @@
 package iceberg
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -101,4 +105,94 @@ func TestIndexLookups(t *testing.T) {
 	put(6, many, []int64{31}, false)
 	check("many keys")
 	x.close()
+}
+
+// BenchmarkIndexUpdates is the key index under a stream of updates, as a
+// streaming table's commits use it: an index of CDCD_BENCH_ROWS keys
+// (default 1M) built as a load builds it (ingested, 50,000 keys a
+// commit), then CDCD_BENCH_UPDATES changes (default as many) in commits of
+// 20,000: random keys of the table, each looked up (getMany, in key order)
+// and re-pointed to the commit's new file, one in ten deleted instead, and
+// 5,000 new keys above the greatest a commit. cpu-µs/change counts the
+// whole process from the first update until the index is closed
+// (pebble's flushes and compactions included).
+//
+//	CDCD_BENCH_UPDATES=3000000 go test ./sink/iceberg -run '^$' -bench IndexUpdates -benchtime 1x
+func BenchmarkIndexUpdates(b *testing.B) {
+	rows := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	changes := rows
+	if v, err := strconv.Atoi(os.Getenv("CDCD_BENCH_UPDATES")); err == nil && v > 0 {
+		changes = v
+	}
+	const loadCommit, perCommit, newPerCommit = 50_000, 20_000, 5_000
+	for range b.N {
+		x, err := openIndex(b.TempDir(), indexOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		snap := int64(1)
+		for lo := 0; lo < rows; lo += loadCommit {
+			batch := x.newBatch()
+			batch.bulk = true
+			file := fmt.Sprintf("load-%d.parquet", snap)
+			for id := lo; id < min(lo+loadCommit, rows); id++ {
+				batch.set(appendKeyInt(nil, int64(id)), location{file: file, pos: int64(id - lo)})
+			}
+			if err := batch.apply(snap); err != nil {
+				b.Fatal(err)
+			}
+			snap++
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		next := int64(rows)
+		start := now()
+		found := 0
+		for done := 0; done < changes; done += perCommit + newPerCommit {
+			ids := make([]int64, 0, perCommit+newPerCommit)
+			for range perCommit {
+				ids = append(ids, rng.Int64N(next))
+			}
+			slices.Sort(ids)
+			ids = slices.Compact(ids)
+			for range newPerCommit {
+				ids = append(ids, next)
+				next++
+			}
+			keys := make([][]byte, len(ids))
+			for i, id := range ids {
+				keys[i] = appendKeyInt(make([]byte, 0, 9), id)
+			}
+			if err := x.getMany(keys, func(int, location) error { found++; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			batch := x.newBatch()
+			file := fmt.Sprintf("data-%d.parquet", snap)
+			pos := int64(0)
+			var dels [][]byte
+			for i, k := range keys {
+				if i%10 == 7 && ids[i] < int64(rows) {
+					dels = append(dels, k)
+					continue
+				}
+				batch.set(k, location{file: file, pos: pos})
+				pos++
+			}
+			for _, k := range dels {
+				batch.del(k)
+			}
+			if err := batch.apply(snap); err != nil {
+				b.Fatal(err)
+			}
+			snap++
+		}
+		if err := x.close(); err != nil {
+			b.Fatal(err)
+		}
+		end := now()
+		b.ReportMetric(float64((end.cpu-start.cpu).Microseconds())/float64(changes), "cpu-µs/change")
+		b.ReportMetric(float64(found)/float64(changes), "found/change")
+	}
 }

@@ -197,18 +197,28 @@ func (u *upsert) int64Key(c *change) ([]byte, bool) {
 
 // appendInt64Key appends int64Key's encoding to dst.
 func (u *upsert) appendInt64Key(dst []byte, c *change) ([]byte, bool) {
-	if len(u.keys) != 1 || len(c.table.Key) != 1 {
-		return nil, false
-	}
-	col := &c.table.Columns[c.table.Key[0]]
-	if col.Kind != schema.Int64 || col.Nullable || col.Name != u.keys[0].Name {
-		return nil, false
-	}
-	v, n := binary.Varint(c.key)
-	if n <= 0 || n != len(c.key) {
+	v, ok := u.int64KeyValue(c)
+	if !ok {
 		return nil, false
 	}
 	return appendKeyInt(dst, v), true
+}
+
+// int64KeyValue is the value of c's key when it is one NOT NULL bigint
+// column read from its Avro key (int64Key).
+func (u *upsert) int64KeyValue(c *change) (int64, bool) {
+	if len(u.keys) != 1 || c.table == nil || len(c.table.Key) != 1 || c.key == nil || c.env != nil {
+		return 0, false
+	}
+	col := &c.table.Columns[c.table.Key[0]]
+	if col.Kind != schema.Int64 || col.Nullable || col.Name != u.keys[0].Name {
+		return 0, false
+	}
+	v, n := binary.Varint(c.key)
+	if n <= 0 || n != len(c.key) {
+		return 0, false
+	}
+	return v, true
 }
 
 // keyArena holds a fold's bigint keys in shared chunks. A key is written
@@ -271,7 +281,19 @@ type keyState struct {
 // key found in two partitions (a topic's keys re-partitioned, which cdcd
 // never does) makes the fold start again in source order (byPartition,
 // mergeRuns), as it always did before.
+//
+// A buffer keyed by one bigint column is folded by sorting instead
+// (foldByKey): the same states, sorted by key.
 func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
+	if states, keys, ok, err := u.foldByKey(buf); ok || err != nil {
+		return states, keys, err
+	}
+	return u.foldMap(buf)
+}
+
+// foldMap is fold's general way: the keys' states in a map, in the order
+// the keys first appear.
+func (u *upsert) foldMap(buf []change) (map[string]*keyState, []*keyState, error) {
 	states, keys, spread, err := u.foldIn(len(buf), false, func(yield func(*change) error) error {
 		for i := range buf {
 			if c := &buf[i]; !c.skip && c.op() != 't' {
@@ -537,6 +559,11 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}
 	if err != nil {
 		return nil, badData(err)
+	}
+	// In key order once, for the index lookups and the rows written
+	// (foldByKey and foldInserts hand them over so).
+	if byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }; !slices.IsSortedFunc(keys, byKey) {
+		slices.SortFunc(keys, byKey)
 	}
 	fs, err := tbl.FS(ctx)
 	if err != nil {
