@@ -63,57 +63,18 @@ func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error
 // merged about 3 ms against 15 sorted, 64 runs 9 ms, 256 runs as slow as
 // the sort (a merge pass costs about two of the sort's levels).
 func sortByKey(keys []*keyState) []*keyState {
-	n := len(keys)
-	starts := []int{0}
-	for i := 1; i < n; i++ {
+	byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }
+	runs := 1
+	for i := 1; i < len(keys); i++ {
 		if compareKeys(keys[i-1].key, keys[i].key) > 0 {
-			if starts = append(starts, i); len(starts) > maxMergeRuns {
-				slices.SortFunc(keys, func(a, b *keyState) int { return compareKeys(a.key, b.key) })
+			if runs++; runs > maxMergeRuns {
+				slices.SortFunc(keys, byKey)
 				return keys
 			}
 		}
 	}
-	if len(starts) == 1 {
-		return keys
-	}
-	// Merge pairs of neighbouring runs, pass after pass, back and forth
-	// between keys and tmp.
-	tmp := make([]*keyState, n)
-	src, dst := keys, tmp
-	for len(starts) > 1 {
-		next := starts[:0:0]
-		for r := 0; r < len(starts); r += 2 {
-			lo, mid, hi := starts[r], n, n
-			if r+1 < len(starts) {
-				mid = starts[r+1]
-			}
-			if r+2 < len(starts) {
-				hi = starts[r+2]
-			}
-			mergeByKey(dst[lo:hi], src[lo:mid], src[mid:hi])
-			next = append(next, lo)
-		}
-		starts, src, dst = next, dst, src
-	}
-	return src
+	return mergeRuns(keys, byKey)
 }
 
 // maxMergeRuns is the most runs sortByKey merges rather than sorts.
 const maxMergeRuns = 64
-
-// mergeByKey merges the ascending a and b into out (len(a)+len(b)).
-func mergeByKey(out, a, b []*keyState) {
-	i, j, k := 0, 0, 0
-	for i < len(a) && j < len(b) {
-		if compareKeys(b[j].key, a[i].key) < 0 {
-			out[k] = b[j]
-			j++
-		} else {
-			out[k] = a[i]
-			i++
-		}
-		k++
-	}
-	k += copy(out[k:], a[i:])
-	copy(out[k:], b[j:])
-}

@@ -142,16 +142,8 @@ func TestIncrementalDoneAtDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Well within the server's keepalive (wal_sender_timeout / 2, 30 s),
-	// whose reply would be a status too.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		pr := r.Snapshots().Progress()
-		if len(pr) > 0 && !pr[0].Finished.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the snapshot is not done 20 s after it was asked for (statuses an hour apart): %+v", pr)
-		}
-	}
+	// whose reply would be a status too; statuses are an hour apart.
+	waitProgress(t, r, 1, 20*time.Second)
 	p.mu.Lock()
 	p.check("end")
 	violations := p.violations
@@ -201,15 +193,7 @@ func TestIncrementalChunksShareSyncs(t *testing.T) {
 	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Origin: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		pr := r.Snapshots().Progress()
-		if len(pr) > 0 && !pr[0].Finished.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the snapshot is not done after 60 s: %+v", pr)
-		}
-	}
+	waitProgress(t, r, 1, 60*time.Second)
 	took := time.Since(began)
 	chunks, emits := r.Snapshots().Timings().Chunks, p.emits.Load()
 	t.Logf("%d chunks in %s, %d Emits with a snapshot's rows", chunks, took, emits)
