@@ -174,6 +174,14 @@ func TestReconcileMyRightAfterStart(t *testing.T) {
 	defer proxy.Close()
 
 	p.start()
+	// The reconcile must find the daemon's admin API answering (asked
+	// directly, not through the proxy, so the reader stays held): a
+	// reconcile before the daemon listens rightly calls the pipeline
+	// stopped.
+	p.child.WaitUntil(t, "the daemon's admin API answers", time.Minute, func() bool {
+		_, err := p.child.Status()
+		return err == nil
+	})
 	var dumps int
 	if err := p.db.QueryRowContext(p.ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&dumps); err != nil {
 		t.Fatal(err)
