@@ -24,7 +24,7 @@ func DecodeLoop(ctx context.Context, dsn string, serverID uint32, flavor, start 
 		return 0, err
 	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: serverID, Flavor: flavor,
-		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
+		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password, TLSConfig: ci.tls,
 		TimestampStringLocation: time.UTC, Logger: slog.New(slog.DiscardHandler)})
 	defer syncer.Close()
 	bs, err := syncer.StartSyncGTID(set)

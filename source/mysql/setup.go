@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -23,6 +24,10 @@ type connInfo struct {
 	user     string
 	password string
 	db       string
+	// tls is the connections' TLS configuration (nil: plaintext), from
+	// the dsn's ssl-mode (tls.go); sslMode names it in logs.
+	tls     *tls.Config
+	sslMode sslMode
 }
 
 // parseDSN reads the URL form mysql://user:password@host:port/db (the
@@ -30,6 +35,7 @@ type connInfo struct {
 func parseDSN(dsn string) (connInfo, error) {
 	var ci connInfo
 	var addr string
+	var tp tlsParams
 	if strings.HasPrefix(dsn, "mysql://") || strings.HasPrefix(dsn, "mariadb://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
@@ -38,6 +44,9 @@ func parseDSN(dsn string) (connInfo, error) {
 		ci.user = u.User.Username()
 		ci.password, _ = u.User.Password()
 		addr, ci.db = u.Host, strings.TrimPrefix(u.Path, "/")
+		if tp, err = dsnParams(u.Query()); err != nil {
+			return ci, err
+		}
 	} else {
 		cfg, err := sqldriver.ParseDSN(dsn)
 		if err != nil {
@@ -47,6 +56,17 @@ func parseDSN(dsn string) (connInfo, error) {
 			return ci, fmt.Errorf("mysql: dsn: the binlog reader connects over TCP, not %s", cfg.Net)
 		}
 		ci.user, ci.password, ci.db, addr = cfg.User, cfg.Passwd, cfg.DBName, cfg.Addr
+		// go-sql-driver's tls parameter, in the terms of ssl-mode.
+		switch strings.ToLower(cfg.TLSConfig) {
+		case "", "false":
+			tp.mode = sslDisabled
+		case "true":
+			tp.mode = sslVerifyIdentity
+		case "skip-verify":
+			tp.mode = sslRequired
+		default:
+			return ci, fmt.Errorf("mysql: dsn: tls=%s is not supported: use tls=true or tls=skip-verify, or the URL form's ssl-mode", cfg.TLSConfig)
+		}
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -57,6 +77,10 @@ func parseDSN(dsn string) (connInfo, error) {
 		return ci, fmt.Errorf("mysql: dsn: bad host:port %q", addr)
 	}
 	ci.host, ci.port = host, uint16(p)
+	if ci.tls, err = tp.config(host); err != nil {
+		return ci, err
+	}
+	ci.sslMode = tp.mode
 	return ci, nil
 }
 
@@ -85,6 +109,7 @@ func (ci connInfo) open() (*sql.DB, error) {
 	cfg.InterpolateParams = true
 	cfg.Params = map[string]string{"time_zone": "'+00:00'", "sql_mode": "'NO_ENGINE_SUBSTITUTION'"}
 	cfg.Collation = "utf8mb4_general_ci"
+	cfg.TLS = ci.tls
 	conn, err := sqldriver.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)

@@ -86,7 +86,7 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	tables map[string]*tableDesc, st gtidState, wmErr error, e source.Emitter) error {
 	syncer := replication.NewBinlogSyncer(decodeSettings(replication.BinlogSyncerConfig{
 		ServerID: r.cfg.ServerID, Flavor: flavor,
-		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password,
+		Host: ci.host, Port: ci.port, User: ci.user, Password: ci.password, TLSConfig: ci.tls,
 		HeartbeatPeriod:  r.cfg.HeartbeatInterval,
 		ReadTimeout:      3 * r.cfg.HeartbeatInterval,
 		DisableRetrySync: true, // Run reconnects, from the checkpoint
@@ -103,7 +103,11 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{},
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord}, saved: st.ord,
 	}
-	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord)
+	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord, "tls", string(ci.sslMode))
+	if ci.tls == nil && !isLoopback(ci.host) {
+		r.logger.Warn("the connection to the server is not encrypted: its rows and the password cross the network in plaintext",
+			"host", ci.host, "fix", "add ?ssl-mode=verify-identity&ssl-ca=<the server's CA file> to source.mysql.dsn (or ssl-mode=required)")
+	}
 	if s.inc, err = r.startIncremental(ctx, ci, flavor, wmErr, e); err != nil {
 		return err
 	}
