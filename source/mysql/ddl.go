@@ -157,6 +157,12 @@ func parseIdent(s string) (ident, rest string, ok bool) {
 func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	st := parseStatement(string(e.Query), string(e.Schema))
 	switch st.kind {
+	case stmtOther, stmtTruncate, stmtDDL:
+		// Counted once handled: a snapshot chunk described before this
+		// count is read again (myDatabase.described).
+		defer s.r.ddl.Add(1)
+	}
+	switch st.kind {
 	case stmtBegin, stmtInTx:
 		return nil
 	case stmtCommit, stmtRollback:

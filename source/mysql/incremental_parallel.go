@@ -22,11 +22,10 @@ var _ snapshot.Parallel = (*myParallel)(nil)
 
 // Bounds implements snapshot.Parallel: the keys Limit-1, 2·Limit-1, …
 // rows into the range chunk q, in its order, for at most boundBatch
-// chunks (fewer: fewer rows are left), one query each after one
-// description of the table.
+// chunks (fewer: fewer rows are left), one query each.
 func (d *myParallel) Bounds(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery, n int) ([]snapshot.Key, bool, error) {
 	n = min(n, boundBatch)
-	desc, err := d.describe(ctx, name)
+	desc, _, _, err := d.described(ctx, name, false)
 	if err != nil {
 		return nil, false, err
 	}

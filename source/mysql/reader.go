@@ -149,6 +149,11 @@ type Reader struct {
 	// and the snapshot engine's goroutine both read them.
 	colMu   sync.Mutex
 	columns map[string]*tableColumns
+
+	// ddl counts the DDL statements the stream has handled (any table):
+	// the snapshot engine's cached descriptions are read again after one
+	// (myDatabase.described).
+	ddl atomic.Uint64
 }
 
 var _ source.Source = (*Reader)(nil)
