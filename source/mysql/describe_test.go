@@ -18,8 +18,13 @@ func TestChunkDescriptionCached(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.exec(t, "CREATE TABLE dd (id INT PRIMARY KEY, a INT, b VARCHAR(10))", "INSERT INTO dd VALUES (1, 10, 'x'), (2, 20, 'y')")
+	ci, err := parseDSN(e.srv.ReplDSN(e.name))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ddl atomic.Uint64
-	d := &myDatabase{db: e.db, flavor: FlavorMariaDB, ddl: &ddl}
+	d := &myDatabase{db: e.db, flavor: FlavorMariaDB, ci: &ci, ddl: &ddl}
+	t.Cleanup(d.closeConns)
 	ctx, qn := context.Background(), e.name+".dd"
 	if _, err := d.Describe(ctx, qn); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,12 @@ type myDatabase struct {
 	// dropped names the columns dropped at the source that a shape lacks
 	// (Reader.dropped); nil: none.
 	dropped func(qn string, has func(string) bool) []string
+	// ci, when set, is how chunk reads connect with go-mysql's client
+	// (chunkconn.go); nil: they read through the pool (database/sql).
+	ci *connInfo
+	// own is the engine goroutine's chunk connection (ReadChunk; the
+	// Parallel readers have their own).
+	own *chunkConn
 	// ddl counts the DDL statements the stream has handled (Reader.ddl);
 	// nil: every chunk describes its table again. descs caches a
 	// description per table with the count it was read at (described).
@@ -161,7 +167,7 @@ func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 
 // ReadChunk implements snapshot.Database.
 func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
-	return d.readChunk(ctx, name, q)
+	return d.readChunk(ctx, name, q, &d.own)
 }
 
 // described returns a table's description: the cached one while the stream
@@ -203,16 +209,18 @@ func (d *myDatabase) described(ctx context.Context, name string, fresh bool) (*t
 	return desc, gen, false, nil
 }
 
-// readChunk reads a chunk with the table's cached description. A read that fails with a cached description is read once more,
+// readChunk reads a chunk with the table's cached description, on *cc
+// (dialed when nil or broken; the pool when d.ci is nil, and in read-only
+// mode). A read that fails with a cached description is read once more,
 // described again: the table may have changed since (a column dropped or
 // retyped).
-func (d *myDatabase) readChunk(ctx context.Context, name string, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+func (d *myDatabase) readChunk(ctx context.Context, name string, q snapshot.ChunkQuery, cc **chunkConn) (*snapshot.Chunk, error) {
 	for fresh := false; ; fresh = true {
 		desc, gen, cached, err := d.described(ctx, name, fresh)
 		if err != nil {
 			return nil, err
 		}
-		res, err := d.readDescribed(ctx, desc, name, q)
+		res, err := d.readDescribed(ctx, desc, name, q, cc)
 		if err != nil {
 			if cached && ctx.Err() == nil {
 				continue
@@ -230,7 +238,7 @@ func (d *myDatabase) readChunk(ctx context.Context, name string, q snapshot.Chun
 }
 
 // readDescribed runs a chunk's query with the description desc.
-func (d *myDatabase) readDescribed(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+func (d *myDatabase) readDescribed(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery, cc **chunkConn) (*snapshot.Chunk, error) {
 	text, args, err := chunkQuery(desc, q)
 	if err != nil {
 		return nil, err
@@ -247,7 +255,27 @@ func (d *myDatabase) readDescribed(ctx context.Context, desc *tableDesc, name st
 		d.roChunk(set, res)
 		return res, nil
 	}
-	return readRows(ctx, d.db, desc, name, q, text, args)
+	if d.ci == nil {
+		return readRows(ctx, d.db, desc, name, q, text, args)
+	}
+	if *cc != nil && (*cc).broken {
+		(*cc).close()
+		*cc = nil
+	}
+	if *cc == nil {
+		c, err := d.ci.dialChunks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		*cc = c
+	}
+	return (*cc).read(ctx, desc, name, q, text, args)
+}
+
+// closeConns closes the engine goroutine's chunk connection.
+func (d *myDatabase) closeConns() {
+	d.own.close()
+	d.own = nil
 }
 
 // newChunk returns an empty chunk with room for the rows q likely reads.

@@ -60,14 +60,27 @@ const boundBatch = 8
 
 // Reader implements snapshot.Parallel.
 func (d *myParallel) Reader(context.Context) (snapshot.ChunkReader, error) {
-	return chunkReader{d.myDatabase}, nil
+	return &chunkReader{myDatabase: d.myDatabase}, nil
 }
 
-// chunkReader reads chunks and writes watermarks on the shared pool.
-type chunkReader struct{ *myDatabase }
+// chunkReader reads chunks on a connection of its own (dialed at its first
+// read; see chunkconn.go) and writes watermarks on the shared pool.
+type chunkReader struct {
+	*myDatabase
+	cc *chunkConn
+}
 
-// Close implements snapshot.ChunkReader: the pool stays the engine's.
-func (chunkReader) Close() {}
+// ReadChunk implements snapshot.ChunkReader.
+func (r *chunkReader) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	return r.readChunk(ctx, name, q, &r.cc)
+}
+
+// Close implements snapshot.ChunkReader: its connection is closed, the
+// pool stays the engine's.
+func (r *chunkReader) Close() {
+	r.cc.close()
+	r.cc = nil
+}
 
 // readKey runs a query of one key (its columns as selectExpr selects
 // them) into p.Upper; none leaves it nil.
