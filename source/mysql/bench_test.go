@@ -203,6 +203,9 @@ func BenchmarkLoad(b *testing.B) {
 		if em.n != int64(rows) {
 			b.Fatalf("the load emitted %d rows, want %d", em.n, rows)
 		}
+		tm := r.Snapshots().Timings() // summed over chunks read at once
+		b.Logf("%d chunks in %v: reader wait %v, low %v, read %v, order %v, high %v, meet %v; engine wait %v, bounds %v",
+			tm.Chunks, time.Since(t0).Round(time.Millisecond), tm.ReaderWait, tm.Low, tm.Read, tm.Order, tm.High, tm.Meet, tm.EngineWait, tm.Bounds)
 		b.ReportMetric(raw, "raw-rows/s")
 		b.ReportMetric(got, "load-rows/s")
 		b.ReportMetric(got/raw, "ratio")
