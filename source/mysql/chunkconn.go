@@ -119,7 +119,11 @@ func fieldValue(t *colType, v *gomysql.FieldValue, slab *pgdecode.Slab) (any, er
 	case gomysql.FieldValueTypeNull:
 		return nil, nil
 	case gomysql.FieldValueTypeString:
-		return slabText(t, v.AsString(), slab)
+		b := v.AsString()
+		if b == nil { // an empty value in a column whose buffer never held one
+			b = noBytes
+		}
+		return slabText(t, b, slab)
 	case gomysql.FieldValueTypeSigned:
 		if isInteger(t.Base) && !(t.Base == "bigint" && t.Unsigned) {
 			return slab.Int64(v.AsInt64()), nil
@@ -143,6 +147,9 @@ func fieldValue(t *colType, v *gomysql.FieldValue, slab *pgdecode.Slab) (any, er
 	}
 	return nil, fmt.Errorf("%w: %s as %s", errBadValue, t.Base, v.String())
 }
+
+// noBytes is an empty value that is not NULL (slabText's nil).
+var noBytes = []byte{}
 
 // isInteger reports whether base is an integer type (YEAR included).
 func isInteger(base string) bool {

@@ -1,7 +1,11 @@
 package mysql
 
 import (
+	"context"
+	"reflect"
 	"testing"
+
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // loadPath is one way the load reads chunks.
@@ -45,5 +49,35 @@ func TestInterpolate(t *testing.T) {
 	}
 	if _, err := interpolate("SELECT ?", []any{struct{}{}}); err == nil {
 		t.Error("an argument of an unknown type: no error")
+	}
+}
+
+// TestChunkEmptyValues: empty texts, binaries, enums and sets in a chunk's
+// first rows are empty values, not NULL, on both load paths (go-mysql's
+// client leaves a column's buffer nil until a value is not empty), and
+// NULLs stay NULL.
+func TestChunkEmptyValues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE ev (id INT PRIMARY KEY, c CHAR(3), vc VARCHAR(5), tx TEXT, vb VARBINARY(4), bl BLOB, en ENUM('', 'a'), st SET('a','b'))",
+		"INSERT INTO ev VALUES (1, '', '', '', '', '', '', ''), (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL), (3, 'x', 'y', 'z', x'01', x'02', 'a', 'a,b')")
+	want := [][]any{
+		{int64(1), "", "", "", []byte{}, []byte{}, "", ""},
+		{int64(2), nil, nil, nil, nil, nil, nil, nil},
+		{int64(3), "x", "y", "z", []byte{1}, []byte{2}, "a", "a,b"},
+	}
+	for _, load := range e.chunkDatabases(t) {
+		ch, err := load.d.ReadChunk(context.Background(), e.name+".ev", nil, snapshot.ChunkQuery{Upper: snapshot.Key{"10"}, Limit: 10})
+		if err != nil {
+			t.Fatalf("%s: %v", load.name, err)
+		}
+		if len(ch.Rows) != len(want) {
+			t.Fatalf("%s: %d rows, want %d", load.name, len(ch.Rows), len(want))
+		}
+		for i, c := range ch.Rows {
+			if !reflect.DeepEqual(c.After, want[i]) {
+				t.Errorf("%s: row %d: %#v, want %#v", load.name, i+1, c.After, want[i])
+			}
+		}
 	}
 }
