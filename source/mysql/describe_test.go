@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
@@ -65,5 +66,22 @@ func TestChunkDescriptionCached(t *testing.T) {
 	ddl.Add(1)
 	if ch.Consistent(nil) {
 		t.Error("a chunk read before a DDL statement the stream counted is consistent")
+	}
+}
+
+// TestStreamCountsDDL: the stream counts a DDL statement on a captured
+// table, once handled, and not one on another table.
+func TestStreamCountsDDL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE cnt (id INT PRIMARY KEY)")
+	r, _ := e.reader(t, newMemState(), newDedupe(1), "cnt")
+	e.exec(t, "CREATE TABLE other (id INT PRIMARY KEY)", "ALTER TABLE other ADD COLUMN a INT", "alter table `cnt` add column a int")
+	deadline := time.Now().Add(30 * time.Second)
+	for r.ddl.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := r.ddl.Load(); n != 1 {
+		t.Fatalf("after two statements on another table and one on the captured one: %d counted, want 1", n)
 	}
 }

@@ -55,7 +55,8 @@ type myDatabase struct {
 	// own is the engine goroutine's chunk connection (ReadChunk; the
 	// Parallel readers have their own).
 	own *chunkConn
-	// ddl counts the DDL statements the stream has handled (Reader.ddl);
+	// ddl counts the DDL statements on captured tables the stream has
+	// handled (Reader.ddl);
 	// nil: every chunk describes its table again. descs caches a
 	// description per table with the count it was read at (described).
 	ddl    *atomic.Uint64
@@ -182,8 +183,9 @@ func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 // then reads the chunk again, described again. A statement that changed
 // the table before the read is in the binlog before the chunk's high
 // watermark (the read waits for its metadata lock), so the stream counts
-// it before it meets that watermark. The count is of every DDL statement
-// (any table): they are rare, and a chunk read again costs one read.
+// it before it meets that watermark. The count is of the DDL statements
+// naming any captured table (by its bare name, in any case: the refresh's
+// rule): they are rare, and a chunk read again costs one read.
 func (d *myDatabase) described(ctx context.Context, name string, fresh bool) (*tableDesc, uint64, bool, error) {
 	if d.ddl == nil {
 		desc, err := d.describe(ctx, name)

@@ -150,7 +150,8 @@ type Reader struct {
 	colMu   sync.Mutex
 	columns map[string]*tableColumns
 
-	// ddl counts the DDL statements the stream has handled (any table):
+	// ddl counts the DDL statements (and TRUNCATEs) naming a captured
+	// table that the stream has handled:
 	// the snapshot engine's cached descriptions are read again after one
 	// (myDatabase.described).
 	ddl atomic.Uint64
