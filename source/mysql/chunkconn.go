@@ -70,7 +70,11 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { cc.nc.Close() })
-	defer stop()
+	defer func() {
+		if !stop() { // closed, even if the read had ended first
+			cc.broken = true
+		}
+	}()
 	now, n := time.Now(), len(desc.cols)
 	res := newChunk(q)
 	slabs := make([]pgdecode.Slab, n)
