@@ -96,11 +96,12 @@ func benchTable(b *testing.B) (srv *mariadbserver.Server, db *sql.DB, name, star
 	return srv, db, name, start, rows
 }
 
-// BenchmarkChunkReads: the load's chunk reads (ReadChunk: the table
-// described, the chunk's SELECT, every value into the table model) against
-// a plain SELECT * scanned as raw bytes, in the same run, by this
-// process's CPU per row (the server's is not counted). Rows:
-// CDCD_BENCH_ROWS, default 200000.
+// BenchmarkChunkReads: the load's chunk reads (ReadChunk: the chunk's
+// SELECT, every value into the table model) through go-mysql's client
+// (chunks-*, the load's path) and through database/sql (sql-chunks-*,
+// read-only snapshots' path) against a plain SELECT * scanned as raw bytes
+// by database/sql, in the same run, by this process's CPU per row (the
+// server's is not counted). Rows: CDCD_BENCH_ROWS, default 200000.
 //
 //	go test ./source/mysql -run '^$' -bench ChunkReads -benchtime 1x
 func BenchmarkChunkReads(b *testing.B) {
@@ -115,18 +116,15 @@ func BenchmarkChunkReads(b *testing.B) {
 	}
 	defer pool.Close()
 	ctx := context.Background()
-	d := &myDatabase{db: pool, flavor: FlavorMariaDB}
+	fast := &myDatabase{db: pool, flavor: FlavorMariaDB, ci: &ci}
+	defer fast.closeConns()
 	qn := name + ".bench"
-	for b.Loop() {
-		t0, c0, m0 := time.Now(), cpuTime(), mallocs()
-		n := selectAll(b, pool, name)
-		rawWall, rawCPU, rawAllocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
-
+	chunks := func(d *myDatabase) (wall, cpu time.Duration, allocs uint64) {
 		plan, err := d.Plan(ctx, qn, nil, "")
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0, c0, m0 = time.Now(), cpuTime(), mallocs()
+		t0, c0, m0 := time.Now(), cpuTime(), mallocs()
 		var after snapshot.Key
 		got := 0
 		for {
@@ -140,15 +138,30 @@ func BenchmarkChunkReads(b *testing.B) {
 			}
 			after = ch.Last
 		}
-		wall, cpu, allocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
-		if n != rows || got != rows {
-			b.Fatalf("SELECT * read %d rows, the chunks %d; want %d", n, got, rows)
+		wall, cpu, allocs = time.Since(t0), cpuTime()-c0, mallocs()-m0
+		if got != rows {
+			b.Fatalf("the chunks read %d rows; want %d", got, rows)
 		}
-		b.ReportMetric(float64(rawCPU.Microseconds())/float64(rows), "raw-cpu-µs/row")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(rows), "chunks-cpu-µs/row")
+		return wall, cpu, allocs
+	}
+	for b.Loop() {
+		t0, c0, m0 := time.Now(), cpuTime(), mallocs()
+		n := selectAll(b, pool, name)
+		rawWall, rawCPU, rawAllocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
+		if n != rows {
+			b.Fatalf("SELECT * read %d rows; want %d", n, rows)
+		}
+		sqlWall, sqlCPU, sqlAllocs := chunks(&myDatabase{db: pool, flavor: FlavorMariaDB})
+		wall, cpu, allocs := chunks(fast)
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows) }
+		b.ReportMetric(per(rawCPU), "raw-cpu-µs/row")
+		b.ReportMetric(per(cpu), "chunks-cpu-µs/row")
+		b.ReportMetric(per(sqlCPU), "sql-chunks-cpu-µs/row")
 		b.ReportMetric(rawWall.Seconds()/wall.Seconds(), "ratio")
+		b.ReportMetric(rawWall.Seconds()/sqlWall.Seconds(), "sql-ratio")
 		b.ReportMetric(float64(rawAllocs)/float64(rows), "raw-allocs/row")
 		b.ReportMetric(float64(allocs)/float64(rows), "chunks-allocs/row")
+		b.ReportMetric(float64(sqlAllocs)/float64(rows), "sql-chunks-allocs/row")
 	}
 }
 
@@ -190,6 +203,9 @@ func BenchmarkLoad(b *testing.B) {
 		if em.n != int64(rows) {
 			b.Fatalf("the load emitted %d rows, want %d", em.n, rows)
 		}
+		tm := r.Snapshots().Timings() // summed over chunks read at once
+		b.Logf("%d chunks in %v: reader wait %v, low %v, read %v, order %v, high %v, meet %v; engine wait %v, bounds %v",
+			tm.Chunks, time.Since(t0).Round(time.Millisecond), tm.ReaderWait, tm.Low, tm.Read, tm.Order, tm.High, tm.Meet, tm.EngineWait, tm.Bounds)
 		b.ReportMetric(raw, "raw-rows/s")
 		b.ReportMetric(got, "load-rows/s")
 		b.ReportMetric(got/raw, "ratio")

@@ -48,36 +48,43 @@ func TestChunkKeyTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 		qn := e.name + ".k_" + tc.name
-		d := &myDatabase{db: e.db, flavor: FlavorMariaDB}
-		ctx := context.Background()
-		p, err := d.Plan(ctx, qn, nil, "")
+		for _, load := range e.chunkDatabases(t) {
+			testChunkKeys(t, load.name+": "+tc.name, load.d, qn, n)
+		}
+	}
+}
+
+// testChunkKeys reads table qn (n rows) whole and in chunks of three.
+func testChunkKeys(t *testing.T, name string, d *myDatabase, qn string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := d.Plan(ctx, qn, nil, "")
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	whole, err := d.ReadChunk(ctx, qn, nil, snapshot.ChunkQuery{Upper: p.Upper, Limit: 1 << 20})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var want, got []string
+	for _, c := range whole.Rows {
+		want = append(want, fmt.Sprint(c.After))
+	}
+	var after snapshot.Key
+	for chunks := 0; chunks <= n; chunks++ {
+		ch, err := d.ReadChunk(ctx, qn, nil, snapshot.ChunkQuery{After: after, Upper: p.Upper, Limit: 3})
 		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		whole, err := d.ReadChunk(ctx, qn, nil, snapshot.ChunkQuery{Upper: p.Upper, Limit: 1 << 20})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+		for _, c := range ch.Rows {
+			got = append(got, fmt.Sprint(c.After))
 		}
-		var want, got []string
-		for _, c := range whole.Rows {
-			want = append(want, fmt.Sprint(c.After))
+		if len(ch.Rows) < 3 {
+			break
 		}
-		var after snapshot.Key
-		for chunks := 0; chunks <= n; chunks++ {
-			ch, err := d.ReadChunk(ctx, qn, nil, snapshot.ChunkQuery{After: after, Upper: p.Upper, Limit: 3})
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
-			for _, c := range ch.Rows {
-				got = append(got, fmt.Sprint(c.After))
-			}
-			if len(ch.Rows) < 3 {
-				break
-			}
-			after = ch.Last
-		}
-		if len(want) != n || fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: %d rows; the whole read %d rows, in chunks %d:\n whole %v\nchunks %v", tc.name, n, len(want), len(got), want, got)
-		}
+		after = ch.Last
+	}
+	if len(want) != n || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: %d rows; the whole read %d rows, in chunks %d:\n whole %v\nchunks %v", name, n, len(want), len(got), want, got)
 	}
 }

@@ -156,6 +156,11 @@ func parseIdent(s string) (ident, rest string, ok bool) {
 // query handles a statement event: transaction bounds, truncates, DDL.
 func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	st := parseStatement(string(e.Query), string(e.Schema))
+	if (st.kind == stmtDDL || st.kind == stmtTruncate) && s.namesCaptured(string(e.Query)) {
+		// Counted once handled: a snapshot chunk described before this
+		// count is read again (myDatabase.described).
+		defer s.r.ddl.Add(1)
+	}
 	switch st.kind {
 	case stmtBegin, stmtInTx:
 		return nil
@@ -192,6 +197,19 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		}
 	}
 	return s.commit(ctx)
+}
+
+// namesCaptured reports whether a statement holds the bare name of a
+// captured table, in any case (as refresh picks the tables a DDL statement
+// may have changed; the statement is not parsed).
+func (s *streamer) namesCaptured(stmt string) bool {
+	stmt = strings.ToLower(stmt)
+	for _, d := range s.captured {
+		if strings.Contains(stmt, strings.ToLower(d.name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // refresh reads again the information schema of the captured tables a DDL

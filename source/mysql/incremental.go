@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/source"
@@ -27,11 +29,15 @@ import (
 // after the last key read and at most the run's upper bound, in key order,
 // with a LIMIT; the bounds are compared by the server (row comparisons
 // spelled out so the primary key's index serves them), so collations are
-// its own. A chunk needs no consistency check (snapshot.Chunk.Consistent):
-// both flavors make transactions visible in their binlog order (MariaDB
-// always; MySQL with binlog_order_commits=ON, its default, checked when
-// the engine starts), so once the low watermark's INSERT has returned,
-// every transaction before it in the binlog is visible to the read.
+// its own. A chunk needs no consistency check of its rows
+// (snapshot.Chunk.Consistent): both flavors make transactions visible in
+// their binlog order (MariaDB always; MySQL with binlog_order_commits=ON,
+// its default, checked when the engine starts), so once the low
+// watermark's INSERT has returned, every transaction before it in the
+// binlog is visible to the read. Its Consistent checks the table's
+// description instead: a table is described once, not for every chunk,
+// and a chunk read with a description from before a DDL statement the
+// stream met before its high watermark is read again (described).
 
 // myDatabase is the engine's view of the source database (snapshot.Database).
 type myDatabase struct {
@@ -43,6 +49,25 @@ type myDatabase struct {
 	// dropped names the columns dropped at the source that a shape lacks
 	// (Reader.dropped); nil: none.
 	dropped func(qn string, has func(string) bool) []string
+	// ci, when set, is how chunk reads connect with go-mysql's client
+	// (chunkconn.go); nil: they read through the pool (database/sql).
+	ci *connInfo
+	// own is the engine goroutine's chunk connection (ReadChunk; the
+	// Parallel readers have their own).
+	own *chunkConn
+	// ddl counts the DDL statements on captured tables the stream has
+	// handled (Reader.ddl);
+	// nil: every chunk describes its table again. descs caches a
+	// description per table with the count it was read at (described).
+	ddl    *atomic.Uint64
+	descMu sync.Mutex
+	descs  map[string]cachedDesc
+}
+
+// cachedDesc is a table's description and the DDL count before it was read.
+type cachedDesc struct {
+	desc *tableDesc
+	gen  uint64
 }
 
 // querier runs a query on a pool or one connection.
@@ -97,7 +122,7 @@ func (d *myDatabase) describe(ctx context.Context, name string) (*tableDesc, err
 // left to the server (nil): they serve only changes with unchanged values,
 // which full row images never carry.
 func (d *myDatabase) Describe(ctx context.Context, name string) (*snapshot.Table, error) {
-	desc, err := d.describe(ctx, name)
+	desc, _, _, err := d.described(ctx, name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +132,7 @@ func (d *myDatabase) Describe(ctx context.Context, name string) (*snapshot.Table
 // Plan implements snapshot.Database: the greatest key (read backwards
 // through the primary key) and the server's estimate of the rows.
 func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, where string) (*snapshot.Plan, error) {
-	desc, err := d.describe(ctx, name)
+	desc, _, _, err := d.described(ctx, name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -141,40 +166,122 @@ func (d *myDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	return p, nil
 }
 
-// ReadChunk implements snapshot.Database. The table is described again
-// first, so a chunk read after DDL has the new columns.
+// ReadChunk implements snapshot.Database.
 func (d *myDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	return d.readChunk(ctx, name, q, &d.own)
+}
+
+// described returns a table's description: the cached one while the stream
+// has handled no DDL statement since it was read (fresh: read it again),
+// with the DDL count it was read at.
+//
+// A chunk read with a description from before a DDL statement could hold
+// rows of the old shape (a column added to a SELECT that names its
+// columns) to be emitted after the stream met the statement. So a chunk's
+// Consistent (readChunk) says no when the stream handled a DDL statement
+// after its description was read and before its high watermark; the engine
+// then reads the chunk again, described again. A statement that changed
+// the table before the read is in the binlog before the chunk's high
+// watermark (the read waits for its metadata lock), so the stream counts
+// it before it meets that watermark. The count is of the DDL statements
+// naming any captured table (by its bare name, in any case: the refresh's
+// rule): they are rare, and a chunk read again costs one read.
+func (d *myDatabase) described(ctx context.Context, name string, fresh bool) (*tableDesc, uint64, bool, error) {
+	if d.ddl == nil {
+		desc, err := d.describe(ctx, name)
+		return desc, 0, false, err
+	}
+	gen := d.ddl.Load()
+	d.descMu.Lock()
+	c, ok := d.descs[name]
+	d.descMu.Unlock()
+	if ok && c.gen == gen && !fresh {
+		return c.desc, gen, true, nil
+	}
 	desc, err := d.describe(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
+	d.descMu.Lock()
+	if d.descs == nil {
+		d.descs = map[string]cachedDesc{}
+	}
+	d.descs[name] = cachedDesc{desc: desc, gen: gen}
+	d.descMu.Unlock()
+	return desc, gen, false, nil
+}
+
+// readChunk reads a chunk with the table's cached description, on *cc
+// (dialed when nil or broken; the pool when d.ci is nil, and in read-only
+// mode). A read that fails with a cached description is read once more,
+// described again: the table may have changed since (a column dropped or
+// retyped).
+func (d *myDatabase) readChunk(ctx context.Context, name string, q snapshot.ChunkQuery, cc **chunkConn) (*snapshot.Chunk, error) {
+	for fresh := false; ; fresh = true {
+		desc, gen, cached, err := d.described(ctx, name, fresh)
+		if err != nil {
+			return nil, err
+		}
+		res, err := d.readDescribed(ctx, desc, name, q, cc)
+		if err != nil {
+			if cached && ctx.Err() == nil {
+				continue
+			}
+			return nil, err
+		}
+		if d.ddl != nil {
+			prev := res.Consistent
+			res.Consistent = func(low source.Position) bool {
+				return d.ddl.Load() == gen && (prev == nil || prev(low))
+			}
+		}
+		return res, nil
+	}
+}
+
+// readDescribed runs a chunk's query with the description desc.
+func (d *myDatabase) readDescribed(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery, cc **chunkConn) (*snapshot.Chunk, error) {
 	text, args, err := chunkQuery(desc, q)
 	if err != nil {
 		return nil, err
 	}
-	var res *snapshot.Chunk
-	read := func(db querier) (err error) {
-		res, err = readRows(ctx, db, desc, name, q, text, args)
-		return err
-	}
 	if d.ro != nil {
-		set, err := d.consistentRead(ctx, read)
+		var res *snapshot.Chunk
+		set, err := d.consistentRead(ctx, func(db querier) (err error) {
+			res, err = readRows(ctx, db, desc, name, q, text, args)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
 		d.roChunk(set, res)
 		return res, nil
 	}
-	return res, read(d.db)
+	if d.ci == nil {
+		return readRows(ctx, d.db, desc, name, q, text, args)
+	}
+	if *cc != nil && (*cc).broken {
+		(*cc).close()
+		*cc = nil
+	}
+	if *cc == nil {
+		c, err := d.ci.dialChunks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		*cc = c
+	}
+	return (*cc).read(ctx, desc, name, q, text, args)
 }
 
-// readRows runs a chunk's query.
-func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any) (*snapshot.Chunk, error) {
-	rows, err := db.QueryContext(ctx, text, args...)
-	if err != nil {
-		return nil, queryError(name, q.Where, err)
-	}
-	defer rows.Close()
+// closeConns closes the engine goroutine's chunk connection.
+func (d *myDatabase) closeConns() {
+	d.own.close()
+	d.own = nil
+}
+
+// newChunk returns an empty chunk with room for the rows q likely reads.
+func newChunk(q snapshot.ChunkQuery) *snapshot.Chunk {
 	want := q.Limit
 	switch {
 	case q.Keys != nil:
@@ -182,8 +289,25 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	case q.To != nil:
 		want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 	}
+	return &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
+}
+
+// finishChunk sets a read chunk's Last.
+func finishChunk(res *snapshot.Chunk, desc *tableDesc) {
+	if k := len(res.Rows); k > 0 {
+		res.Last = keyText(desc, res.Rows[k-1].Key())
+	}
+}
+
+// readRows runs a chunk's query through database/sql.
+func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any) (*snapshot.Chunk, error) {
+	rows, err := db.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, queryError(name, q.Where, err)
+	}
+	defer rows.Close()
 	now, n := time.Now(), len(desc.cols)
-	res := &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
+	res := newChunk(q)
 	vals, ptrs := scanDests(desc.cols)
 	var slab rowSlab
 	for rows.Next() {
@@ -203,9 +327,7 @@ func readRows(ctx context.Context, db querier, desc *tableDesc, name string, q s
 	if err := rows.Err(); err != nil {
 		return nil, queryError(name, q.Where, err)
 	}
-	if k := len(res.Rows); k > 0 {
-		res.Last = keyText(desc, res.Rows[k-1].Key())
-	}
+	finishChunk(res, desc)
 	return res, nil
 }
 

@@ -141,7 +141,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 		return nil, err
 	}
 	in := &incStream{eng: r.inc, id: r.watermarkID(), sigTable: r.cfg.SignalTable, tables: r.cfg.Tables, logger: r.logger}
-	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr, dropped: r.dropped}
+	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr, dropped: r.dropped, ci: &ci, ddl: &r.ddl}
 	switch {
 	case r.cfg.ReadOnly && flavor != FlavorMariaDB:
 		if r.snapshotsPending() {
@@ -181,6 +181,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 	go func() {
 		defer in.wg.Done()
 		defer db.Close()
+		defer my.closeConns()
 		err := r.inc.Run(wctx, sdb, em)
 		if wctx.Err() == nil && err != nil {
 			in.mu.Lock()

@@ -149,6 +149,12 @@ type Reader struct {
 	// and the snapshot engine's goroutine both read them.
 	colMu   sync.Mutex
 	columns map[string]*tableColumns
+
+	// ddl counts the DDL statements (and TRUNCATEs) naming a captured
+	// table that the stream has handled:
+	// the snapshot engine's cached descriptions are read again after one
+	// (myDatabase.described).
+	ddl atomic.Uint64
 }
 
 var _ source.Source = (*Reader)(nil)

@@ -52,7 +52,8 @@ var typesRows = []string{
 }
 
 // TestTypeMatrix: every row read from the binlog equals the same row
-// selected by the load (myDatabase.ReadChunk), and some values are checked exactly.
+// selected by the load (myDatabase.ReadChunk, through database/sql and
+// through go-mysql's client), and some values are checked exactly.
 func TestTypeMatrix(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -68,27 +69,29 @@ func TestTypeMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sdb := &myDatabase{db: e.db, flavor: FlavorMariaDB}
-	plan, err := sdb.Plan(ctx, e.name+".types", nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk, err := sdb.ReadChunk(ctx, e.name+".types", nil, snapshot.ChunkQuery{Upper: plan.Upper, Limit: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(chunk.Rows) != len(typesRows) {
-		t.Fatalf("selected %d rows, want %d", len(chunk.Rows), len(typesRows))
-	}
 	tab := streamed[0].Table
 	if !tab.Equal(desc.table) {
 		t.Errorf("the stream's shape\n%s\ndiffers from the load's\n%s", tab, desc.table)
 	}
-	for i, c := range streamed {
-		sel := chunk.Rows[i].After
-		for j, col := range tab.Columns {
-			if !reflect.DeepEqual(c.After[j], sel[j]) {
-				t.Errorf("row %v column %s (%s): streamed %#v, selected %#v", c.After[0], col.Name, col.SourceType, c.After[j], sel[j])
+	for _, load := range e.chunkDatabases(t) { // database/sql and go-mysql's client
+		sdb := load.d
+		plan, err := sdb.Plan(ctx, e.name+".types", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk, err := sdb.ReadChunk(ctx, e.name+".types", nil, snapshot.ChunkQuery{Upper: plan.Upper, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chunk.Rows) != len(typesRows) {
+			t.Fatalf("%s: selected %d rows, want %d", load.name, len(chunk.Rows), len(typesRows))
+		}
+		for i, c := range streamed {
+			sel := chunk.Rows[i].After
+			for j, col := range tab.Columns {
+				if !reflect.DeepEqual(c.After[j], sel[j]) {
+					t.Errorf("%s: row %v column %s (%s): streamed %#v, selected %#v", load.name, c.After[0], col.Name, col.SourceType, c.After[j], sel[j])
+				}
 			}
 		}
 	}

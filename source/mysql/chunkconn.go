@@ -1,0 +1,262 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
+)
+
+// The load's chunk reads on go-mysql's client. Through database/sql,
+// go-sql-driver made 6.7 allocations a row before cdcd saw a value (an
+// interface box per integer and double, a slice header per text), and
+// database/sql's Next and Scan were about two thirds of a chunk's read.
+// go-mysql's client streams a result's rows, in the text protocol, into
+// FieldValues it reuses (integers and doubles parsed from the server's
+// text, texts copied into buffers of their own), and each row goes
+// straight into the table model, its values in slabs. The server sends
+// the same text as to go-sql-driver, and every value not parsed by the
+// client goes through the same conversion (slabText), so the load's
+// values are the database/sql path's; read-only snapshots keep that path
+// (their reads run inside a consistent-snapshot transaction of the pool).
+
+// chunkConn is a connection of go-mysql's client that reads chunks, one
+// at a time. After any error it is broken: its state is unknown (rows
+// left unread), so it is closed and dialed again.
+type chunkConn struct {
+	c      *client.Conn
+	nc     net.Conn // the socket, closed when a read's context ends
+	res    gomysql.Result
+	broken bool
+}
+
+// dialChunks connects with the pool's session settings (open): UTC time
+// zone, utf8mb4 results, no strict mode.
+func (ci connInfo) dialChunks(ctx context.Context) (*chunkConn, error) {
+	addr := net.JoinHostPort(ci.host, strconv.Itoa(int(ci.port)))
+	c, err := client.ConnectWithContext(ctx, addr, ci.user, ci.password, ci.db, dialTimeout,
+		func(c *client.Conn) error {
+			c.SetTLSConfig(ci.tls)
+			return c.SetCollation("utf8mb4_general_ci")
+		})
+	if err != nil {
+		return nil, fmt.Errorf("mysql: connect to read chunks: %w", err)
+	}
+	if _, err := c.Execute("SET time_zone = '+00:00', sql_mode = 'NO_ENGINE_SUBSTITUTION'"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("mysql: session settings to read chunks: %w", err)
+	}
+	return &chunkConn{c: c, nc: c.Conn.Conn}, nil
+}
+
+// close closes the connection; nil is a no-op.
+func (cc *chunkConn) close() {
+	if cc != nil {
+		cc.c.Close()
+	}
+}
+
+// read runs a chunk's query (text with ? for args, written into it as
+// literals: one round trip) and converts its rows.
+func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any) (*snapshot.Chunk, error) {
+	query, err := interpolate(text, args)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { cc.nc.Close() })
+	defer func() {
+		if !stop() { // closed, even if the read had ended first
+			cc.broken = true
+		}
+	}()
+	now, n := time.Now(), len(desc.cols)
+	res := newChunk(q)
+	slabs := make([]pgdecode.Slab, n)
+	var rows rowSlab
+	err = cc.c.ExecuteSelectStreaming(query, &cc.res, func(vals []gomysql.FieldValue) error {
+		row := rows.next(n)
+		for i := range row {
+			v, err := fieldValue(&desc.cols[i], &vals[i], &slabs[i])
+			if err != nil {
+				return &ValueError{Table: name, Column: desc.cols[i].Name, Type: desc.cols[i].SourceType, Err: err}
+			}
+			row[i] = v
+		}
+		res.Rows = append(res.Rows, source.Change{Table: desc.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
+		return nil
+	}, func(r *gomysql.Result) error {
+		if len(r.Fields) != n {
+			return fmt.Errorf("mysql: snapshot of %s: %d columns selected, %d returned (the table changed?)", name, n, len(r.Fields))
+		}
+		return nil
+	})
+	if err != nil {
+		cc.broken = true
+		var ve *ValueError
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &ve):
+			return nil, ve
+		case serverCode(err) != 0:
+			return nil, queryError(name, q.Where, err)
+		}
+		return nil, &connError{fmt.Errorf("mysql: snapshot of %s: %w", name, err)}
+	}
+	finishChunk(res, desc)
+	return res, nil
+}
+
+// fieldValue converts a value of go-mysql's text-protocol row of column t
+// into the table model: what scanned.value makes of go-sql-driver's value
+// for the same text (integers as int64, an unsigned BIGINT as its
+// decimal text, DOUBLE as float64, FLOAT — selected as DOUBLE — as
+// float32; every other value from its text by slabText).
+func fieldValue(t *colType, v *gomysql.FieldValue, slab *pgdecode.Slab) (any, error) {
+	switch v.Type {
+	case gomysql.FieldValueTypeNull:
+		return nil, nil
+	case gomysql.FieldValueTypeString:
+		b := v.AsString()
+		if b == nil { // an empty value in a column whose buffer never held one
+			b = noBytes
+		}
+		return slabText(t, b, slab)
+	case gomysql.FieldValueTypeSigned:
+		if isInteger(t.Base) && !(t.Base == "bigint" && t.Unsigned) {
+			return slab.Int64(v.AsInt64()), nil
+		}
+	case gomysql.FieldValueTypeUnsigned:
+		u := v.AsUint64()
+		switch {
+		case t.Base == "bigint" && t.Unsigned:
+			var b [20]byte
+			return slab.Text(strconv.AppendUint(b[:0], u, 10)), nil
+		case isInteger(t.Base) && t.Base != "bigint":
+			return slab.Int64(int64(u)), nil // at most 2^32-1
+		}
+	case gomysql.FieldValueTypeFloat:
+		switch t.Base {
+		case "float":
+			return float32(v.AsFloat64()), nil
+		case "double":
+			return slab.Float64(v.AsFloat64()), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s as %s", errBadValue, t.Base, v.String())
+}
+
+// noBytes is an empty value that is not NULL (slabText's nil).
+var noBytes = []byte{}
+
+// isInteger reports whether base is an integer type (YEAR included).
+func isInteger(base string) bool {
+	switch base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint", "year":
+		return true
+	}
+	return false
+}
+
+// interpolate writes a query's arguments into its text as literals, as
+// go-sql-driver's InterpolateParams does for the database/sql path, so a
+// chunk's SELECT takes one round trip and its rows come in the text
+// protocol. A ? inside quotes (a run's condition may have one in a
+// literal) is left alone; the session's sql_mode keeps backslash escapes.
+func interpolate(query string, args []any) (string, error) {
+	if len(args) == 0 {
+		return query, nil
+	}
+	buf := make([]byte, 0, len(query)+24*len(args))
+	var quote byte
+	for i := 0; i < len(query); i++ {
+		ch := query[i]
+		switch {
+		case quote != 0:
+			if ch == '\\' && quote != '`' && i+1 < len(query) {
+				buf = append(buf, ch, query[i+1])
+				i++
+				continue
+			}
+			if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"' || ch == '`':
+			quote = ch
+		case ch == '?':
+			if len(args) == 0 {
+				return "", fmt.Errorf("mysql: more placeholders than arguments in %q", query)
+			}
+			var err error
+			if buf, err = appendLiteral(buf, args[0]); err != nil {
+				return "", err
+			}
+			args = args[1:]
+			continue
+		}
+		buf = append(buf, ch)
+	}
+	if len(args) > 0 {
+		return "", fmt.Errorf("mysql: %d arguments left over in %q", len(args), query)
+	}
+	return string(buf), nil
+}
+
+// appendLiteral appends v as an SQL literal: numbers in decimal (a double
+// as strconv's shortest 'g' form, as go-sql-driver writes it), strings
+// quoted and escaped, bytes as a _binary string.
+func appendLiteral(buf []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(buf, "NULL"...), nil
+	case int64:
+		return strconv.AppendInt(buf, v, 10), nil
+	case uint64:
+		return strconv.AppendUint(buf, v, 10), nil
+	case float64:
+		return strconv.AppendFloat(buf, v, 'g', -1, 64), nil
+	case string:
+		buf = append(buf, '\'')
+		for i := 0; i < len(v); i++ {
+			buf = appendEscaped(buf, v[i])
+		}
+		return append(buf, '\''), nil
+	case []byte:
+		if v == nil {
+			return append(buf, "NULL"...), nil
+		}
+		buf = append(buf, "_binary'"...)
+		for _, c := range v {
+			buf = appendEscaped(buf, c)
+		}
+		return append(buf, '\''), nil
+	}
+	return nil, fmt.Errorf("mysql: a query argument of type %T", v)
+}
+
+// appendEscaped appends c escaped for a quoted literal (go-sql-driver's
+// escapeBytesBackslash).
+func appendEscaped(buf []byte, c byte) []byte {
+	switch c {
+	case 0:
+		return append(buf, '\\', '0')
+	case '\n':
+		return append(buf, '\\', 'n')
+	case '\r':
+		return append(buf, '\\', 'r')
+	case 0x1a:
+		return append(buf, '\\', 'Z')
+	case '\'', '"', '\\':
+		return append(buf, '\\', c)
+	}
+	return append(buf, c)
+}
