@@ -136,7 +136,7 @@ func decodeBatch(buf []byte, partition int32) ([]Record, int, error) {
 		return nil, 0, err
 	}
 	recs := make([]Record, 0, h.Count)
-	err = walkRecords(buf[:h.Size()], h, func(r Record) bool {
+	err = walkRecords(buf[:h.Size()], h, nil, func(r Record) bool {
 		r.Partition = partition
 		recs = append(recs, r)
 		return true
@@ -151,8 +151,22 @@ func decodeBatch(buf []byte, partition int32) ([]Record, int, error) {
 // for each until it returns false. It checks every length and the offset
 // deltas, so a batch that passed its CRC but was written wrongly is still
 // rejected rather than misread.
-func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
+//
+// With fb (a fetch's FetchBuffers) the records' headers are cut from fb's
+// slab, which the next batch of the fetch continues.
+func walkRecords(batch []byte, h batchHeader, fb *FetchBuffers, fn func(Record) bool) error {
 	d := decoder{buf: batch[batchHeaderLen:]}
+	if fb != nil {
+		d.hdrs, d.keys, d.nkeys, d.keep = fb.headers, fb.keys, fb.nkeys, true
+	}
+	err := d.walk(h, fn)
+	if fb != nil {
+		fb.headers, fb.keys, fb.nkeys = d.hdrs, d.keys, d.nkeys
+	}
+	return err
+}
+
+func (d *decoder) walk(h batchHeader, fn func(Record) bool) error {
 	prev := int64(-1)
 	for i := uint32(0); i < h.Count; i++ {
 		d.left = h.Count - i
@@ -179,22 +193,36 @@ func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
 // record to record, are made once a batch (keys): a fetch allocated a
 // slice and a string per header of every record, three allocations a
 // change record.
+//
+// A fetch with FetchBuffers keeps its slab and keys from batch to batch and
+// from fetch to fetch (keep): a new slab is then at least twice the last,
+// so the one kept grows until a whole fetch's headers fit in it, and a
+// fetch of a load's records allocates none (they were 70 bytes a row).
 type decoder struct {
 	buf   []byte
 	left  uint32 // records left in the batch, this one included
 	hdrs  []Header
 	keys  [8]string
 	nkeys int
+	keep  bool
 }
 
-// maxHeaderSlab is the most headers one slab holds (40 bytes each).
-const maxHeaderSlab = 4096
+// maxHeaderSlab is the most headers one slab holds (40 bytes each);
+// maxKeptHeaders the most a kept one (FetchBuffers) grows to.
+const (
+	maxHeaderSlab  = 4096
+	maxKeptHeaders = 1 << 16
+)
 
 // headers returns n headers cut from the slab, sized at first for the
 // batch's records left with as many each.
 func (d *decoder) headers(n int) []Header {
 	if cap(d.hdrs)-len(d.hdrs) < n {
-		d.hdrs = make([]Header, 0, max(n, min(n*int(max(d.left, 1)), maxHeaderSlab)))
+		size := min(n*int(max(d.left, 1)), maxHeaderSlab)
+		if d.keep {
+			size = min(max(size, 2*cap(d.hdrs)), maxKeptHeaders)
+		}
+		d.hdrs = make([]Header, 0, max(n, size))
 	}
 	h := d.hdrs[len(d.hdrs) : len(d.hdrs)+n : len(d.hdrs)+n]
 	d.hdrs = d.hdrs[:len(d.hdrs)+n]
