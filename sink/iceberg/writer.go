@@ -90,8 +90,10 @@ func (w *tableWriter) run(ctx context.Context) error {
 	resume := make(chan struct{})
 	fetchErr := make(chan error, 1)
 	// A commit hands back its buffer's windows: about MaxBufferedBytes of
-	// records, and the last batch (batchBytes and a fetch) on top.
-	w.windows, w.held = newWindowPool(w.s.cfg.MaxBufferedBytes+2*(batchBytes+w.s.cfg.FetchBytes)), nil
+	// records and the last batch (batchBytes and a fetch) on top, in
+	// windows that a fetch fills only up to the last whole log batch that
+	// fits (a load's windows held 0.5–1 MiB of records each).
+	w.windows, w.held = newWindowPool(2*(w.s.cfg.MaxBufferedBytes+batchBytes+w.s.cfg.FetchBytes)), nil
 	f := newFetcher(w, append([]int64(nil), w.next...))
 	go func() { fetchErr <- f.run(fctx, in, resume) }()
 	defer func() {
