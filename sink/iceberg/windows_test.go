@@ -203,3 +203,72 @@ func TestWindowPool(t *testing.T) {
 		t.Errorf("a release of small windows left %d windows, %d bytes", len(p.free), p.bytes)
 	}
 }
+
+// TestWindowsRecycledWhileTruncateWaits: a partition that reached a
+// truncate waits there while another reads a backlog of several commits
+// before its copy of the truncate; the windows of the waiting partition's
+// fetch go round meanwhile (poisoned when handed back), so the fetcher
+// must compare the second copy's position with its own copy of the first:
+// the table ends with the rows after the truncate alone, not paused.
+func TestWindowsRecycledWhileTruncateWaits(t *testing.T) {
+	dir := t.TempDir()
+	cat := testCatalog(t)
+	reg := memRegistry(t)
+	f := newFeed(t, filepath.Join(dir, "log"), reg, 2)
+	want, changes := model{}, map[string]int{}
+	produce := func(p int32, ids ...int64) {
+		var recs []log.Record
+		for _, id := range ids {
+			rec := f.change('c', id, 0, want, changes)
+			rec.Partition = p // each key in one partition all the same
+			recs = append(recs, rec)
+		}
+		for len(recs) > 0 {
+			n := min(len(recs), 50)
+			if err := f.lg.Produce(t.Context(), "t", recs[:n]); err != nil {
+				t.Fatal(err)
+			}
+			recs = recs[n:]
+		}
+	}
+	var backlog []int64
+	for id := int64(1000); id < 17000; id++ {
+		backlog = append(backlog, id)
+	}
+	produce(0, 1, 2, 3)
+	produce(1, backlog...) // about 5 MB: several commits before partition 1's truncate
+	f.truncate("")
+	want = model{}
+	var after []int64 // enough that partition 0's fetch at its truncate reads a pooled window
+	for id := int64(100); id < 600; id++ {
+		after = append(after, id)
+	}
+	produce(0, after...)
+	produce(1, 20, 21)
+	end := f.end()
+
+	s := New(Config{Pipeline: "p", Group: "g", Mode: ModeUpsert, FormatVersion: 3, IndexDir: filepath.Join(dir, "index"),
+		Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
+		CommitInterval: 50 * time.Millisecond, MaxBufferedBytes: 256 << 10, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
+		Compaction: CompactionConfig{Disabled: true}}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
+	w := &tableWriter{s: s, cfg: s.cfg.Tables[0], stats: s.stats[0], logger: s.logger, compactNow: s.compactNow[0]}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.run(ctx) }()
+	waitFor(t, "everything committed", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the table's loop ended: %v", err)
+		default:
+		}
+		return (&runningSink{s: s}).committedTo(end)
+	})
+	cancel()
+	if err := <-done; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	if w.windows.reused == 0 {
+		t.Error("no window was reused while the truncate waited")
+	}
+	compareModel(t, want, scanTable(t, cat, table.Identifier{"ns", "tbl"}))
+}
