@@ -95,7 +95,7 @@ func (p *partition) eachRecord(v segView, fn func(*Record)) error {
 		if err != nil {
 			return p.readError(v.s, pos, err)
 		}
-		err = walkRecords(b, h, func(rec Record) bool {
+		err = walkRecords(b, h, nil, func(rec Record) bool {
 			fn(&rec)
 			return true
 		})
@@ -151,7 +151,7 @@ func (p *partition) writeCleaned(v segView, path string, keep func(*Record) bool
 			return nil, p.readError(v.s, pos, err)
 		}
 		var kept []Record
-		_ = walkRecords(b, h, func(rec Record) bool {
+		_ = walkRecords(b, h, nil, func(rec Record) bool {
 			if keep(&rec) {
 				kept = append(kept, rec)
 			}

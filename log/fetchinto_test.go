@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/cdcd-dev/cdcd/log"
 )
@@ -48,6 +49,81 @@ func TestFetchInto(t *testing.T) {
 				string(g.Header("h")) != string(w.Header("h")) || g.Partition != w.Partition || !g.Timestamp.Equal(w.Timestamp) {
 				t.Fatalf("from %d, record %d: %+v into the slice, %+v without it", from, i, g, w)
 			}
+		}
+	}
+}
+
+// TestFetchBuffers: a fetch with FetchOptions.Buffers reads its records
+// into the windows Window gives (their keys, values and header values
+// alias them) and cuts their headers from a slab that the next fetch
+// reuses; the records are those a fetch without it returns.
+func TestFetchBuffers(t *testing.T) {
+	ctx := context.Background()
+	l := openEmbedded(t, t.TempDir(), log.Options{SegmentBytes: 64 << 10, IndexIntervalBytes: 256})
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.CreateTopic(ctx, "t", log.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 {
+		var recs []log.Record
+		for j := range 3 { // batches of three records, two headers each
+			recs = append(recs, log.Record{Key: fmt.Appendf(nil, "k%d-%d", i, j), Value: fmt.Appendf(nil, "value-%d-%d", i, j), Partition: 0,
+				Headers: []log.Header{{Key: "pos", Value: fmt.Appendf(nil, "%d", i)}, {Key: "tx", Value: fmt.Appendf(nil, "%d", j)}}})
+		}
+		if err := l.Produce(ctx, "t", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var windows [][]byte
+	bufs := &log.FetchBuffers{Window: func(n int) []byte {
+		w := make([]byte, n)
+		windows = append(windows, w)
+		return w
+	}}
+	inWindow := func(b []byte) bool {
+		for _, w := range windows {
+			lo, hi := uintptr(unsafe.Pointer(&w[0])), uintptr(unsafe.Pointer(&w[len(w)-1]))
+			if len(b) > 0 && uintptr(unsafe.Pointer(&b[0])) >= lo && uintptr(unsafe.Pointer(&b[len(b)-1])) <= hi {
+				return true
+			}
+		}
+		return false
+	}
+	var firstHeader []*log.Header
+	// From batch starts: the first record's headers start the slab.
+	for _, from := range []int64{0, 0, 0, 333, 999} {
+		windows = windows[:0]
+		want, err := l.Fetch(ctx, "t", 0, from, log.FetchOptions{MaxBytes: 8 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Fetch(ctx, "t", 0, from, log.FetchOptions{MaxBytes: 8 << 10, Buffers: bufs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || len(got) < 100 || len(windows) == 0 {
+			t.Fatalf("from %d: %d records with buffers (%d windows), %d without", from, len(got), len(windows), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.Offset != w.Offset || string(g.Key) != string(w.Key) || string(g.Value) != string(w.Value) || len(g.Headers) != 2 ||
+				string(g.Header("pos")) != string(w.Header("pos")) || string(g.Header("tx")) != string(w.Header("tx")) {
+				t.Fatalf("from %d, record %d: %+v with buffers, %+v without", from, i, g, w)
+			}
+			if !inWindow(g.Key) || !inWindow(g.Value) || !inWindow(g.Headers[1].Value) {
+				t.Fatalf("from %d, record %d: its bytes are not in a window of Window's", from, i)
+			}
+			if cap(g.Headers) != 2 {
+				t.Fatalf("from %d, record %d: headers of capacity %d, so an append would overwrite the next record's", from, i, cap(g.Headers))
+			}
+		}
+		firstHeader = append(firstHeader, &got[0].Headers[0])
+	}
+	// The first fetches grew the slab they kept (each new one twice the
+	// last); the ones after reuse it.
+	for i := 3; i < len(firstHeader); i++ {
+		if firstHeader[i] != firstHeader[2] {
+			t.Errorf("fetch %d cut its headers from a new slab", i)
 		}
 	}
 }

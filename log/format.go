@@ -136,7 +136,7 @@ func decodeBatch(buf []byte, partition int32) ([]Record, int, error) {
 		return nil, 0, err
 	}
 	recs := make([]Record, 0, h.Count)
-	err = walkRecords(buf[:h.Size()], h, func(r Record) bool {
+	err = walkRecords(buf[:h.Size()], h, nil, func(r Record) bool {
 		r.Partition = partition
 		recs = append(recs, r)
 		return true
@@ -151,8 +151,22 @@ func decodeBatch(buf []byte, partition int32) ([]Record, int, error) {
 // for each until it returns false. It checks every length and the offset
 // deltas, so a batch that passed its CRC but was written wrongly is still
 // rejected rather than misread.
-func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
+//
+// With fb (a fetch's FetchBuffers) the records' headers are cut from fb's
+// slab, which the next batch of the fetch continues.
+func walkRecords(batch []byte, h batchHeader, fb *FetchBuffers, fn func(Record) bool) error {
 	d := decoder{buf: batch[batchHeaderLen:]}
+	if fb != nil {
+		d.hdrs, d.keys, d.nkeys, d.keep = fb.headers, fb.keys, fb.nkeys, true
+	}
+	err := d.walk(h, fn)
+	if fb != nil {
+		fb.headers, fb.keys, fb.nkeys = d.hdrs, d.keys, d.nkeys
+	}
+	return err
+}
+
+func (d *decoder) walk(h batchHeader, fn func(Record) bool) error {
 	prev := int64(-1)
 	for i := uint32(0); i < h.Count; i++ {
 		d.left = h.Count - i
@@ -168,7 +182,7 @@ func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
 			return nil
 		}
 	}
-	if prev != int64(h.LastDelta) || len(d.buf) != 0 {
+	if prev != int64(h.LastDelta) || d.pos != len(d.buf) {
 		return errBadOffsets
 	}
 	return nil
@@ -179,22 +193,41 @@ func walkRecords(batch []byte, h batchHeader, fn func(Record) bool) error {
 // record to record, are made once a batch (keys): a fetch allocated a
 // slice and a string per header of every record, three allocations a
 // change record.
+//
+// A fetch with FetchBuffers keeps its slab and keys from batch to batch and
+// from fetch to fetch (keep): a new slab is then at least twice the last,
+// so the one kept grows until a whole fetch's headers fit in it, and a
+// fetch of a load's records allocates none (they were 70 bytes a row).
+//
+// It moves an offset (pos) through the batch rather than re-slicing buf:
+// a slice stored through the decoder's pointer is a write barrier while
+// the collector marks.
 type decoder struct {
-	buf   []byte
+	buf   []byte // the batch's records
+	pos   int
 	left  uint32 // records left in the batch, this one included
 	hdrs  []Header
 	keys  [8]string
 	nkeys int
+	keep  bool
 }
 
-// maxHeaderSlab is the most headers one slab holds (40 bytes each).
-const maxHeaderSlab = 4096
+// maxHeaderSlab is the most headers one slab holds (40 bytes each);
+// maxKeptHeaders the most a kept one (FetchBuffers) grows to.
+const (
+	maxHeaderSlab  = 4096
+	maxKeptHeaders = 1 << 16
+)
 
 // headers returns n headers cut from the slab, sized at first for the
 // batch's records left with as many each.
 func (d *decoder) headers(n int) []Header {
 	if cap(d.hdrs)-len(d.hdrs) < n {
-		d.hdrs = make([]Header, 0, max(n, min(n*int(max(d.left, 1)), maxHeaderSlab)))
+		size := min(n*int(max(d.left, 1)), maxHeaderSlab)
+		if d.keep {
+			size = min(max(size, 2*cap(d.hdrs)), maxKeptHeaders)
+		}
+		d.hdrs = make([]Header, 0, max(n, size))
 	}
 	h := d.hdrs[len(d.hdrs) : len(d.hdrs)+n : len(d.hdrs)+n]
 	d.hdrs = d.hdrs[:len(d.hdrs)+n]
@@ -239,7 +272,7 @@ func (d *decoder) record(h batchHeader) (Record, uint64, error) {
 	if err != nil {
 		return r, 0, err
 	}
-	if n > uint64(len(d.buf)) { // each header takes at least 2 bytes
+	if n > uint64(len(d.buf)-d.pos) { // each header takes at least 2 bytes
 		return r, 0, errBadRecord
 	}
 	if n > 0 {
@@ -259,20 +292,20 @@ func (d *decoder) record(h batchHeader) (Record, uint64, error) {
 }
 
 func (d *decoder) uvarint() (uint64, error) {
-	v, n := binary.Uvarint(d.buf)
+	v, n := binary.Uvarint(d.buf[d.pos:])
 	if n <= 0 {
 		return 0, errBadRecord
 	}
-	d.buf = d.buf[n:]
+	d.pos += n
 	return v, nil
 }
 
 func (d *decoder) varint() (int64, error) {
-	v, n := binary.Varint(d.buf)
+	v, n := binary.Varint(d.buf[d.pos:])
 	if n <= 0 {
 		return 0, errBadRecord
 	}
-	d.buf = d.buf[n:]
+	d.pos += n
 	return v, nil
 }
 
@@ -284,11 +317,11 @@ func (d *decoder) bytes() ([]byte, error) {
 		return nil, err
 	case n == -1:
 		return nil, nil
-	case n < -1 || n > int64(len(d.buf)):
+	case n < -1 || n > int64(len(d.buf)-d.pos):
 		return nil, errBadRecord
 	}
-	b := d.buf[:n:n]
-	d.buf = d.buf[n:]
+	b := d.buf[d.pos : d.pos+int(n) : d.pos+int(n)]
+	d.pos += int(n)
 	return b, nil
 }
 
@@ -314,16 +347,21 @@ func (b *batchBuilder) add(r *Record, delta uint32, tsMs int64) {
 		b.firstTs, b.maxTs = tsMs, tsMs
 	}
 	b.maxTs = max(b.maxTs, tsMs)
-	b.buf = binary.AppendUvarint(b.buf, uint64(delta))
-	b.buf = binary.AppendVarint(b.buf, tsMs-b.firstTs)
-	b.buf = appendBytes(b.buf, r.Key)
-	b.buf = appendBytes(b.buf, r.Value)
-	b.buf = binary.AppendUvarint(b.buf, uint64(len(r.Headers)))
+	// Appended to a local slice, stored once: a slice stored through b is
+	// a write barrier while the collector marks, which a load paid for
+	// every field of every record (the largest source of them left).
+	buf := b.buf
+	buf = binary.AppendUvarint(buf, uint64(delta))
+	buf = binary.AppendVarint(buf, tsMs-b.firstTs)
+	buf = appendBytes(buf, r.Key)
+	buf = appendBytes(buf, r.Value)
+	buf = binary.AppendUvarint(buf, uint64(len(r.Headers)))
 	for _, h := range r.Headers {
-		b.buf = binary.AppendVarint(b.buf, int64(len(h.Key)))
-		b.buf = append(b.buf, h.Key...)
-		b.buf = appendBytes(b.buf, h.Value)
+		buf = binary.AppendVarint(buf, int64(len(h.Key)))
+		buf = append(buf, h.Key...)
+		buf = appendBytes(buf, h.Value)
 	}
+	b.buf = buf
 	b.count++
 	b.last = delta
 }

@@ -148,6 +148,33 @@ type FetchOptions struct {
 	// the next reuses one slice. After the call Into's earlier contents are
 	// gone. A log may ignore it (the Kafka backend does).
 	Into []Record
+	// Buffers, when not nil, lends the fetch memory its caller reuses from
+	// fetch to fetch (see FetchBuffers). A log may ignore it (the Kafka
+	// backend does).
+	Buffers *FetchBuffers
+}
+
+// FetchBuffers is memory a reader lends its fetches, one fetch at a time,
+// so that a reader fetching in a loop needs little new memory a fetch:
+//
+//   - Window, when not nil, makes the buffers a fetch reads records into:
+//     a slice of length n (its capacity may be larger) that the log may
+//     overwrite. The records' keys, values and header values alias it, so
+//     the caller may hand it out again only once nothing refers to any
+//     record read into it (the Iceberg sink: once their changes are
+//     committed). Without it the log allocates a buffer per read.
+//   - The records' Headers slices are cut from a slab kept here that the
+//     next fetch with the same FetchBuffers reuses: a fetch's Headers
+//     slices are valid only until then (their keys and values stay).
+//
+// The zero value is ready to use. Not safe for concurrent fetches.
+type FetchBuffers struct {
+	Window func(n int) []byte
+	// headers is the slab the last fetch cut its records' headers from;
+	// keys are the header keys seen, each made once.
+	headers []Header
+	keys    [8]string
+	nkeys   int
 }
 
 // AsyncProducer is an optional ability of a Log (found by type assertion):

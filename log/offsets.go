@@ -45,11 +45,11 @@ func parseOffsetKey(k []byte) (group, topic string, partition int32, err error) 
 	d := decoder{buf: k[1:]}
 	str := func() (string, error) {
 		n, err := d.uvarint()
-		if err != nil || n > uint64(len(d.buf)) {
+		if err != nil || n > uint64(len(d.buf)-d.pos) {
 			return "", errBadOffsetRecord
 		}
-		s := string(d.buf[:n])
-		d.buf = d.buf[n:]
+		s := string(d.buf[d.pos : d.pos+int(n)])
+		d.pos += int(n)
 		return s, nil
 	}
 	if group, err = str(); err != nil {
@@ -58,10 +58,10 @@ func parseOffsetKey(k []byte) (group, topic string, partition int32, err error) 
 	if topic, err = str(); err != nil {
 		return
 	}
-	if len(d.buf) != 4 {
+	if len(d.buf)-d.pos != 4 {
 		return "", "", 0, errBadOffsetRecord
 	}
-	return group, topic, int32(binary.BigEndian.Uint32(d.buf)), nil
+	return group, topic, int32(binary.BigEndian.Uint32(d.buf[d.pos:])), nil
 }
 
 func offsetValue(off int64, at time.Time) []byte {

@@ -90,7 +90,7 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 			}
 			rp := p.planLocked(segmentFor(p.segs, offset))
 			p.mu.Unlock()
-			recs, err = p.readPlan(&rp, offset, stop, maxBytes, opts.Into[:0])
+			recs, err = p.readPlan(&rp, offset, stop, maxBytes, opts.Into[:0], opts.Buffers)
 			rp.release()
 			if err != nil || len(recs) > 0 {
 				return recs, err
@@ -122,8 +122,13 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 
 // readPlan reads records from offset on, below stop, until maxBytes of
 // payload (at least one record) or the plan's end, appending them to recs
-// (empty; FetchOptions.Into).
-func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, recs []Record) ([]Record, error) {
+// (empty; FetchOptions.Into), with fb's memory if not nil
+// (FetchOptions.Buffers).
+func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, recs []Record, fb *FetchBuffers) ([]Record, error) {
+	if fb != nil {
+		clear(fb.headers) // the last fetch's: they refer to its records' bytes
+		fb.headers = fb.headers[:0]
+	}
 	total := 0
 	for _, v := range rp.segs {
 		if v.size == 0 {
@@ -134,6 +139,9 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 		}
 		pos := lookupOffset(v.idx, offset)
 		r := newBatchReader(v.s.f, pos, v.size, min(maxBytes+batchHeaderLen, 4<<20), true)
+		if fb != nil {
+			r.alloc = fb.Window
+		}
 		for total < maxBytes || len(recs) == 0 {
 			if len(recs) > 0 && !r.fits(int64(maxBytes-total)) {
 				return recs, nil // the next batch would overshoot: leave it for the next fetch
@@ -156,7 +164,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 			}
 			first := len(recs) == 0
 			recs = slices.Grow(recs, int(h.Count))
-			err = walkRecords(b, h, func(rec Record) bool {
+			err = walkRecords(b, h, fb, func(rec Record) bool {
 				if rec.Offset < offset {
 					return true
 				}
@@ -239,7 +247,7 @@ func (p *partition) findTime(v segView, target int64) (int64, bool, error) {
 			continue
 		}
 		var off int64 = -1
-		err = walkRecords(b, h, func(rec Record) bool {
+		err = walkRecords(b, h, nil, func(rec Record) bool {
 			if rec.Timestamp.UnixMilli() >= target {
 				off = rec.Offset
 				return false

@@ -153,7 +153,7 @@ func goodBatchAt(f File, pos int64, h batchHeader) (bool, error) {
 	if _, err := checkBatch(b); err != nil {
 		return false, nil
 	}
-	return walkRecords(b, h, func(Record) bool { return true }) == nil, nil
+	return walkRecords(b, h, nil, func(Record) bool { return true }) == nil, nil
 }
 
 // recoveryPlan is what recovery does with a scanned segment.

@@ -86,9 +86,11 @@ func createSegment(fs FS, dir string, base int64) (*segment, error) {
 }
 
 // batchReader reads verified batches of one segment file sequentially
-// through a buffer. With fresh set, each refill allocates a new buffer so
-// that slices returned earlier (and records aliasing them) stay valid.
+// through a buffer. With fresh set, each refill takes a new buffer (from
+// alloc if set: FetchBuffers.Window) so that slices returned earlier (and
+// records aliasing them) stay valid.
 type batchReader struct {
+	alloc  func(n int) []byte
 	f      File
 	pos    int64 // position of the next batch
 	limit  int64 // bytes of the file that may be read
@@ -156,7 +158,10 @@ func (r *batchReader) window(n int64) ([]byte, error) {
 		return r.buf[off : off+n], nil
 	}
 	want := min(max(n, int64(r.chunk)), r.limit-r.pos)
-	if r.fresh || int64(cap(r.buf)) < want {
+	switch {
+	case r.fresh && r.alloc != nil:
+		r.buf = r.alloc(int(want))
+	case r.fresh || int64(cap(r.buf)) < want:
 		r.buf = make([]byte, want)
 	}
 	r.buf = r.buf[:want]

@@ -229,7 +229,7 @@ func FuzzScanEnvelope(f *testing.F) {
 		if e.After != nil {
 			r := newReader(info.After)
 			row := r.row(tbl, false)
-			if r.err != nil || len(r.buf) != 0 || len(row) != len(e.After) {
+			if r.err != nil || r.left() != 0 || len(row) != len(e.After) {
 				t.Fatalf("after-image bytes %x do not hold the row alone: %v", info.After, r.err)
 			}
 		}

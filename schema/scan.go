@@ -37,8 +37,8 @@ func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
 	} else {
 		r.scan(t, &e)
 	}
-	if r.err == nil && len(r.buf) != 0 {
-		r.fail(fmt.Errorf("schema: %d trailing bytes after envelope", len(r.buf)))
+	if r.err == nil && r.left() != 0 {
+		r.fail(fmt.Errorf("schema: %d trailing bytes after envelope", r.left()))
 	}
 	if r.err != nil {
 		return EnvelopeInfo{}, fmt.Errorf("schema: scan %s envelope: %w", t.QualifiedName(), r.err)
@@ -49,9 +49,9 @@ func ScanEnvelope(t *Table, buf []byte) (EnvelopeInfo, error) {
 // scan reads Debezium's layout.
 func (r *reader) scan(t *Table, e *EnvelopeInfo) {
 	e.HasBefore = r.skipRow(t, false)
-	after := r.buf
+	after := r.pos
 	if e.HasAfter = r.skipRow(t, false); e.HasAfter && r.err == nil {
-		e.After = after[:len(after)-len(r.buf)]
+		e.After = r.buf[after:r.pos]
 	}
 	r.bytes() // version
 	r.bytes() // connector
@@ -126,11 +126,11 @@ func (r *reader) skipOptBytes() {
 // legacy: every field is a union.
 //
 // The sink's fetcher scans every record, so the common encodings take a
-// fast path over a local copy of the buffer: a union branch in one byte,
-// a varint, a value shorter than 64 bytes (a one-byte length). Anything else
-// (a longer length, a non-minimal branch, a kind without a skipper, the
-// end of the buffer) goes through the reader's checked calls, which fail
-// as they always did.
+// fast path over a local copy of the unread bytes (buf, at r.pos): a union
+// branch in one byte, a varint, a value shorter than 64 bytes (a one-byte
+// length). Anything else (a longer length, a non-minimal branch, a kind
+// without a skipper, the end of the buffer) goes through the reader's
+// checked calls, which fail as they always did.
 func (r *reader) skipRow(t *Table, legacy bool) bool {
 	switch r.long() {
 	case 0:
@@ -143,7 +143,7 @@ func (r *reader) skipRow(t *Table, legacy bool) bool {
 	if r.err != nil {
 		return false
 	}
-	buf := r.buf
+	buf := r.buf[r.pos:] // the reader is moved to buf's start before a checked call, and buf taken from it after
 	for i := range t.Columns {
 		c := &t.Columns[i] // not copied: a Column is about 100 bytes, a row scan's main cost once
 		if legacy || c.Nullable {
@@ -154,10 +154,10 @@ func (r *reader) skipRow(t *Table, legacy bool) bool {
 			if len(buf) > 0 && buf[0] == 2 { // branch 1: the value
 				buf = buf[1:]
 			} else {
-				r.buf = buf
+				r.pos = len(r.buf) - len(buf)
 				switch r.long() {
 				case 0:
-					buf = r.buf
+					buf = r.buf[r.pos:]
 					continue
 				case 1:
 				default:
@@ -167,21 +167,21 @@ func (r *reader) skipRow(t *Table, legacy bool) bool {
 				if r.err != nil {
 					return false
 				}
-				buf = r.buf
+				buf = r.buf[r.pos:]
 			}
 		}
 		if n := skipFast(buf, c.Kind); n > 0 {
 			buf = buf[n:]
 			continue
 		}
-		r.buf = buf
+		r.pos = len(r.buf) - len(buf)
 		r.skipValue(c)
 		if r.err != nil {
 			return false
 		}
-		buf = r.buf
+		buf = r.buf[r.pos:]
 	}
-	r.buf = buf
+	r.pos = len(r.buf) - len(buf)
 	return true
 }
 

@@ -18,7 +18,10 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	poisonWindows = true // every window handed back is overwritten (windows.go)
+	pgtest.Main(m)
+}
 
 // openTest opens cfg and closes the catalog when the test ends.
 func openTest(t *testing.T, cfg CatalogConfig) catalog.Catalog {

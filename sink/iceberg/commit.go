@@ -144,6 +144,10 @@ func (w *tableWriter) committedNow(ctx context.Context, next []int64, started ti
 	}
 	clear(w.buf)
 	w.buf, w.bufBytes = w.buf[:0], 0
+	// Nothing refers to the committed changes' windows any more.
+	w.windows.release(w.held)
+	clear(w.held)
+	w.held = w.held[:0]
 	copy(w.committed, next)
 	for p := range next {
 		// A commit that held changes back committed less than was read.

@@ -34,6 +34,9 @@ type fetched struct {
 	// fetcher stopped reading until the loop took one (a commit ran): the
 	// log may hold more than the batches in the channel.
 	waited bool
+	// windows are the pooled read buffers of the batch's fetches, which its
+	// changes alias (windows.go).
+	windows [][]byte
 }
 
 // fetcher reads a table's topic partition by partition and decodes it.
@@ -52,9 +55,15 @@ type fetcher struct {
 	// quarter at a time once large), was allocated about five times
 	// over, and a change is about 190 bytes.
 	spare chan []change
+	most  int // the most changes a batch handed over had
 	// recs is the records' slice the next fetch reads into
 	// (log.FetchOptions.Into).
 	recs []log.Record
+	// bufs lends the fetches the table's windows and a headers slab; got
+	// are the pooled windows the fetch under way took (windows.go).
+	bufs log.FetchBuffers
+	pool *windowPool
+	got  [][]byte
 	// endAt is, per partition, when the last fetch that found no record
 	// began: what is read there later reached the log after it. A commit
 	// that holds the fetcher up (its channel full) does not move it, so a
@@ -68,8 +77,22 @@ func newFetcher(w *tableWriter, next []int64) *fetcher {
 	for i := range endAt {
 		endAt[i] = now
 	}
-	return &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt,
-		spare: make(chan []change, 2)}
+	f := &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt,
+		spare: make(chan []change, 2), pool: w.windows}
+	if f.pool != nil {
+		f.bufs.Window = f.window
+	}
+	return f
+}
+
+// window gives a fetch a read buffer of n bytes from the table's pool and
+// notes a pooled one for the batch (log.FetchBuffers.Window).
+func (f *fetcher) window(n int) []byte {
+	b := f.pool.get(n)
+	if cap(b) >= minPooledWindow {
+		f.got = append(f.got, b)
+	}
+	return b
 }
 
 // recycle takes back a batch's change slice once the loop has copied its
@@ -107,6 +130,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 	// batch is full would wait a commit interval for its tail's commit.
 	sentFull := false
 	send := func() error {
+		f.most = max(f.most, len(cur.changes))
 		cur.next = append([]int64(nil), f.next...)
 		cur.resumed, f.resumed = f.resumed, false
 		full := cur.bytes >= batchBytes
@@ -196,7 +220,12 @@ func (f *fetcher) allBlocked() bool {
 func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *fetched) (int, error) {
 	w := f.w
 	began := time.Now()
-	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait, Into: f.recs})
+	recs, err := w.s.lg.Fetch(ctx, w.cfg.Topic, p, f.next[p], log.FetchOptions{MaxBytes: w.s.cfg.FetchBytes, MaxWait: wait, Into: f.recs, Buffers: &f.bufs})
+	// The windows go with the batch its changes are in, whatever the
+	// fetch returned: only its commit hands them back.
+	cur.windows = append(cur.windows, f.got...)
+	clear(f.got)
+	f.got = f.got[:0]
 	defer func() {
 		// The records are decoded into changes (which keep what they
 		// need of them); their slice serves the next fetch, cleared so
@@ -223,7 +252,12 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 	} else if cur.since.IsZero() || f.endAt[p].Before(cur.since) {
 		cur.since = f.endAt[p]
 	}
-	cur.changes = slices.Grow(cur.changes, len(recs)) // a change is large: grown once, not by doubling
+	if need := len(cur.changes) + len(recs); need > cap(cur.changes) {
+		// A change is large: a batch's slice is made for the most changes
+		// a batch had, not grown fetch by fetch (a load read at the log's
+		// end, where the loader writes, takes several fetches a batch).
+		cur.changes = slices.Grow(cur.changes, max(need, f.most)-len(cur.changes))
+	}
 	for i := range recs {
 		rec := &recs[i]
 		if rec.Value == nil {
@@ -260,7 +294,9 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 							w.cfg.Topic, p, c.position(), f.truncPos))
 					}
 				}
-				f.blocked[p], f.truncAt[p], f.truncPos, f.truncReset = true, rec.Offset, c.position(), reset
+				// The position is copied: the batch the truncate was read in
+				// may be committed, and its window reused, while p waits.
+				f.blocked[p], f.truncAt[p], f.truncPos, f.truncReset = true, rec.Offset, append(f.truncPos[:0:0], c.position()...), reset
 				f.truncTbl = c.table
 				return i, nil
 			}

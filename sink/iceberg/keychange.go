@@ -198,6 +198,10 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 		return nil
 	}
 	newest := w.lastPos
+	// The changes held back alias some of the buffer's windows, so none
+	// is handed back (windows.go): they are left to the collector.
+	clear(w.held)
+	w.held = w.held[:0]
 	w.buf, w.lastPos = now, nowPos
 	if err := w.commitWith(ctx, cut, w.attempt); err != nil {
 		return err

@@ -44,6 +44,8 @@ type upsert struct {
 	keys []iceberg.NestedField
 	// rowIDs finds an updated row's old _row_id (v3, rowlineage.go).
 	rowIDs rowIDs
+	// ins is foldInserts' memory from commit to commit.
+	ins insertFold
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -45,6 +46,11 @@ type tableWriter struct {
 	resumed  bool
 	bufBytes int                      // record bytes in buf
 	tables   map[uint32]*schema.Table // schema id -> table version (fetcher's)
+	// windows is the table's pool of read buffers, and held the pooled
+	// ones buf's changes may alias, handed back once a commit empties buf
+	// (windows.go).
+	windows *windowPool
+	held    [][]byte
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -83,6 +89,11 @@ func (w *tableWriter) run(ctx context.Context) error {
 	in := make(chan fetched, 2)
 	resume := make(chan struct{})
 	fetchErr := make(chan error, 1)
+	// A commit hands back its buffer's windows: about MaxBufferedBytes of
+	// records and the last batch (batchBytes and a fetch) on top, in
+	// windows that a fetch fills only up to the last whole log batch that
+	// fits (a load's windows held 0.5–1 MiB of records each).
+	w.windows, w.held = newWindowPool(2*(w.s.cfg.MaxBufferedBytes+batchBytes+w.s.cfg.FetchBytes)), nil
 	f := newFetcher(w, append([]int64(nil), w.next...))
 	go func() { fetchErr <- f.run(fctx, in, resume) }()
 	defer func() {
@@ -102,6 +113,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 		select {
 		case b := <-in:
 			if b.barrier {
+				w.held = append(w.held, b.windows...)
 				w.resumed = w.resumed || b.resumed
 				if err := w.commitTruncate(ctx, b.next, b.shape); err != nil {
 					return err
@@ -222,7 +234,15 @@ func (w *tableWriter) accept(b fetched) {
 		}
 	}
 	w.behind = b.bytes >= batchBytes || b.waited
+	if need := len(w.buf) + len(b.changes); need > cap(w.buf) && b.bytes >= batchBytes {
+		// A full batch (a load, a backlog): room for a whole buffer at its
+		// bytes a change at once, where growing by doubling copied the
+		// buffer about twice (a change is about 190 bytes).
+		per := max(b.bytes/len(b.changes), 1)
+		w.buf = slices.Grow(w.buf, max(need, min(w.s.cfg.MaxBufferedBytes/per, w.s.cfg.MaxBufferedRows)+len(b.changes))-len(w.buf))
+	}
 	w.buf = append(w.buf, b.changes...)
+	w.held = append(w.held, b.windows...)
 	w.bufBytes += b.bytes
 	if len(w.seen) < w.partitions {
 		w.seen = make([][]byte, w.partitions)
