@@ -53,10 +53,8 @@ func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState) 
 	}
 	byFile := map[string][]*keyState{}
 	for _, st := range keys {
-		if !st.live || deletedInBuffer(st) {
-			continue
-		}
-		if st.indexed {
+		// indexed first: a new key's changes are not walked.
+		if st.indexed && st.live && !deletedInBuffer(st) {
 			byFile[st.loc.file] = append(byFile[st.loc.file], st)
 		}
 	}
