@@ -64,14 +64,10 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 				bm = cur
 			}
 			p.removedDVs = append(p.removedDVs, old)
-		} else {
-			bm = dv.NewRoaringPositionBitmap()
 		}
-		for _, pos := range deleted[path] {
-			if pos < 0 {
-				return fmt.Errorf("iceberg: negative row position %d for %s", pos, path)
-			}
-			bm.Set(uint64(pos))
+		bm, err := withPositions(bm, deleted[path])
+		if err != nil {
+			return fmt.Errorf("iceberg: %s: %w", path, err)
 		}
 		p.bitmaps[path] = bm
 	}
@@ -87,6 +83,26 @@ func (u *upsert) writeDVs(ctx context.Context, w *tableWriter, fs icebergio.IO, 
 	}
 	p.deletes = append(p.deletes, dvs...)
 	return nil
+}
+
+// withPositions returns bm (nil: a new vector) with positions (one
+// commit's) marked. A vector encoded before holds run containers
+// (encodeDV), and roaring re-picks a run container's kind at every single
+// add into it: the positions are gathered in a bitmap of their own first
+// and merged in one union per container.
+func withPositions(bm *dv.RoaringPositionBitmap, positions []int64) (*dv.RoaringPositionBitmap, error) {
+	add := dv.NewRoaringPositionBitmap()
+	for _, pos := range positions {
+		if pos < 0 {
+			return nil, fmt.Errorf("negative row position %d", pos)
+		}
+		add.Set(uint64(pos))
+	}
+	if bm == nil {
+		return add, nil
+	}
+	bm.Or(add)
+	return bm, nil
 }
 
 // flushDVs writes the vectors of files into one Puffin file at location and

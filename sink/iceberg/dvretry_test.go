@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -101,5 +102,45 @@ func TestEncodeDV(t *testing.T) {
 				t.Fatalf("%s: position %d lost", tc.name, p)
 			}
 		}
+	}
+}
+
+// TestWithPositions: a commit's positions merged into a vector — none
+// yet, or one encoded before (run containers) — give exactly the union,
+// across 32-bit buckets; a negative position is refused.
+func TestWithPositions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[uint64]bool{}
+	var bm *dv.RoaringPositionBitmap
+	for round := range 4 {
+		var positions []int64
+		for range 3000 {
+			p := rng.Int64N(200_000)
+			if round%2 == 1 {
+				p = rng.Int64N(3000) // dense: runs
+			}
+			if rng.IntN(50) == 0 {
+				p += 1 << 32 // another bucket
+			}
+			positions = append(positions, p)
+			want[uint64(p)] = true
+		}
+		slices.Sort(positions)
+		var err error
+		if bm, err = withPositions(bm, positions); err != nil {
+			t.Fatal(err)
+		}
+		bm.RunLengthEncode() // as encodeDV leaves a vector
+		if bm.Cardinality() != int64(len(want)) {
+			t.Fatalf("round %d: cardinality %d, want %d", round, bm.Cardinality(), len(want))
+		}
+		for p := range bm.Positions() {
+			if !want[p] {
+				t.Fatalf("round %d: position %d set, never asked for", round, p)
+			}
+		}
+	}
+	if _, err := withPositions(bm, []int64{5, -1}); err == nil {
+		t.Error("a negative position was accepted")
 	}
 }

@@ -63,6 +63,9 @@ type keyIndex struct {
 	// ingested counts the entries ingested as table files (index_ingest.go).
 	ingested int64
 	noIngest bool
+	// sought and found count the keys the last getMany looked up with a
+	// seek and those it found (useL6Filters).
+	sought, found int
 }
 
 type quietLogger struct{}
@@ -231,9 +234,10 @@ func (x *keyIndex) getMany(keys [][]byte, found func(i int, loc location) error)
 	if byKey := func(a, b indexedKey) int { return bytes.Compare(a.key, b.key) }; !slices.IsSortedFunc(sorted, byKey) {
 		slices.SortFunc(sorted, byKey) // a commit's keys come sorted (stage)
 	}
+	l6 := x.useL6Filters()
 	parts := min(runtime.GOMAXPROCS(0), 4, (len(sorted)+getManyPart-1)/getManyPart)
 	if parts <= 1 {
-		if err := x.seekRange(sorted); err != nil {
+		if err := x.seekRange(sorted, l6); err != nil {
 			return err
 		}
 	} else {
@@ -241,16 +245,18 @@ func (x *keyIndex) getMany(keys [][]byte, found func(i int, loc location) error)
 		per := (len(sorted) + parts - 1) / parts
 		for lo := 0; lo < len(sorted); lo += per {
 			hi := min(lo+per, len(sorted))
-			g.Go(func() error { return x.seekRange(sorted[lo:hi]) })
+			g.Go(func() error { return x.seekRange(sorted[lo:hi], l6) })
 		}
 		if err := g.Wait(); err != nil {
 			return err
 		}
 	}
+	x.sought, x.found = len(sorted), 0
 	for _, k := range sorted {
 		if k.val == nil {
 			continue
 		}
+		x.found++
 		id, n := binary.Uvarint(k.val)
 		pos, m := binary.Uvarint(k.val[max(n, 0):])
 		if n <= 0 || m <= 0 {
@@ -278,13 +284,24 @@ type indexedKey struct {
 // getManyPart is the fewest keys worth a goroutine of their own.
 const getManyPart = 64
 
+// useL6Filters reports whether lookups consult the bottom level's bloom
+// filters, which hold most of the index (a load's ingested entries, and
+// everything compactions move down). pebble skips them unless asked and
+// reads the key's data block instead. A filter answers "absent" without
+// that block, which pays when most keys looked up are not in the index
+// (new keys below the greatest one: random keys such as UUIDs, keys
+// inserted again); when most are there (updates and deletes of existing
+// rows, a stream's usual lookups) each costs a filter block's fetch and
+// probes on top of the data block the key is read from: about a third of
+// a lookup in cdcd bench's streaming phase. The last lookups decide: the
+// filters are used unless more than half of their keys were found.
+func (x *keyIndex) useL6Filters() bool { return 2*x.found <= x.sought }
+
 // seekRange looks up sorted keys with one iterator, storing a copy of each
-// present key's value in its val.
-func (x *keyIndex) seekRange(sorted []indexedKey) error {
-	// UseL6Filters: pebble skips the bottom level's bloom filters unless
-	// asked, and reads a data block instead; most keys looked up are new
-	// (inserts), and a load's ingested entries live in the bottom level.
-	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}, UseL6Filters: true})
+// present key's value in its val; l6 says whether it consults the bottom
+// level's bloom filters (useL6Filters).
+func (x *keyIndex) seekRange(sorted []indexedKey, l6 bool) error {
+	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}, UseL6Filters: l6})
 	if err != nil {
 		return err
 	}

@@ -107,6 +107,76 @@ func TestIndexLookups(t *testing.T) {
 	x.close()
 }
 
+// TestIndexLookupsL6Filters: getMany consults the bottom level's bloom
+// filters while most keys it looks up are absent and not once most are
+// found (useL6Filters), and finds the same keys either way: an index
+// whose entries were ingested into the bottom level, looked up with
+// mostly absent keys (odd ones), then mostly present ones.
+func TestIndexLookupsL6Filters(t *testing.T) {
+	x, err := openIndex(t.TempDir(), indexOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.close()
+	b := x.newBatch()
+	b.bulk = true
+	const n = 3 * ingestMinKeys
+	for i := int64(0); i < n; i += 2 { // even keys only
+		b.set(appendKeyInt(nil, i), location{file: "f1", pos: i})
+	}
+	if err := b.apply(1); err != nil {
+		t.Fatal(err)
+	}
+	if x.ingested != n/2 {
+		t.Fatalf("%d entries ingested, want %d (the bottom level)", x.ingested, n/2)
+	}
+	lookup := func(step string, ids []int64, filters bool) {
+		t.Helper()
+		if got := x.useL6Filters(); got != filters {
+			t.Errorf("%s: bottom-level filters %v, want %v", step, got, filters)
+		}
+		keys := make([][]byte, len(ids))
+		for i, id := range ids {
+			keys[i] = appendKeyInt(nil, id)
+		}
+		found := 0
+		if err := x.getMany(keys, func(i int, loc location) error {
+			if ids[i]%2 != 0 || ids[i] >= n || loc.pos != ids[i] || loc.file != "f1" {
+				t.Errorf("%s: key %d found at %+v", step, ids[i], loc)
+			}
+			found++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		for _, id := range ids {
+			if id%2 == 0 && id < n {
+				want++
+			}
+		}
+		if found != want {
+			t.Errorf("%s: found %d keys, want %d", step, found, want)
+		}
+	}
+	var absent, present []int64
+	for i := int64(0); i < n; i += 7 {
+		if i%2 == 0 {
+			present = append(present, i, i+2, i+4)
+		} else {
+			absent = append(absent, i, i+2, i+4)
+		}
+		absent = append(absent, 2*i+1)
+	}
+	slices.Sort(absent)
+	absent = slices.Compact(absent)
+	lookup("first lookups", absent, true)
+	lookup("after mostly absent keys", present, true)
+	lookup("after mostly present keys", present, false)
+	lookup("absent keys after present ones", absent, false)
+	lookup("after absent keys again", absent, true)
+}
+
 // BenchmarkIndexUpdates is the key index under a stream of updates, as a
 // streaming table's commits use it: an index of CDCD_BENCH_ROWS keys
 // (default 1M) built as a load builds it (ingested, 50,000 keys a

@@ -2,9 +2,14 @@ package iceberg
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/cdcd-dev/cdcd/schema"
 )
@@ -128,4 +133,74 @@ func reopen(t *testing.T, cat catalog.Catalog, w *tableWriter) *tableWriter {
 	}
 	w2.next[0] = next
 	return w2
+}
+
+// TestExplicitRowIDsFromStats: a data file whose _row_id column is null in
+// every row group (an insert's file) has no explicit ids, known from its
+// footer without reading the column (allNull); a file with one explicit
+// id among the nulls, in any row group, is read and gives every position.
+func TestExplicitRowIDsFromStats(t *testing.T) {
+	type row struct {
+		ID    int64  `parquet:"id"`
+		RowID *int64 `parquet:"_row_id,optional"`
+	}
+	dir := t.TempDir()
+	write := func(name string, n, explicitAt int) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := parquet.NewGenericWriter[row](f, parquet.MaxRowsPerRowGroup(100))
+		rows := make([]row, n)
+		for i := range rows {
+			rows[i].ID = int64(i)
+			if i == explicitAt {
+				id := int64(7000 + i)
+				rows[i].RowID = &id
+			}
+		}
+		if _, err := w.Write(rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	nulls, mixed := write("nulls.parquet", 250, -1), write("mixed.parquet", 250, 230)
+	for _, c := range []struct {
+		path    string
+		allNull bool
+	}{{nulls, true}, {mixed, false}} {
+		pf, closeFn, err := parquetFile(icebergio.LocalFS{}, c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, ok := columnFor(pf, iceberg.RowID())
+		if !ok || len(pf.RowGroups()) != 3 {
+			t.Fatalf("%s: _row_id column found %v, %d row groups; want found, 3", c.path, ok, len(pf.RowGroups()))
+		}
+		if got := allNull(pf, fc.leaf); got != c.allNull {
+			t.Errorf("%s: allNull %v, want %v", c.path, got, c.allNull)
+		}
+		closeFn()
+	}
+	r := &rowIDs{ids: map[string][]int64{}}
+	if ids, err := r.explicit(icebergio.LocalFS{}, nulls); err != nil || ids != nil {
+		t.Errorf("all-null file: ids %v, err %v; want none", ids, err)
+	}
+	ids, err := r.explicit(icebergio.LocalFS{}, mixed)
+	if err != nil || len(ids) != 250 {
+		t.Fatalf("mixed file: %d ids, err %v; want 250", len(ids), err)
+	}
+	for i, id := range ids {
+		if want := int64(noRowID); i == 230 && id != 7230 || i != 230 && id != want {
+			t.Errorf("mixed file: position %d has id %d", i, id)
+		}
+	}
 }
