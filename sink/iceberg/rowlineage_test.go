@@ -2,6 +2,7 @@ package iceberg
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -190,17 +191,69 @@ func TestExplicitRowIDsFromStats(t *testing.T) {
 		}
 		closeFn()
 	}
-	r := &rowIDs{ids: map[string][]int64{}}
+	r := &rowIDs{ids: map[string]*idList{}}
 	if ids, err := r.explicit(icebergio.LocalFS{}, nulls); err != nil || ids != nil {
 		t.Errorf("all-null file: ids %v, err %v; want none", ids, err)
 	}
 	ids, err := r.explicit(icebergio.LocalFS{}, mixed)
-	if err != nil || len(ids) != 250 {
-		t.Fatalf("mixed file: %d ids, err %v; want 250", len(ids), err)
+	if err != nil || ids == nil || ids.n != 250 {
+		t.Fatalf("mixed file: %+v, err %v; want 250 ids", ids, err)
 	}
-	for i, id := range ids {
-		if want := int64(noRowID); i == 230 && id != 7230 || i != 230 && id != want {
-			t.Errorf("mixed file: position %d has id %d", i, id)
+	for i := int64(0); i < 251; i++ {
+		if want := int64(noRowID); i == 230 && ids.at(i) != 7230 || i != 230 && ids.at(i) != want {
+			t.Errorf("mixed file: position %d has id %d", i, ids.at(i))
 		}
+	}
+}
+
+// TestIDList: a file's explicit ids kept as runs answer every position as
+// the ids did, and take a fraction of their room; ids without runs are
+// kept as read.
+func TestIDList(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	runs := make([]int64, 0, 100_000)
+	for len(runs) < cap(runs) {
+		// A compacted file: runs of consecutive ids (inserts), nulls, and
+		// single moved ids (updated rows).
+		switch n, start := 1+rng.IntN(500), rng.Int64N(1<<40); rng.IntN(4) {
+		case 0:
+			for i := 0; i < n && len(runs) < cap(runs); i++ {
+				runs = append(runs, noRowID)
+			}
+		case 1:
+			runs = append(runs, start)
+		default:
+			for i := 0; i < n && len(runs) < cap(runs); i++ {
+				runs = append(runs, start+int64(i))
+			}
+		}
+	}
+	scattered := make([]int64, 10_000)
+	for i := range scattered {
+		scattered[i] = rng.Int64N(1 << 40)
+	}
+	for _, c := range []struct {
+		name string
+		ids  []int64
+		raw  bool
+	}{{"runs", runs, false}, {"scattered", scattered, true}, {"one", []int64{noRowID}, true}} {
+		l := newIDList(c.ids)
+		if (l.raw != nil) != c.raw {
+			t.Errorf("%s: kept raw %v, want %v", c.name, l.raw != nil, c.raw)
+		}
+		if !c.raw && l.bytes()*2 > 8*len(c.ids) {
+			t.Errorf("%s: %d bytes for %d ids", c.name, l.bytes(), len(c.ids))
+		}
+		for i, id := range c.ids {
+			if got := l.at(int64(i)); got != id {
+				t.Fatalf("%s: position %d: %d, want %d", c.name, i, got, id)
+			}
+		}
+		if got := l.at(int64(len(c.ids))); got != noRowID {
+			t.Errorf("%s: past the end: %d", c.name, got)
+		}
+	}
+	if (*idList)(nil).at(0) != noRowID || newIDList(nil) != nil {
+		t.Error("a nil list")
 	}
 }
