@@ -22,5 +22,8 @@
 // killed mid-snapshot, snapshots_test.go; and TestCrashMariaDB's
 // mariadb-upsert, mariadb-changelog, mariadb-snapshots); CDCD_CRASH_BIG_TX sizes the large
 // transactions (default 6000 rows; with logical_decoding_work_mem at 64kB
-// they are streamed before their commit either way).
+// they are streamed before their commit either way); CDCD_CRASH_KEEP names a
+// directory into which a reconcile's report of a difference during the
+// kills copies the round's data directory (log, warehouse, catalog) as it
+// is then, for a post-mortem.
 package crashsuite

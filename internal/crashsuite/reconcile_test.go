@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,10 +81,27 @@ type reconciler struct {
 	rows, unchecked          int64
 	reported                 []string // differences reported: each a false report
 	whyNot                   string   // the first run that could not compare, in its words
+	cfgPath                  string
+}
+
+// keep copies the round's directory (its log, warehouse and catalog as
+// they are now) and the run's output under $CDCD_CRASH_KEEP, when set, for
+// a post-mortem of a false report.
+func (rc *reconciler) keep(r reconcileRun) {
+	root := os.Getenv("CDCD_CRASH_KEEP")
+	if root == "" {
+		return
+	}
+	dst, err := os.MkdirTemp(root, "report-")
+	if err != nil {
+		return
+	}
+	_ = exec.Command("cp", "-a", filepath.Dir(rc.cfgPath), filepath.Join(dst, "round")).Run()
+	_ = os.WriteFile(filepath.Join(dst, "reconcile.out"), []byte(r.out), 0o644)
 }
 
 func startReconciler(bin, cfgPath string) *reconciler {
-	rc := &reconciler{stop: make(chan struct{}), done: make(chan struct{})}
+	rc := &reconciler{stop: make(chan struct{}), done: make(chan struct{}), cfgPath: cfgPath}
 	go func() {
 		defer close(rc.done)
 		for {
@@ -107,6 +126,7 @@ func (rc *reconciler) record(r reconcileRun) {
 	rc.runs++
 	if d := r.differences(); len(d) > 0 || r.code == 4 {
 		rc.reported = append(rc.reported, strings.Join(d, "; ")+" (exit "+strconv.Itoa(r.code)+")")
+		rc.keep(r)
 		return
 	}
 	if r.code != 0 {

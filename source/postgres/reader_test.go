@@ -86,6 +86,9 @@ func describe(cs []source.Change) string {
 type memState struct {
 	mu sync.Mutex
 	m  map[string][]byte
+	// onSave, when set, sees every Save before it is stored (a test's
+	// way into the moment a record is written).
+	onSave func(k string, v []byte)
 }
 
 func (s *memState) Load(_ context.Context, k string) ([]byte, error) {
@@ -95,6 +98,9 @@ func (s *memState) Load(_ context.Context, k string) ([]byte, error) {
 }
 
 func (s *memState) Save(_ context.Context, k string, v []byte) error {
+	if s.onSave != nil {
+		s.onSave(k, v)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {

@@ -45,6 +45,15 @@ type catalogTable struct {
 
 func (t *catalogTable) qualified() string { return t.schema + "." + t.name }
 
+// columnNames lists the columns' names in order.
+func (t *catalogTable) columnNames() []string {
+	out := make([]string, len(t.columns))
+	for i, c := range t.columns {
+		out[i] = c.name
+	}
+	return out
+}
+
 // attnums are the attnums of st's columns (0 for one the catalog lacks).
 func (t *catalogTable) attnums(st *schema.Table) []int {
 	out := make([]int, len(st.Columns))

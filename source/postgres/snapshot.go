@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,22 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 	var xid uint64
 	if err := tx.QueryRow(ctx, "SELECT txid_snapshot_xmax(txid_current_snapshot())").Scan(&xid); err != nil {
 		return fmt.Errorf("postgres: snapshot transaction id: %w", err)
+	}
+	// The tables as the snapshot sees them (the catalog read in its
+	// transaction): check described them before the slot was created, and
+	// a column added in between is in the snapshot's rows. The COPY names
+	// the described columns, so it would leave that column's values out of
+	// the mirror, without a word, until each row changed again.
+	for i, t := range s.tables {
+		ct, err := describeTable(ctx, tx, t.oid)
+		if err != nil {
+			return fmt.Errorf("postgres: describe %s in the load's snapshot: %w", t.qualified(), err)
+		}
+		if !slices.Equal(ct.columnNames(), t.columnNames()) {
+			s.logger.Info("the table changed shape between its description and the load's snapshot: loading the snapshot's columns",
+				"table", t.qualified(), "described", t.columnNames(), "snapshot", ct.columnNames())
+		}
+		s.tables[i] = ct
 	}
 
 	var plan loadPlan
