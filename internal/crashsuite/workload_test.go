@@ -119,9 +119,19 @@ func (w *workload) forget(table string, id int64) {
 func (w *workload) newID(table string) int64 {
 	id := w.next[table]
 	w.next[table]++
-	w.keys[table] = append(w.keys[table], id)
+	if !frozen(table, id) {
+		w.keys[table] = append(w.keys[table], id)
+	}
 	return id
 }
+
+// frozen says an acct row is never changed after its insert (one in
+// five): a value lost on its way to the mirror — by the load, or by the
+// insert's commit — stays lost until the round's check, where later
+// updates of a row would have hidden it (a column added just before the
+// load's snapshot was once left out that way; the rows were rewritten by
+// the round's end).
+func frozen(table string, id int64) bool { return table == "acct" && id%5 == 2 }
 
 func (w *workload) maybeNull(v any) any {
 	if w.rng.IntN(10) == 0 {
@@ -195,7 +205,7 @@ func (w *workload) acctUpdate(ctx context.Context, tx pgx.Tx) error {
 			_, err = tx.Exec(ctx, "UPDATE acct SET doc = jsonb_set(coalesce(doc, '{}'), '{k}', to_jsonb($2::int)) WHERE id = $1", id, w.rng.IntN(99))
 		}
 	default: // several rows at once
-		_, err = tx.Exec(ctx, "UPDATE acct SET score = coalesce(score, 0) + 1 WHERE id % 17 = $1", w.rng.IntN(17))
+		_, err = tx.Exec(ctx, "UPDATE acct SET score = coalesce(score, 0) + 1 WHERE id % 17 = $1 AND id % 5 <> 2", w.rng.IntN(17))
 	}
 	return err
 }
