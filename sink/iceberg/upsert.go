@@ -924,6 +924,9 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 			if st.table != lastTable {
 				var seen bool
 				if c, seen = codecs[st.table]; !seen {
+					if err := coversColumns(st.table, fields, identString(r.w.cfg.Ident)); err != nil {
+						return nil, err
+					}
 					c = newRowCodec(st.table, fsch, rowDefaults(st.table, fields, r.defaults))
 					codecs[st.table] = c
 				}
@@ -961,6 +964,9 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 		}
 		vc := colsOf[st.table]
 		if vc.cols == nil {
+			if err := coversColumns(st.table, fields, identString(r.w.cfg.Ident)); err != nil {
+				return nil, err
+			}
 			vc.cols = make([]int, len(fields))
 			for fi, f := range fields {
 				vc.cols[fi] = st.table.ColumnIndex(f.Name)
@@ -1002,6 +1008,20 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 		}
 	}
 	return out, nil
+}
+
+// coversColumns checks that the table's fields hold every column of row
+// version t, whose values would otherwise be dropped without a word. evolve
+// adds each buffered version's columns before rows are written, so a
+// column missing here is a bug: the commit fails, naming it.
+func coversColumns(t *schema.Table, fields []iceberg.NestedField, table string) error {
+	for _, c := range t.Columns {
+		if !slices.ContainsFunc(fields, func(f iceberg.NestedField) bool { return f.Name == c.Name }) {
+			return fmt.Errorf("iceberg: column %q of %s is not in table %s, whose schema should have been evolved before the rows were written: "+
+				"refusing to drop its values (a bug: report it; restart cdcd to evolve the table again)", c.Name, t.QualifiedName(), table)
+		}
+	}
+	return nil
 }
 
 // compareKeys orders encoded keys; encodeKey is order-preserving for
