@@ -50,14 +50,20 @@ const runningXids = `SELECT CASE WHEN pg_is_in_recovery() THEN '{}'::text[] ELSE
   SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted) END,
   pg_snapshot_xmax(pg_current_snapshot())::text`
 
-// begin opens a read: Low is read before the transaction's snapshot is
-// taken, High and the snapshot's in-progress transactions by the
-// statement that takes it. Gap holds those and every transaction that
-// held an xid between the two: a transaction whose xid is at or after the
-// snapshot's xmax is not in its in-progress list, yet is invisible to it
-// while it has not left the proc array — which it leaves after its commit
-// record is written, so its commit can lie before Low.
-func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, *Read, error) {
+// begin opens a read of table (its quoted name): Low is read before the
+// transaction's snapshot is taken, High and the snapshot's in-progress
+// transactions by the statement that takes it. Gap holds those and every
+// transaction that held an xid between the two: a transaction whose xid is
+// at or after the snapshot's xmax is not in its in-progress list, yet is
+// invisible to it while it has not left the proc array — which it leaves
+// after its commit record is written, so its commit can lie before Low.
+//
+// The table is locked (ACCESS SHARE) before the snapshot is taken: a
+// table-rewriting DDL (ALTER TABLE ... TYPE, VACUUM FULL, CLUSTER) that
+// committed after the snapshot would leave the table empty to the read (a
+// rewrite is not MVCC-safe), and every mirror row of the range would be
+// reported extra.
+func begin(ctx context.Context, conn *pgx.Conn, table string) (pgx.Tx, *Read, error) {
 	var low, high, snap, xmax string
 	var running []string
 	if err := conn.QueryRow(ctx, "SELECT "+walLSN).Scan(&low); err != nil {
@@ -69,6 +75,10 @@ func begin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, *Read, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, nil, err
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS SHARE MODE"); err != nil {
+		tx.Rollback(ctx)
+		return nil, nil, fmt.Errorf("reconcile: lock %s: %w", table, err)
 	}
 	if err := tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text, "+walLSN).Scan(&snap, &high); err != nil {
 		tx.Rollback(ctx)
@@ -227,7 +237,7 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 	if err != nil {
 		return nil, nil, err
 	}
-	tx, r, err := begin(ctx, conn)
+	tx, r, err := begin(ctx, conn, t.SQL)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -407,7 +417,7 @@ type KeyRow struct {
 // Rows reads every row of the ranges with its columns' hashes, in one
 // snapshot.
 func (p *Postgres) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow, *Read, error) {
-	tx, r, err := begin(ctx, p.read)
+	tx, r, err := begin(ctx, p.read, t.SQL)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 )
@@ -23,7 +25,7 @@ func TestReadGapHasNewestRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	tx, rd, err := begin(ctx, conn)
+	tx, rd, err := begin(ctx, conn, "running_xact")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,4 +59,40 @@ func TestWidenXid(t *testing.T) {
 			t.Errorf("widenXid(%#x, %#x) = %#x, want %#x", c.ref, c.x32, got, c.want)
 		}
 	}
+}
+
+// TestReadLocksTheTable: a read locks its table before it takes its
+// snapshot, so a table-rewriting ALTER cannot commit during the read (the
+// snapshot would see the table empty and every mirror row would be
+// reported extra).
+func TestReadLocksTheTable(t *testing.T) {
+	ctx := t.Context()
+	dsn := pgtest.NewDB(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE lk (id int PRIMARY KEY, v int); INSERT INTO lk VALUES (1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, _, err := begin(ctx, conn, `"public"."lk"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	_, err = other.Exec(ctx, "SET lock_timeout = '300ms'; ALTER TABLE lk ALTER COLUMN v TYPE bigint")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("a rewrite during the read: %v, want it to wait for the read's lock (55P03)", err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM lk").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the read sees %d rows (%v), want 1", n, err)
+	}
+	tx.Rollback(ctx)
 }

@@ -150,10 +150,21 @@ func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, pgSnapsho
 	if err != nil {
 		return nil, pgSnapshot{}, nil, fmt.Errorf("postgres: snapshot transaction of %s: %w", name, err)
 	}
+	// The table is locked before the snapshot is taken (its first query):
+	// a table-rewriting DDL (ALTER TABLE ... TYPE, VACUUM FULL, CLUSTER)
+	// that committed after the snapshot would leave it empty to the
+	// chunk's read (a rewrite is not MVCC-safe), and the chunk's rows would
+	// be missing from the mirror without a word; with the lock it waits
+	// for the chunk, or the chunk for it.
+	sch, tbl := splitTable(name)
+	if _, err = tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{sch, tbl}.Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+		err = queryError(name, "", err)
+	}
 	var snap string
-	err = tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap)
-	if err != nil {
-		err = fmt.Errorf("postgres: read the snapshot: %w", err)
+	if err == nil {
+		if err = tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+			err = fmt.Errorf("postgres: read the snapshot: %w", err)
+		}
 	}
 	var ps pgSnapshot
 	if err == nil {

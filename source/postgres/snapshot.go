@@ -60,6 +60,9 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 	if err := tx.QueryRow(ctx, "SELECT txid_snapshot_xmax(txid_current_snapshot())").Scan(&xid); err != nil {
 		return fmt.Errorf("postgres: snapshot transaction id: %w", err)
 	}
+	if err := lockLoaded(ctx, tx, s.tables); err != nil {
+		return err
+	}
 	// The tables as the snapshot sees them (the catalog read in its
 	// transaction): check described them before the slot was created, and
 	// a column added in between is in the snapshot's rows. The COPY names
@@ -541,4 +544,60 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		return send()
 	}
 	return nil
+}
+
+// errRewritten: a table was rewritten after the load's snapshot was taken.
+var errRewritten = errors.New("rewritten after the load's snapshot was taken")
+
+// lockLoaded takes ACCESS SHARE locks on the tables in the load's
+// transaction, so that no table-rewriting DDL (ALTER TABLE that changes a
+// column's type, VACUUM FULL, CLUSTER) commits while the load reads them,
+// and checks that none was rewritten since the slot exported the snapshot:
+// a rewrite is not MVCC-safe, and an older snapshot sees the rewritten
+// table empty (a load would have copied no row of it, and the stream sends
+// none of its rows). A table rewritten in between fails the load before
+// anything was emitted: the next session creates the slot again and loads
+// from its new snapshot (prepareSlot).
+func lockLoaded(ctx context.Context, tx pgx.Tx, tables []*catalogTable) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	idents := make([]string, len(tables))
+	oids := make([]uint32, len(tables))
+	for i, t := range tables {
+		idents[i], oids[i] = t.ident(), t.oid
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN ACCESS SHARE MODE"); err != nil {
+		return fmt.Errorf("postgres: lock the tables for the load: %w", err)
+	}
+	// The snapshot's pg_class against the current file of each table and
+	// of each partition under it (as the snapshot knows them).
+	rows, err := tx.Query(ctx, `WITH RECURSIVE tree(oid, top) AS (
+		SELECT oid, oid FROM pg_class WHERE oid = ANY($1)
+		UNION ALL SELECT i.inhrelid, t.top FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)
+	  SELECT t.top, c.relname, c.relfilenode, pg_relation_filenode(c.oid)
+	  FROM tree t JOIN pg_class c ON c.oid = t.oid WHERE c.relkind = 'r'`, oids)
+	if err != nil {
+		return fmt.Errorf("postgres: check the tables for the load: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var top, then uint32
+		var name string
+		var now *uint32
+		if err := rows.Scan(&top, &name, &then, &now); err != nil {
+			return err
+		}
+		if now == nil || *now != then {
+			for _, t := range tables {
+				if t.oid == top {
+					name = t.qualified()
+				}
+			}
+			// Retried (connError) as a session that lost its connection is.
+			return &connError{fmt.Errorf("postgres: table %s was %w (ALTER TABLE ... TYPE, VACUUM FULL or CLUSTER), so the snapshot sees it empty: "+
+				"the load starts again on a new slot", name, errRewritten)}
+		}
+	}
+	return rows.Err()
 }

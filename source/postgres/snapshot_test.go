@@ -306,3 +306,43 @@ func TestLoadReadsColumnsAddedBeforeItsSnapshot(t *testing.T) {
 		t.Fatalf("row 2 loaded as %v, want its memo", row)
 	}
 }
+
+// TestLoadRetriesWhenATableIsRewritten: a table rewritten (ALTER COLUMN
+// TYPE) after the slot exported the load's snapshot and before the load
+// locked it is empty to that snapshot, and the stream never sends its rows:
+// the load fails before it emits anything and starts again on a new slot,
+// where it once loaded the table as empty without a word.
+func TestLoadRetriesWhenATableIsRewritten(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE rw (id int PRIMARY KEY, x int); INSERT INTO rw SELECT g, g FROM generate_series(1, 100) g`)
+	var logs strings.Builder
+	var mu sync.Mutex
+	e.logs = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+	var once sync.Once
+	e.state.onSave = func(k string, v []byte) {
+		if !strings.Contains(string(v), `"slot_created":true`) {
+			return
+		}
+		once.Do(func() { // the slot and its snapshot made, the load not begun
+			e.exec(t, `ALTER TABLE rw ALTER COLUMN x TYPE bigint`)
+		})
+	}
+	c := newCollector()
+	stop, _ := e.startReader(t, []string{"rw"}, true, c)
+	defer stop()
+	got := c.wait(t, 100)
+	for _, ch := range got[:100] {
+		if ch.Op != source.OpRead {
+			t.Fatalf("change %s, want the load's 100 reads first", ch.Op)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "was rewritten after the load's snapshot was taken") {
+		t.Errorf("the log does not say the table was rewritten:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

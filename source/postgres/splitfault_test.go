@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
@@ -61,4 +63,41 @@ func rowsOf(c *snapshot.Chunk) int {
 		return 0
 	}
 	return len(c.Rows)
+}
+
+// TestChunkReadLocksItsTable: a chunk's transaction locks its table before
+// it takes its snapshot, so a table-rewriting ALTER cannot commit while
+// the chunk reads (the snapshot would see the rewritten table empty, and
+// the chunk's rows would be missing from the mirror without a word).
+func TestChunkReadLocksItsTable(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE lk (id int PRIMARY KEY, v int); INSERT INTO lk SELECT g, g FROM generate_series(1, 10) g`)
+	r := New(e.config(t, []string{"lk"}, false), e.state, slog.New(slog.DiscardHandler))
+	conn, err := pgx.Connect(t.Context(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
+	defer d.close()
+	tx, _, _, err := d.readTx(t.Context(), "public.lk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(t.Context(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(t.Context())
+	_, err = other.Exec(t.Context(), "SET lock_timeout = '300ms'; ALTER TABLE lk ALTER COLUMN v TYPE bigint")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("a rewrite during the chunk's read: %v, want it to wait for the chunk's lock (55P03 lock_not_available)", err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(t.Context(), "SET lock_timeout = 0; ALTER TABLE lk ALTER COLUMN v TYPE bigint"); err != nil {
+		t.Fatalf("the rewrite after the chunk: %v", err)
+	}
 }
