@@ -77,6 +77,20 @@ func (s *session) load(ctx context.Context, snapshot string) error {
 			s.logger.Info("the table changed shape between its description and the load's snapshot: loading the snapshot's columns",
 				"table", t.qualified(), "described", t.columnNames(), "snapshot", ct.columnNames())
 		}
+		// The COPY names the snapshot's columns in today's table (it is
+		// parsed against the current catalog): a column dropped, renamed or
+		// retyped since the snapshot (before the lock above) would fail it
+		// or be read as another type. The catalog as it is now (s.conn, out
+		// of the snapshot; nothing changes it while the lock is held) must
+		// still have each of them.
+		now, err := describeTable(ctx, s.conn, t.oid)
+		if err != nil {
+			return fmt.Errorf("postgres: describe %s for the load: %w", t.qualified(), err)
+		}
+		if col, ok := sameColumns(ct, now); !ok {
+			return &connError{fmt.Errorf("postgres: column %q of %s was %w, so the load's COPY cannot read it: the load starts again on a new slot",
+				col, t.qualified(), errChangedSinceSnapshot)}
+		}
 		s.tables[i] = ct
 	}
 
@@ -548,6 +562,22 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 
 // errRewritten: a table was rewritten after the load's snapshot was taken.
 var errRewritten = errors.New("rewritten after the load's snapshot was taken")
+
+// errChangedSinceSnapshot: a column of the load's snapshot is gone or of
+// another type now.
+var errChangedSinceSnapshot = errors.New("dropped, renamed or retyped after the load's snapshot was taken")
+
+// sameColumns reports whether every column of snap is in now with the same
+// type; else the first that is not.
+func sameColumns(snap, now *catalogTable) (string, bool) {
+	for _, c := range snap.columns {
+		cur := now.column(c.name)
+		if cur.name != c.name || cur.oid != c.oid || cur.typmod != c.typmod {
+			return c.name, false
+		}
+	}
+	return "", true
+}
 
 // lockLoaded takes ACCESS SHARE locks on the tables in the load's
 // transaction, so that no table-rewriting DDL (ALTER TABLE that changes a

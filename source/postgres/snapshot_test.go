@@ -307,39 +307,48 @@ func TestLoadReadsColumnsAddedBeforeItsSnapshot(t *testing.T) {
 	}
 }
 
-// TestLoadRetriesWhenATableIsRewritten: a table rewritten (ALTER COLUMN
-// TYPE) after the slot exported the load's snapshot and before the load
-// locked it is empty to that snapshot, and the stream never sends its rows:
-// the load fails before it emits anything and starts again on a new slot,
-// where it once loaded the table as empty without a word.
-func TestLoadRetriesWhenATableIsRewritten(t *testing.T) {
+// TestLoadRetriesWhenATableChangesAfterItsSnapshot: a table rewritten
+// (ALTER COLUMN TYPE) after the slot exported the load's snapshot and
+// before the load locked it is empty to that snapshot, and the stream never
+// sends its rows; a column dropped or renamed then is named by the COPY but
+// gone. Either way the load fails before it emits anything and starts
+// again on a new slot — where it once loaded the rewritten table as empty
+// without a word, and stopped on the COPY's error for the others.
+func TestLoadRetriesWhenATableChangesAfterItsSnapshot(t *testing.T) {
 	t.Parallel()
-	e := setup(t, `CREATE TABLE rw (id int PRIMARY KEY, x int); INSERT INTO rw SELECT g, g FROM generate_series(1, 100) g`)
-	var logs strings.Builder
-	var mu sync.Mutex
-	e.logs = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
-	var once sync.Once
-	e.state.onSave = func(k string, v []byte) {
-		if !strings.Contains(string(v), `"slot_created":true`) {
-			return
-		}
-		once.Do(func() { // the slot and its snapshot made, the load not begun
-			e.exec(t, `ALTER TABLE rw ALTER COLUMN x TYPE bigint`)
+	for _, tc := range []struct{ name, ddl, log string }{
+		{"rewrite", `ALTER TABLE rw ALTER COLUMN x TYPE bigint`, "was rewritten after the load's snapshot was taken"},
+		{"drop", `ALTER TABLE rw DROP COLUMN x`, "of public.rw was dropped, renamed or retyped"},
+		{"rename", `ALTER TABLE rw RENAME COLUMN x TO y`, "of public.rw was dropped, renamed or retyped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, `CREATE TABLE rw (id int PRIMARY KEY, x int); INSERT INTO rw SELECT g, g FROM generate_series(1, 100) g`)
+			var logs strings.Builder
+			var mu sync.Mutex
+			e.logs = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+			var once sync.Once
+			e.state.onSave = func(k string, v []byte) {
+				if !strings.Contains(string(v), `"slot_created":true`) {
+					return
+				}
+				once.Do(func() { e.exec(t, tc.ddl) }) // the slot and its snapshot made, the load not begun
+			}
+			c := newCollector()
+			stop, _ := e.startReader(t, []string{"rw"}, true, c)
+			defer stop()
+			got := c.wait(t, 100)
+			for _, ch := range got[:100] {
+				if ch.Op != source.OpRead {
+					t.Fatalf("change %s, want the load's 100 reads first", ch.Op)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !strings.Contains(logs.String(), tc.log) {
+				t.Errorf("the log does not say %q:\n%s", tc.log, logs.String())
+			}
 		})
-	}
-	c := newCollector()
-	stop, _ := e.startReader(t, []string{"rw"}, true, c)
-	defer stop()
-	got := c.wait(t, 100)
-	for _, ch := range got[:100] {
-		if ch.Op != source.OpRead {
-			t.Fatalf("change %s, want the load's 100 reads first", ch.Op)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(logs.String(), "was rewritten after the load's snapshot was taken") {
-		t.Errorf("the log does not say the table was rewritten:\n%s", logs.String())
 	}
 }
 

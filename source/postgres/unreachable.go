@@ -25,9 +25,9 @@ func (r *Reader) logRetry(err error, failed int, wait time.Duration) {
 	case failed > 0:
 		s := server(r.cfg.DSN)
 		source.LogConnectFailure(r.logger, s, failed, err, wait, connectCheck(s, err))
-	case errors.Is(err, errRewritten):
-		r.logger.Warn("a table was rewritten just after the initial load's snapshot was taken; loading again from a new slot", "err", err,
-			"in", wait.Round(time.Millisecond), "what_to_do", "nothing; a table-rewriting ALTER TABLE, VACUUM FULL or CLUSTER run again and again while the load starts keeps it from starting")
+	case errors.Is(err, errRewritten), errors.Is(err, errChangedSinceSnapshot):
+		r.logger.Warn("a table was changed (rewritten, or a column dropped, renamed or retyped) just after the initial load's snapshot was taken; loading again from a new slot", "err", err,
+			"in", wait.Round(time.Millisecond), "what_to_do", "nothing; ALTER TABLE, VACUUM FULL or CLUSTER run again and again while the load starts keeps it from starting")
 	case slotInUse(err):
 		r.logger.Warn("the replication slot is in use by another process; retrying", "err", err, "in", wait.Round(time.Millisecond),
 			"what_to_do", "if another cdcd or consumer streams from this slot, give this pipeline a slot of its own (source.postgres.slot); "+
