@@ -72,14 +72,7 @@ func rowsOf(c *snapshot.Chunk) int {
 func TestChunkReadLocksItsTable(t *testing.T) {
 	t.Parallel()
 	e := setup(t, `CREATE TABLE lk (id int PRIMARY KEY, v int); INSERT INTO lk SELECT g, g FROM generate_series(1, 10) g`)
-	r := New(e.config(t, []string{"lk"}, false), e.state, slog.New(slog.DiscardHandler))
-	conn, err := pgx.Connect(t.Context(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	d := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: newXidRing()}
-	defer d.close()
+	d, _ := testDatabase(t, e, New(e.config(t, []string{"lk"}, false), e.state, slog.New(slog.DiscardHandler)))
 	tx, _, _, err := d.readTx(t.Context(), "public.lk")
 	if err != nil {
 		t.Fatal(err)
