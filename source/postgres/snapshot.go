@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
@@ -598,7 +599,13 @@ func lockLoaded(ctx context.Context, tx pgx.Tx, tables []*catalogTable) error {
 		idents[i], oids[i] = t.ident(), t.oid
 	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN ACCESS SHARE MODE"); err != nil {
-		return fmt.Errorf("postgres: lock the tables for the load: %w", err)
+		err = fmt.Errorf("postgres: lock the tables for the load: %w", err)
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "40P01" {
+			// A deadlock with DDL that locks several of the tables: the
+			// server gave up this side; the load starts again.
+			return &connError{err}
+		}
+		return err
 	}
 	// The snapshot's pg_class against the current file of each table and
 	// of each partition under it (as the snapshot knows them).
