@@ -41,6 +41,9 @@ type pubState struct {
 	exists                        bool
 	ins, upd, del, trunc, viaRoot bool
 	members                       map[uint32]uint32 // published relation OID -> pg_publication_rel OID (0: by ALL TABLES or schema)
+	// filtered names, per published relation OID, the row filter or column
+	// list the publication applies to it (PostgreSQL 15).
+	filtered map[uint32]string
 }
 
 // readPublication reads the publication's options and members.
@@ -76,7 +79,50 @@ func readPublication(ctx context.Context, q querier, name string) (pubState, err
 	if err := rows.Err(); err != nil {
 		return p, fmt.Errorf("postgres: tables of publication %s: %w", name, err)
 	}
-	return p, nil
+	p.filtered, err = publicationFilters(ctx, q, name)
+	return p, err
+}
+
+// publicationFilters names, per relation OID, the row filter (WHERE) or
+// column list a publication applies to it (PostgreSQL 15 and later; none
+// before). pgoutput then leaves out the rows the filter rejects — an update
+// that moves a row out of it is sent as a delete — and the columns not
+// listed, which would reach the mirror as if dropped: changes missed
+// without an error.
+func publicationFilters(ctx context.Context, q querier, name string) (map[uint32]string, error) {
+	var version int
+	if err := q.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, fmt.Errorf("postgres: server version: %w", err)
+	}
+	if version < 150000 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `SELECT pr.prrelid, pg_get_expr(pr.prqual, pr.prrelid),
+		  (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
+		   WHERE a.attrelid = pr.prrelid AND a.attnum = ANY(pr.prattrs::int2[]))
+		FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+		WHERE p.pubname = $1 AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL)`, name)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: filters of publication %s: %w", name, err)
+	}
+	defer rows.Close()
+	out := map[uint32]string{}
+	for rows.Next() {
+		var rel uint32
+		var where, cols *string
+		if err := rows.Scan(&rel, &where, &cols); err != nil {
+			return nil, err
+		}
+		var what []string
+		if where != nil {
+			what = append(what, "the row filter WHERE "+*where)
+		}
+		if cols != nil {
+			what = append(what, "the column list ("+*cols+")")
+		}
+		out[rel] = strings.Join(what, " and ")
+	}
+	return out, rows.Err()
 }
 
 // missingOps names the operations p does not publish.
@@ -146,6 +192,11 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 			faults[name] = &source.Fault{
 				Reason: fmt.Sprintf("table %s was removed from publication %s and added again: the changes made in between were not sent", name, r.cfg.Publication),
 				Fix:    resnapshotFix(name, "")}
+		case pub.filtered[t.oid] != "":
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("publication %s publishes %s with %s, so the changes it leaves out are missed", r.cfg.Publication, name, pub.filtered[t.oid]),
+				Fix: fmt.Sprintf("run ALTER PUBLICATION %s DROP TABLE %s; ALTER PUBLICATION %s ADD TABLE %s (no WHERE, no column list); %s",
+					pubName, ident, pubName, ident, resnap(name))}
 		case len(ops) > 0:
 			faults[name] = &source.Fault{
 				Reason: fmt.Sprintf("publication %s does not publish %s, so those changes of %s are missed", r.cfg.Publication, strings.Join(ops, ", "), name),

@@ -138,6 +138,32 @@ func TestPublicationChangedWhileStreaming(t *testing.T) {
 	}
 }
 
+// TestPublicationFilterStopsTable: a row filter or a column list put on a
+// captured table's publication while streaming (PostgreSQL 15: pgoutput
+// then leaves out the rows the filter rejects, and the columns not listed,
+// which would read as dropped) stops that table, naming the filter and the
+// fix; a table published whole streams on.
+func TestPublicationFilterStopsTable(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE fa (id int PRIMARY KEY, v int); CREATE TABLE fb (id int PRIMARY KEY, v int); CREATE TABLE fc (id int PRIMARY KEY)`)
+	c := newCollector()
+	e.startReader(t, []string{"fa", "fb", "fc"}, false, c, fastChecks)
+	pub := e.names.Publication
+	e.exec(t, `ALTER PUBLICATION `+pub+` SET TABLE fa WHERE (v > 10), fb (id), fc`)
+	f := waitTableFault(t, c, "public.fa", "with the row filter WHERE (v > 10)")
+	if !strings.Contains(f.Fix, `ALTER PUBLICATION "`+pub+`" DROP TABLE "public"."fa"; ALTER PUBLICATION "`+pub+`" ADD TABLE "public"."fa"`) ||
+		!strings.Contains(f.Fix, "cdcd snapshot -c FILE --replace public.fa") {
+		t.Errorf("fix %q", f.Fix)
+	}
+	waitTableFault(t, c, "public.fb", "with the column list (id)")
+	e.exec(t, `INSERT INTO fc VALUES (1)`)
+	for deadline := time.Now().Add(30 * time.Second); countInserts(c, "public.fc") < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("fc stopped streaming while fa and fb were filtered")
+		}
+	}
+}
+
 // TestTableDroppedAndRecreated (issue 24 items 3 and 4): a captured table
 // dropped while streaming stops that table (its last changes still in the
 // WAL do not stop the reader); a restart goes on without it; created

@@ -312,6 +312,17 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, &PublicationError{Publication: name, Detail: fmt.Sprintf("does not include %s; run ALTER PUBLICATION %s ADD TABLE %s",
 			strings.Join(missing, ", "), quoted, strings.Join(missing, ", "))}
 	}
+	filtered, err := publicationFilters(ctx, conn, name)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tables {
+		if what := filtered[t.oid]; what != "" {
+			return false, &PublicationError{Publication: name, Detail: fmt.Sprintf(
+				"publishes %s with %s, so the changes it leaves out would be missed; run ALTER PUBLICATION %s DROP TABLE %s; ALTER PUBLICATION %s ADD TABLE %s",
+				t.qualified(), what, quoted, t.ident(), quoted, t.ident())}
+		}
+	}
 	return false, nil
 }
 

@@ -324,9 +324,8 @@ func TestLoadRetriesWhenATableChangesAfterItsSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, `CREATE TABLE rw (id int PRIMARY KEY, x int); INSERT INTO rw SELECT g, g FROM generate_series(1, 100) g`)
-			var logs strings.Builder
-			var mu sync.Mutex
-			e.logs = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+			logs := &syncBuffer{}
+			e.logs = logs
 			var once sync.Once
 			e.state.onSave = func(k string, v []byte) {
 				if !strings.Contains(string(v), `"slot_created":true`) {
@@ -343,15 +342,9 @@ func TestLoadRetriesWhenATableChangesAfterItsSnapshot(t *testing.T) {
 					t.Fatalf("change %s, want the load's 100 reads first", ch.Op)
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			if !strings.Contains(logs.String(), tc.log) {
 				t.Errorf("the log does not say %q:\n%s", tc.log, logs.String())
 			}
 		})
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -320,6 +320,10 @@ func TestPublicationChecks(t *testing.T) {
 			"truncate false"},
 		{"partitions by leaf", `CREATE TABLE p (id int PRIMARY KEY) PARTITION BY RANGE (id); CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (10);
 			CREATE PUBLICATION %s FOR TABLE p`, "publish_via_partition_root = true"},
+		{"row filter", `CREATE TABLE p (id int PRIMARY KEY, v int); CREATE PUBLICATION %s FOR TABLE p WHERE (v > 0)
+			WITH (publish_via_partition_root = true)`, "the row filter WHERE (v > 0)"},
+		{"column list", `CREATE TABLE p (id int PRIMARY KEY, v int, w int); CREATE PUBLICATION %s FOR TABLE p (id, v)
+			WITH (publish_via_partition_root = true)`, "the column list (id, v)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
