@@ -228,7 +228,7 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 		return &PreconditionError{What: fmt.Sprintf("source.mysql.flavor is %s but the server is %s (%s)", r.cfg.Flavor, flavor, version),
 			Fix: "set flavor: " + flavor + ", or leave it out to detect it"}
 	}
-	if err := checkServer(ctx, db, flavor, r.cfg.ServerID); err != nil {
+	if err := checkServer(ctx, db, flavor, r.cfg.ServerID, r.cfg.Tables); err != nil {
 		return err
 	}
 	cp, err := r.state.Load(ctx, r.stateKey())

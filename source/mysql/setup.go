@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -141,7 +142,7 @@ func globalVar(ctx context.Context, db *sql.DB, name string) (string, error) {
 
 // checkServer checks the server-wide preconditions; each failure names
 // what to run. serverID is the id the reader registers with.
-func checkServer(ctx context.Context, db *sql.DB, flavor string, serverID uint32) error {
+func checkServer(ctx context.Context, db *sql.DB, flavor string, serverID uint32, tables []string) error {
 	var errs []error
 	want := func(name, wantV, fix string) {
 		v, err := globalVar(ctx, db, name)
@@ -172,8 +173,77 @@ func checkServer(ctx context.Context, db *sql.DB, flavor string, serverID uint32
 	if err := checkReplicas(ctx, db, flavor, serverID); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkBinlogFilters(ctx, db, tables)...)
 	errs = append(errs, checkGrants(ctx, db)...)
 	return errors.Join(errs...)
+}
+
+// checkBinlogFilters refuses binlog filters that leave a captured
+// database's changes out of the binary log (--binlog-do-db without it,
+// --binlog-ignore-db with it): they would never arrive, and nothing would
+// say so. With row-based logging the filters go by the changed table's
+// database. A server that does not show them (privileges, a statement it
+// lacks) is not refused here.
+func checkBinlogFilters(ctx context.Context, db *sql.DB, tables []string) []error {
+	var doDB, ignoreDB string
+	found := false
+	for _, q := range []string{"SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if rows.Scan(ptrs...) != nil {
+				break
+			}
+			for i, c := range cols {
+				switch c {
+				case "Binlog_Do_DB":
+					doDB, found = vals[i].String, true
+				case "Binlog_Ignore_DB":
+					ignoreDB, found = vals[i].String, true
+				}
+			}
+		}
+		rows.Close()
+		if found {
+			break
+		}
+	}
+	list := func(v string) []string {
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	do, ignore := list(doDB), list(ignoreDB)
+	var errs []error
+	seen := map[string]bool{}
+	for _, t := range tables {
+		name, _, err := splitTable(t)
+		if err != nil || seen[name] {
+			continue
+		}
+		seen[name] = true
+		switch {
+		case len(do) > 0 && !slices.Contains(do, name):
+			errs = append(errs, &PreconditionError{What: fmt.Sprintf("the server writes only databases %s to its binary log (binlog_do_db), not %s: its changes would never arrive", doDB, name),
+				Fix: "add binlog-do-db=" + name + " to the server's config file (or remove every binlog-do-db) and restart it"})
+		case slices.Contains(ignore, name):
+			errs = append(errs, &PreconditionError{What: fmt.Sprintf("the server leaves database %s out of its binary log (binlog_ignore_db): its changes would never arrive", name),
+				Fix: "remove binlog-ignore-db=" + name + " from the server's config file and restart it"})
+		}
+	}
+	return errs
 }
 
 // checkReplicas refuses a server_id that a replica on another host has

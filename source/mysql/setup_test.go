@@ -48,12 +48,14 @@ func TestTablePreconditions(t *testing.T) {
 	}
 }
 
-// TestServerPreconditions: binlog settings, the server's own server_id and
-// a user without replication privileges are refused, each with the
-// statement that fixes it.
+// TestServerPreconditions: binlog settings, a binlog filter that leaves the
+// captured database out, the server's own server_id and a user without
+// replication privileges are refused, each with the statement that fixes
+// it.
 func TestServerPreconditions(t *testing.T) {
 	t.Parallel()
-	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--binlog-format=MIXED", "--binlog-row-metadata=MINIMAL"}})
+	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--binlog-format=MIXED", "--binlog-row-metadata=MINIMAL",
+		"--binlog-do-db=cdcd_elsewhere"}})
 	dsn := mariadbtest.NewDBOn(t, srv)
 	db, err := mariadbserver.OpenDSN(dsn)
 	if err != nil {
@@ -76,6 +78,7 @@ func TestServerPreconditions(t *testing.T) {
 		"binlog_format is MIXED", "SET GLOBAL binlog_format = 'ROW'",
 		"binlog_row_metadata is MINIMAL", "SET GLOBAL binlog_row_metadata = 'FULL'",
 		"is the server's own id",
+		"only databases cdcd_elsewhere to its binary log (binlog_do_db), not " + name, "binlog-do-db=" + name,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the error does not say %q:\n%s", want, msg)
