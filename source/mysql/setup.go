@@ -174,6 +174,9 @@ func checkServer(ctx context.Context, db *sql.DB, flavor string, serverID uint32
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkBinlogFilters(ctx, db, tables)...)
+	if err := checkReplicaBinlog(ctx, db); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, checkGrants(ctx, db)...)
 	return errors.Join(errs...)
 }
@@ -244,6 +247,48 @@ func checkBinlogFilters(ctx context.Context, db *sql.DB, tables []string) []erro
 		}
 	}
 	return errs
+}
+
+// checkReplicaBinlog refuses a replica that does not write the changes it
+// replicates to its own binary log (log_slave_updates, log_replica_updates
+// off): cdcd reading it would see only the changes made on it directly —
+// none, on a read-only replica — and nothing would say so.
+func checkReplicaBinlog(ctx context.Context, db *sql.DB) error {
+	// A replica: it lists a primary (which needs SLAVE MONITOR on
+	// MariaDB), or it runs a replication thread (MariaDB's Slaves_running,
+	// a status anyone reads). A primary that once was a replica keeps its
+	// gtid_slave_pos, so that says nothing.
+	replica := false
+	for _, q := range []string{"SHOW REPLICA STATUS", "SHOW SLAVE STATUS"} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		replica = rows.Next()
+		rows.Close()
+		break
+	}
+	var status string
+	var running int
+	if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Slaves_running'").Scan(&status, &running); err == nil && running > 0 {
+		replica = true
+	}
+	if !replica {
+		return nil
+	}
+	for _, name := range []string{"log_replica_updates", "log_slave_updates"} {
+		v, err := globalVar(ctx, db, name)
+		if err != nil {
+			continue
+		}
+		if v == "1" || strings.EqualFold(v, "ON") {
+			return nil
+		}
+		return &PreconditionError{What: fmt.Sprintf("the server is a replica that does not write the changes it replicates to its binary log (%s is OFF): "+
+			"cdcd would see only the changes made on it directly", name),
+			Fix: "set " + strings.ReplaceAll(name, "_", "-") + "=ON in the replica's config file and restart it, or point source.mysql.dsn at the primary"}
+	}
+	return nil
 }
 
 // checkReplicas refuses a server_id that a replica on another host has

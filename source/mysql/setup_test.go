@@ -48,6 +48,41 @@ func TestTablePreconditions(t *testing.T) {
 	}
 }
 
+// TestReplicaWithoutItsUpdates: a replica that does not write what it
+// replicates to its own binary log (log_slave_updates off, MariaDB's
+// default) is refused: reading it, cdcd would see no replicated change.
+func TestReplicaWithoutItsUpdates(t *testing.T) {
+	t.Parallel()
+	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--log-slave-updates=OFF"}})
+	dsn := mariadbtest.NewDBOn(t, srv)
+	db, err := mariadbserver.OpenDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	// A replica whose primary is not there: its SQL thread runs (the user
+	// cdcd reads with may not see SHOW SLAVE STATUS).
+	for _, q := range []string{"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = 1, MASTER_USER = 'nobody', MASTER_CONNECT_RETRY = 60",
+		"START SLAVE"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer db.Exec("STOP SLAVE")
+	err = runOnce(t, Config{DSN: srv.ReplDSN(name), ServerID: mariadbtest.ServerID(t), Tables: []string{name + ".t"}})
+	var pe *PreconditionError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "log_slave_updates is OFF") || !strings.Contains(err.Error(), "log-slave-updates=ON") {
+		t.Fatalf("a replica without log_slave_updates: %v, want a PreconditionError naming it", err)
+	}
+}
+
 // TestServerPreconditions: binlog settings, a binlog filter that leaves the
 // captured database out, the server's own server_id and a user without
 // replication privileges are refused, each with the statement that fixes
