@@ -96,6 +96,7 @@ type emitter struct {
 var (
 	_ source.Emitter   = (*emitter)(nil)
 	_ source.Pipeliner = (*emitter)(nil)
+	_ source.Tracker   = (*emitter)(nil)
 )
 
 // loadLast reads the newest stored position of every partition of topic.
@@ -196,6 +197,21 @@ func (e *emitter) Sync(ctx context.Context) error {
 	return e.pipe.Wait(ctx)
 }
 
+// SubmitTracked is Submit returning the batch's number (source.Tracker):
+// its place in the pipeline's queue.
+func (e *emitter) SubmitTracked(ctx context.Context, batch []source.Change) (uint64, error) {
+	e.mu.Lock()
+	defer e.unlock()
+	if err := e.submitLocked(ctx, batch); err != nil {
+		return 0, err
+	}
+	return e.pipe.Queued(), nil
+}
+
+// Durable returns the number of the newest batch durable with all before
+// it, and the first error of any (source.Tracker). It does not wait for mu.
+func (e *emitter) Durable() (uint64, error) { return e.pipe.Done() }
+
 // Submit encodes batch and queues its append behind the batches submitted
 // before it; it returns before the append is durable (see Sync). The
 // newest positions per partition move on at once, so the next batch is
@@ -208,6 +224,11 @@ func (e *emitter) Sync(ctx context.Context) error {
 func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 	e.mu.Lock()
 	defer e.unlock()
+	return e.submitLocked(ctx, batch)
+}
+
+// submitLocked is Submit under mu.
+func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error {
 	eb := e.encodeBuf()
 	eb.now = time.Now().UnixNano() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
 	eb.tailSet, eb.txidText = false, nil

@@ -292,6 +292,9 @@ type intake struct {
 	gate atomic.Pointer[func(context.Context) error]
 	// loading is set once a snapshot row arrives.
 	loading atomic.Bool
+	// emitted numbers the batches SubmitTracked emitted whole, when the
+	// next Emitter does not track its pipeline (source.Tracker).
+	emitted atomic.Uint64
 }
 
 // intakeCounts are one table's counters.
@@ -303,6 +306,7 @@ type intakeCounts struct {
 var (
 	_ source.Emitter   = (*intake)(nil)
 	_ source.Pipeliner = (*intake)(nil)
+	_ source.Tracker   = (*intake)(nil)
 	_ source.Preparer  = (*intake)(nil)
 )
 
@@ -352,6 +356,42 @@ func (in *intake) Submit(ctx context.Context, batch []source.Change) error {
 	}
 	in.count(batch) // counted when queued: the counters show progress, not durability
 	return nil
+}
+
+// SubmitTracked is Submit returning the batch's number (source.Tracker).
+// Without an emitter that tracks its pipeline it is Emit: the batch is
+// durable when it returns, and Durable says so.
+func (in *intake) SubmitTracked(ctx context.Context, batch []source.Change) (uint64, error) {
+	t, ok := in.next.(source.Tracker)
+	if !ok {
+		if err := in.Emit(ctx, batch); err != nil {
+			return 0, err
+		}
+		return in.emitted.Add(1), nil
+	}
+	if c := in.ctx.Load(); c != nil {
+		ctx = *c
+	}
+	if g := in.gate.Load(); g != nil {
+		if err := (*g)(ctx); err != nil {
+			return 0, err
+		}
+	}
+	n, err := t.SubmitTracked(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	in.count(batch)
+	return n, nil
+}
+
+// Durable returns the number of the newest batch durable with all before
+// it, and the first error of any (source.Tracker).
+func (in *intake) Durable() (uint64, error) {
+	if t, ok := in.next.(source.Tracker); ok {
+		return t.Durable()
+	}
+	return in.emitted.Load(), nil
 }
 
 // Prepare hands batch to the emitter to encode ahead (source.Preparer).

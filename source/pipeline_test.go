@@ -52,3 +52,49 @@ func TestPipelineOrderDepthAndErrors(t *testing.T) {
 		t.Fatalf("Go after a failure: %v", err)
 	}
 }
+
+// TestPipelineDone: Done counts the functions finished in order without
+// waiting, never one still running or queued behind it, and stops at the
+// first failure.
+func TestPipelineDone(t *testing.T) {
+	ctx := context.Background()
+	p := Pipeline{Depth: 4}
+	gates := make([]chan struct{}, 3)
+	for i := range gates {
+		gates[i] = make(chan struct{})
+		if err := p.Go(ctx, func() error { <-gates[i]; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := p.Queued(); q != 3 {
+		t.Fatalf("Queued %d, want 3", q)
+	}
+	waitDone := func(want uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			n, err := p.Done()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == want {
+				return
+			}
+			if n > want || time.Now().After(deadline) {
+				t.Fatalf("Done %d, want %d", n, want)
+			}
+		}
+	}
+	close(gates[1]) // released first, the second still runs after the first
+	time.Sleep(20 * time.Millisecond)
+	waitDone(0)
+	close(gates[0])
+	waitDone(2)
+	close(gates[2])
+	waitDone(3)
+	boom := errors.New("boom")
+	_ = p.Go(ctx, func() error { return boom })
+	_ = p.Wait(ctx)
+	if n, err := p.Done(); n != 3 || !errors.Is(err, boom) {
+		t.Fatalf("Done after a failure: %d, %v; want 3, boom", n, err)
+	}
+}

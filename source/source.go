@@ -199,6 +199,27 @@ type Pipeliner interface {
 	Sync(ctx context.Context) error
 }
 
+// Tracker is an optional ability of a Pipeliner (found by type assertion):
+// telling, without waiting, which submitted batches are durable. A source
+// that confirms positions to its database (a stream) submits a batch,
+// reads on, and confirms the batch's position once Durable reaches the
+// batch's number: decoding and the log's sync overlap instead of taking
+// turns. Submitted batches become durable on their own (no Sync needed),
+// in the order submitted; how many are in flight is bounded by Submit,
+// which waits while the pipeline is full.
+type Tracker interface {
+	Pipeliner
+	// SubmitTracked is Submit that also returns the batch's number.
+	// Numbers grow with every batch handed over (by Emit and Submit too),
+	// so a batch's number is greater than every earlier batch's.
+	SubmitTracked(ctx context.Context, batch []Change) (uint64, error)
+	// Durable returns the number of the newest batch that is durable with
+	// every batch before it (0: none yet), and the first error of any
+	// batch: from then on nothing submitted after the batches counted
+	// durable may be assumed durable, and the source stops.
+	Durable() (uint64, error)
+}
+
 // Preparer is an optional ability of an Emitter (found by type assertion):
 // encoding changes before they are handed over, on another goroutine than
 // the source's stream, so the stream's goroutine only puts them in their

@@ -176,6 +176,9 @@ func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMe
 	for i := range rows {
 		rows[i].Table, rows[i].LSN = t, lsn
 	}
+	if s.track != nil {
+		return true, in.submitTracked(ctx, rows)
+	}
 	pipelined := len(rows) > 1
 	rows, err = in.submit(ctx, rows)
 	if err != nil {
@@ -211,6 +214,27 @@ func (in *incStream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMe
 // last forced flush: what bounds how long the snapshot's progress (saved
 // only once durable) and the slot's confirmed position wait.
 const syncEvery = 200 * time.Millisecond
+
+// submitTracked hands the batch so far and then a chunk's rows to an
+// Emitter that tracks its pipeline (source.Tracker), without waiting for
+// them to be durable: the stream reads on to the next chunk's high
+// watermark while the log syncs. The position the rows wait for is the
+// watermark's transaction's commit (commit), confirmable once the chunk's
+// batch is durable; the batch so far waits for the transactions before
+// it. The chunk's slices go back to be read into again.
+func (in *incStream) submitTracked(ctx context.Context, rows []source.Change) error {
+	s := in.s
+	if len(s.batch) > 0 {
+		if err := s.flushBatch(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.submit(ctx, rows, s.committed); err != nil {
+		return err
+	}
+	s.r.chunkBufs.giveBack(rows)
+	return nil
+}
 
 // submit hands a chunk's rows but the last to an Emitter that pipelines
 // (source.Pipeliner), behind the batch so far, without waiting for them to

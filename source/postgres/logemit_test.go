@@ -52,7 +52,7 @@ type logEmitter struct {
 	produceTime       time.Duration // in Produce
 }
 
-var _ source.Pipeliner = (*logEmitter)(nil)
+var _ source.Tracker = (*logEmitter)(nil)
 
 func newLogEmitter(lg log.Log, parts int32) *logEmitter {
 	return &logEmitter{lg: lg, parts: parts, last: map[string][]source.Position{}, names: map[*schema.Table]string{}}
@@ -111,6 +111,17 @@ func (e *logEmitter) Emit(ctx context.Context, batch []source.Change) error {
 }
 
 func (e *logEmitter) Sync(ctx context.Context) error { return e.pipe.Wait(ctx) }
+
+// SubmitTracked is Submit returning the batch's number (source.Tracker).
+func (e *logEmitter) SubmitTracked(ctx context.Context, batch []source.Change) (uint64, error) {
+	if err := e.Submit(ctx, batch); err != nil {
+		return 0, err
+	}
+	return e.pipe.Queued(), nil
+}
+
+// Durable returns the newest batch durable with all before it.
+func (e *logEmitter) Durable() (uint64, error) { return e.pipe.Done() }
 
 // Submit encodes batch and queues its append behind the earlier ones.
 func (e *logEmitter) Submit(ctx context.Context, batch []source.Change) error {

@@ -45,10 +45,19 @@ type streamer struct {
 	// flushed is the newest LSN known durable; saved is the newest LSN
 	// recorded in the state as confirmed. The server is told saved.
 	flushed, saved uint64
-	nextStatus     time.Time
-	lastData       time.Time // when the last change or commit arrived
-	nextHeartbeat  time.Time
-	nextPubCheck   time.Time
+	// track, when the Emitter tracks its pipeline (source.Tracker), takes
+	// the batches: a flush submits the batch and the stream reads on; the
+	// batch's position becomes flushed once the log says it is durable
+	// (poll). Nil: a flush is an Emit, durable when it returns.
+	track source.Tracker
+	// inflight is, oldest first, the positions waiting for their batches
+	// to be durable: each LSN may be confirmed once batch n is.
+	inflight      []inflight
+	lastSubmit    uint64 // the number of the newest batch submitted
+	nextStatus    time.Time
+	lastData      time.Time // when the last change or commit arrived
+	nextHeartbeat time.Time
+	nextPubCheck  time.Time
 }
 
 // stream replicates from start until ctx ends or an error.
@@ -62,6 +71,7 @@ func (sess *session) stream(ctx context.Context, start uint64) error {
 		r: sess.Reader, conn: sess.conn, types: sess.types, repl: sess.repl, emit: sess.emit, st: sess.st, spill: spills,
 		relations: map[uint32]*relation{}, flushed: start, committed: start, saved: sess.st.Confirmed,
 	}
+	s.track, _ = sess.emit.(source.Tracker)
 	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", sess.cfg.Publication),
 		"binary 'true'", "messages 'true'", "streaming 'on'"}
 	if err := pglogrepl.StartReplication(ctx, sess.repl, sess.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
@@ -88,6 +98,9 @@ func (sess *session) stream(ctx context.Context, start uint64) error {
 		// closes (it handles messages in order); the deadline bounds the
 		// wait while it drains what it was sending.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := s.sync(sctx); err != nil {
+			sess.logger.Debug("batches in flight not made durable before the stop", "err", err)
+		}
 		if err := s.status(sctx); err == nil {
 			_ = s.repl.Conn().SetDeadline(time.Now().Add(2 * time.Second))
 			if _, err := pglogrepl.SendStandbyCopyDone(sctx, s.repl); err != nil {
@@ -147,6 +160,14 @@ func (s *streamer) loop(ctx context.Context) error {
 		if s.r.cfg.HeartbeatInterval > 0 && s.nextHeartbeat.Before(deadline) {
 			deadline = s.nextHeartbeat
 		}
+		if len(s.inflight) > 0 {
+			// Look again soon whether the batches in flight are durable:
+			// a quiet stream confirms them (and ends a snapshot run
+			// waiting for them) without waiting for the next message.
+			if due := time.Now().Add(durablePoll); due.Before(deadline) {
+				deadline = due
+			}
+		}
 		if !s.inTx && !s.inStream && s.nextPubCheck.Before(deadline) {
 			// Not while a transaction arrives: the check waits for its end
 			// (a deadline already past would stop every receive).
@@ -187,6 +208,9 @@ func (s *streamer) loop(ctx context.Context) error {
 // transaction of any size neither fills memory nor starves the server of
 // status updates (wal_sender_timeout).
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
+	if err := s.poll(); err != nil {
+		return err
+	}
 	now := time.Now()
 	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
 		if err := s.flushBatch(ctx); err != nil {
@@ -199,11 +223,16 @@ func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	return nil
 }
 
-// flushBatch hands the batch to the Emitter; once it returns, everything
-// up to committed is durable and may be confirmed.
+// flushBatch hands the batch to the Emitter: everything up to committed
+// may be confirmed once the batch is durable — when Emit returns, or, with
+// a tracking Emitter, once the log says so (submit).
 func (s *streamer) flushBatch(ctx context.Context) error {
 	committed := s.committed
-	if err := s.emit.Emit(ctx, s.batch); err != nil {
+	if s.track != nil {
+		if err := s.submit(ctx, s.batch, committed); err != nil {
+			return err
+		}
+	} else if err := s.emit.Emit(ctx, s.batch); err != nil {
 		return err
 	}
 	s.r.stats.Events.Add(int64(len(s.batch)))
@@ -211,8 +240,71 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.r.stats.LastCommitted.Store(last.CommitTime.UnixMilli())
 	clear(s.batch)
 	s.batch, s.batchSize = s.batch[:0], 0
-	s.advance(committed)
+	if s.track == nil {
+		s.advance(committed)
+	}
 	return nil
+}
+
+// inflight is a position waiting for a submitted batch: lsn may be
+// confirmed once batch n is durable.
+type inflight struct{ n, lsn uint64 }
+
+// durablePoll is how long a stream with batches in flight waits at most
+// for a message before it looks whether they became durable.
+const durablePoll = 2 * time.Millisecond
+
+// submit hands batch to the tracking Emitter without waiting for it to be
+// durable; lsn (every change up to it is in batch or submitted before)
+// becomes confirmable once it is. The Emitter bounds the batches in
+// flight (Submit waits while its pipeline is full).
+func (s *streamer) submit(ctx context.Context, batch []source.Change, lsn uint64) error {
+	n, err := s.track.SubmitTracked(ctx, batch)
+	if err != nil {
+		return err
+	}
+	s.lastSubmit = n
+	s.awaitDurable(n, lsn)
+	return nil
+}
+
+// awaitDurable records that lsn may be confirmed once batch n is durable.
+func (s *streamer) awaitDurable(n, lsn uint64) {
+	if k := len(s.inflight); k > 0 && s.inflight[k-1].n == n {
+		s.inflight[k-1].lsn = max(s.inflight[k-1].lsn, lsn)
+		return
+	}
+	s.inflight = append(s.inflight, inflight{n, lsn})
+}
+
+// poll advances to the positions whose batches the Emitter now holds
+// durable, without waiting. An error of any batch in flight is returned:
+// the stream stops, as at a failed Emit, confirming nothing past it.
+func (s *streamer) poll() error {
+	if len(s.inflight) == 0 {
+		return nil
+	}
+	d, err := s.track.Durable()
+	i, lsn := 0, uint64(0)
+	for ; i < len(s.inflight) && s.inflight[i].n <= d; i++ {
+		lsn = max(lsn, s.inflight[i].lsn)
+	}
+	if i > 0 {
+		s.inflight = append(s.inflight[:0], s.inflight[i:]...)
+		s.advance(lsn)
+	}
+	return err
+}
+
+// sync waits until every batch submitted is durable, and advances to it.
+func (s *streamer) sync(ctx context.Context) error {
+	if len(s.inflight) == 0 {
+		return nil
+	}
+	if err := s.track.Sync(ctx); err != nil {
+		return err
+	}
+	return s.poll()
 }
 
 // advance records lsn as durable. When a snapshot run waits only for its
@@ -240,6 +332,12 @@ func (s *streamer) commit(lsn uint64) {
 	}
 	s.lastData = time.Now()
 	if len(s.batch) == 0 {
+		if len(s.inflight) > 0 {
+			// Its changes may be in a batch still in flight: confirmable
+			// once the newest of them is durable.
+			s.awaitDurable(s.lastSubmit, s.committed)
+			return
+		}
 		s.advance(s.committed) // nothing of it is pending
 	}
 }
@@ -248,6 +346,9 @@ func (s *streamer) commit(lsn uint64) {
 // slot's confirmed position never passes what the pipeline recorded (see
 // SlotAhead) nor what the log holds.
 func (s *streamer) status(ctx context.Context) error {
+	if err := s.poll(); err != nil {
+		return err
+	}
 	lsn := s.confirmable() // durable, and not held back (hold.go)
 	s.publishFlushed(lsn)
 	if err := s.inc.checkpoint(ctx, lsn); err != nil {
