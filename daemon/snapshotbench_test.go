@@ -245,6 +245,8 @@ func startBeat(ctx context.Context, dsn string) func() {
 	return func() { cancel(); <-done }
 }
 
+var _ source.Tracker = (*lagEmitter)(nil)
+
 // lagEmitter passes batches on and, while on, records how long after its
 // commit each change of table reached the emitter.
 type lagEmitter struct {
@@ -264,7 +266,8 @@ type handStats struct {
 	busy, synced  time.Duration // in Submit and Emit; in Emit alone
 	rows          int
 	last, durable time.Time
-	pending       bool // snapshot rows were handed over since the last Emit
+	pending       bool   // snapshot rows were handed over since the last Emit
+	lastBatch     uint64 // SubmitTracked's number of the last batch with snapshot rows
 }
 
 // lagStats are the waits of n streamed changes.
@@ -299,6 +302,32 @@ func (l *lagEmitter) Submit(ctx context.Context, batch []source.Change) error {
 	err := l.next.Submit(ctx, batch)
 	l.handed(batch, t, false)
 	return err
+}
+
+// SubmitTracked and Durable pass a batch on without waiting for it to be
+// durable (source.Tracker), as the daemon's intake does; the hand-over's
+// last snapshot row counts durable once Durable reaches its batch.
+func (l *lagEmitter) SubmitTracked(ctx context.Context, batch []source.Change) (uint64, error) {
+	l.observe(batch)
+	t := time.Now()
+	n, err := l.next.SubmitTracked(ctx, batch)
+	l.handed(batch, t, false)
+	l.mu.Lock()
+	if l.hand.pending {
+		l.hand.lastBatch = n
+	}
+	l.mu.Unlock()
+	return n, err
+}
+
+func (l *lagEmitter) Durable() (uint64, error) {
+	n, err := l.next.Durable()
+	l.mu.Lock()
+	if h := &l.hand; h.pending && h.lastBatch != 0 && n >= h.lastBatch {
+		h.durable, h.pending = time.Now(), false
+	}
+	l.mu.Unlock()
+	return n, err
 }
 
 // handed records a hand-over begun at t; synced when it was an Emit.

@@ -352,3 +352,60 @@ func TestIncrementalTracked(t *testing.T) {
 	}
 	compareMirror(t, m.mirror, e.conn, "hot")
 }
+
+// TestReconnectWaitsForBatchesInFlight: a session that ends (its
+// walsender killed) with a batch in flight leaves it to the next; that
+// session must not confirm a position after it — here a non-transactional
+// message's — before it is durable.
+func TestReconnectWaitsForBatchesInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE t (id int PRIMARY KEY, v int)`)
+	m := newTrackMirror()
+	m.gate = make(chan struct{})
+	_, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) {
+		c.StatusInterval = 10 * time.Millisecond
+		c.HeartbeatInterval = -1
+	})
+	m.r.Store(r)
+	start := r.Stats().Flushed.Load()
+	e.exec(t, "INSERT INTO t VALUES (1, 1)")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		submitted := m.submitted
+		m.mu.Unlock()
+		if submitted == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the insert was not handed over")
+		}
+	}
+	e.exec(t, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.names.Slot)
+	for deadline := time.Now().Add(20 * time.Second); r.Stats().Reconnects.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end")
+		}
+	}
+	var msg string
+	if err := e.conn.QueryRow(t.Context(), "SELECT pg_logical_emit_message(false, 'test', 'x')::text").Scan(&msg); err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseLSN(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the reconnect (ReconnectMin 20 ms) and many statuses
+	if got := r.Stats().Flushed.Load(); got != start {
+		t.Errorf("flushed position %X moved from %X while the first session's batch was not durable", got, start)
+	}
+	if got := e.slotConfirmed(t); got > start {
+		t.Errorf("slot confirmed %X, past %X, while the first session's batch was not durable", got, start)
+	}
+	close(m.gate)
+	for deadline := time.Now().Add(20 * time.Second); r.Stats().Flushed.Load() < after; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("flushed %X: the message at %X not confirmed once the batch was durable", r.Stats().Flushed.Load(), after)
+		}
+	}
+	m.report(t)
+}
