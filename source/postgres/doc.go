@@ -12,8 +12,10 @@
 // commit LSN; a streamed transaction is replayed after Stream Commit), so a
 // transaction of any size leaves in batches. The reader tells PostgreSQL an
 // LSN is flushed only once every change of every transaction committed up
-// to it has been returned by the Emitter (durable in the log), and saves
-// that LSN in its State before telling the server. After a crash the
+// to it is durable in the log — returned by the Emitter's Emit, or, with an
+// Emitter that tracks its pipeline (source.Tracker), in a batch its Durable
+// counts: the stream hands batches over and reads on while the log syncs —
+// and saves that LSN in its State before telling the server. After a crash the
 // server sends again from the slot's confirmed LSN; the same transactions
 // decode to the same changes with the same indexes (changes of tables the
 // pipeline does not capture are counted too), so the Emitter drops, per log
