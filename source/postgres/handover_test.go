@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcd-dev/cdcd/source"
-	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // trackMirror is a mirror behind an Emitter that tracks its pipeline
@@ -131,6 +130,22 @@ func (m *trackMirror) report(t *testing.T) {
 	}
 }
 
+// waitSubmitted waits until n changes were handed over.
+func (m *trackMirror) waitSubmitted(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		submitted := m.submitted
+		m.mu.Unlock()
+		if submitted == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d changes handed over, want %d", submitted, n)
+		}
+	}
+}
+
 // slotConfirmed is the slot's confirmed_flush_lsn (0 before it has one).
 func (e *env) slotConfirmed(t *testing.T) uint64 {
 	t.Helper()
@@ -168,17 +183,7 @@ func TestStreamConfirmsOnlyDurable(t *testing.T) {
 	}
 	// The inserts handed over first: the message then finds the batch
 	// empty and a batch in flight.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		m.mu.Lock()
-		submitted := m.submitted
-		m.mu.Unlock()
-		if submitted == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d changes handed over, want the 3 inserts", submitted)
-		}
-	}
+	m.waitSubmitted(t, 3)
 	var msg string
 	if err := e.conn.QueryRow(t.Context(), "SELECT pg_logical_emit_message(false, 'test', 'x')::text").Scan(&msg); err != nil {
 		t.Fatal(err)
@@ -327,22 +332,7 @@ func TestIncrementalTracked(t *testing.T) {
 		c.StatusInterval = 10 * time.Millisecond
 	})
 	m.r.Store(r)
-	ctx, cancel := context.WithCancel(t.Context())
-	werr := make(chan error, 1)
-	go func() {
-		_, err := hotWorkload(ctx, e.dsn, "hot", 4000, uint64(time.Now().UnixNano()))
-		werr <- err
-	}()
-	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Replace: true, Origin: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	waitProgress(t, r, 1, 60*time.Second)
-	cancel()
-	if err := <-werr; err != nil {
-		t.Fatal(err)
-	}
-	e.exec(t, "INSERT INTO hot VALUES (-1, 'end', NULL)")
-	waitSettled(t, r, m.mirror, "public.hot", -1)
+	replaceUnderWrites(t, e, r, m.mirror)
 	m.report(t)
 	m.mu.Lock()
 	snap := m.snapshotted
@@ -369,17 +359,7 @@ func TestReconnectWaitsForBatchesInFlight(t *testing.T) {
 	m.r.Store(r)
 	start := r.Stats().Flushed.Load()
 	e.exec(t, "INSERT INTO t VALUES (1, 1)")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		m.mu.Lock()
-		submitted := m.submitted
-		m.mu.Unlock()
-		if submitted == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the insert was not handed over")
-		}
-	}
+	m.waitSubmitted(t, 1)
 	e.exec(t, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.names.Slot)
 	for deadline := time.Now().Add(20 * time.Second); r.Stats().Reconnects.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

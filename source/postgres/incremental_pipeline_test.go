@@ -91,27 +91,7 @@ func TestIncrementalPipelined(t *testing.T) {
 		c.StatusInterval = 10 * time.Millisecond // confirm often: a premature confirm shows
 	})
 	p.r.Store(r)
-	ctx, cancel := context.WithCancel(t.Context())
-	werr := make(chan error, 1)
-	go func() {
-		_, err := hotWorkload(ctx, e.dsn, "hot", 4000, uint64(time.Now().UnixNano()))
-		werr <- err
-	}()
-	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Replace: true, Origin: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		pr := r.Snapshots().Progress()
-		if len(pr) > 0 && !pr[0].Finished.IsZero() || time.Now().After(deadline) {
-			break
-		}
-	}
-	cancel()
-	if err := <-werr; err != nil {
-		t.Fatal(err)
-	}
-	e.exec(t, "INSERT INTO hot VALUES (-1, 'end', NULL)")
-	waitSettled(t, r, p.mirror, "public.hot", -1)
+	replaceUnderWrites(t, e, r, p.mirror)
 	p.mu.Lock()
 	p.check("end")
 	violations, submitted := p.violations, p.submitted
@@ -123,6 +103,29 @@ func TestIncrementalPipelined(t *testing.T) {
 		t.Errorf("%d changes went through Submit, want most of the 3000 rows read", submitted)
 	}
 	compareMirror(t, p.mirror, e.conn, "hot")
+}
+
+// replaceUnderWrites runs a replacing snapshot of hot while writers
+// hammer its keys, then waits until m holds a row written after both.
+func replaceUnderWrites(t *testing.T, e *env, r *Reader, m *mirror) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	werr := make(chan error, 1)
+	go func() {
+		_, err := hotWorkload(ctx, e.dsn, "hot", 4000, uint64(time.Now().UnixNano()))
+		werr <- err
+	}()
+	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Replace: true, Origin: "test"}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	waitProgress(t, r, 1, 60*time.Second)
+	cancel()
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, "INSERT INTO hot VALUES (-1, 'end', NULL)")
+	waitSettled(t, r, m, "public.hot", -1)
 }
 
 // TestIncrementalDoneAtDurable: a snapshot is done once its rows are
