@@ -174,6 +174,7 @@ func TestStreamConfirmsOnlyDurable(t *testing.T) {
 	m.gate = make(chan struct{})
 	_, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) {
 		c.StatusInterval = 10 * time.Millisecond // confirm often: a premature confirm shows
+		c.trackStream = true
 		c.HeartbeatInterval = -1
 	})
 	m.r.Store(r)
@@ -240,7 +241,7 @@ func TestStreamHandsOverWhileDurable(t *testing.T) {
 	e := setup(t, `CREATE TABLE t (id int PRIMARY KEY, v int)`)
 	m := newTrackMirror()
 	m.delay = 20 * time.Millisecond
-	_, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) { c.StatusInterval = 10 * time.Millisecond })
+	_, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) { c.StatusInterval, c.trackStream = 10*time.Millisecond, true })
 	m.r.Store(r)
 	start := e.slotConfirmed(t)
 	writer, err := pgx.Connect(t.Context(), e.dsn)
@@ -298,7 +299,7 @@ func TestStreamStopsAtFailedAppend(t *testing.T) {
 	e := setup(t, `CREATE TABLE t (id int PRIMARY KEY, v int)`)
 	m := newTrackMirror()
 	m.fail = 1
-	stop, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) { c.StatusInterval = 10 * time.Millisecond })
+	stop, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) { c.StatusInterval, c.trackStream = 10*time.Millisecond, true })
 	m.r.Store(r)
 	start := r.Stats().Flushed.Load()
 	e.exec(t, "INSERT INTO t VALUES (1, 1)")
@@ -355,6 +356,7 @@ func TestReconnectWaitsForBatchesInFlight(t *testing.T) {
 	_, r := e.startReader(t, []string{"t"}, false, m, func(c *Config) {
 		c.StatusInterval = 10 * time.Millisecond
 		c.HeartbeatInterval = -1
+		c.trackStream = true
 	})
 	m.r.Store(r)
 	start := r.Stats().Flushed.Load()

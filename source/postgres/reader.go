@@ -61,6 +61,10 @@ type Config struct {
 	// PostgreSQL streams before they commit; default
 	// $TMPDIR/cdcd-spill-<slot>. Its files do not need to survive a restart.
 	SpillDir string
+	// trackStream (tests) hands every streamed batch to a tracking
+	// Emitter without waiting, not only while a snapshot's chunks are in
+	// flight (see streamer.flushBatch).
+	trackStream bool
 	// ReconnectMin and ReconnectMax bound the backoff between attempts to
 	// reconnect after a lost connection or a server restart; defaults
 	// 200ms and 30s.

@@ -52,8 +52,11 @@ type streamer struct {
 	track source.Tracker
 	// inflight is, oldest first, the positions waiting for their batches
 	// to be durable: each LSN may be confirmed once batch n is.
-	inflight      []inflight
-	lastSubmit    uint64 // the number of the newest batch submitted
+	inflight   []inflight
+	lastSubmit uint64 // the number of the newest batch submitted
+	// inflightBytes is the row bytes of the stream's batches handed over
+	// since nothing was last in flight (flushBatch bounds it).
+	inflightBytes int
 	nextStatus    time.Time
 	lastStatus    time.Time // when the last status was sent
 	lastData      time.Time // when the last change or commit arrived
@@ -236,10 +239,24 @@ func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 // a tracking Emitter, once the log says so (submit).
 func (s *streamer) flushBatch(ctx context.Context) error {
 	committed := s.committed
-	if s.track != nil {
+	// Streamed batches go tracked only while something is in flight (a
+	// snapshot's chunks): measured, a stream that always ran ahead of the
+	// log cost the pipeline more CPU a change (BENCHMARKS.md, session 11,
+	// handover), while behind chunks an Emit's wait stalls the snapshot.
+	tracked := s.track != nil && (len(s.inflight) > 0 || s.r.cfg.trackStream)
+	if tracked {
+		if s.inflightBytes > 0 && s.inflightBytes+s.batchSize > source.BatchBytes {
+			// The stream outruns the log: what it handed over waits in
+			// the log's buffers, which count against the memory limit.
+			// Bounded to about one full batch besides the one decoding.
+			if err := s.sync(ctx); err != nil {
+				return err
+			}
+		}
 		if err := s.submit(ctx, s.batch, committed); err != nil {
 			return err
 		}
+		s.inflightBytes += s.batchSize
 	} else if err := s.emit.Emit(ctx, s.batch); err != nil {
 		return err
 	}
@@ -248,7 +265,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.r.stats.LastCommitted.Store(last.CommitTime.UnixMilli())
 	clear(s.batch)
 	s.batch, s.batchSize = s.batch[:0], 0
-	if s.track == nil {
+	if !tracked {
 		s.advance(committed)
 	}
 	return nil
@@ -300,6 +317,9 @@ func (s *streamer) poll() error {
 	if i > 0 {
 		s.inflight = append(s.inflight[:0], s.inflight[i:]...)
 		s.advance(lsn)
+	}
+	if len(s.inflight) == 0 {
+		s.inflightBytes = 0
 	}
 	return err
 }
