@@ -195,12 +195,16 @@ func TestEndToEndChangelog(t *testing.T) {
 	verify(t, dir, m)
 }
 
-func waitFor(t *testing.T, what string, ok func() bool, done <-chan error) {
+func waitFor(t *testing.T, what string, ok func() bool, done chan error) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute) // generous: tests share two cores
 	for !ok() {
 		select {
 		case err := <-done:
+			// Back for the caller's deferred stop, which reads it: taken
+			// away, that wait hung the package until its timeout and the
+			// daemon's error was never printed.
+			done <- err
 			t.Fatalf("daemon stopped while waiting for %s: %v", what, err)
 		default:
 		}

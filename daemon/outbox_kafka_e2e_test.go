@@ -46,7 +46,7 @@ func TestOutboxRelayKafka(t *testing.T) {
 	defer failing.Close()
 
 	dir := t.TempDir()
-	run := func(targets string, phase func(d *daemon.Daemon, done <-chan error)) {
+	run := func(targets string, phase func(d *daemon.Daemon, done chan error)) {
 		t.Helper()
 		path := filepath.Join(dir, "cdcd.yaml")
 		if err := os.WriteFile(path, fmt.Appendf(nil, `pipeline: obxk
@@ -107,7 +107,7 @@ outbox:
 		}
 	}
 
-	run(fmt.Sprintf("    - log: {}\n    - webhook: {url: %q, backoff_min: 50ms, backoff_max: 100ms}\n", failing.URL), func(d *daemon.Daemon, done <-chan error) {
+	run(fmt.Sprintf("    - log: {}\n    - webhook: {url: %q, backoff_min: 50ms, backoff_max: 100ms}\n", failing.URL), func(d *daemon.Daemon, done chan error) {
 		write(12)
 		waitFor(t, "the events in Kafka", func() bool { return d.Status().Outbox.Targets[0].Delivered == 12 }, done)
 		lsn := markLSN(t, conn)
@@ -116,7 +116,7 @@ outbox:
 			t.Fatal("the source confirmed events the failing webhook does not have")
 		}
 	})
-	run("    - log: {}\n", func(d *daemon.Daemon, done <-chan error) {
+	run("    - log: {}\n", func(d *daemon.Daemon, done chan error) {
 		lsn := markLSN(t, conn)
 		waitFor(t, "caught up after the restart", func() bool { return d.CaughtUp(lsn) }, done)
 		if st := d.Status().Outbox.Targets[0]; st.Duplicates != 12 || st.Delivered != 0 {
