@@ -262,8 +262,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := mariadbtest.Server(t)
-	dsn := mariadbtest.NewDB(t)
+	return newEnvOn(t, mariadbtest.Server(t))
+}
+
+// newEnvOn is newEnv on a server of the test's own (a server setting
+// under test).
+func newEnvOn(t *testing.T, srv *mariadbserver.Server) *env {
+	t.Helper()
+	dsn := mariadbtest.NewDBOn(t, srv)
 	db, err := mariadbserver.OpenDSN(dsn)
 	if err != nil {
 		t.Fatal(err)

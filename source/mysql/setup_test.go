@@ -54,29 +54,13 @@ func TestTablePreconditions(t *testing.T) {
 func TestReplicaWithoutItsUpdates(t *testing.T) {
 	t.Parallel()
 	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--log-slave-updates=OFF"}})
-	dsn := mariadbtest.NewDBOn(t, srv)
-	db, err := mariadbserver.OpenDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var name string
-	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	e := newEnvOn(t, srv)
 	// A replica whose primary is not there: its SQL thread runs (the user
 	// cdcd reads with may not see SHOW SLAVE STATUS).
-	for _, q := range []string{"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = 1, MASTER_USER = 'nobody', MASTER_CONNECT_RETRY = 60",
-		"START SLAVE"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer db.Exec("STOP SLAVE")
-	err = runOnce(t, Config{DSN: srv.ReplDSN(name), ServerID: mariadbtest.ServerID(t), Tables: []string{name + ".t"}})
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)",
+		"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = 1, MASTER_USER = 'nobody', MASTER_CONNECT_RETRY = 60", "START SLAVE")
+	defer e.db.Exec("STOP SLAVE")
+	err := runOnce(t, Config{DSN: srv.ReplDSN(e.name), ServerID: mariadbtest.ServerID(t), Tables: []string{e.name + ".t"}})
 	var pe *PreconditionError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "log_slave_updates is OFF") || !strings.Contains(err.Error(), "log-slave-updates=ON") {
 		t.Fatalf("a replica without log_slave_updates: %v, want a PreconditionError naming it", err)
@@ -91,23 +75,10 @@ func TestServerPreconditions(t *testing.T) {
 	t.Parallel()
 	srv := mariadbtest.NewServer(t, mariadbserver.Options{Args: []string{"--binlog-format=MIXED", "--binlog-row-metadata=MINIMAL",
 		"--binlog-do-db=cdcd_elsewhere"}})
-	dsn := mariadbtest.NewDBOn(t, srv)
-	db, err := mariadbserver.OpenDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var name string
-	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{"CREATE TABLE t (id INT PRIMARY KEY)", "CREATE USER 'weak'@'%' IDENTIFIED BY 'weak'",
-		"GRANT SELECT ON *.* TO 'weak'@'%'"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err = runOnce(t, Config{DSN: srv.ReplDSN(name), ServerID: srv.ServerID(), Tables: []string{name + ".t"}})
+	e := newEnvOn(t, srv)
+	name := e.name
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "CREATE USER 'weak'@'%' IDENTIFIED BY 'weak'", "GRANT SELECT ON *.* TO 'weak'@'%'")
+	err := runOnce(t, Config{DSN: srv.ReplDSN(name), ServerID: srv.ServerID(), Tables: []string{name + ".t"}})
 	msg := err.Error()
 	for _, want := range []string{
 		"binlog_format is MIXED", "SET GLOBAL binlog_format = 'ROW'",
