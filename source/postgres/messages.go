@@ -323,7 +323,16 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 	qn := m.Namespace + "." + m.RelationName
 	if !s.captured(qn) {
 		s.relations[m.RelationID] = nil
-		return nil
+		if !s.wasCaptured(m.RelationID) {
+			return nil
+		}
+		// A captured table under a name not captured: renamed, or moved
+		// to another schema. The check stops it here, before its first
+		// change under the new name.
+		if err := s.maybeFlush(ctx, true); err != nil {
+			return err
+		}
+		return s.r.checkPublication(ctx, s.conn, s.st, s.committed, s.emit)
 	}
 	if id, ok := s.st.Tables[qn]; ok && id.OID != m.RelationID {
 		// A table of this name with another OID: dropped and created
@@ -375,6 +384,16 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 }
 
 // captured reports whether a table is one of the configured ones.
+// wasCaptured reports whether oid is a captured table's stored OID.
+func (s *streamer) wasCaptured(oid uint32) bool {
+	for _, id := range s.st.Tables {
+		if id.OID == oid {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *streamer) captured(qualified string) bool {
 	for _, t := range s.r.cfg.Tables {
 		sch, name := splitTable(t)

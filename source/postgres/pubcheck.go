@@ -144,6 +144,9 @@ func (p pubState) missingOps() []string {
 type tableCheck struct {
 	name string // "schema.table" as configured
 	t    *catalogTable
+	// renamed is, for a table gone from its name, the name its stored OID
+	// now has ("schema.table"): renamed, or moved to another schema.
+	renamed string
 }
 
 // checkTables compares the tables with the publication and their stored
@@ -159,6 +162,16 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 	for _, tc := range tables {
 		name, t := tc.name, tc.t
 		prev, seen := known[name]
+		if t == nil && tc.renamed != "" {
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s was renamed to %s (ALTER TABLE ... RENAME or SET SCHEMA): cdcd captures tables by name, so its changes under the new name are missed", name, tc.renamed),
+				Fix: fmt.Sprintf("rename it back and re-snapshot it (cdcd snapshot -c FILE --replace %s), or capture it under its new name: replace %s with %s in source.postgres.tables and restart",
+					name, name, tc.renamed)}
+			if seen {
+				ids[name] = prev
+			}
+			continue
+		}
 		if t == nil {
 			faults[name] = &source.Fault{
 				Reason: fmt.Sprintf("table %s was dropped: it no longer exists, so its changes end and the mirror keeps its last rows", name),
@@ -212,6 +225,24 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 	return faults, ids
 }
 
+// renamedTo returns the name ("schema.table") of the table whose OID is
+// oid, or "" when there is none (dropped, or never known: oid 0).
+func renamedTo(ctx context.Context, q querier, oid uint32) (string, error) {
+	if oid == 0 {
+		return "", nil
+	}
+	var ns, name string
+	err := q.QueryRow(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = $1 AND c.relkind IN ('r', 'p')`, oid).Scan(&ns, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("postgres: the name of table OID %d: %w", oid, err)
+	}
+	return ns + "." + name, nil
+}
+
 // resnapshotFix is the fix of a table whose mirror missed changes.
 func resnapshotFix(table, first string) string {
 	return first + "re-snapshot the table: cdcd snapshot -c FILE --replace " + table +
@@ -244,6 +275,10 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 			tc.t = ct
 		case !errors.Is(err, errNoTable):
 			return err
+		default:
+			if tc.renamed, err = renamedTo(ctx, conn, st.Tables[qn].OID); err != nil {
+				return err
+			}
 		}
 		checks = append(checks, tc)
 	}

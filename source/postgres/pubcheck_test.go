@@ -257,3 +257,37 @@ func TestPublicationDroppedWhileStreaming(t *testing.T) {
 		}
 	}
 }
+
+// TestCapturedTableRenamed: a captured table renamed, or moved to another
+// schema, stops with its new name and both fixes, at its first change
+// under the new name (the periodic check is off) and at a start that finds
+// it renamed; the other table keeps streaming.
+func TestCapturedTableRenamed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE ra (id int PRIMARY KEY); CREATE TABLE rb (id int PRIMARY KEY); CREATE SCHEMA other`)
+	c := newCollector()
+	stop, _ := e.startReader(t, []string{"ra", "rb"}, false, c, func(c *Config) { c.PublicationCheckInterval = time.Hour })
+	e.exec(t, `INSERT INTO ra VALUES (1)`)
+	c.wait(t, 1)
+	e.exec(t, `ALTER TABLE ra RENAME TO ra2; INSERT INTO ra2 VALUES (2); INSERT INTO rb VALUES (1)`)
+	f := waitTableFault(t, c, "public.ra", "was renamed to public.ra2")
+	for _, want := range []string{"rename it back", "--replace public.ra", "replace public.ra with public.ra2 in source.postgres.tables"} {
+		if !strings.Contains(f.Fix, want) {
+			t.Errorf("fix %q lacks %q", f.Fix, want)
+		}
+	}
+	if n := countInserts(c, "public.ra"); n != 1 {
+		t.Errorf("%d inserts of public.ra, want the one before the rename", n)
+	}
+	for deadline := time.Now().Add(30 * time.Second); countInserts(c, "public.rb") < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rb stopped streaming after ra was renamed")
+		}
+	}
+	stop()
+
+	e.exec(t, `ALTER TABLE ra2 SET SCHEMA other`)
+	c = newCollector()
+	e.startReader(t, []string{"ra", "rb"}, false, c, fastChecks)
+	waitTableFault(t, c, "public.ra", "was renamed to other.ra2")
+}
