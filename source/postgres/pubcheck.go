@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +16,7 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgpos"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // Once a pipeline has captured, changes can vanish without an error: a
@@ -34,6 +38,10 @@ import (
 type tableIdentity struct {
 	OID    uint32 `json:"oid"`
 	PubRel uint32 `json:"pubrel,omitempty"`
+	// Parts are a partitioned table's leaf partitions as last checked
+	// (partitionList), "" for a plain table or one checked before they
+	// were recorded.
+	Parts string `json:"parts,omitempty"`
 }
 
 // pubState is the publication as the catalog shows it.
@@ -147,14 +155,30 @@ type tableCheck struct {
 	// renamed is, for a table gone from its name, the name its stored OID
 	// now has ("schema.table"): renamed, or moved to another schema.
 	renamed string
+	// leaves are a partitioned table's leaf partitions, by OID.
+	leaves map[uint32]leafPartition
+}
+
+// leafPartition is a leaf partition of a captured partitioned table.
+type leafPartition struct {
+	name string // "schema.table"
+	// where is its partition constraint (ancestors' included), which
+	// selects its rows from the root; "" when it has none.
+	where string
 }
 
 // checkTables compares the tables with the publication and their stored
 // identities. It returns a fault per table that stopped receiving all of
 // its changes, and the identities to store once those faults are durable.
-func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string]tableIdentity) (map[string]*source.Fault, map[string]tableIdentity) {
+//
+// It also returns, per table, the leaf partitions attached (or created)
+// since the last check: the rows of a table attached as a partition were
+// never inserted through the root, so pgoutput sends none of them, and
+// the caller reads them with an incremental snapshot.
+func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string]tableIdentity) (map[string]*source.Fault, map[string]tableIdentity, map[string][]leafPartition) {
 	faults := map[string]*source.Fault{}
 	ids := map[string]tableIdentity{}
+	attached := map[string][]leafPartition{}
 	pubName := pgx.Identifier{r.cfg.Publication}.Sanitize()
 	resnap := func(table string) string {
 		return "then re-snapshot it, since changes were missed: cdcd snapshot -c FILE --replace " + table
@@ -181,7 +205,7 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 			}
 			continue
 		}
-		id := tableIdentity{OID: t.oid, PubRel: pub.members[t.oid]}
+		id := tableIdentity{OID: t.oid, PubRel: pub.members[t.oid], Parts: partitionList(tc.leaves)}
 		ident := t.ident()
 		ops := pub.missingOps()
 		_, member := pub.members[t.oid]
@@ -220,9 +244,126 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 					r.cfg.Publication, name),
 				Fix: fmt.Sprintf("run ALTER PUBLICATION %s SET (publish_via_partition_root = true); %s", pubName, resnap(name))}
 		}
+		if seen && prev.OID == t.oid && prev.Parts != "" && id.Parts != prev.Parts {
+			gone, added := diffPartitions(prev.Parts, tc.leaves)
+			attached[name] = added
+			if len(gone) > 0 {
+				f := &source.Fault{
+					Reason: fmt.Sprintf("partition %s of %s was detached or dropped: its rows left %s at the source without a change pgoutput sends (a DELETE would), so the mirror still holds them",
+						strings.Join(gone, ", "), name, name),
+					Fix: "to make the mirror equal the source, re-snapshot the table: cdcd snapshot -c FILE --replace " + name +
+						"; to keep those rows in the mirror (an archive of what the source dropped), resume it as it is: cdcd table skip -c FILE " + name}
+				if other := faults[name]; other != nil {
+					f.Reason, f.Fix = other.Reason+"; and "+f.Reason, other.Fix+"; then "+f.Fix
+				}
+				faults[name] = f
+			}
+		}
 		ids[name] = id
 	}
-	return faults, ids
+	return faults, ids, attached
+}
+
+// partitionList is leaves as kept in tableIdentity.Parts: "oid:schema.table"
+// by OID, comma-separated.
+func partitionList(leaves map[uint32]leafPartition) string {
+	oids := make([]uint32, 0, len(leaves))
+	for oid := range leaves {
+		oids = append(oids, oid)
+	}
+	slices.Sort(oids)
+	parts := make([]string, len(oids))
+	for i, oid := range oids {
+		parts[i] = strconv.FormatUint(uint64(oid), 10) + ":" + leaves[oid].name
+	}
+	return strings.Join(parts, ",")
+}
+
+// diffPartitions compares the leaves recorded (a partitionList) with
+// today's: the names of those gone, and the new ones.
+func diffPartitions(prev string, leaves map[uint32]leafPartition) (gone []string, added []leafPartition) {
+	was := map[uint32]bool{}
+	for _, p := range strings.Split(prev, ",") {
+		oidText, name, _ := strings.Cut(p, ":")
+		oid, err := strconv.ParseUint(oidText, 10, 32)
+		if err != nil {
+			continue
+		}
+		was[uint32(oid)] = true
+		if _, ok := leaves[uint32(oid)]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	for _, oid := range slices.Sorted(maps.Keys(leaves)) {
+		if !was[oid] {
+			added = append(added, leaves[oid])
+		}
+	}
+	return gone, added
+}
+
+// readLeaves reads a partitioned table's leaf partitions.
+func readLeaves(ctx context.Context, q querier, oid uint32) (map[uint32]leafPartition, error) {
+	rows, err := q.Query(ctx, `SELECT c.oid, n.nspname, c.relname, pg_get_partition_constraintdef(c.oid)
+		FROM pg_partition_tree($1::oid::regclass) p JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE p.isleaf`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: partitions of table OID %d: %w", oid, err)
+	}
+	defer rows.Close()
+	out := map[uint32]leafPartition{}
+	for rows.Next() {
+		var id uint32
+		var ns, name string
+		var where *string
+		if err := rows.Scan(&id, &ns, &name, &where); err != nil {
+			return nil, err
+		}
+		lp := leafPartition{name: ns + "." + name}
+		if where != nil {
+			lp.where = *where
+		}
+		out[id] = lp
+	}
+	return out, rows.Err()
+}
+
+// readAttached queues an incremental snapshot of the rows of partitions
+// attached to table, which pgoutput never sent: of each partition's rows
+// by its partition constraint, or of the whole table when one has none
+// or a snapshot of the table is queued or running already (its rows from
+// before the attach may be behind it). Under snapshot: never the reader
+// only warns.
+func (r *Reader) readAttached(ctx context.Context, table string, added []leafPartition) error {
+	if len(added) == 0 {
+		return nil
+	}
+	names := make([]string, len(added))
+	where := make([]string, len(added))
+	whole := false
+	for i, p := range added {
+		names[i], where[i] = p.name, "("+p.where+")"
+		whole = whole || p.where == ""
+	}
+	if whole {
+		where = nil
+	}
+	if !(r.cfg.Snapshot || r.cfg.Incremental.Load) {
+		r.logger.Warn("partitions were attached to a captured table: their rows from before the attach are not in the mirror (snapshot: never)",
+			"table", table, "partitions", names, "what_to_do", "cdcd snapshot -c FILE "+table)
+		return nil
+	}
+	req := snapshot.Request{Table: table, Origin: "partition-attached"}
+	if len(where) > 0 {
+		req.Where = strings.Join(where, " OR ")
+	}
+	r.logger.Info("partitions were attached to a captured table: reading their rows, which pgoutput does not send, with an incremental snapshot",
+		"table", table, "partitions", names, "where", req.Where)
+	if r.inc.Queued(table) {
+		req.Where = ""
+		return r.inc.Restart(ctx, req)
+	}
+	return r.inc.Submit(ctx, req)
 }
 
 // renamedTo returns the name ("schema.table") of the table whose OID is
@@ -273,6 +414,11 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 		switch {
 		case err == nil:
 			tc.t = ct
+			if ct.partitioned {
+				if tc.leaves, err = readLeaves(ctx, conn, ct.oid); err != nil {
+					return err
+				}
+			}
 		case !errors.Is(err, errNoTable):
 			return err
 		default:
@@ -282,7 +428,14 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 		}
 		checks = append(checks, tc)
 	}
-	faults, ids := r.checkTables(pub, checks, st.Tables)
+	faults, ids, attached := r.checkTables(pub, checks, st.Tables)
+	// The snapshots of attached partitions are queued (durably) before
+	// the identities that no longer show them as new are saved.
+	for _, tc := range checks {
+		if err := r.readAttached(ctx, tc.name, attached[tc.name]); err != nil {
+			return err
+		}
+	}
 	if len(faults) > 0 {
 		var batch []source.Change
 		for _, tc := range checks {
