@@ -192,6 +192,9 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		if err := s.columnMoves(ctx, string(e.Query), string(e.Schema)); err != nil {
 			return err
 		}
+		if err := s.partitionMoves(ctx, string(e.Query), string(e.Schema)); err != nil {
+			return err
+		}
 		if err := s.refresh(ctx, string(e.Query)); err != nil {
 			return err
 		}
