@@ -238,7 +238,20 @@ func (p *Postgres) Describe(ctx context.Context, name string, mirror []MirrorCol
 	if err := p.read.QueryRow(ctx, "SELECT datcollate FROM pg_database WHERE datname = current_database()").Scan(&defCollate); err != nil {
 		return nil, err
 	}
-	return pgTable(name, quoted, cols, mirror, mask, defCollate)
+	t, err := pgTable(name, quoted, cols, mirror, mask, defCollate)
+	if err != nil {
+		return nil, err
+	}
+	// A plain table's own rows, as cdcd captures them: pgoutput sends the
+	// changes of tables inheriting from it under their own names.
+	var partitioned bool
+	if err := p.read.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_class WHERE oid = $1::regclass", quoted).Scan(&partitioned); err != nil {
+		return nil, fmt.Errorf("reconcile: describe %s: %w", name, err)
+	}
+	if !partitioned {
+		t.From = "ONLY " + quoted
+	}
+	return t, nil
 }
 
 // pgTable builds the Table from the catalog's columns.

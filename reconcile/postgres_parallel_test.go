@@ -74,3 +74,45 @@ func TestPostgresParallelSums(t *testing.T) {
 		t.Errorf("the blocks hold %d rows, read %d at once; the table has %d", seg.rows, tr.rep.Parallel, want)
 	}
 }
+
+// TestPostgresReadsOwnRows: a plain table's rows are its own (FROM ONLY),
+// as cdcd captures them, not those of tables inheriting from it; a
+// partitioned table's are its partitions'.
+func TestPostgresReadsOwnRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE par (id int PRIMARY KEY, v text); CREATE TABLE kid (PRIMARY KEY (id)) INHERITS (par);
+		INSERT INTO par SELECT g, 'par' FROM generate_series(1, 40) g; INSERT INTO kid SELECT g, 'kid' FROM generate_series(100, 129) g;
+		CREATE TABLE pt (id int PRIMARY KEY, v text) PARTITION BY RANGE (id); CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (1000);
+		INSERT INTO pt SELECT g, 'pt' FROM generate_series(1, 25) g`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPostgres(ctx, PostgresConfig{DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for table, want := range map[string]int64{"public.par": 40, "public.pt": 25} {
+		tb, err := p.Describe(ctx, table, []MirrorColumn{{"id", iceberg.PrimitiveTypes.Int32}, {"v", iceberg.PrimitiveTypes.String}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &tableRun{r: New(Config{ChunkRows: 200, BlockRows: 20, Parallel: 1}, p, nil, nil), t: tb, rep: &TableReport{}}
+		splits, _, err := tr.plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, _, err := tr.readSegment(ctx, nil, nil, splits, true, &aheadRows{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seg.rows != want {
+			t.Errorf("%s: read %d rows, want %d (FROM %s)", table, seg.rows, want, tb.from())
+		}
+	}
+}

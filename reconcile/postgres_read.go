@@ -275,7 +275,7 @@ func (p *Postgres) Sums(ctx context.Context, lane int, t *Table, after, upto Key
 	order := strings.Join(cols, ", ")
 	q := fmt.Sprintf(`SELECT a._cdcd_hs, %[1]s FROM (
 		SELECT %[2]s FROM (SELECT %[3]s AS _cdcd_h, %[4]s FROM %[5]s WHERE %[6]s ORDER BY %[4]s LIMIT $%[7]d) s) a`,
-		strings.Join(ends, ", "), strings.Join(aggs, ", "), pgRowHash(t), order, t.SQL, where, n-1)
+		strings.Join(ends, ", "), strings.Join(aggs, ", "), pgRowHash(t), order, t.from(), where, n-1)
 	var hs []int64
 	texts := make([][]string, 2*nk)
 	dest := []any{&hs}
@@ -358,7 +358,7 @@ func (p *Postgres) Sample(ctx context.Context, t *Table, pages int) ([]Split, fl
 	for i, ci := range t.Key {
 		order[i] = "_cdcd_s." + pgQuote(t.Columns[ci].Name)
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s AS _cdcd_s TABLESAMPLE SYSTEM ($1) ORDER BY %s", keySelect(t), t.SQL, strings.Join(order, ","))
+	q := fmt.Sprintf("SELECT %s FROM %s AS _cdcd_s TABLESAMPLE SYSTEM ($1) ORDER BY %s", keySelect(t), t.from(), strings.Join(order, ","))
 	res, err := p.read.Query(ctx, q, pct)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reconcile: sample %s: %w", t.Name, err)
@@ -430,7 +430,7 @@ func (p *Postgres) Rows(ctx context.Context, t *Table, ranges []Range) ([]KeyRow
 	var out []KeyRow
 	for _, q := range rangeQueries(t, ranges, pgKeyConds) {
 		where, args := q.where, q.args
-		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s ORDER BY %s", keySelect(t), strings.Join(hashes, ", "), t.SQL, where, keyOrder(t))
+		q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s ORDER BY %s", keySelect(t), strings.Join(hashes, ", "), t.from(), where, keyOrder(t))
 		res, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reconcile: read %s: %w", t.Name, err)
@@ -474,7 +474,7 @@ func (p *Postgres) Values(ctx context.Context, t *Table, lits []Key, cols []stri
 	for _, ci := range t.Key {
 		canon = append(canon, t.Columns[ci].SQL)
 	}
-	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s", strings.Join(canon, ", "), strings.Join(sel, ", "), t.SQL, strings.Join(conds, " OR "))
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s", strings.Join(canon, ", "), strings.Join(sel, ", "), t.from(), strings.Join(conds, " OR "))
 	res, err := p.read.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

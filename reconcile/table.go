@@ -13,6 +13,9 @@ type Table struct {
 	// Name is the table as the source names it ("schema.table" or
 	// "db.table"); SQL is its quoted form.
 	Name, SQL string
+	// From, when set, is the table in a query's FROM (PostgreSQL: ONLY
+	// the table's own rows, as cdcd captures them); else SQL.
+	From string
 	// Columns are the compared columns; Key indexes the key columns among
 	// them, in key order.
 	Columns []*Column
@@ -132,4 +135,12 @@ func (t *Table) ColumnNames() []string {
 
 func (t *Table) String() string {
 	return fmt.Sprintf("%s (key %s)", t.Name, strings.Join(t.KeyNames(), ", "))
+}
+
+// from is t in a query's FROM.
+func (t *Table) from() string {
+	if t.From != "" {
+		return t.From
+	}
+	return t.SQL
 }

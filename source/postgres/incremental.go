@@ -114,7 +114,7 @@ func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	for i, k := range keys {
 		sel[i], desc[i] = k+"::text", k+" DESC"
 	}
-	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.ident() + " AS " + tableAlias
+	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.from() + " AS " + tableAlias
 	if where != "" {
 		sql += " WHERE (" + where + ")"
 	}
@@ -497,7 +497,7 @@ func chunkSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, bound snap
 		}
 		where = append(where, "("+strings.Join(keys, ", ")+")"+op+l)
 	}
-	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + ct.ident() + " AS " + tableAlias +
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + ct.from() + " AS " + tableAlias +
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + strings.Join(keys, ", ")
 	if q.Keys == nil {
 		sql += " LIMIT " + strconv.Itoa(q.Limit)
@@ -517,7 +517,7 @@ func keyAtSQL(ct *catalogTable, rel *relation, q snapshot.ChunkQuery, offset int
 	if err != nil {
 		return "", err
 	}
-	return "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.ident() + " AS " + tableAlias +
+	return "SELECT " + strings.Join(sel, ", ") + " FROM " + ct.from() + " AS " + tableAlias +
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + strings.Join(keys, ", ") +
 		" OFFSET " + strconv.Itoa(offset) + " LIMIT 1", nil
 }

@@ -139,7 +139,7 @@ func boundsSQL(ct *catalogTable, q snapshot.ChunkQuery, n, every int, pct float6
 	}
 	order := strings.Join(keys, ", ")
 	return "SELECT " + strings.Join(outer, ", ") + " FROM (SELECT " + strings.Join(inner, ", ") +
-		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.ident() + " AS " + tableAlias + sample +
+		", row_number() OVER (ORDER BY " + order + ") AS n FROM " + ct.from() + " AS " + tableAlias + sample +
 		" WHERE " + strings.Join(where, " AND ") + " ORDER BY " + order + " LIMIT " + strconv.FormatInt(int64(n)*int64(every), 10) +
 		") AS b WHERE b.n % " + strconv.Itoa(every) + " = 0 ORDER BY b.n", nil
 }

@@ -73,7 +73,7 @@ func planTable(ctx context.Context, q querier, t *catalogTable, chunkRows int64)
 	}
 	if est == nil || unknown {
 		// Never analyzed: count (in the snapshot, so the estimate is exact).
-		if err := q.QueryRow(ctx, "SELECT count(*) FROM "+t.ident()).Scan(&p.Estimate); err != nil {
+		if err := q.QueryRow(ctx, "SELECT count(*) FROM "+t.from()).Scan(&p.Estimate); err != nil {
 			return p, fmt.Errorf("postgres: count rows of %s: %w", t.qualified(), err)
 		}
 	} else {
@@ -105,7 +105,7 @@ func (t *catalogTable) column(name string) catalogColumn {
 func planIntegerRange(ctx context.Context, q querier, t *catalogTable, p *tablePlan, chunks int64) error {
 	k := pgx.Identifier{t.key[0]}.Sanitize()
 	var lo, hi *int64
-	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT min(%s)::int8, max(%s)::int8 FROM %s", k, k, t.ident())).Scan(&lo, &hi); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT min(%s)::int8, max(%s)::int8 FROM %s", k, k, t.from())).Scan(&lo, &hi); err != nil {
 		return fmt.Errorf("postgres: key range of %s: %w", t.qualified(), err)
 	}
 	if lo == nil || hi == nil {
@@ -136,7 +136,7 @@ func planSampled(ctx context.Context, q querier, t *catalogTable, p *tablePlan, 
 		sel[i] = k + "::text"
 	}
 	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM %s AS %s TABLESAMPLE BERNOULLI (%g) ORDER BY %s",
-		strings.Join(sel, ", "), t.ident(), tableAlias, pct, strings.Join(keys, ", ")))
+		strings.Join(sel, ", "), t.from(), tableAlias, pct, strings.Join(keys, ", ")))
 	if err != nil {
 		return fmt.Errorf("postgres: sample keys of %s: %w", t.qualified(), err)
 	}
@@ -232,7 +232,7 @@ func buildChunkQuery(t *catalogTable, rel *relation, p *tablePlan, i int) chunkQ
 	if i < len(p.Bounds) {
 		where = append(where, keyRow+" < "+row(p.Bounds[i]))
 	}
-	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.ident() + " AS " + tableAlias
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.from() + " AS " + tableAlias
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}

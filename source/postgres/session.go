@@ -107,6 +107,9 @@ func (s *session) check(ctx context.Context) error {
 		return errors.Join(missing...)
 	}
 	s.tables = tables
+	if err := s.warnInheritance(ctx, s.conn, tables); err != nil {
+		return err
+	}
 	var sysID string
 	if err := s.conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
 		return fmt.Errorf("postgres: read system identifier: %w", err)

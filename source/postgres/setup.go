@@ -66,6 +66,43 @@ func (t *catalogTable) attnums(st *schema.Table) []int {
 // ident quotes schema.table for SQL.
 func (t *catalogTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
 
+// warnInheritance says, for each captured plain table that other tables
+// inherit from (INHERITS; TimescaleDB's chunks are such children), that
+// the mirror holds the table's own rows only: pgoutput sends the
+// children's changes under their own names, so reading their rows with
+// the parent's would load rows whose changes are never captured.
+func (r *Reader) warnInheritance(ctx context.Context, q querier, tables []*catalogTable) error {
+	for _, t := range tables {
+		if t.partitioned {
+			continue
+		}
+		var kids []string
+		err := q.QueryRow(ctx, `SELECT coalesce(array_agg(n.nspname || '.' || c.relname ORDER BY n.nspname, c.relname), '{}')
+			FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE i.inhparent = $1`, t.oid).Scan(&kids)
+		if err != nil {
+			return fmt.Errorf("postgres: tables inheriting from %s: %w", t.qualified(), err)
+		}
+		if len(kids) > 0 {
+			r.logger.Warn("tables inherit from a captured table: its mirror holds its own rows only (SELECT ... FROM ONLY), "+
+				"since PostgreSQL sends the changes of the tables inheriting from it under their own names",
+				"table", t.qualified(), "inheriting", kids, "what_to_do", "to capture their rows, add them to source.postgres.tables (each is mirrored as a table of its own)")
+		}
+	}
+	return nil
+}
+
+// from is the table in a query's FROM: its own rows only (ONLY), not
+// those of tables that inherit from it, whose changes pgoutput sends
+// under their own names; a partitioned table with its partitions, whose
+// changes it sends under the root's (publish_via_partition_root).
+func (t *catalogTable) from() string {
+	if t.partitioned {
+		return t.ident()
+	}
+	return "ONLY " + t.ident()
+}
+
 func (t *catalogTable) info() tableInfo {
 	ti := tableInfo{key: t.key, notNull: map[string]bool{}, typeNames: map[string]string{}, dims: map[string]int{}}
 	for _, c := range t.columns {

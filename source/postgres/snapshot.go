@@ -237,7 +237,7 @@ func lastKeyBelow(ctx context.Context, conn *pgx.Conn, t *catalogTable, bound []
 		sel[i], desc[i] = keys[i]+"::text", keys[i]+" DESC"
 		lits[i] = quoteLiteral(bound[i]) + "::" + t.column(k).typeName
 	}
-	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.ident() + " AS " + tableAlias + " WHERE (" + strings.Join(keys, ", ") + ") < (" +
+	sql := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.from() + " AS " + tableAlias + " WHERE (" + strings.Join(keys, ", ") + ") < (" +
 		strings.Join(lits, ", ") + ") ORDER BY " + strings.Join(desc, ", ") + " LIMIT 1"
 	key := make(snapshot.Key, len(t.key))
 	ptrs := make([]any, len(key))
