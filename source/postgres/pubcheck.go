@@ -220,6 +220,11 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 				Reason: fmt.Sprintf("publication %s no longer exists, so no change of %s is sent", r.cfg.Publication, name),
 				Fix:    fmt.Sprintf("run CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true); %s", pubName, ident, resnap(name))}
 			id.PubRel = prev.PubRel
+		case t.unlogged:
+			faults[name] = &source.Fault{
+				Reason: fmt.Sprintf("table %s is UNLOGGED (ALTER TABLE ... SET UNLOGGED): its changes are not written to the WAL, so none reach cdcd and they are missed", name),
+				Fix:    fmt.Sprintf("run ALTER TABLE %s SET LOGGED; %s", ident, resnap(name))}
+			id.PubRel = prev.PubRel
 		case !member:
 			faults[name] = &source.Fault{
 				Reason: fmt.Sprintf("table %s is no longer in publication %s (dropped from it by ALTER PUBLICATION), so its changes are not sent and are missed", name, r.cfg.Publication),

@@ -353,3 +353,27 @@ func TestPartitionAttachedAndDetached(t *testing.T) {
 		}
 	}
 }
+
+// TestUnloggedTableStops: a captured table made UNLOGGED (allowed under a
+// publication FOR ALL TABLES, which then leaves it out) writes no WAL, so
+// its changes cannot be captured: it stops, saying so and naming SET
+// LOGGED; the other table streams on.
+func TestUnloggedTableStops(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE ul (id int PRIMARY KEY); CREATE TABLE ok (id int PRIMARY KEY)`)
+	e.exec(t, "CREATE PUBLICATION "+e.names.Publication+" FOR ALL TABLES WITH (publish_via_partition_root = true)")
+	c := newCollector()
+	e.startReader(t, []string{"ul", "ok"}, false, c, fastChecks)
+	e.exec(t, `INSERT INTO ul VALUES (1)`)
+	c.wait(t, 1)
+	e.exec(t, `ALTER TABLE ul SET UNLOGGED; INSERT INTO ul VALUES (2); INSERT INTO ok VALUES (1)`)
+	f := waitTableFault(t, c, "public.ul", "is UNLOGGED")
+	if !strings.Contains(f.Fix, "SET LOGGED") || !strings.Contains(f.Fix, "--replace public.ul") {
+		t.Errorf("fix %q", f.Fix)
+	}
+	for deadline := time.Now().Add(30 * time.Second); countInserts(c, "public.ok") < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("ok stopped streaming after ul was made unlogged")
+		}
+	}
+}

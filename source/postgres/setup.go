@@ -36,7 +36,11 @@ type catalogTable struct {
 	oid          uint32
 	schema, name string
 	partitioned  bool
-	columns      []catalogColumn
+	// unlogged: ALTER TABLE ... SET UNLOGGED; its changes are not in the
+	// WAL (a publication FOR ALL TABLES leaves it out; one naming it
+	// refuses the change).
+	unlogged bool
+	columns  []catalogColumn
 	// key holds the columns that identify a row in the replication stream:
 	// the replica identity index's under REPLICA IDENTITY USING INDEX, the
 	// primary key's otherwise.
@@ -172,8 +176,8 @@ func describeNamed(ctx context.Context, q querier, schemaName, table string) (*c
 func describeTable(ctx context.Context, q querier, relid uint32) (*catalogTable, error) {
 	t := &catalogTable{oid: relid}
 	var kind, ident string
-	err := q.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, relid).Scan(&t.schema, &t.name, &kind, &ident)
+	err := q.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relkind::text, c.relreplident::text, c.relpersistence = 'u'
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, relid).Scan(&t.schema, &t.name, &kind, &ident, &t.unlogged)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errGone(relid)
 	}
