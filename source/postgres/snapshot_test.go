@@ -136,7 +136,7 @@ func TestChunkQuery(t *testing.T) {
 	rel.table = mustTable(t, ct)
 	p := &tablePlan{Bounds: [][]string{{"a'b\\", "1"}, {"m", "2"}}}
 	q := buildChunkQuery(ct, rel, p, 1)
-	want := `COPY (SELECT "k", "n", "v"::text, (_cdcd_t."k")::text FROM "s"."t" AS _cdcd_t ` +
+	want := `COPY (SELECT "k", "n", "v"::text, (_cdcd_t."k")::text FROM ONLY "s"."t" AS _cdcd_t ` +
 		`WHERE (_cdcd_t."k", _cdcd_t."n") >= (E'a''b\\'::text, E'1'::integer) ` +
 		`AND (_cdcd_t."k", _cdcd_t."n") < (E'm'::text, E'2'::integer) ORDER BY (_cdcd_t."k")::text COLLATE "C", _cdcd_t."n") TO STDOUT (FORMAT binary)`
 	if q.sql != want {
