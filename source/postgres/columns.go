@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -146,12 +147,15 @@ const catalogSettle = 3 * time.Second
 // would lack their NOT NULL and their default. So while a column of m is
 // missing from the catalog and the commit is recent, the catalog is read
 // again; an older commit's column may have been dropped since, and is
-// described as it is.
+// described as it is. A version cdcd would refuse (no key: the commit
+// that added the primary key back may not show yet) is read again the
+// same way before it stops the table.
 func describeCurrent(ctx context.Context, q querier, m *pglogrepl.RelationMessage, committed time.Time) (*catalogTable, error) {
 	deadline := time.Now().Add(catalogSettle)
 	for {
 		ct, err := describeTable(ctx, q, m.RelationID)
-		if err != nil || !missingColumn(ct, m) || time.Since(committed) > catalogSettle || time.Now().After(deadline) {
+		refused := errors.As(err, new(*TableError)) && !errors.Is(err, errNoTable)
+		if (err != nil && !refused) || err == nil && !missingColumn(ct, m) || time.Since(committed) > catalogSettle || time.Now().After(deadline) {
 			return ct, err
 		}
 		select {

@@ -345,6 +345,9 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 		}
 	}
 	ct, err := describeCurrent(ctx, s.conn, m, s.tx.commitTime)
+	if te := (*TableError)(nil); errors.As(err, &te) && !errors.Is(err, errNoTable) {
+		return s.stopRelation(ctx, qn, m.RelationID, te)
+	}
 	if errors.Is(err, errNoTable) {
 		// Dropped since: its changes still in the WAL cannot be described,
 		// and are passed over; the check stops the table.
@@ -358,11 +361,15 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 		return err
 	}
 	types, err := resolveColumns(ctx, s.types, m, ct)
-	if err != nil {
+	if te := (*TableError)(nil); errors.As(err, &te) {
+		return s.stopRelation(ctx, qn, m.RelationID, te)
+	} else if err != nil {
 		return err
 	}
 	rel, err := buildRelation(m, ct.info(), types)
-	if err != nil {
+	if te := (*TableError)(nil); errors.As(err, &te) {
+		return s.stopRelation(ctx, qn, m.RelationID, te)
+	} else if err != nil {
 		return err
 	}
 	rel.checkUTF8 = s.r.sqlASCII
@@ -383,7 +390,22 @@ func (s *streamer) relation(ctx context.Context, m *pglogrepl.RelationMessage) e
 	return nil
 }
 
-// captured reports whether a table is one of the configured ones.
+// stopRelation stops a captured table whose new version cdcd cannot read
+// (its primary key dropped, a column of a type without a mapping added):
+// a fault of that table alone, at the last commit, as the publication
+// check's; its row changes are passed over until a version cdcd can read,
+// and the table stays paused until the operator repairs it (a re-snapshot
+// replaces what was passed over). Before, the whole reader stopped.
+func (s *streamer) stopRelation(ctx context.Context, qn string, id uint32, te *TableError) error {
+	s.relations[id] = nil
+	if err := s.maybeFlush(ctx, true); err != nil {
+		return err
+	}
+	f := refusedFault(qn, te)
+	s.r.logFault(qn, f)
+	return s.emit.Emit(ctx, []source.Change{tableFaultChange(qn, s.committed, f)})
+}
+
 // wasCaptured reports whether oid is a captured table's stored OID.
 func (s *streamer) wasCaptured(oid uint32) bool {
 	for _, id := range s.st.Tables {
@@ -394,6 +416,7 @@ func (s *streamer) wasCaptured(oid uint32) bool {
 	return false
 }
 
+// captured reports whether a table is one of the configured ones.
 func (s *streamer) captured(qualified string) bool {
 	for _, t := range s.r.cfg.Tables {
 		sch, name := splitTable(t)

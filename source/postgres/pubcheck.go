@@ -157,6 +157,9 @@ type tableCheck struct {
 	renamed string
 	// leaves are a partitioned table's leaf partitions, by OID.
 	leaves map[uint32]leafPartition
+	// refused says why the table, which exists, cannot be captured as it
+	// is now (no key any more, REPLICA IDENTITY NOTHING).
+	refused *TableError
 }
 
 // leafPartition is a leaf partition of a captured partitioned table.
@@ -186,6 +189,13 @@ func (r *Reader) checkTables(pub pubState, tables []tableCheck, known map[string
 	for _, tc := range tables {
 		name, t := tc.name, tc.t
 		prev, seen := known[name]
+		if tc.refused != nil {
+			faults[name] = refusedFault(name, tc.refused)
+			if seen {
+				ids[name] = prev
+			}
+			continue
+		}
 		if t == nil && tc.renamed != "" {
 			faults[name] = &source.Fault{
 				Reason: fmt.Sprintf("table %s was renamed to %s (ALTER TABLE ... RENAME or SET SCHEMA): cdcd captures tables by name, so its changes under the new name are missed", name, tc.renamed),
@@ -389,6 +399,19 @@ func renamedTo(ctx context.Context, q querier, oid uint32) (string, error) {
 	return ns + "." + name, nil
 }
 
+// refusedFault is the fault of captured table qn whose version now cdcd
+// cannot read (te: no key any more, a column of a type without a
+// mapping): te's reason, and its fix followed by the re-snapshot that
+// replaces the changes passed over meanwhile.
+func refusedFault(qn string, te *TableError) *source.Fault {
+	reason, fix, _ := strings.Cut(strings.TrimPrefix(te.Error(), "postgres: "), ". Fix: ")
+	if fix == "" {
+		reason, fix, _ = strings.Cut(reason, "; cdcd cannot capture it. ")
+		reason += "; cdcd cannot capture it"
+	}
+	return &source.Fault{Reason: reason, Fix: strings.TrimSuffix(fix, ".") + "; " + resnapshotFix(qn, "then ")}
+}
+
 // resnapshotFix is the fix of a table whose mirror missed changes.
 func resnapshotFix(table, first string) string {
 	return first + "re-snapshot the table: cdcd snapshot -c FILE --replace " + table +
@@ -425,7 +448,9 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 				}
 			}
 		case !errors.Is(err, errNoTable):
-			return err
+			if !errors.As(err, &tc.refused) {
+				return err
+			}
 		default:
 			if tc.renamed, err = renamedTo(ctx, conn, st.Tables[qn].OID); err != nil {
 				return err
