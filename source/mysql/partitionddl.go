@@ -17,13 +17,16 @@ import (
 // PARTITION p move a partition's rows out of t into a new table u, or u's
 // rows into t. The binlog carries the statement only, so a mirror left
 // alone would keep rows the source dropped, or lack rows it gained — a
-// retention job's DROP PARTITION is a daily event. cdcd recognises these
+// retention job's DROP PARTITION is a daily event. ALTER TABLE … IMPORT
+// [PARTITION …] TABLESPACE replaces rows the same way. cdcd recognises these
 // clauses (the statement kinds, not their partition definitions) and:
 //   - rows left t (DROP, TRUNCATE, EXCHANGE, CONVERT PARTITION): t stops
 //     at the statement, naming it, with both fixes (re-snapshot it to
 //     match the source, or resume it to keep the rows as an archive);
 //   - rows only entered t (CONVERT TABLE … TO PARTITION): t is read again
 //     by an incremental snapshot, which adds them;
+//   - t's rows were replaced (IMPORT TABLESPACE): t is read again by a
+//     replacing snapshot;
 //   - u, when captured, is read again by a replacing snapshot (EXCHANGE:
 //     all its rows changed), or is emptied like a dropped table (CONVERT
 //     TABLE: it is gone).
@@ -34,8 +37,11 @@ type partitionOp struct {
 	other [2]string // EXCHANGE's and CONVERT's other table, lower-cased
 }
 
-// removes reports whether rows leave the altered table.
-func (op partitionOp) removes() bool { return op.kind != "CONVERT TABLE" }
+// removes reports whether rows leave the altered table (an imported
+// tablespace replaces them: read again whole instead).
+func (op partitionOp) removes() bool {
+	return op.kind != "CONVERT TABLE" && op.kind != "IMPORT TABLESPACE"
+}
 
 // parsePartitionOps reads the row-moving partition clauses of an ALTER
 // TABLE statement and the table it alters (lower-cased); ok is false for
@@ -80,6 +86,9 @@ func parsePartitionOps(q, defaultDB string) (table [2]string, ops []partitionOp,
 					ops = append(ops, partitionOp{kind: "CONVERT PARTITION", other: other})
 				}
 			}
+		case w == "IMPORT":
+			// IMPORT TABLESPACE, IMPORT PARTITION p[, ...] TABLESPACE.
+			ops = append(ops, partitionOp{kind: "IMPORT TABLESPACE"})
 		case w == "CONVERT" && tk.peekWord() == "TABLE":
 			tk.word()
 			if other, ok := tk.name(defaultDB); ok {
@@ -122,6 +131,12 @@ func (s *streamer) partitionMoves(ctx context.Context, stmt, defaultDB string) e
 				}
 				s.stopTable(qn, t, &source.Fault{Reason: reason, Fix: fix}, "statement", stmtText(stmt))
 				s.tx.idx++
+			case key == table && op.kind == "IMPORT TABLESPACE":
+				s.r.logger.Info("a captured table's rows were replaced by an imported tablespace without row events: reading the table again",
+					"table", qn, "statement", stmtText(stmt))
+				if err := s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Replace: true, Origin: "tablespace-imported"}); err != nil {
+					return err
+				}
 			case key == table:
 				s.r.logger.Info("a table's rows became a partition of a captured table without row events: reading the table again",
 					"table", qn, "statement", stmtText(stmt))

@@ -24,6 +24,9 @@ func TestParsePartitionOps(t *testing.T) {
 		{q: "ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))", table: "shop.t", ops: "[]"},
 		{q: "ALTER TABLE t ADD COLUMN note VARCHAR(40) DEFAULT 'DROP PARTITION p0'", table: "shop.t", ops: "[]"},
 		{q: "ALTER TABLE t DROP COLUMN c", table: "shop.t", ops: "[]"},
+		{q: "ALTER TABLE t IMPORT TABLESPACE", table: "shop.t", ops: "[IMPORT TABLESPACE]"},
+		{q: "ALTER TABLE t IMPORT PARTITION p0, p1 TABLESPACE", table: "shop.t", ops: "[IMPORT TABLESPACE]"},
+		{q: "ALTER TABLE t DISCARD TABLESPACE", table: "shop.t", ops: "[]"},
 	} {
 		table, ops, ok := parsePartitionOps(tc.q, "shop")
 		var got []string
