@@ -422,3 +422,30 @@ func TestTableVersionCdcdCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartWithATableCdcdCannotRead: a captured table that lost its key,
+// or gained a column of a type cdcd cannot capture, while the pipeline was
+// stopped stops alone at the next start (the whole reader refused to
+// start); the other table streams on.
+func TestRestartWithATableCdcdCannotRead(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE nk (id int PRIMARY KEY); CREATE TABLE nt (id int PRIMARY KEY); CREATE TABLE ok (id int PRIMARY KEY)`)
+	c := newCollector()
+	stop, _ := e.startReader(t, []string{"nk", "nt", "ok"}, false, c)
+	e.exec(t, `INSERT INTO nk VALUES (1); INSERT INTO nt VALUES (1)`)
+	c.wait(t, 2)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, `ALTER TABLE nk DROP CONSTRAINT nk_pkey; ALTER TABLE nt ADD COLUMN q tsquery; INSERT INTO ok VALUES (1)`)
+	c = newCollector()
+	e.startReader(t, []string{"nk", "nt", "ok"}, false, c, fastChecks)
+	waitTableFault(t, c, "public.nk", "has no primary key")
+	waitTableFault(t, c, "public.nt", `column "q"`, "tsquery")
+	e.exec(t, `INSERT INTO ok VALUES (2)`)
+	for deadline := time.Now().Add(30 * time.Second); countInserts(c, "public.ok") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("ok did not stream")
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -60,10 +61,24 @@ func (r *Reader) session(ctx context.Context, e source.Emitter) error {
 	if err := r.checkPublication(ctx, conn, s.st, s.st.Confirmed, e); err != nil {
 		return err
 	}
-	for _, t := range s.tables {
-		if _, err := catalogRelation(ctx, s.types, t); err != nil {
-			return err // refuse unsupported types before anything starts
+	for i := 0; i < len(s.tables); i++ {
+		t := s.tables[i]
+		_, err := catalogRelation(ctx, s.types, t)
+		te := (*TableError)(nil)
+		if err == nil || !errors.As(err, &te) || !s.st.SlotCreated {
+			if err != nil {
+				return err // refuse unsupported types before anything starts
+			}
+			continue
 		}
+		// Captured already: this table stops alone.
+		f := refusedFault(t.qualified(), te)
+		r.logFault(t.qualified(), f)
+		if err := e.Emit(ctx, []source.Change{tableFaultChange(t.qualified(), s.st.Confirmed, f)}); err != nil {
+			return err
+		}
+		s.tables = slices.Delete(s.tables, i, i+1)
+		i--
 	}
 
 	if s.repl, err = pgconn.Connect(ctx, replicationDSN(r.cfg.DSN)); err != nil {
@@ -97,9 +112,19 @@ func (s *session) check(ctx context.Context) error {
 	if _, err := loadJSON(ctx, s.state, s.stateKey(), s.st); err != nil {
 		return err
 	}
-	tables, missing, err := s.describeTables(ctx, s.conn)
+	tables, missing, refused, err := s.describeTables(ctx, s.conn)
 	if err != nil {
 		return err
+	}
+	if len(refused) > 0 {
+		if !s.st.SlotCreated {
+			return errors.Join(refused...)
+		}
+		// Once captured, such a table stops alone: the publication check
+		// below sends its fault (tableCheck.refused), the others stream.
+		for _, err := range refused {
+			s.logger.Warn("a captured table cannot be captured as it is now; it stays paused while the others stream", "err", err)
+		}
 	}
 	if len(missing) > 0 && !s.st.SlotCreated {
 		// Nothing captured yet: a name that does not exist is a mistake in
@@ -125,7 +150,7 @@ func (s *session) check(ctx context.Context) error {
 
 // describeTables describes the captured tables; missing holds a
 // *TableError for each that does not exist.
-func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) (tables []*catalogTable, missing []error, err error) {
+func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) (tables []*catalogTable, missing, refused []error, err error) {
 	var errs []error
 	for _, name := range r.cfg.Tables {
 		s, t := splitTable(name)
@@ -133,13 +158,15 @@ func (r *Reader) describeTables(ctx context.Context, conn *pgx.Conn) (tables []*
 		switch {
 		case errors.Is(err, errNoTable):
 			missing = append(missing, err)
+		case errors.As(err, new(*TableError)):
+			refused = append(refused, err)
 		case err != nil:
 			errs = append(errs, err)
 		default:
 			tables = append(tables, ct)
 		}
 	}
-	return tables, missing, errors.Join(errs...)
+	return tables, missing, refused, errors.Join(errs...)
 }
 
 // prepareSlot makes sure the slot exists and can be trusted, runs or
