@@ -345,10 +345,7 @@ func readLeaves(ctx context.Context, q querier, oid uint32) (map[uint32]leafPart
 
 // readAttached queues an incremental snapshot of the rows of partitions
 // attached to table, which pgoutput never sent: of each partition's rows
-// by its partition constraint, or of the whole table when one has none
-// or a snapshot of the table is queued or running already (its rows from
-// before the attach may be behind it). Under snapshot: never the reader
-// only warns.
+// by its partition constraint, or of the whole table when one has none.
 func (r *Reader) readAttached(ctx context.Context, table string, added []leafPartition) error {
 	if len(added) == 0 {
 		return nil
@@ -363,17 +360,27 @@ func (r *Reader) readAttached(ctx context.Context, table string, added []leafPar
 	if whole {
 		where = nil
 	}
+	return r.readAgain(ctx, table, where, "partition-attached",
+		"partitions were attached to a captured table: pgoutput sends none of their rows from before the attach", "partitions", names)
+}
+
+// readAgain queues an incremental snapshot of the rows of table that
+// where selects (OR'ed; all its rows when empty), which changed at the
+// source without a change pgoutput sends (what says how), or of the whole
+// table when a snapshot of it is queued or running already (the rows may
+// be behind it). Under snapshot: never the reader only warns.
+func (r *Reader) readAgain(ctx context.Context, table string, where []string, origin, what string, attrs ...any) error {
 	if !(r.cfg.Snapshot || r.cfg.Incremental.Load) {
-		r.logger.Warn("partitions were attached to a captured table: their rows from before the attach are not in the mirror (snapshot: never)",
-			"table", table, "partitions", names, "what_to_do", "cdcd snapshot -c FILE "+table)
+		r.logger.Warn(what+": the mirror does not have those rows as they are now (snapshot: never)",
+			append([]any{"table", table, "what_to_do", "cdcd snapshot -c FILE " + table}, attrs...)...)
 		return nil
 	}
-	req := snapshot.Request{Table: table, Origin: "partition-attached"}
+	req := snapshot.Request{Table: table, Origin: origin}
 	if len(where) > 0 {
 		req.Where = strings.Join(where, " OR ")
 	}
-	r.logger.Info("partitions were attached to a captured table: reading their rows, which pgoutput does not send, with an incremental snapshot",
-		"table", table, "partitions", names, "where", req.Where)
+	r.logger.Info(what+": reading those rows again with an incremental snapshot",
+		append([]any{"table", table, "where", req.Where}, attrs...)...)
 	if r.inc.Queued(table) {
 		req.Where = ""
 		return r.inc.Restart(ctx, req)
@@ -466,6 +473,10 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 			return err
 		}
 	}
+	labels, err := r.checkEnums(ctx, conn, checks, st.EnumLabels)
+	if err != nil {
+		return err
+	}
 	if len(faults) > 0 {
 		var batch []source.Change
 		for _, tc := range checks {
@@ -483,14 +494,14 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 			delete(r.faultsLogged, name) // resolved: a new fault is news again
 		}
 	}
-	changed := len(ids) != len(st.Tables)
+	changed := len(ids) != len(st.Tables) || !maps.Equal(labels, st.EnumLabels)
 	for name, id := range ids {
 		changed = changed || st.Tables[name] != id
 	}
 	if !changed {
 		return nil
 	}
-	st.Tables = ids
+	st.Tables, st.EnumLabels = ids, labels
 	return saveJSON(ctx, r.state, r.stateKey(), st)
 }
 

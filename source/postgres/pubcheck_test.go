@@ -449,3 +449,38 @@ func TestRestartWithATableCdcdCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestEnumLabelRenamed: ALTER TYPE ... RENAME VALUE changes the rows that
+// hold the label without a change pgoutput sends; those rows (and no
+// others) are read again, so the mirror ends equal to the source.
+func TestEnumLabelRenamed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TYPE mood AS ENUM ('sad', 'ok');
+		CREATE TABLE em (id int PRIMARY KEY, v mood, big text);
+		INSERT INTO em SELECT g, CASE WHEN g % 3 = 0 THEN 'sad' ELSE 'ok' END::mood, NULL FROM generate_series(1, 300) g`)
+	m := newMirror(4)
+	_, r := e.startReader(t, []string{"em"}, true, m, fastChecks)
+	e.exec(t, "INSERT INTO em VALUES (1000, 'sad', NULL)")
+	waitKey(t, m, "public.em", 1000)
+	time.Sleep(300 * time.Millisecond) // a check records the labels
+
+	e.exec(t, "ALTER TYPE mood RENAME VALUE 'sad' TO 'unhappy'")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		p := r.Snapshots().Progress()
+		if len(p) == 1 && !p[0].Finished.IsZero() {
+			if p[0].Origin != "enum-renamed" || !strings.Contains(p[0].Where, "'unhappy'") {
+				t.Errorf("snapshot %+v, want one of the rows holding the renamed label", p[0])
+			}
+			if p[0].Rows != 101 {
+				t.Errorf("the snapshot read %d rows, want the 101 holding the label", p[0].Rows)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after the rename: %+v", p)
+		}
+	}
+	e.exec(t, "INSERT INTO em VALUES (1001, 'ok', NULL)")
+	waitSettled(t, r, m, "public.em", 1001)
+	compareMirror(t, m, e.conn, "em")
+}

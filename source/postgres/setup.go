@@ -428,6 +428,9 @@ type sourceState struct {
 	// Tables are the captured tables' identities as last checked
 	// (pubcheck.go), by "schema.table".
 	Tables map[string]tableIdentity `json:"tables,omitempty"`
+	// EnumLabels are the labels of the enum types of the captured
+	// tables' columns, by the label's pg_enum OID (enums.go).
+	EnumLabels map[uint32]string `json:"enum_labels,omitempty"`
 }
 
 func loadJSON(ctx context.Context, st State, key string, v any) (bool, error) {
