@@ -73,7 +73,24 @@ func (m upsertMode) loaded(ctx context.Context) error {
 
 func (m upsertMode) void(ctx context.Context, tbl *table.Table) error {
 	m.w.dropPending()
-	return m.w.up.loadFiles(ctx, tbl)
+	if err := m.w.up.loadFiles(ctx, tbl); err != nil {
+		return err
+	}
+	// Another engine's commit (a compaction by Spark or Trino rewrites
+	// the rows into new files): the index points at files that are gone.
+	// Rebuilt here, as at a start, rather than failing the next attempt.
+	cur := tbl.CurrentSnapshot()
+	if cur == nil || cur.SnapshotID == m.w.up.idx.snapshot || rowNeutralSince(tbl, m.w.up.idx.snapshot) {
+		return nil
+	}
+	op := ""
+	if cur.Summary != nil {
+		op = string(cur.Summary.Operation)
+	}
+	m.w.logger.Warn("another writer committed to the table (cdcd is to be its only writer): rebuilding the key index from the table",
+		"snapshot", cur.SnapshotID, "operation", op, "index_snapshot", m.w.up.idx.snapshot,
+		"what_to_do", "if it changed rows (not a compaction), run cdcd reconcile on the table: the mirror follows the source from here on")
+	return m.w.rebuildIndex(ctx)
 }
 
 // changelogMode appends every change as a row: see changelog.go.
