@@ -1,7 +1,10 @@
 package iceberg
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/apache/iceberg-go/table"
 )
 
 // TestForeignRewrite: another engine rewrites the table's data files (a
@@ -52,5 +55,70 @@ func TestForeignRewrite(t *testing.T) {
 				t.Fatalf("after a foreign rewrite: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestOffsetsAfterForeignExpiry: another engine's commits on top of cdcd's
+// and an expiry that keeps only the newest break the walk from the current
+// snapshot to the one carrying cdcd's offsets. A restart resumes at the
+// tagged one (it resumed from the log's start: every change again); with
+// the tag gone too, the table pauses instead.
+func TestOffsetsAfterForeignExpiry(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	w.buf = []change{kvInsert(1, "a", 0), kvInsert(2, "b", 1), kvInsert(3, "c", 2)}
+	w.next[0] = 3
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // two rewrites, so the one between is expired
+		tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := tbl.Scan().ToArrowTable(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := tbl.NewTransaction()
+		if err := tx.OverwriteTable(t.Context(), at, 1024, nil); err != nil {
+			t.Fatal(err)
+		}
+		at.Release()
+		if _, err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire := func(tbl *table.Table) *table.Table {
+		tx := tbl.NewTransaction()
+		if err := tx.ExpireSnapshots(table.WithRetainLast(1), table.WithOlderThan(0)); err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := tx.Commit(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl
+	}
+	tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl = expire(tbl)
+	next, snap, err := committedOffsets(tbl, w.s.cfg.Pipeline, 1)
+	if err != nil || snap == nil || next[0] != 3 {
+		t.Fatalf("offsets after the expiry: %v (snapshot %v, %v), want 3 from the tagged snapshot", next, snap, err)
+	}
+
+	if _, _, err := cat.CommitTable(t.Context(), w.cfg.Ident, nil, []table.Update{table.NewRemoveSnapshotRefUpdate(OffsetsTag)}); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = cat.LoadTable(t.Context(), w.cfg.Ident); err != nil {
+		t.Fatal(err)
+	}
+	tbl = expire(tbl)
+	_, _, err = committedOffsets(tbl, w.s.cfg.Pipeline, 1)
+	if classify(err) != ErrPaused || !strings.Contains(err.Error(), "carries cdcd's offsets") {
+		t.Fatalf("offsets with the tag gone: %v, want a pause", err)
 	}
 }

@@ -148,17 +148,8 @@ func ownerEpoch(tbl *table.Table) int64 {
 // offsetsPipeline is the pipeline of the newest snapshot carrying offsets
 // in tbl's ancestry ("" if none).
 func offsetsPipeline(tbl *table.Table) string {
-	meta := tbl.Metadata()
-	for snap := tbl.CurrentSnapshot(); snap != nil; {
-		if snap.Summary != nil {
-			if _, ok := snap.Summary.Properties[PropOffsets]; ok {
-				return snap.Summary.Properties[PropPipeline]
-			}
-		}
-		if snap.ParentSnapshotID == nil {
-			break
-		}
-		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
+	if snap, _ := newestOffsets(tbl); snap != nil {
+		return snap.Summary.Properties[PropPipeline]
 	}
 	return ""
 }

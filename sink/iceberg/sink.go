@@ -360,25 +360,60 @@ func decodeOffsets(s string, n int) ([]int64, error) {
 // committedOffsets walks the current snapshot's ancestry to the newest
 // snapshot that carries offsets (maintenance commits may carry none).
 func committedOffsets(tbl *table.Table, pipeline string, n int) ([]int64, *table.Snapshot, error) {
+	snap, broken := newestOffsets(tbl)
+	if snap == nil {
+		if broken {
+			name := identString(tbl.Identifier())
+			return nil, nil, &PauseError{Table: name,
+				What: "no snapshot left in the table's history carries cdcd's offsets (another engine's snapshots are on top and the ones between were expired, with cdcd's " +
+					OffsetsTag + " tag): resuming from the log's start could apply its changes twice",
+				Fix: resnapshotFix(name) + " (the table resumes at the re-snapshot's reset marker)"}
+		}
+		return make([]int64, n), nil, nil
+	}
+	if owner := snap.Summary.Properties[PropPipeline]; owner != pipeline {
+		return nil, nil, &PauseError{Table: identString(tbl.Identifier()),
+			What: fmt.Sprintf("the table was last written by pipeline %q, not %q; two pipelines must not write one table", owner, pipeline),
+			Fix:  fmt.Sprintf("give this pipeline other tables (sink.iceberg.namespace or the table's target), or name it %q again", owner)}
+	}
+	next, err := decodeOffsets(snap.Summary.Properties[PropOffsets], n)
+	return next, snap, err
+}
+
+// newestOffsets finds the newest snapshot carrying offsets in tbl's
+// ancestry; where the walk meets a parent that was expired (another
+// engine's snapshots on top, and an expiry that kept few), the snapshot
+// tagged OffsetsTag, which cdcd moves to each such snapshot. broken says
+// the walk met an expired parent and no tag helped: offsets may have been
+// there.
+func newestOffsets(tbl *table.Table) (snap *table.Snapshot, broken bool) {
 	meta := tbl.Metadata()
-	for snap := tbl.CurrentSnapshot(); snap != nil; {
-		if snap.Summary != nil {
-			if off, ok := snap.Summary.Properties[PropOffsets]; ok {
-				if owner := snap.Summary.Properties[PropPipeline]; owner != pipeline {
-					return nil, nil, &PauseError{Table: identString(tbl.Identifier()),
-						What: fmt.Sprintf("the table was last written by pipeline %q, not %q; two pipelines must not write one table", owner, pipeline),
-						Fix:  fmt.Sprintf("give this pipeline other tables (sink.iceberg.namespace or the table's target), or name it %q again", owner)}
-				}
-				next, err := decodeOffsets(off, n)
-				return next, snap, err
+	carries := func(s *table.Snapshot) bool {
+		if s == nil || s.Summary == nil {
+			return false
+		}
+		_, ok := s.Summary.Properties[PropOffsets]
+		return ok
+	}
+	for s := tbl.CurrentSnapshot(); s != nil; {
+		if carries(s) {
+			return s, false
+		}
+		if s.ParentSnapshotID == nil {
+			return nil, false
+		}
+		if s = meta.SnapshotByID(*s.ParentSnapshotID); s == nil {
+			broken = true
+		}
+	}
+	for name, ref := range meta.Refs() {
+		if name == OffsetsTag {
+			if s := meta.SnapshotByID(ref.SnapshotID); carries(s) {
+				return s, false
 			}
 		}
-		if snap.ParentSnapshotID == nil {
-			break
-		}
-		snap = meta.SnapshotByID(*snap.ParentSnapshotID)
 	}
-	return make([]int64, n), nil, nil
+	return nil, broken
 }
 
 // hasCommit reports whether any snapshot of tbl carries commit id.
