@@ -51,6 +51,13 @@ func TestChunkedParallelLoad(t *testing.T) {
 		}
 		seen[k] = true
 		chunks[chunkOf(ch.Pos)] = true
+		// The values are the row's own: a batch's slab is reused only
+		// once the Emitter has taken the batch.
+		if ch.Table.Name == "nums" {
+			if id, _ := ch.After[0].(int64); ch.After[1] != fmt.Sprintf("n%d", id+10000) {
+				t.Fatalf("row %d of nums: %v", i, ch.After)
+			}
+		}
 		if i > 0 && ch.Pos.Compare(got[i-1].Pos) <= 0 {
 			t.Fatalf("position of row %d does not increase", i)
 		}
@@ -237,7 +244,7 @@ func (p *preparing) Prepare(batch []source.Change) {
 	p.calls.Add(1)
 	for i := range batch {
 		c := &batch[i]
-		c.Prepared = &prepMark{pos: string(c.Pos), after: append([]any(nil), c.After...)}
+		c.Prepared = &prepMark{pos: string(c.Pos), after: ownRow(c.After)}
 	}
 }
 
