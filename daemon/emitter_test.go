@@ -253,3 +253,17 @@ func TestEnvelopeSource(t *testing.T) {
 		t.Errorf("mysql envelope decoded %+v: %v", got.Source, err)
 	}
 }
+
+// TestValueFaultNil: the emitter asks every change's encoding error for a
+// value fault; a nil error costs no allocation, a column error is a fault.
+func TestValueFaultNil(t *testing.T) {
+	c := &source.Change{Table: &schema.Table{Namespace: "public", Name: "t"}, Op: source.OpCreate}
+	if testing.CoverMode() == "" {
+		if n := testing.AllocsPerRun(100, func() { _ = valueFault(c, nil) }); n != 0 {
+			t.Errorf("valueFault(nil) allocated %.0f times", n)
+		}
+	}
+	if f := valueFault(c, fmt.Errorf("x: %w", &schema.ColumnError{Column: "v", Err: errors.New("bad")})); f == nil || f.Column != "v" {
+		t.Errorf("valueFault of a column error: %+v", f)
+	}
+}

@@ -62,6 +62,9 @@ type faultDoc struct {
 // (err from schema.AppendEnvelope or AppendKey); nil when err is not about
 // a value.
 func valueFault(c *source.Change, err error) *source.Fault {
+	if err == nil {
+		return nil // every change asks: errors.As's target would be an allocation each
+	}
 	var ce *schema.ColumnError
 	if !errors.As(err, &ce) {
 		return nil
