@@ -81,9 +81,8 @@ func sameTuple(t *testing.T, what string, got []tupleColumn, present bool, want 
 
 // TestParseRowMessageAgreesWithPglogrepl holds parseRowMessage to
 // pglogrepl's parser on random messages, in and out of stream blocks, with
-// one rowMessage reused throughout; it also checks that the columns do not
-// alias the message (the connection's buffer is overwritten by the next
-// receive).
+// one rowMessage reused throughout. (The columns alias the message; that
+// the decoded values do not is TestDecodersOwnTheirValues'.)
 func TestParseRowMessageAgreesWithPglogrepl(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var m rowMessage
@@ -113,10 +112,6 @@ func TestParseRowMessageAgreesWithPglogrepl(t *testing.T) {
 		}
 		sameTuple(t, "old", m.old, m.hasOld, old)
 		sameTuple(t, "new", m.new, m.hasNew, new)
-		for j := range data {
-			data[j] = 0xAA
-		}
-		sameTuple(t, "new after the message was overwritten", m.new, m.hasNew, new)
 	}
 }
 
