@@ -302,19 +302,36 @@ type loadBuf struct {
 
 // loadFree is a load's free list of buffers; a buffered channel, not a
 // sync.Pool, which every collection empties (the load collects often).
-type loadFree chan *loadBuf
+type loadFree struct {
+	ch chan *loadBuf
+	// reuse: the buffers' slabs are reusable. Not for an Emitter that
+	// delivers some changes after Emit returned (source.Holder: the outbox
+	// relay's queued webhooks), whose events may keep a text of a row.
+	reuse bool
+}
+
+// newLoadFree returns a free list of up to n buffers for batches emitted
+// to e.
+func newLoadFree(n int, e source.Emitter) loadFree {
+	_, holds := e.(source.Holder)
+	return loadFree{ch: make(chan *loadBuf, n), reuse: !holds}
+}
 
 // get returns an empty buffer for batches of n rows of cols values.
 func (f loadFree) get(n, cols int) *loadBuf {
 	select {
-	case b := <-f:
+	case b := <-f.ch:
 		if cap(b.changes) >= n && len(b.values) >= n*cols {
 			b.slab.Reset()
 			return b
 		}
 	default:
 	}
-	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: pgdecode.NewReusableSlab()}
+	slab := &pgdecode.Slab{}
+	if f.reuse {
+		slab = pgdecode.NewReusableSlab()
+	}
+	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: slab}
 }
 
 // put recycles b, or drops it when the list is full. Not cleared (that
@@ -323,7 +340,7 @@ func (f loadFree) get(n, cols int) *loadBuf {
 func (f loadFree) put(b *loadBuf) {
 	b.changes = b.changes[:0]
 	select {
-	case f <- b:
+	case f.ch <- b:
 	default:
 	}
 }
@@ -351,7 +368,7 @@ func (r *Reader) copyChunks(ctx context.Context, plan *loadPlan, tables map[stri
 		outs[i] = make(chunkBatches, perChunk)
 	}
 	// Room for the buffers in flight: chunks handed out, two batches each.
-	free := make(loadFree, 2*(workers+1))
+	free := newLoadFree(2*(workers+1), e)
 	next := make(chan int)
 	// Chunks handed out and not yet emitted: one a worker may start while
 	// the emitter still takes the oldest. More only holds decoded rows in
