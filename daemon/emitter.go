@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -311,7 +312,10 @@ func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error
 	for _, tr := range eb.order {
 		for p, pos := range newest[tr.topic] {
 			if pos != nil {
-				e.last[tr.topic][p] = pos
+				// A copy: a source cuts positions from chunks (the load's a
+				// batch's, the stream's 512 at a time), and a quiet table's
+				// newest position would keep its chunk alive.
+				e.last[tr.topic][p] = bytes.Clone(pos)
 			}
 		}
 	}

@@ -253,3 +253,52 @@ func TestEnvelopeSource(t *testing.T) {
 		t.Errorf("mysql envelope decoded %+v: %v", got.Source, err)
 	}
 }
+
+// TestValueFaultNil: the emitter asks every change's encoding error for a
+// value fault; a nil error costs no allocation, a column error is a fault.
+func TestValueFaultNil(t *testing.T) {
+	c := &source.Change{Table: &schema.Table{Namespace: "public", Name: "t"}, Op: source.OpCreate}
+	if testing.CoverMode() == "" {
+		if n := testing.AllocsPerRun(100, func() { _ = valueFault(c, nil) }); n != 0 {
+			t.Errorf("valueFault(nil) allocated %.0f times", n)
+		}
+	}
+	if f := valueFault(c, fmt.Errorf("x: %w", &schema.ColumnError{Column: "v", Err: errors.New("bad")})); f == nil || f.Column != "v" {
+		t.Errorf("valueFault of a column error: %+v", f)
+	}
+}
+
+// TestEmitterCopiesNewestPositions: the newest position per partition the
+// emitter keeps (its dedupe) is its own copy: a source that cuts positions
+// from chunks may write the chunk again, or keep it alive by nothing else.
+// Positions overwritten after Emit (with bytes above every later position)
+// must not make the emitter drop the next batch as already in the log.
+func TestEmitterCopiesNewestPositions(t *testing.T) {
+	ctx := t.Context()
+	e, _ := testEmitter(t)
+	tbl := &schema.Table{Namespace: "public", Name: "t", Columns: []schema.Column{{Name: "id", Kind: schema.Int64}}, Key: []int{0}}
+	arena := make([]byte, 0, 64*pgpos.Len)
+	batch := func(lsn uint64) []source.Change {
+		var b []source.Change
+		for i := range 8 {
+			start := len(arena)
+			arena = pgpos.Append(arena, lsn, uint32(i))
+			b = append(b, source.Change{Table: tbl, Op: source.OpCreate, After: []any{int64(i)},
+				Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: lsn, CommitTime: time.Now()})
+		}
+		return b
+	}
+	if err := e.Emit(ctx, batch(1000)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range arena {
+		arena[i] = 0xff
+	}
+	before := e.produced.Load()
+	if err := e.Emit(ctx, batch(2000)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.produced.Load() - before; got != 8 || e.dropped.Load() != 0 {
+		t.Errorf("the second batch: %d of 8 records appended, %d dropped", got, e.dropped.Load())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -61,6 +62,9 @@ type faultDoc struct {
 // (err from schema.AppendEnvelope or AppendKey); nil when err is not about
 // a value.
 func valueFault(c *source.Change, err error) *source.Fault {
+	if err == nil {
+		return nil // every change asks: errors.As's target would be an allocation each
+	}
 	var ce *schema.ColumnError
 	if !errors.As(err, &ce) {
 		return nil
@@ -193,7 +197,9 @@ func appendJSONString(b []byte, s string) []byte {
 // valueText renders a value for a message (strings as they are).
 func valueText(v any) string {
 	if s, ok := v.(string); ok {
-		return source.Printable(s)
+		// Cloned: the initial load's texts are in a slab it reuses for its
+		// next batches, and a pause keeps the value.
+		return strings.Clone(source.Printable(s))
 	}
 	return string(appendJSONValue(nil, v))
 }

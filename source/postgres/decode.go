@@ -92,13 +92,29 @@ func errReplicaIdentityNothing(table string) error {
 // (pgdecode.Slab), a few allocations per chunk where a row took one per
 // value and one for itself. Like the slab, a chunk is filled once and left
 // to the collector, so a row may be kept (it keeps its chunks alive): the
-// emitter encodes a batch's rows and drops them.
+// emitter encodes a batch's rows and drops them. The changes' positions
+// are cut from chunks too (a kept position keeps its chunk of 512, 6 KB,
+// alive: the emitter keeps its newest position per partition).
 type rowAlloc struct {
 	vals   []any
 	scalar pgdecode.Slab
+	pos    []byte
 }
 
-const rowChunk = 4096 // values per chunk of rows
+const (
+	rowChunk = 4096 // values per chunk of rows
+	posChunk = 512  // positions per chunk
+)
+
+// position returns the position (commitLSN, idx), its capacity its own.
+func (a *rowAlloc) position(commitLSN uint64, idx uint32) source.Position {
+	if cap(a.pos)-len(a.pos) < pgpos.Len {
+		a.pos = make([]byte, 0, posChunk*pgpos.Len)
+	}
+	start := len(a.pos)
+	a.pos = pgpos.Append(a.pos, commitLSN, idx)
+	return source.Position(a.pos[start:len(a.pos):len(a.pos)])
+}
 
 // row returns n values, all nil, that no other row shares.
 func (a *rowAlloc) row(n int) []any {
@@ -221,6 +237,9 @@ type txState struct {
 	commitTime time.Time
 	next       uint32 // index of the next change in the transaction
 	lsn        uint64 // the WAL position of the message being decoded
+	// alloc, when set, gives positions and key-only before images their
+	// memory (the stream's rowAlloc; txState is made anew each transaction).
+	alloc *rowAlloc
 }
 
 // errTooManyChanges: a transaction's change index would wrap.
@@ -230,9 +249,15 @@ func (tx *txState) change(t *schema.Table, op source.Op, before, after []any) (s
 	if tx.next == math.MaxUint32 {
 		return source.Change{}, errTooManyChanges
 	}
+	var pos source.Position
+	if tx.alloc != nil {
+		pos = tx.alloc.position(tx.commitLSN, tx.next)
+	} else {
+		pos = pgpos.New(tx.commitLSN, tx.next)
+	}
 	c := source.Change{
 		Table: t, Op: op, Before: before, After: after,
-		Pos: pgpos.New(tx.commitLSN, tx.next), LSN: tx.commitLSN, EventLSN: tx.lsn,
+		Pos: pos, LSN: tx.commitLSN, EventLSN: tx.lsn,
 		TxID: uint64(tx.xid), CommitTime: tx.commitTime,
 	}
 	tx.next++
@@ -283,7 +308,11 @@ func (tx *txState) updateChanges(r *relation, m *rowMessage, before, after []any
 	if before == nil {
 		// The key did not change and the replica identity sent no old row:
 		// the before image is the key as far as the source knows it.
-		before = make([]any, len(after))
+		if tx.alloc != nil {
+			before = tx.alloc.row(len(after))
+		} else {
+			before = make([]any, len(after))
+		}
 		for _, k := range r.table.Key {
 			before[k] = after[k]
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,7 +45,7 @@ func (m *trackMirror) SubmitTracked(ctx context.Context, batch []source.Change) 
 	copies := make([]source.Change, len(batch)) // the source reuses batch
 	snap := 0
 	for i, c := range batch {
-		c.Before, c.After = slices.Clone(c.Before), slices.Clone(c.After)
+		c.Before, c.After = ownRow(c.Before), ownRow(c.After)
 		copies[i] = c
 		if c.Snapshot {
 			snap++

@@ -77,8 +77,7 @@ func (d *dedupe) Emit(_ context.Context, batch []source.Change) error {
 			d.dropped++
 			continue
 		}
-		c.Before = append([]any(nil), c.Before...)
-		c.After = append([]any(nil), c.After...)
+		c.Before, c.After = ownRow(c.Before), ownRow(c.After)
 		if len(c.Before) == 0 {
 			c.Before = nil
 		}
@@ -173,3 +172,30 @@ func newBufferLogger(b *syncBuffer) *slog.Logger {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+// ownRow copies row with values of its own. The initial load reuses the
+// slab its rows' numbers and texts point into once the Emitter has taken
+// the batch (an Emitter keeps nothing of a batch after Emit or Submit
+// returns), so a test Emitter that keeps rows copies the values, not only
+// the slice: a boxed number is boxed again, a string cloned.
+func ownRow(row []any) []any {
+	if row == nil {
+		return nil
+	}
+	out := make([]any, len(row))
+	for i, v := range row {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case int32:
+			out[i] = x
+		case float64:
+			out[i] = x
+		case string:
+			out[i] = strings.Clone(x)
+		default:
+			out[i] = v
+		}
+	}
+	return out
+}

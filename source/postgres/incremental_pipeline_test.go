@@ -33,7 +33,7 @@ func (p *pipeMirror) Submit(_ context.Context, batch []source.Change) error {
 	defer p.mu.Unlock()
 	p.check("Submit")
 	for _, c := range batch { // the source reuses batch: keep copies
-		c.Before, c.After = append([]any(nil), c.Before...), append([]any(nil), c.After...)
+		c.Before, c.After = ownRow(c.Before), ownRow(c.After)
 		p.pending = append(p.pending, c)
 	}
 	p.submitted += len(batch)

@@ -124,7 +124,7 @@ func (m *mirror) apply(c *source.Change) {
 				m.incReads[qn][hk]++
 			}
 		}
-		out := append([]any(nil), c.After...)
+		out := ownRow(c.After)
 		from := table[key]
 		if c.Op == source.OpCreate && c.Before != nil { // the insert of a key change
 			if fk, err := schema.AppendKey(nil, c.Table, c.Before); err == nil {

@@ -79,7 +79,7 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 
 // streamCommit replays a streamed transaction's spill file.
 func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2) error {
-	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime}
+	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime, alloc: &s.alloc}
 	s.inTx = true
 	spilled, began := s.spill.Bytes(), time.Now()
 	err := s.spill.Replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
@@ -122,7 +122,7 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 	skip := func(xid uint32) bool { return aborted[xid] }
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
-		s.tx = txState{xid: m.Xid, commitLSN: uint64(m.FinalLSN), commitTime: m.CommitTime}
+		s.tx = txState{xid: m.Xid, commitLSN: uint64(m.FinalLSN), commitTime: m.CommitTime, alloc: &s.alloc}
 		s.inTx = true
 		s.lastData = time.Now()
 	case *pglogrepl.CommitMessage:

@@ -38,8 +38,7 @@ func newCollector() *collector { return &collector{notify: make(chan struct{}, 1
 func (c *collector) Emit(_ context.Context, batch []source.Change) error {
 	c.mu.Lock()
 	for _, ch := range batch {
-		ch.Before = append([]any(nil), ch.Before...)
-		ch.After = append([]any(nil), ch.After...)
+		ch.Before, ch.After = ownRow(ch.Before), ownRow(ch.After)
 		if len(ch.Before) == 0 {
 			ch.Before = nil
 		}

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
@@ -51,6 +53,13 @@ func TestChunkedParallelLoad(t *testing.T) {
 		}
 		seen[k] = true
 		chunks[chunkOf(ch.Pos)] = true
+		// The values are the row's own: a batch's slab is reused only
+		// once the Emitter has taken the batch.
+		if ch.Table.Name == "nums" {
+			if id, _ := ch.After[0].(int64); ch.After[1] != fmt.Sprintf("n%d", id+10000) {
+				t.Fatalf("row %d of nums: %v", i, ch.After)
+			}
+		}
 		if i > 0 && ch.Pos.Compare(got[i-1].Pos) <= 0 {
 			t.Fatalf("position of row %d does not increase", i)
 		}
@@ -181,7 +190,7 @@ func mustTable(t *testing.T, ct *catalogTable) *schema.Table {
 // chunk of the held batch is not counted done.
 func TestLoadEmitterPlaces(t *testing.T) {
 	var emitted []source.Change
-	le := &loadEmitter{free: make(loadFree, 4), xid: 77, first: true, stats: &Stats{},
+	le := &loadEmitter{free: newLoadFree(4, nil), xid: 77, first: true, stats: &Stats{},
 		emit: func(_ context.Context, b []source.Change) error { emitted = append(emitted, b...); return nil }}
 	batch := func(n int) *loadBuf { return &loadBuf{changes: make([]source.Change, n)} }
 	ctx := context.Background()
@@ -237,7 +246,7 @@ func (p *preparing) Prepare(batch []source.Change) {
 	p.calls.Add(1)
 	for i := range batch {
 		c := &batch[i]
-		c.Prepared = &prepMark{pos: string(c.Pos), after: append([]any(nil), c.After...)}
+		c.Prepared = &prepMark{pos: string(c.Pos), after: ownRow(c.After)}
 	}
 }
 
@@ -346,5 +355,62 @@ func TestLoadRetriesWhenATableChangesAfterItsSnapshot(t *testing.T) {
 				t.Errorf("the log does not say %q:\n%s", tc.log, logs.String())
 			}
 		})
+	}
+}
+
+// keepingHolder keeps the rows it is handed as they are, values and all,
+// as an Emitter that delivers some changes after Emit returned
+// (source.Holder) may: the outbox relay's queued events keep texts of
+// their rows.
+type keepingHolder struct {
+	mu   sync.Mutex
+	rows [][]any
+}
+
+func (k *keepingHolder) Emit(_ context.Context, batch []source.Change) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range batch {
+		if c.Snapshot {
+			k.rows = append(k.rows, slices.Clone(c.After))
+		}
+	}
+	return nil
+}
+
+func (k *keepingHolder) Held() (source.Position, bool) { return nil, false }
+
+func (k *keepingHolder) loaded() [][]any {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.rows)
+}
+
+// TestLoadKeepsHoldersValues: the initial load reuses its batches' slabs
+// only for an Emitter that keeps nothing of a batch; one that delivers
+// some changes later (source.Holder) finds every text it kept as loaded,
+// after many more batches.
+func TestLoadKeepsHoldersValues(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE nums (id bigint PRIMARY KEY, v text);
+		INSERT INTO nums SELECT g, 'n' || g FROM generate_series(1, 6000) g; ANALYZE nums`)
+	k := &keepingHolder{}
+	e.startReader(t, []string{"nums"}, true, k, func(c *Config) {
+		c.SnapshotChunkRows, c.SnapshotWorkers, c.BatchMax = 1000, 2, 100
+	})
+	var rows [][]any
+	for deadline := time.Now().Add(30 * time.Second); len(rows) < 6000; rows = k.loaded() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows loaded after 30 s", len(rows))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	seen := map[int64]bool{}
+	for i, row := range rows {
+		id, _ := row[0].(int64)
+		if row[1] != fmt.Sprintf("n%d", id) || seen[id] || id < 1 || id > 6000 {
+			t.Fatalf("row %d kept by the Emitter reads %v (or its id came before)", i, row)
+		}
+		seen[id] = true
 	}
 }

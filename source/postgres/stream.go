@@ -62,6 +62,9 @@ type streamer struct {
 	lastData      time.Time // when the last change or commit arrived
 	nextHeartbeat time.Time
 	nextPubCheck  time.Time
+	// readDeadline is the receive deadline last set on the connection
+	// (zero: not known; status forgets it, see loop).
+	readDeadline time.Time
 }
 
 // stream replicates from start until ctx ends or an error.
@@ -184,8 +187,16 @@ func (s *streamer) loop(ctx context.Context) error {
 			// (a deadline already past would stop every receive).
 			deadline = s.nextPubCheck
 		}
-		if err := conn.SetReadDeadline(deadline); err != nil {
-			return &connError{fmt.Errorf("postgres: receive: %w", err)}
+		// Set only when it moved: while a batch fills, the deadline stays
+		// where it is for message after message, and setting it again
+		// (the poller's lock, its timer moved) was about 6% of the loop's
+		// CPU. A status send forgets it (a cancelled call's watcher may
+		// have cleared it); the cancel below sets its own.
+		if !deadline.Equal(s.readDeadline) {
+			if err := conn.SetReadDeadline(deadline); err != nil {
+				return &connError{fmt.Errorf("postgres: receive: %w", err)}
+			}
+			s.readDeadline = deadline
 		}
 		if ctx.Err() != nil { // cancelled before the deadline was set
 			return ctx.Err()
@@ -392,6 +403,7 @@ func (s *streamer) status(ctx context.Context) error {
 		}
 		s.saved = lsn
 	}
+	s.readDeadline = time.Time{} // pgconn's watch of ctx may move it
 	if err := sendStatus(ctx, s.repl, s.saved); err != nil {
 		return err
 	}

@@ -377,3 +377,31 @@ func TestInheritedTables(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchDelayEndsTheReceive: with statuses, heartbeats and publication
+// checks a minute apart, a lone change waits about BatchDelay for company,
+// not until the next status: the receive's deadline follows the batch's.
+// (The loop sets the connection's deadline only when it moves; one left
+// at the next status held every lone change until then.)
+func TestBatchDelayEndsTheReceive(t *testing.T) {
+	t.Parallel()
+	e := setup(t, `CREATE TABLE lone (id int PRIMARY KEY)`)
+	c := newCollector()
+	_, r := e.startReader(t, []string{"lone"}, false, c, func(c *Config) {
+		c.StatusInterval, c.HeartbeatInterval, c.PublicationCheckInterval = time.Minute, -1, time.Minute
+		c.BatchDelay = 50 * time.Millisecond
+	})
+	for deadline := time.Now().Add(30 * time.Second); !r.Stats().Streaming.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader is not streaming after 30 s")
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		e.exec(t, fmt.Sprintf(`INSERT INTO lone VALUES (%d)`, i))
+		start := time.Now()
+		c.wait(t, i)
+		if el := time.Since(start); el > 10*time.Second {
+			t.Fatalf("insert %d reached the Emitter %v after its commit; BatchDelay is 50ms", i, el.Round(time.Millisecond))
+		}
+	}
+}

@@ -9,12 +9,13 @@ import (
 
 // rowMessage is a pgoutput Insert, Update or Delete (protocol 2), parsed
 // by parseRowMessage. pglogrepl's parser allocates a struct and a copy
-// per column and copies the values byte by byte; this one copies the
-// message once and slices its columns out of that copy into reused
-// slices. The columns are valid until the next parse into the same
-// rowMessage; the bytes they alias are the copy's, never the connection's
-// buffer (which the next receive overwrites), so a decoder that keeps a
-// value's bytes keeps its own.
+// per column and copies the values byte by byte; this one slices its
+// columns out of the message itself into reused slices. The columns alias
+// the message (the connection's buffer, which the next receive overwrites,
+// or a spill file's replay buffer): they are valid until the message's
+// change is decoded, and a decoded value never aliases its bytes (every
+// pgdecode decoder copies what it keeps: TestDecodersOwnTheirValues). The
+// message used to be copied first, one allocation of its size a change.
 type rowMessage struct {
 	op  byte   // 'I', 'U' or 'D'
 	xid uint32 // inside a stream block only
@@ -60,7 +61,7 @@ func parseRowMessage(data []byte, streamed bool, m *rowMessage) error {
 	}
 	m.op, m.xid, m.oldKind, m.hasOld, m.hasNew = data[0], 0, 0, false, false
 	m.old, m.new = m.old[:0], m.new[:0]
-	b := append([]byte(nil), data[1:]...) // the one copy the values alias
+	b := data[1:] // the columns alias the message
 	var err error
 	if streamed {
 		if m.xid, b, err = readUint32(b); err != nil {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -188,4 +190,61 @@ func FuzzCopyParser(f *testing.F) {
 		}
 		_ = p.Finish()
 	})
+}
+
+// TestDecodersOwnTheirValues: no decoder's value aliases its input, so the
+// stream may decode straight from the connection's buffer (tuple.go), which
+// the next receive overwrites: every decoder (and every slab form), over
+// valid values and random bytes, returns a value that stays the same once
+// its input is overwritten.
+func TestDecodersOwnTheirValues(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	inputs := [][]byte{
+		{0, 2, 0, 0, 0, 0, 0, 4, 0, 1, 0x13, 0x88},
+		{2, 24, 0, 4, 192, 168, 1, 5},
+		{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff},
+		{2, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 10},
+		{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 3, 'a', 'b', 'c', 0, 0, 0, 1, 'd'}, // text[] {abc,d}
+		{0, 0, 0, 2, 0, 0, 0, 23, 0, 0, 0, 4, 0, 0, 0, 7, 0, 0, 0, 25, 0, 0, 0, 2, 'h', 'i'},                      // (7,hi)
+		{0, 0, 0, 1, 0, 0, 0, 1, 'k', 0, 0, 0, 1, 'v'},                                                            // hstore k=>v
+	}
+	for _, in := range slabInputs(rng) {
+		inputs = append(inputs, in...)
+	}
+	for range 3000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		inputs = append(inputs, b)
+	}
+	decs := fuzzDecoders()
+	for _, p := range slabPairs {
+		var s Slab
+		decs = append(decs, func(b []byte) (any, error) { return p.slab(b, &s) })
+	}
+	valid := 0
+	for di, dec := range decs {
+		for _, in := range inputs {
+			want, err := dec(in)
+			if err != nil {
+				continue
+			}
+			valid++
+			buf := bytes.Clone(in)
+			got, err := dec(buf)
+			if err != nil {
+				t.Fatalf("decoder %d: %x decoded once, then %v", di, in, err)
+			}
+			for i := range buf {
+				buf[i] ^= 0x5a
+			}
+			if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) { // NaN too
+				t.Fatalf("decoder %d: the value of %x changed to %#v when its input was overwritten, want %#v", di, in, got, want)
+			}
+		}
+	}
+	if valid < 1000 {
+		t.Fatalf("only %d valid values", valid)
+	}
 }

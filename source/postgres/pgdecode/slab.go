@@ -20,12 +20,62 @@ import (
 // is safe; it only keeps its chunk alive (a few KB to 64 KB), which is why
 // the slab is for the initial load and the stream, whose rows are encoded
 // and dropped, and not for rows a consumer keeps.
+//
+// A reusable slab (NewReusableSlab) is the exception: Reset writes its
+// chunks again from the start, for a holder that knows nothing refers to
+// its values any more (the initial load's batch buffers, recycled once the
+// Emitter has taken their batch).
 type Slab struct {
 	ints   []int64
 	int32s []int32
 	floats []float64
 	strs   []string
 	text   []byte
+	// reuse: the chunks below are kept and handed out again after Reset.
+	reuse   bool
+	kInts   chunks[int64]
+	kInt32s chunks[int32]
+	kFloats chunks[float64]
+	kStrs   chunks[string]
+	kText   chunks[byte]
+}
+
+// NewReusableSlab returns a slab whose chunks Reset hands out again.
+func NewReusableSlab() *Slab { return &Slab{reuse: true} }
+
+// Reset makes a reusable slab write its chunks again from the first: every
+// value it gave out before is overwritten by the ones it gives out next.
+// A slab that is not reusable starts new chunks (its values stay as they
+// are). REQUIRES: for a reusable slab, nothing refers to a value it gave
+// out any more.
+func (s *Slab) Reset() {
+	s.ints, s.int32s, s.floats, s.strs, s.text = nil, nil, nil, nil, nil
+	s.kInts.next, s.kInt32s.next, s.kFloats.next, s.kStrs.next, s.kText.next = 0, 0, 0, 0, 0
+}
+
+// chunks are a reusable slab's chunks of one kind: every chunk of the
+// standard size made, in order; next is the next to hand out.
+type chunks[T any] struct {
+	all  [][]T
+	next int
+}
+
+// get returns an empty chunk of capacity n: the next kept one when reuse
+// is on and n is the standard size std, else a new one (kept when of the
+// standard size: a longer text's own chunk is left to the collector).
+func (c *chunks[T]) get(reuse bool, n, std int) []T {
+	if !reuse || n > std {
+		return make([]T, 0, n)
+	}
+	if c.next < len(c.all) {
+		b := c.all[c.next]
+		c.next++
+		return b[:0]
+	}
+	b := make([]T, 0, std)
+	c.all = append(c.all, b)
+	c.next = len(c.all)
+	return b
 }
 
 const (
@@ -60,7 +110,7 @@ func box(typ, p unsafe.Pointer) (v any) {
 
 func (s *Slab) int64(v int64) any {
 	if len(s.ints) == cap(s.ints) {
-		s.ints = make([]int64, 0, slabValues)
+		s.ints = s.kInts.get(s.reuse, slabValues, slabValues)
 	}
 	s.ints = append(s.ints, v)
 	return box(typeInt64, unsafe.Pointer(&s.ints[len(s.ints)-1]))
@@ -68,7 +118,7 @@ func (s *Slab) int64(v int64) any {
 
 func (s *Slab) int32(v int32) any {
 	if len(s.int32s) == cap(s.int32s) {
-		s.int32s = make([]int32, 0, slabValues)
+		s.int32s = s.kInt32s.get(s.reuse, slabValues, slabValues)
 	}
 	s.int32s = append(s.int32s, v)
 	return box(typeInt32, unsafe.Pointer(&s.int32s[len(s.int32s)-1]))
@@ -76,7 +126,7 @@ func (s *Slab) int32(v int32) any {
 
 func (s *Slab) float64(v float64) any {
 	if len(s.floats) == cap(s.floats) {
-		s.floats = make([]float64, 0, slabValues)
+		s.floats = s.kFloats.get(s.reuse, slabValues, slabValues)
 	}
 	s.floats = append(s.floats, v)
 	return box(typeFloat64, unsafe.Pointer(&s.floats[len(s.floats)-1]))
@@ -85,7 +135,7 @@ func (s *Slab) float64(v float64) any {
 // textRoom returns the text chunk with room for n more bytes.
 func (s *Slab) textRoom(n int) []byte {
 	if cap(s.text)-len(s.text) < n {
-		s.text = make([]byte, 0, max(slabText, n))
+		s.text = s.kText.get(s.reuse, max(slabText, n), slabText)
 	}
 	return s.text
 }
@@ -102,7 +152,7 @@ func (s *Slab) string(b []byte) any {
 // the chunk is never written there again.
 func (s *Slab) stringAt(start int) any {
 	if len(s.strs) == cap(s.strs) {
-		s.strs = make([]string, 0, slabValues)
+		s.strs = s.kStrs.get(s.reuse, slabValues, slabValues)
 	}
 	n := len(s.text) - start
 	str := ""
@@ -180,7 +230,7 @@ func (s *Slab) Str(v string) any {
 		return v
 	}
 	if len(s.strs) == cap(s.strs) {
-		s.strs = make([]string, 0, slabValues)
+		s.strs = s.kStrs.get(s.reuse, slabValues, slabValues)
 	}
 	s.strs = append(s.strs, v)
 	return box(typeString, unsafe.Pointer(&s.strs[len(s.strs)-1]))

@@ -21,10 +21,16 @@ import (
 // chunk is read (see package source/postgres). They sort before every
 // streamed change. Frozen layout: positions are stored in the log.
 func New(commitLSN uint64, idx uint32) source.Position {
-	p := make(source.Position, 12)
-	binary.BigEndian.PutUint64(p, commitLSN)
-	binary.BigEndian.PutUint32(p[8:], idx)
-	return p
+	return Append(make(source.Position, 0, Len), commitLSN, idx)
+}
+
+// Len is the length of a streamed change's position.
+const Len = 12
+
+// Append appends the position New(commitLSN, idx) to b.
+func Append(b []byte, commitLSN uint64, idx uint32) []byte {
+	b = binary.BigEndian.AppendUint64(b, commitLSN)
+	return binary.BigEndian.AppendUint32(b, idx)
 }
 
 // Parse splits a PostgreSQL position (a load row's key suffix is ignored).
