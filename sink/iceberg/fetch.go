@@ -78,7 +78,7 @@ func newFetcher(w *tableWriter, next []int64) *fetcher {
 		endAt[i] = now
 	}
 	f := &fetcher{w: w, next: next, blocked: make([]bool, len(next)), truncAt: make([]int64, len(next)), endAt: endAt,
-		spare: make(chan []change, 2), pool: w.windows}
+		spare: make(chan []change, 4), pool: w.windows}
 	if f.pool != nil {
 		f.bufs.Window = f.window
 	}
@@ -256,7 +256,9 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		// A change is large: a batch's slice is made for the most changes
 		// a batch had, not grown fetch by fetch (a load read at the log's
 		// end, where the loader writes, takes several fetches a batch).
-		cur.changes = slices.Grow(cur.changes, max(need, f.most)-len(cur.changes))
+		// A quarter more than needed: a batch a little larger than the
+		// largest before would otherwise grow every recycled slice.
+		cur.changes = slices.Grow(cur.changes, max(need+need/4, f.most)-len(cur.changes))
 	}
 	for i := range recs {
 		rec := &recs[i]

@@ -44,8 +44,10 @@ type upsert struct {
 	keys []iceberg.NestedField
 	// rowIDs finds an updated row's old _row_id (v3, rowlineage.go).
 	rowIDs rowIDs
-	// ins is foldInserts' memory from commit to commit.
-	ins insertFold
+	// ins is foldInserts' memory from commit to commit, and lookup stage's
+	// list of keys to look up.
+	ins    insertFold
+	lookup [][]byte
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current
@@ -584,10 +586,14 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}()
 	// Where each key's current row is, and which positions that deletes.
 	deleted := map[string][]int64{}
-	lookup := make([][]byte, len(keys))
-	for i, st := range keys {
-		lookup[i] = st.key
+	lookup := u.lookup[:0]
+	for _, st := range keys {
+		lookup = append(lookup, st.key)
 	}
+	defer func() { // kept for the next commit, pinning no key
+		clear(lookup)
+		u.lookup = lookup[:0]
+	}()
 	err = u.idx.getMany(lookup, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
