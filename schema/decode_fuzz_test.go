@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"strconv"
 	"testing"
@@ -13,7 +14,11 @@ import (
 
 // fuzzTables are the tables the fuzzer decodes with; the input's first
 // byte picks one.
-func fuzzTables() []*Table { return []*Table{allKindsTable(), benchTable()} }
+func fuzzTables() []*Table {
+	mysql := benchTable()
+	mysql.envelope = layoutMySQL
+	return []*Table{allKindsTable(), benchTable(), mysql}
+}
 
 // envelopeSeeds are real encodings: every kind, nulls, unchanged values,
 // deletes and truncates.
@@ -40,6 +45,13 @@ func envelopeSeeds(t testing.TB) [][]byte {
 	for i := range 3 {
 		add(1, benchTable(), benchEnvelope(i*1000003+5))
 	}
+	my := benchEnvelope(7)
+	my.Source = SourceInfo{Connector: ConnectorMySQL, Name: "shop", TsMs: 3, DB: "shop", Table: "bench", ServerID: 4242,
+		GTID: "0-1-2", File: "binlog.000002", Pos: 1 << 20, Row: 3, Thread: 5, Query: "insert", Position: []byte{9, 8, 7}}
+	add(2, benchTable(), my)
+	my.Transaction = &TxBlock{ID: "0-1-2", TotalOrder: 2, CollectionOrder: 1}
+	my.Source.Snapshot = SnapshotLast
+	add(2, benchTable(), my)
 	return seeds
 }
 
@@ -234,4 +246,61 @@ func FuzzScanEnvelope(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzScanTailFast: the envelope's tail read the fast way (scanTailFast)
+// gives what the checked way gives, error or not, field for field:
+// garbage, real encodings of both source layouts, and their cuts.
+func FuzzScanTailFast(f *testing.F) {
+	for _, s := range envelopeSeeds(f) {
+		f.Add(s)
+		for _, cut := range []int{1, 2, 5, 9, 17} { // a tail cut short
+			if cut < len(s) {
+				f.Add(s[:len(s)-cut])
+			}
+		}
+	}
+	tables := fuzzTables()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		tbl := tables[int(data[0])%len(tables)]
+		fast, ferr := scanEnvelope(tbl, data[1:], true)
+		slow, serr := scanEnvelope(tbl, data[1:], false)
+		if (ferr == nil) != (serr == nil) {
+			t.Fatalf("fast way error %v, checked way error %v", ferr, serr)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast way %+v, checked way %+v", fast, slow)
+		}
+	})
+}
+
+// TestScanTailFastTakesRealEnvelopes: real envelopes of both source
+// layouts are read the fast way (a fast way that always gave up would pass
+// the fuzz test, at the checked way's cost).
+func TestScanTailFastTakesRealEnvelopes(t *testing.T) {
+	tables := fuzzTables()
+	n := 0
+	for _, s := range envelopeSeeds(t) {
+		tbl := tables[int(s[0])%len(tables)]
+		r := newReader(s[1:])
+		var e EnvelopeInfo
+		r.skipRow(tbl, false)
+		r.skipRow(tbl, false)
+		if r.err != nil {
+			continue
+		}
+		if !r.scanTailFast(tbl.envelope == layoutMySQL, &e) {
+			if _, err := scanEnvelope(tbl, s[1:], false); err == nil {
+				t.Errorf("seed %x scans the checked way but not the fast way", s)
+			}
+			continue
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("%d seeds read the fast way, want at least the 5 of the bench table", n)
+	}
 }
