@@ -46,8 +46,9 @@ type upsert struct {
 	rowIDs rowIDs
 	// ins is foldInserts' memory from commit to commit, and lookup stage's
 	// list of keys to look up.
-	ins    insertFold
-	lookup [][]byte
+	ins      insertFold
+	lookup   [][]byte
+	sortKeys keySorter // foldByKey's
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current
