@@ -88,9 +88,9 @@ func newFetcher(w *tableWriter, next []int64) *fetcher {
 // window gives a fetch a read buffer of n bytes from the table's pool and
 // notes a pooled one for the batch (log.FetchBuffers.Window).
 func (f *fetcher) window(n int) []byte {
-	b := f.pool.get(n)
-	if cap(b) >= minPooledWindow {
-		f.got = append(f.got, b)
+	b, ref := f.pool.get(n)
+	if ref != nil {
+		f.got = append(f.got, ref)
 	}
 	return b
 }

@@ -199,7 +199,9 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 	}
 	newest := w.lastPos
 	// The changes held back alias some of the buffer's windows, so none
-	// is handed back (windows.go): they are left to the collector.
+	// is handed back (windows.go): they are left to the collector, their
+	// chunks abandoned.
+	w.windows.forget(w.held)
 	clear(w.held)
 	w.held = w.held[:0]
 	w.buf, w.lastPos = now, nowPos

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/catalog"
@@ -175,32 +176,88 @@ func changelogRows(t *testing.T, cat catalog.Catalog) map[string]int {
 // without a large window empties the pool.
 func TestWindowPool(t *testing.T) {
 	p := newWindowPool(3 << 20)
-	a, b, c := p.get(1<<20), p.get(1<<20), p.get(256<<10)
-	small := p.get(1 << 10)
-	if p.made != 3 || p.reused != 0 || len(a) != 1<<20 || len(small) != 1<<10 {
-		t.Fatalf("made %d reused %d, lengths %d and %d", p.made, p.reused, len(a), len(small))
+	get := func(n int) []byte {
+		b, ref := p.get(n)
+		if n >= minPooledWindow && &ref[:1][0] != &b[:1][0] {
+			t.Fatalf("a window of %d bytes is not its own reference", n)
+		}
+		return b
+	}
+	a, b, c := get(1<<20), get(1<<20), get(256<<10)
+	if p.made != 3 || p.reused != 0 || len(a) != 1<<20 {
+		t.Fatalf("made %d reused %d, length %d", p.made, p.reused, len(a))
 	}
 	a[0], c[0] = 1, 1
-	p.release([][]byte{a, b, c, small, p.get(1 << 20)}) // the fourth large one is over the limit
+	p.release([][]byte{a, b, c, get(1 << 20)}) // the fourth is over the limit
 	if len(p.free) != 3 || p.bytes != 2<<20+256<<10 {
 		t.Fatalf("kept %d windows of %d bytes", len(p.free), p.bytes)
 	}
 	if poisonWindows && (a[0] != 0xa5 || c[0] != 0xa5) {
 		t.Error("a window handed back was not poisoned")
 	}
-	if got := p.get(200 << 10); &got[:1][0] != &c[:1][0] || len(got) != 200<<10 {
+	if got := get(200 << 10); &got[:1][0] != &c[:1][0] || len(got) != 200<<10 {
 		t.Error("a 200 KiB read did not get the 256 KiB window")
 	}
 	before := p.made
-	if got := p.get(100 << 10); cap(got) != 100<<10 || p.made != before+1 {
+	if got := get(100 << 10); cap(got) != 100<<10 || p.made != before+1 {
 		t.Errorf("a 100 KiB read took a window of %d bytes (only 1 MiB ones were free)", cap(got))
 	}
-	if got := p.get(1 << 20); cap(got) != 1<<20 || p.reused != 2 {
+	if got := get(1 << 20); cap(got) != 1<<20 || p.reused != 2 {
 		t.Errorf("a 1 MiB read: a window of %d, %d reused", cap(got), p.reused)
 	}
-	p.release([][]byte{small})
+	p.release([][]byte{make([]byte, 1<<10)})
 	if len(p.free) != 0 || p.bytes != 0 {
 		t.Errorf("a release of small windows left %d windows, %d bytes", len(p.free), p.bytes)
+	}
+}
+
+// TestWindowChunks: small reads are carved from one chunk; the chunk is
+// carved again from its start only once every batch that took a piece of
+// it handed it back (poisoned then), and a chunk a commit forgot (changes
+// held back) is never carved again nor kept, whatever is released later.
+func TestWindowChunks(t *testing.T) {
+	p := newWindowPool(4 << 20)
+	x, rx := p.get(1000)
+	y, ry := p.get(2000)
+	if len(rx) != 0 || cap(rx) < chunkBytes || &x[:1][0] != &rx[:1][0] || &y[0] != &rx[:1000+1][1000] || cap(x) != 1000 {
+		t.Fatalf("two small reads were not carved one after the other from one chunk")
+	}
+	x[0], y[0] = 1, 2
+	p.release([][]byte{rx}) // the first batch's; the second still reads y
+	if y[0] != 2 {
+		t.Fatal("a chunk still referred to was poisoned")
+	}
+	if z, _ := p.get(10); &z[0] != &rx[:3001][3000] {
+		t.Fatal("a chunk still referred to was carved from its start again")
+	}
+	p.release([][]byte{ry, ry}) // the second batch's, and the third's (z)
+	if poisonWindows && y[0] != 0xa5 {
+		t.Error("a chunk handed back was not poisoned")
+	}
+	if z, _ := p.get(10); &z[0] != &x[:1][0] {
+		t.Fatal("a chunk nothing refers to was not carved from its start again")
+	}
+	// A chunk filled up is replaced.
+	first := unsafe.SliceData(rx)
+	for i := 0; ; i++ {
+		if _, r := p.get(minPooledWindow - 1); unsafe.SliceData(r) != first {
+			break
+		}
+		if i > chunkBytes/(minPooledWindow-1) {
+			t.Fatal("a full chunk was not replaced")
+		}
+	}
+	// Forgotten: the chunk (its references are lost with the held
+	// changes) is never reused.
+	held, rh := p.get(100)
+	p.forget([][]byte{rh})
+	held[0] = 7
+	p.release([][]byte{rh, rh, rh, rh, rh, rh, rh, rh})
+	if held[0] != 7 {
+		t.Fatal("a forgotten chunk was poisoned")
+	}
+	if n, _ := p.get(100); &n[0] == &held[:1][0] || (len(p.free) > 0 && &p.free[len(p.free)-1][:1][0] == &rh[:1][0]) {
+		t.Fatal("a forgotten chunk was carved or kept again")
 	}
 }
 
