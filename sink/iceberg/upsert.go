@@ -858,11 +858,18 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 	}
 	idLeaf, idCol, lineage := rowIDLeaf(fsch, r.fileSc.Fields())
 	part, fields, tbl, wfs := r.part, r.fields, r.tbl, r.wfs
+	// An open file's rows: in pending (partitioned tables), or, since an
+	// unpartitioned table's rows all go to its one file in order, the run
+	// live[first:first+rows] (a list per file, grown row by row, was 24 of
+	// the 860 MB a 1M-row load allocated).
+	partitioned := part.partitioned()
 	type open struct {
 		d       *dataFileWriter
 		path    string
 		values  map[int]any
 		pending []*keyState
+		first   int
+		rows    int
 	}
 	files := map[string]*open{}
 	var order []string
@@ -880,8 +887,12 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 			return err
 		}
 		r.w.failpoint("after-data-file")
-		out = append(out, writtenFile{df: df, path: o.path, rows: o.pending})
-		o.d, o.pending = nil, nil
+		rows := o.pending
+		if !partitioned {
+			rows = live[o.first : o.first+o.rows : o.first+o.rows]
+		}
+		out = append(out, writtenFile{df: df, path: o.path, rows: rows})
+		o.d, o.pending, o.rows = nil, nil, 0
 		return nil
 	}
 	// fileFor is the open file of partition key, started when needed.
@@ -905,8 +916,12 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 		}
 		return o, nil
 	}
-	added := func(o *open, st *keyState) error {
-		o.pending = append(o.pending, st)
+	added := func(o *open, at int, st *keyState) error {
+		if partitioned {
+			o.pending = append(o.pending, st)
+		} else if o.rows++; o.rows == 1 {
+			o.first = at
+		}
 		if o.d.size() >= r.w.s.cfg.TargetFileSize {
 			return flush(o)
 		}
@@ -925,7 +940,7 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 	var lastTable *schema.Table
 	var lastCodec *rowCodec
 	var one *open
-	for _, st := range live {
+	for at, st := range live {
 		if st.direct != nil && !part.partitioned() {
 			c := lastCodec
 			if st.table != lastTable {
@@ -955,7 +970,7 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 					err = o.d.addAvro(c, st.direct.info.After)
 				}
 				if err == nil {
-					if err := added(o, st); err != nil {
+					if err := added(o, at, st); err != nil {
 						return nil, err
 					}
 					continue
@@ -1003,7 +1018,7 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 		if err := o.d.add(vals); err != nil {
 			return nil, fmt.Errorf("iceberg: %s: %w", st.table.QualifiedName(), err)
 		}
-		if err := added(o, st); err != nil {
+		if err := added(o, at, st); err != nil {
 			return nil, err
 		}
 	}
