@@ -370,14 +370,17 @@ func skipLongAt(b []byte, i int) int {
 }
 
 // skipOptLongAt skips a [null, long] union.
-func skipOptLongAt(b []byte, i int) int {
+func skipOptLongAt(b []byte, i int) int { return skipOptAt(b, i, skipLongAt) }
+
+// skipOptAt skips a [null, T] union whose value skip skips.
+func skipOptAt(b []byte, i int, skip func([]byte, int) int) int {
 	switch br, j := longAt(b, i); {
 	case j < 0:
 		return -1
 	case br == 0:
 		return j
 	case br == 1:
-		return skipLongAt(b, j)
+		return skip(b, j)
 	}
 	return -1
 }
@@ -411,17 +414,7 @@ func optLongAt(b []byte, i int) (int64, int) {
 }
 
 // skipOptBytesAt skips a [null, string] union.
-func skipOptBytesAt(b []byte, i int) int {
-	switch br, j := longAt(b, i); {
-	case j < 0:
-		return -1
-	case br == 0:
-		return j
-	case br == 1:
-		return skipBytesAt(b, j)
-	}
-	return -1
-}
+func skipOptBytesAt(b []byte, i int) int { return skipOptAt(b, i, skipBytesAt) }
 
 // countNamesAt skips an array of strings and counts them.
 func countNamesAt(b []byte, i int) (int, int) {
