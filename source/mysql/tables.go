@@ -118,7 +118,7 @@ var decodable = []replication.EnumRowsEventType{replication.EnumRowsEventTypeIns
 // rows turns a row event into changes; every row, of captured tables or
 // not, takes an index in the transaction, so the positions of a
 // transaction's changes do not depend on which tables are captured.
-func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) error {
+func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *replication.RowsEvent) error {
 	v := s.byID[e.TableID]
 	if v == nil {
 		return fmt.Errorf("mysql: a row event for table id %d without its table map", e.TableID)
@@ -161,9 +161,12 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 				return err
 			}
 			if op == source.OpCreate {
-				s.change(v, op, nil, row, f)
+				err = s.change(ctx, v, op, nil, row, f)
 			} else {
-				s.change(v, op, row, nil, f)
+				err = s.change(ctx, v, op, row, nil, f)
+			}
+			if err != nil {
+				return err
 			}
 		}
 	case replication.EnumRowsEventTypeUpdate:
@@ -179,11 +182,17 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 			f := cmp.Or(f2, f1)
 			if keysDiffer(v.table, before, after) {
 				// A key change: a delete of the old key, an insert of the new.
-				s.change(v, source.OpDelete, before, nil, f1)
-				s.change(v, source.OpCreate, nil, after, f2)
+				if err := s.change(ctx, v, source.OpDelete, before, nil, f1); err != nil {
+					return err
+				}
+				if err := s.change(ctx, v, source.OpCreate, nil, after, f2); err != nil {
+					return err
+				}
 				continue
 			}
-			s.change(v, source.OpUpdate, before, after, f)
+			if err := s.change(ctx, v, source.OpUpdate, before, after, f); err != nil {
+				return err
+			}
 		}
 	default:
 		return &TableError{Table: v.qn, Err: fmt.Errorf("row event %s is not supported (partial JSON updates?): "+
@@ -283,21 +292,19 @@ func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
 	return r.v.decodeImage(r.e.Table, r.fields, slab, r.vals)
 }
 
-func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
+func (s *streamer) change(ctx context.Context, v *tableVersion, op source.Op, before, after []any, f *source.Fault) error {
 	if s.inc.signal(v, op, after) {
 		s.tx.idx++
-		return
+		return nil
 	}
 	if wm, rows := s.inc.watermark(v, after, Position(s.tx.ord, s.tx.idx)); wm {
 		s.tx.idx++
-		for _, c := range rows {
-			s.add(c)
-		}
-		return
+		return s.chunk(ctx, rows)
 	}
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
 		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
 	s.tx.idx++
+	return nil
 }
 
 // place is where the next row of the row event being read lies.
