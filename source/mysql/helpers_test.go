@@ -134,6 +134,10 @@ func (d *dedupe) Emit(ctx context.Context, batch []source.Change) error {
 		}
 		c.Before = append([]any(nil), c.Before...)
 		c.After = append([]any(nil), c.After...)
+		if c.Binlog != nil { // kept as the log keeps it, encoded: the source reuses the place
+			b := *c.Binlog
+			c.Binlog = &b
+		}
 		if len(c.Before) == 0 {
 			c.Before = nil
 		}

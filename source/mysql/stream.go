@@ -55,10 +55,11 @@ type streamer struct {
 	row     int32
 	batch   []source.Change
 	batchAt time.Time
-	slab    rowSlab       // the decoded rows' values
+	arena   rowArena      // the decoded rows, used again after each hand-over (releaseRows)
 	vals    pgdecode.Slab // the row images' values (fromImage)
 	fields  []field       // a row image's columns (image.go)
 	places  []source.BinlogPlace
+	placed  int // of places, handed out since the last releaseRows
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
@@ -241,6 +242,9 @@ func dumpError(err error, start gtidState) error {
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	now := time.Now()
 	due := !now.Before(s.nextCheckpoint)
+	if len(s.batch) == 0 && (s.arena.i > 0 || s.arena.off > 0 || s.placed > 0) {
+		s.releaseRows() // rows decoded and not emitted (watermarks, signals)
+	}
 	if n := len(s.batch); n > 0 && (force || due || n >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
 		p, ok := s.emit.(source.Pipeliner)
 		var err error
@@ -271,7 +275,37 @@ func (s *streamer) submitBatch(ctx context.Context, p source.Pipeliner, now time
 	clear(s.batch[1:])
 	s.batch = s.batch[:1]
 	s.batchAt = now
+	s.releaseRows()
 	return nil
+}
+
+// releaseRows makes the rows and binlog places of the changes handed over
+// free for the next ones (rowArena), once the batch holds at most one
+// change: that change's are copied out first. Called between events only
+// (no decoded row is pending then).
+func (s *streamer) releaseRows() {
+	if len(s.batch) > 1 {
+		return
+	}
+	if len(s.batch) == 1 {
+		c := &s.batch[0]
+		c.Before, c.After = cloneRow(c.Before), cloneRow(c.After)
+		if c.Binlog != nil {
+			p := *c.Binlog
+			c.Binlog = &p
+		}
+	}
+	s.arena.reset()
+	clear(s.places[:s.placed])
+	s.places, s.placed = s.places[:0], 0
+}
+
+// cloneRow copies a row out of the arena (nil stays nil).
+func cloneRow(row []any) []any {
+	if row == nil {
+		return nil
+	}
+	return slices.Clone(row)
 }
 
 // flushBatch hands the batch to the Emitter; once it returns, every
@@ -290,6 +324,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.batch = s.batch[:0]
 	s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
 	s.durableLive = true
+	s.releaseRows()
 	return nil
 }
 

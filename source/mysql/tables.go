@@ -156,7 +156,7 @@ func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *repl
 			op = source.OpDelete
 		}
 		for imgs.more() {
-			row, f, err := imgs.next(&s.slab)
+			row, f, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
@@ -171,11 +171,11 @@ func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *repl
 		}
 	case replication.EnumRowsEventTypeUpdate:
 		for imgs.more() {
-			before, f1, err := imgs.next(&s.slab)
+			before, f1, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
-			after, f2, err := imgs.next(&s.slab)
+			after, f2, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
@@ -281,7 +281,7 @@ func (r *rowImages) count() (int, error) {
 }
 
 // next decodes the next image.
-func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
+func (r *rowImages) next(slab *rowArena) ([]any, *source.Fault, error) {
 	if r.img == nil {
 		r.i++
 		return r.v.decodeRow(r.raw[r.i-1], slab)
@@ -307,13 +307,18 @@ func (s *streamer) change(ctx context.Context, v *tableVersion, op source.Op, be
 	return nil
 }
 
-// place is where the next row of the row event being read lies.
+// place is where the next row of the row event being read lies; cut from
+// s.places, which is used again with the rows (releaseRows).
 func (s *streamer) place() *source.BinlogPlace {
-	if len(s.places) == 0 {
-		s.places = make([]source.BinlogPlace, slabRows) // one allocation per slabRows changes, as rowSlab
+	if s.placed == len(s.places) {
+		if s.placed == cap(s.places) {
+			s.places = make([]source.BinlogPlace, 0, max(2*cap(s.places), slabRows)) // the old one stays with its batch
+			s.placed = 0
+		}
+		s.places = s.places[:s.placed+1]
 	}
-	p := &s.places[0]
-	s.places = s.places[1:]
+	p := &s.places[s.placed]
+	s.placed++
 	*p = source.BinlogPlace{File: s.file, Row: s.row, GTID: s.tx.text}
 	if h := s.rowsEv; h != nil {
 		p.Pos, p.ServerID = uint64(h.LogPos)-uint64(h.EventSize), h.ServerID
@@ -326,7 +331,7 @@ func (s *streamer) place() *source.BinlogPlace {
 // cannot carry (a zero date in a key column, text that is not UTF-8)
 // does not stop the reader: it is nil in the row and the returned fault
 // names it, so the Emitter stops that table alone.
-func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeRow(raw []any, slab *rowArena) ([]any, *source.Fault, error) {
 	if len(raw) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
 	}
@@ -350,7 +355,7 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault
 
 // decodeImage converts a row image split by imageReader (image.go) into
 // table-model values, as decodeRow does go-mysql's.
-func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowSlab, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowArena, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
 	if len(fields) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
 	}
