@@ -59,7 +59,8 @@ type streamer struct {
 	vals    pgdecode.Slab // the row images' values (fromImage)
 	fields  []field       // a row image's columns (image.go)
 	places  []source.BinlogPlace
-	placed  int // of places, handed out since the last releaseRows
+	placed  int    // of places, handed out since the last releaseRows
+	posSlab []byte // the changes' positions (position)
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).

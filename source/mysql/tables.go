@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -302,9 +303,23 @@ func (s *streamer) change(ctx context.Context, v *tableVersion, op source.Op, be
 		return s.chunk(ctx, rows)
 	}
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
-		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
+		Pos: s.position(), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
 	s.tx.idx++
 	return nil
+}
+
+// position is Position(s.tx.ord, s.tx.idx) cut from a slab of slabRows
+// positions, one allocation for that many changes instead of one each.
+// Positions are never written again (the Emitter keeps them: a kept one
+// keeps its slab, 3 KB, alive).
+func (s *streamer) position() source.Position {
+	if cap(s.posSlab)-len(s.posSlab) < PositionLen {
+		s.posSlab = make([]byte, 0, PositionLen*slabRows)
+	}
+	start := len(s.posSlab)
+	s.posSlab = binary.BigEndian.AppendUint64(s.posSlab, s.tx.ord)
+	s.posSlab = binary.BigEndian.AppendUint32(s.posSlab, s.tx.idx)
+	return source.Position(s.posSlab[start:len(s.posSlab):len(s.posSlab)])
 }
 
 // place is where the next row of the row event being read lies; cut from
