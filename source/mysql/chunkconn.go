@@ -66,8 +66,10 @@ func (cc *chunkConn) close() {
 }
 
 // read runs a chunk's query (text with ? for args, written into it as
-// literals: one round trip) and converts its rows.
-func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any) (*snapshot.Chunk, error) {
+// literals: one round trip) and converts its rows, into slices from bufs
+// (lent to the chunk: the stream gives them back once it has submitted
+// the rows; nil: new ones).
+func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q snapshot.ChunkQuery, text string, args []any, bufs *snapshot.Bufs) (*snapshot.Chunk, error) {
 	query, err := interpolate(text, args)
 	if err != nil {
 		return nil, err
@@ -79,11 +81,17 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 		}
 	}()
 	now, n := time.Now(), len(desc.cols)
-	res := newChunk(q)
+	want := chunkRows(q)
+	rows, lent := bufs.Get(want, n)
+	values := lent
+	res := &snapshot.Chunk{Rows: rows}
 	slabs := make([]pgdecode.Slab, n)
-	var rows rowSlab
 	err = cc.c.ExecuteSelectStreaming(query, &cc.res, func(vals []gomysql.FieldValue) error {
-		row := rows.next(n)
+		if len(values) < n {
+			values = make([]any, max(want/4, 1)*n) // more rows than asked (a point chunk's keys may repeat)
+		}
+		row := values[:n:n]
+		values = values[n:]
 		for i := range row {
 			v, err := fieldValue(&desc.cols[i], &vals[i], &slabs[i])
 			if err != nil {
@@ -112,6 +120,7 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 		}
 		return nil, &connError{fmt.Errorf("mysql: snapshot of %s: %w", name, err)}
 	}
+	bufs.Lend(res.Rows, lent)
 	finishChunk(res, desc)
 	return res, nil
 }

@@ -323,3 +323,51 @@ func TestDaysFromCivil(t *testing.T) {
 		}
 	}
 }
+
+// TestRowArena: rows handed out do not overlap, across chunks and tables
+// of different widths; after reset the chunks are used again and every
+// row handed out is zeroed (decodeImage leaves a NULL column as it finds
+// it); a nil arena allocates.
+func TestRowArena(t *testing.T) {
+	var a rowArena
+	var rows [][]any
+	for i := range 3 * slabRows {
+		n := 1 + i%9
+		row := a.next(n)
+		if len(row) != n || cap(row) != n {
+			t.Fatalf("row %d: len %d cap %d, want %d", i, len(row), cap(row), n)
+		}
+		for j := range row {
+			if row[j] != nil {
+				t.Fatalf("row %d: a value %v before it was written", i, row[j])
+			}
+			row[j] = i
+		}
+		rows = append(rows, row)
+	}
+	for i, row := range rows {
+		for _, v := range row {
+			if v != i {
+				t.Fatalf("row %d was overwritten: %v", i, row)
+			}
+		}
+	}
+	chunks := len(a.chunks)
+	first := &a.chunks[0][0]
+	a.reset()
+	for i := range 3 * slabRows {
+		row := a.next(1 + i%9)
+		for _, v := range row {
+			if v != nil {
+				t.Fatalf("after reset, row %d holds %v", i, row)
+			}
+		}
+	}
+	if len(a.chunks) != chunks || &a.chunks[0][0] != first {
+		t.Errorf("after reset: %d chunks (was %d), first chunk reused: %v", len(a.chunks), chunks, &a.chunks[0][0] == first)
+	}
+	var none *rowArena
+	if row := none.next(4); len(row) != 4 {
+		t.Error("a nil arena")
+	}
+}

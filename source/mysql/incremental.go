@@ -55,6 +55,9 @@ type myDatabase struct {
 	// own is the engine goroutine's chunk connection (ReadChunk; the
 	// Parallel readers have their own).
 	own *chunkConn
+	// bufs recycles the go-mysql reads' chunk slices (Reader.chunkBufs;
+	// nil: new ones each chunk).
+	bufs *snapshot.Bufs
 	// ddl counts the DDL statements on captured tables the stream has
 	// handled (Reader.ddl);
 	// nil: every chunk describes its table again. descs caches a
@@ -271,7 +274,7 @@ func (d *myDatabase) readDescribed(ctx context.Context, desc *tableDesc, name st
 		}
 		*cc = c
 	}
-	return (*cc).read(ctx, desc, name, q, text, args)
+	return (*cc).read(ctx, desc, name, q, text, args, d.bufs)
 }
 
 // closeConns closes the engine goroutine's chunk connection.
@@ -282,6 +285,11 @@ func (d *myDatabase) closeConns() {
 
 // newChunk returns an empty chunk with room for the rows q likely reads.
 func newChunk(q snapshot.ChunkQuery) *snapshot.Chunk {
+	return &snapshot.Chunk{Rows: make([]source.Change, 0, chunkRows(q))}
+}
+
+// chunkRows is how many rows q likely reads.
+func chunkRows(q snapshot.ChunkQuery) int {
 	want := q.Limit
 	switch {
 	case q.Keys != nil:
@@ -289,7 +297,7 @@ func newChunk(q snapshot.ChunkQuery) *snapshot.Chunk {
 	case q.To != nil:
 		want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
 	}
-	return &snapshot.Chunk{Rows: make([]source.Change, 0, min(want, 1<<14))}
+	return max(min(want, 1<<14), 1)
 }
 
 // finishChunk sets a read chunk's Last.

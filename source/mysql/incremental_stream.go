@@ -141,7 +141,7 @@ func (r *Reader) startIncremental(ctx context.Context, ci connInfo, flavor strin
 		return nil, err
 	}
 	in := &incStream{eng: r.inc, id: r.watermarkID(), sigTable: r.cfg.SignalTable, tables: r.cfg.Tables, logger: r.logger}
-	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr, dropped: r.dropped, ci: &ci, ddl: &r.ddl}
+	my := &myDatabase{db: db, flavor: flavor, wmErr: wmErr, dropped: r.dropped, ci: &ci, ddl: &r.ddl, bufs: r.chunkBufs}
 	switch {
 	case r.cfg.ReadOnly && flavor != FlavorMariaDB:
 		if r.snapshotsPending() {

@@ -155,6 +155,9 @@ type Reader struct {
 	// the snapshot engine's cached descriptions are read again after one
 	// (myDatabase.described).
 	ddl atomic.Uint64
+	// chunkBufs recycles the load's chunk slices: lent by the chunk reads,
+	// given back by the stream once it has submitted a chunk's rows.
+	chunkBufs *snapshot.Bufs
 }
 
 var _ source.Source = (*Reader)(nil)
@@ -163,7 +166,7 @@ var _ source.Source = (*Reader)(nil)
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
 	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "mysql", "server_id", cfg.ServerID)}
-	r.inc = newEngine(cfg, state, r)
+	r.inc, r.chunkBufs = newEngine(cfg, state, r), snapshot.NewBufs()
 	return r
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,10 +55,12 @@ type streamer struct {
 	row     int32
 	batch   []source.Change
 	batchAt time.Time
-	slab    rowSlab       // the decoded rows' values
+	arena   rowArena      // the decoded rows, used again after each hand-over (releaseRows)
 	vals    pgdecode.Slab // the row images' values (fromImage)
 	fields  []field       // a row image's columns (image.go)
 	places  []source.BinlogPlace
+	placed  int    // of places, handed out since the last releaseRows
+	posSlab []byte // the changes' positions (position)
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
@@ -240,6 +243,9 @@ func dumpError(err error, start gtidState) error {
 func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 	now := time.Now()
 	due := !now.Before(s.nextCheckpoint)
+	if len(s.batch) == 0 && (s.arena.i > 0 || s.arena.off > 0 || s.placed > 0) {
+		s.releaseRows() // rows decoded and not emitted (watermarks, signals)
+	}
 	if n := len(s.batch); n > 0 && (force || due || n >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
 		p, ok := s.emit.(source.Pipeliner)
 		var err error
@@ -270,7 +276,37 @@ func (s *streamer) submitBatch(ctx context.Context, p source.Pipeliner, now time
 	clear(s.batch[1:])
 	s.batch = s.batch[:1]
 	s.batchAt = now
+	s.releaseRows()
 	return nil
+}
+
+// releaseRows makes the rows and binlog places of the changes handed over
+// free for the next ones (rowArena), once the batch holds at most one
+// change: that change's are copied out first. Called between events only
+// (no decoded row is pending then).
+func (s *streamer) releaseRows() {
+	if len(s.batch) > 1 {
+		return
+	}
+	if len(s.batch) == 1 {
+		c := &s.batch[0]
+		c.Before, c.After = cloneRow(c.Before), cloneRow(c.After)
+		if c.Binlog != nil {
+			p := *c.Binlog
+			c.Binlog = &p
+		}
+	}
+	s.arena.reset()
+	clear(s.places[:s.placed])
+	s.places, s.placed = s.places[:0], 0
+}
+
+// cloneRow copies a row out of the arena (nil stays nil).
+func cloneRow(row []any) []any {
+	if row == nil {
+		return nil
+	}
+	return slices.Clone(row)
 }
 
 // flushBatch hands the batch to the Emitter; once it returns, every
@@ -289,6 +325,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.batch = s.batch[:0]
 	s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
 	s.durableLive = true
+	s.releaseRows()
 	return nil
 }
 
@@ -320,16 +357,65 @@ func (s *streamer) checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// chunk hands over the changes the snapshot engine emits at a watermark
+// (a chunk's rows at its high watermark, a reset marker). With an Emitter
+// that pipelines, a chunk's rows are submitted at once behind the batch so
+// far, but for the last, which stays in the batch as submitBatch keeps its
+// last change: nothing of them counts as durable until a flushBatch, and
+// the durable point is frozen first as add freezes it (the watermark's
+// transaction is not committed yet). The chunk's slices then go back to
+// be read into again (Reader.chunkBufs), the kept row with a copy of its
+// values. Snapshot rows pass the engine's Observe untouched, so they skip
+// it. Before, each row was copied into the batch and observed, and the
+// chunk's slices were left to the collector: a quarter of a load's
+// allocations.
+func (s *streamer) chunk(ctx context.Context, rows []source.Change) error {
+	p, ok := s.emit.(source.Pipeliner)
+	if !ok || len(rows) < 2 {
+		for _, c := range rows {
+			s.add(c)
+		}
+		return nil
+	}
+	now := time.Now()
+	if len(s.batch) == 0 {
+		s.freeze(now)
+	}
+	if len(s.batch) > 0 {
+		if err := p.Submit(ctx, s.batch); err != nil {
+			return err
+		}
+		s.r.stats.Events.Add(int64(len(s.batch)))
+	}
+	n := len(rows)
+	if err := p.Submit(ctx, rows[:n-1]); err != nil {
+		return err
+	}
+	s.r.stats.Events.Add(int64(n - 1))
+	last := rows[n-1]
+	last.After = slices.Clone(last.After)
+	s.r.chunkBufs.GiveBack(rows)
+	clear(s.batch)
+	s.batch = append(s.batch[:0], last)
+	s.batchAt = now
+	return nil
+}
+
+// freeze is add's first change of a batch: from here on committed
+// transactions may have changes not yet emitted, so the durable point
+// stays where it is until a flushBatch.
+func (s *streamer) freeze(now time.Time) {
+	if s.durableLive {
+		s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+		s.durableLive = false
+	}
+	s.batchAt = now
+}
+
 // add queues a change of the current transaction.
 func (s *streamer) add(c source.Change) {
 	if len(s.batch) == 0 {
-		if s.durableLive {
-			// From here on committed transactions may have changes not yet
-			// emitted: freeze the durable point.
-			s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
-			s.durableLive = false
-		}
-		s.batchAt = time.Now()
+		s.freeze(time.Now())
 	}
 	n := len(s.batch)
 	s.batch = append(s.batch, c)
@@ -353,7 +439,7 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 	case *replication.TableMapEvent:
 		return s.tableMap(ctx, e)
 	case *replication.RowsEvent:
-		return s.rows(ev.Header, e)
+		return s.rows(ctx, ev.Header, e)
 	case *replication.XIDEvent:
 		return s.commit(ctx)
 	case *replication.QueryEvent:

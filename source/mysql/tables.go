@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -118,7 +119,7 @@ var decodable = []replication.EnumRowsEventType{replication.EnumRowsEventTypeIns
 // rows turns a row event into changes; every row, of captured tables or
 // not, takes an index in the transaction, so the positions of a
 // transaction's changes do not depend on which tables are captured.
-func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) error {
+func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *replication.RowsEvent) error {
 	v := s.byID[e.TableID]
 	if v == nil {
 		return fmt.Errorf("mysql: a row event for table id %d without its table map", e.TableID)
@@ -156,34 +157,43 @@ func (s *streamer) rows(h *replication.EventHeader, e *replication.RowsEvent) er
 			op = source.OpDelete
 		}
 		for imgs.more() {
-			row, f, err := imgs.next(&s.slab)
+			row, f, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
 			if op == source.OpCreate {
-				s.change(v, op, nil, row, f)
+				err = s.change(ctx, v, op, nil, row, f)
 			} else {
-				s.change(v, op, row, nil, f)
+				err = s.change(ctx, v, op, row, nil, f)
+			}
+			if err != nil {
+				return err
 			}
 		}
 	case replication.EnumRowsEventTypeUpdate:
 		for imgs.more() {
-			before, f1, err := imgs.next(&s.slab)
+			before, f1, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
-			after, f2, err := imgs.next(&s.slab)
+			after, f2, err := imgs.next(&s.arena)
 			if err != nil {
 				return err
 			}
 			f := cmp.Or(f2, f1)
 			if keysDiffer(v.table, before, after) {
 				// A key change: a delete of the old key, an insert of the new.
-				s.change(v, source.OpDelete, before, nil, f1)
-				s.change(v, source.OpCreate, nil, after, f2)
+				if err := s.change(ctx, v, source.OpDelete, before, nil, f1); err != nil {
+					return err
+				}
+				if err := s.change(ctx, v, source.OpCreate, nil, after, f2); err != nil {
+					return err
+				}
 				continue
 			}
-			s.change(v, source.OpUpdate, before, after, f)
+			if err := s.change(ctx, v, source.OpUpdate, before, after, f); err != nil {
+				return err
+			}
 		}
 	default:
 		return &TableError{Table: v.qn, Err: fmt.Errorf("row event %s is not supported (partial JSON updates?): "+
@@ -272,7 +282,7 @@ func (r *rowImages) count() (int, error) {
 }
 
 // next decodes the next image.
-func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
+func (r *rowImages) next(slab *rowArena) ([]any, *source.Fault, error) {
 	if r.img == nil {
 		r.i++
 		return r.v.decodeRow(r.raw[r.i-1], slab)
@@ -283,30 +293,47 @@ func (r *rowImages) next(slab *rowSlab) ([]any, *source.Fault, error) {
 	return r.v.decodeImage(r.e.Table, r.fields, slab, r.vals)
 }
 
-func (s *streamer) change(v *tableVersion, op source.Op, before, after []any, f *source.Fault) {
+func (s *streamer) change(ctx context.Context, v *tableVersion, op source.Op, before, after []any, f *source.Fault) error {
 	if s.inc.signal(v, op, after) {
 		s.tx.idx++
-		return
+		return nil
 	}
 	if wm, rows := s.inc.watermark(v, after, Position(s.tx.ord, s.tx.idx)); wm {
 		s.tx.idx++
-		for _, c := range rows {
-			s.add(c)
-		}
-		return
+		return s.chunk(ctx, rows)
 	}
 	s.add(source.Change{Table: v.table, Op: op, Before: before, After: after,
-		Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
+		Pos: s.position(), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f, Binlog: s.place()})
 	s.tx.idx++
+	return nil
 }
 
-// place is where the next row of the row event being read lies.
-func (s *streamer) place() *source.BinlogPlace {
-	if len(s.places) == 0 {
-		s.places = make([]source.BinlogPlace, slabRows) // one allocation per slabRows changes, as rowSlab
+// position is Position(s.tx.ord, s.tx.idx) cut from a slab of slabRows
+// positions, one allocation for that many changes instead of one each.
+// Positions are never written again (the Emitter keeps them: a kept one
+// keeps its slab, 3 KB, alive).
+func (s *streamer) position() source.Position {
+	if cap(s.posSlab)-len(s.posSlab) < PositionLen {
+		s.posSlab = make([]byte, 0, PositionLen*slabRows)
 	}
-	p := &s.places[0]
-	s.places = s.places[1:]
+	start := len(s.posSlab)
+	s.posSlab = binary.BigEndian.AppendUint64(s.posSlab, s.tx.ord)
+	s.posSlab = binary.BigEndian.AppendUint32(s.posSlab, s.tx.idx)
+	return source.Position(s.posSlab[start:len(s.posSlab):len(s.posSlab)])
+}
+
+// place is where the next row of the row event being read lies; cut from
+// s.places, which is used again with the rows (releaseRows).
+func (s *streamer) place() *source.BinlogPlace {
+	if s.placed == len(s.places) {
+		if s.placed == cap(s.places) {
+			s.places = make([]source.BinlogPlace, 0, max(2*cap(s.places), slabRows)) // the old one stays with its batch
+			s.placed = 0
+		}
+		s.places = s.places[:s.placed+1]
+	}
+	p := &s.places[s.placed]
+	s.placed++
 	*p = source.BinlogPlace{File: s.file, Row: s.row, GTID: s.tx.text}
 	if h := s.rowsEv; h != nil {
 		p.Pos, p.ServerID = uint64(h.LogPos)-uint64(h.EventSize), h.ServerID
@@ -319,7 +346,7 @@ func (s *streamer) place() *source.BinlogPlace {
 // cannot carry (a zero date in a key column, text that is not UTF-8)
 // does not stop the reader: it is nil in the row and the returned fault
 // names it, so the Emitter stops that table alone.
-func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeRow(raw []any, slab *rowArena) ([]any, *source.Fault, error) {
 	if len(raw) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(raw), len(v.cols))
 	}
@@ -343,7 +370,7 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowSlab) ([]any, *source.Fault
 
 // decodeImage converts a row image split by imageReader (image.go) into
 // table-model values, as decodeRow does go-mysql's.
-func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowSlab, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
+func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowArena, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
 	if len(fields) != len(v.cols) {
 		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
 	}
