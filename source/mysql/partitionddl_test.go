@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcd-dev/cdcd/source"
 )
@@ -103,11 +104,19 @@ func TestPartitionDDL(t *testing.T) {
 		t.Errorf("u: %d reset markers, want %d (one more: a replacing snapshot)", n, resetsBefore+1)
 	}
 
-	e.exec(t, "ALTER TABLE pt CONVERT TABLE w TO PARTITION p3 VALUES LESS THAN (400)")
-	got = d.waitFor(t, "w's rows in pt", func(cs []source.Change) bool {
+	e.exec(t, "ALTER TABLE pt CONVERT TABLE w TO PARTITION p3 VALUES LESS THAN (400)", "INSERT INTO pt VALUES (390, 'after')")
+	converted := func(cs []source.Change) bool {
 		m := rows(cs, pt)
-		return m["[300]"] == "[300 w]" && m["[310]"] == "[310 w]" && !r.inc.Queued(pt)
-	})
+		return m["[300]"] == "[300 w]" && m["[310]"] == "[310 w]" && m["[390]"] == "[390 after]" && !r.inc.Queued(pt)
+	}
+	for deadline := time.Now().Add(90 * time.Second); !converted(d.snapshot()); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			m := rows(d.snapshot(), pt)
+			t.Fatalf("w's rows never reached pt: 300 %q, 310 %q, 390 %q; pt queued %t; snapshots %+v",
+				m["[300]"], m["[310]"], m["[390]"], r.inc.Queued(pt), r.inc.Progress())
+		}
+	}
+	got = d.snapshot()
 	if m := rows(got, w); len(m) != 0 {
 		t.Errorf("w after it became a partition: %v, want its mirror emptied", m)
 	}
