@@ -114,7 +114,12 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 	d.waitFor(t, "a first durable batch", func(cs []source.Change) bool { return len(cs) > 0 })
 	e.insertTxs(t, 150, 300)
 	deadline := time.Now().Add(60 * time.Second)
-	for d.snapshot() == nil || d.failAfter != 0 {
+	failing := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.failAfter != 0
+	}
+	for d.snapshot() == nil || failing() {
 		if time.Now().After(deadline) {
 			d.mu.Lock()
 			t.Fatalf("the planned failure did not happen: %d batches, %d kept", d.batches, len(d.kept))
@@ -141,7 +146,10 @@ func testResumeNoLossNoDup(t *testing.T, pipelined bool) {
 	}
 	e.reader(t, st, em, "t", small)
 	keptOnce(t, d.waitFor(t, "400 rows", func(cs []source.Change) bool { return len(cs) >= 400 }), 400)
-	if d.dropped == 0 {
+	d.mu.Lock()
+	dropped := d.dropped
+	d.mu.Unlock()
+	if dropped == 0 {
 		t.Error("nothing was sent twice: the test did not exercise the dedupe")
 	}
 }
