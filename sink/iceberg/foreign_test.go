@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -27,23 +28,7 @@ func TestForeignRewrite(t *testing.T) {
 			if err := w.commit(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			// The foreign compaction: every live row into one new file.
-			tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
-			if err != nil {
-				t.Fatal(err)
-			}
-			at, err := tbl.Scan().ToArrowTable(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			tx := tbl.NewTransaction()
-			if err := tx.OverwriteTable(t.Context(), at, 1024, nil); err != nil {
-				t.Fatal(err)
-			}
-			at.Release()
-			if _, err := tx.Commit(t.Context()); err != nil {
-				t.Fatal(err)
-			}
+			foreignRewrite(t, cat, w.cfg.Ident)
 			w.buf = []change{kvInsert(1, "a2", 4), kvInsert(3, "c2", 5)}
 			w.next[0] = 6
 			if err := w.commit(t.Context()); err != nil {
@@ -72,22 +57,7 @@ func TestOffsetsAfterForeignExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // two rewrites, so the one between is expired
-		tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at, err := tbl.Scan().ToArrowTable(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := tbl.NewTransaction()
-		if err := tx.OverwriteTable(t.Context(), at, 1024, nil); err != nil {
-			t.Fatal(err)
-		}
-		at.Release()
-		if _, err := tx.Commit(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		foreignRewrite(t, cat, w.cfg.Ident)
 	}
 	expire := func(tbl *table.Table) *table.Table {
 		tx := tbl.NewTransaction()
@@ -120,5 +90,27 @@ func TestOffsetsAfterForeignExpiry(t *testing.T) {
 	_, _, err = committedOffsets(tbl, w.s.cfg.Pipeline, 1)
 	if classify(err) != ErrPaused || !strings.Contains(err.Error(), "carries cdcd's offsets") {
 		t.Fatalf("offsets with the tag gone: %v, want a pause", err)
+	}
+}
+
+// foreignRewrite commits what another engine's compaction would: every
+// live row of the table into new files (iceberg-go's overwrite).
+func foreignRewrite(t *testing.T, cat catalog.Catalog, ident table.Identifier) {
+	t.Helper()
+	tbl, err := cat.LoadTable(t.Context(), ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := tbl.Scan().ToArrowTable(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer at.Release()
+	tx := tbl.NewTransaction()
+	if err := tx.OverwriteTable(t.Context(), at, 1024, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

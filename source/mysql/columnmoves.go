@@ -38,23 +38,32 @@ type columnOp struct {
 var notColumn = []string{"INDEX", "KEY", "PRIMARY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CONSTRAINT", "CHECK",
 	"PARTITION", "PERIOD", "SYSTEM", "VERSIONING"}
 
-// parseColumnOps reads the column clauses of an ALTER TABLE statement and
-// the table it alters (lower-cased [database, table]); ok is false for
-// any other statement.
-func parseColumnOps(q, defaultDB string) (table [2]string, ops []columnOp, ok bool) {
-	tk := newTokens(q)
+// alterTable reads the head of an ALTER [ONLINE | IGNORE] TABLE [IF
+// EXISTS] statement: the table it alters (lower-cased [database, table])
+// and the tokens of its clauses; ok is false for any other statement.
+func alterTable(q, defaultDB string) (tk *tokens, table [2]string, ok bool) {
+	tk = newTokens(q)
 	if tk.word() != "ALTER" {
-		return table, nil, false
+		return nil, table, false
 	}
 	w := tk.word()
 	for w == "ONLINE" || w == "IGNORE" {
 		w = tk.word()
 	}
 	if w != "TABLE" {
-		return table, nil, false
+		return nil, table, false
 	}
 	tk.ifExists()
-	if table, ok = tk.name(defaultDB); !ok {
+	table, ok = tk.name(defaultDB)
+	return tk, table, ok
+}
+
+// parseColumnOps reads the column clauses of an ALTER TABLE statement and
+// the table it alters (lower-cased [database, table]); ok is false for
+// any other statement.
+func parseColumnOps(q, defaultDB string) (table [2]string, ops []columnOp, ok bool) {
+	tk, table, ok := alterTable(q, defaultDB)
+	if !ok {
 		return table, nil, false
 	}
 	switch tk.peekWord() {

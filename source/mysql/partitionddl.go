@@ -47,19 +47,8 @@ func (op partitionOp) removes() bool {
 // TABLE statement and the table it alters (lower-cased); ok is false for
 // any other statement.
 func parsePartitionOps(q, defaultDB string) (table [2]string, ops []partitionOp, ok bool) {
-	tk := newTokens(q)
-	if tk.word() != "ALTER" {
-		return table, nil, false
-	}
-	w := tk.word()
-	for w == "ONLINE" || w == "IGNORE" {
-		w = tk.word()
-	}
-	if w != "TABLE" {
-		return table, nil, false
-	}
-	tk.ifExists()
-	if table, ok = tk.name(defaultDB); !ok {
+	tk, table, ok := alterTable(q, defaultDB)
+	if !ok {
 		return table, nil, false
 	}
 	for !tk.done() {
