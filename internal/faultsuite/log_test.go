@@ -135,6 +135,11 @@ func TestDamagedSegment(t *testing.T) {
 	p.waitFor("streaming", 3*time.Minute, func(st daemon.Status) bool { return st.State == daemon.StateStreaming })
 	for i := 0; i < 40; i++ {
 		p.exec(fmt.Sprintf(`INSERT INTO a SELECT g, repeat('y', 100) FROM generate_series(%d, %d) g`, i*50+1, i*50+50))
+		// Past the reader's batch delay (20 ms), so each transaction is a
+		// log batch of its own and the damage takes one of many: written
+		// faster, the 40 went into one batch, and the damage took 1,966 of
+		// the 2,000 records (seen in CI).
+		time.Sleep(40 * time.Millisecond)
 	}
 	st := p.waitFor("2000 changes in the log", 3*time.Minute, func(st daemon.Status) bool {
 		return len(st.Tables) == 1 && st.Tables[0].EventsIn >= 2000
