@@ -284,6 +284,9 @@ func (w *tableWriter) load(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("iceberg: load table %s: %w", identString(w.cfg.Ident), err)
 	default:
+		if err := w.checkMode(tbl); err != nil {
+			return err
+		}
 		w.tbl = tbl
 	}
 	w.committed = make([]int64, w.partitions)
@@ -340,6 +343,29 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	return c, nil
 }
 
+// propMode is the table property naming the mode a table was created in.
+const propMode = "cdcd.mode"
+
+// checkMode refuses a table cdcd created in the other mode (its cdcd.mode
+// property): a mirror and a changelog differ in columns and meaning, so
+// the configured mode changed under existing tables would write one into
+// the other — an append table's meta columns are not in a mirror, a
+// mirror's key is not declared in a changelog — and mix two kinds of rows
+// in one table. A table cdcd did not create (no property) is not judged.
+func (w *tableWriter) checkMode(tbl *table.Table) error {
+	was, ok := tbl.Properties()[propMode]
+	if !ok || was == w.mode().name() {
+		return nil
+	}
+	name := identString(w.cfg.Ident)
+	return &PauseError{Table: name,
+		What: fmt.Sprintf("table %s was created in %s mode (its %s property) but sink.iceberg.mode is %s: "+
+			"cdcd does not write one kind of table into the other", name, was, propMode, w.mode().name()),
+		Fix: fmt.Sprintf("set sink.iceberg.mode back to %s and restart; or, to have the table in %s mode, drop the Iceberg table %s "+
+			"and re-snapshot it (cdcd snapshot -c FILE --replace %s); or capture it under another namespace (sink.iceberg.namespace)",
+			was, w.mode().name(), name, name)}
+}
+
 // ensureTable creates the table (and namespace) from the first buffered
 // change's table version.
 func (w *tableWriter) ensureTable(ctx context.Context) error {
@@ -376,7 +402,7 @@ func (w *tableWriter) createTable(ctx context.Context, first *schema.Table) erro
 	}
 	tbl, err := w.s.cat.CreateTable(ctx, w.cfg.Ident, sc, catalog.WithPartitionSpec(spec), catalog.WithProperties(iceberg.Properties{
 		table.PropertyFormatVersion:  fmt.Sprint(w.s.cfg.FormatVersion),
-		"cdcd.mode":                  w.mode().name(),
+		propMode:                     w.mode().name(),
 		"cdcd.source-table":          first.QualifiedName(),
 		table.ReadSplitTargetSizeKey: fmt.Sprint(readSplitTargetSize),
 		// Old metadata.json files go once they leave the metadata log
@@ -384,7 +410,9 @@ func (w *tableWriter) createTable(ctx context.Context, first *schema.Table) erro
 		table.MetadataDeleteAfterCommitEnabledKey: "true",
 	}))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
-		tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident)
+		if tbl, err = w.s.cat.LoadTable(ctx, w.cfg.Ident); err == nil {
+			err = w.checkMode(tbl)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("iceberg: create table %s: %w", identString(w.cfg.Ident), err)
