@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go/table"
 	"github.com/cdcd-dev/cdcd/daemon"
 )
 
@@ -108,4 +109,43 @@ func (p *pipeline) snapshotID(sourceTable string) int64 {
 		return snap.SnapshotID
 	}
 	return 0
+}
+
+// TestIcebergTableDroppedUnderDaemon: the Iceberg table dropped from the
+// catalog while cdcd runs is created again and written from the log's
+// start, so the mirror ends equal, within a retry interval — before, every
+// commit retried "cannot read the table back" for the whole commit budget
+// (two minutes) first.
+func TestIcebergTableDroppedUnderDaemon(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, pipelineOptions{
+		DDL: `CREATE TABLE a (id int PRIMARY KEY, v text);
+			INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 100) g;`,
+		Tables: []string{"public.a"},
+		// The default commit budget is two minutes and the retry
+		// interval 30 s; cdcd's defaults.
+	})
+	p.start()
+	p.exec(`UPDATE a SET v = 'u' WHERE id <= 10`)
+	p.waitCaughtUp()
+	cat := p.openCatalog()
+	if err := cat.DropTable(p.ctx, table.Identifier{"cdc", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	closeCatalog(cat)
+	dropped := time.Now()
+	p.exec(`UPDATE a SET v = 'w' WHERE id <= 20`)
+	p.exec(`DELETE FROM a WHERE id > 90`)
+	p.waitCaughtUp()
+	if d := p.diff("public.a"); !d.Equal() {
+		t.Errorf("the table created again differs from the source: %s", d)
+	}
+	took := time.Since(dropped)
+	t.Logf("the dropped table was written again within %s", took.Round(time.Second))
+	if took > 75*time.Second {
+		t.Errorf("the dropped table took %s to come back: it waited out the commit budget", took.Round(time.Second))
+	}
+	if !p.logContains("the table is gone from the catalog") {
+		t.Error("the daemon's log does not say the table was gone from the catalog")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -117,7 +118,7 @@ func (w *tableWriter) settleWithin(ctx context.Context, id string, b *backoff) (
 		if err == nil {
 			return landed, nil
 		}
-		if classify(err) == ErrPaused {
+		if classify(err) == ErrPaused || errors.Is(err, errTableGone) {
 			return false, err
 		}
 		if ctx.Err() != nil || b.spent() {
@@ -229,6 +230,9 @@ func (w *tableWriter) landed(ctx context.Context) error { return w.mode().landed
 // started from, or someone else is writing it.
 func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return false, fmt.Errorf("%w: %w", errTableGone, err)
+	}
 	if err != nil {
 		return false, err
 	}

@@ -284,6 +284,11 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 // tableFailed records why a table's loop stopped: paused (ErrPaused) or
 // failing.
 func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, err error) {
+	if errors.Is(err, errTableGone) {
+		logger.Warn("the table is gone from the catalog (dropped?): it is created again and written from the log's start; "+
+			"to stop capturing it, remove its source table from the config", "err", err, "retry_in", s.cfg.RetryInterval)
+		return
+	}
 	if classify(err) != ErrPaused {
 		msg := err.Error()
 		stats.Failing.Store(&msg)
