@@ -198,6 +198,9 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		if err := s.refresh(ctx, string(e.Query)); err != nil {
 			return err
 		}
+		if err := s.loadCascades(ctx); err != nil {
+			return err
+		}
 	}
 	return s.commit(ctx)
 }

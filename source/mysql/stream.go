@@ -36,6 +36,11 @@ type streamer struct {
 	// faultLogged is the reason last logged per table stopped while
 	// streaming (tablefault.go).
 	faultLogged map[string]string
+	// fk holds, by parent db.table, the foreign key actions that change
+	// captured tables without binlog rows; fkWarned the ones warned of
+	// (fkcascade.go).
+	fk       map[string][]fkAction
+	fkWarned map[string]bool
 
 	// live is the GTID set and ordinal of every transaction committed in
 	// the binlog read so far; tx is the transaction being read.
@@ -115,6 +120,9 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		return err
 	}
 	defer s.inc.close()
+	if err := s.loadCascades(ctx); err != nil {
+		return err
+	}
 	for _, qn := range r.cfg.Tables { // what changed while no session read the binlog (columns.go)
 		if d := tables[qn]; d != nil {
 			if err := s.syncColumns(ctx, d, 0, true); err != nil {

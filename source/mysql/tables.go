@@ -30,6 +30,10 @@ func (s *streamer) tableMap(ctx context.Context, tm *replication.TableMapEvent) 
 	qn := string(tm.Schema) + "." + string(tm.Table)
 	desc := s.captured[qn]
 	if desc == nil {
+		if s.fk[qn] != nil {
+			s.byID[tm.TableID] = s.watchedVersion(qn, tm) // fkcascade.go
+			return nil
+		}
 		s.byID[tm.TableID] = &tableVersion{tm: tm, qn: qn}
 		return nil
 	}
@@ -123,6 +127,11 @@ func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *repl
 	v := s.byID[e.TableID]
 	if v == nil {
 		return fmt.Errorf("mysql: a row event for table id %d without its table map", e.TableID)
+	}
+	if s.fk[v.qn] != nil && s.tx.active {
+		if err := s.cascades(h, e, v); err != nil { // fkcascade.go
+			return err
+		}
 	}
 	imgs, err := s.images(h, e, v)
 	if err != nil {
