@@ -163,8 +163,14 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	}
 	switch st.kind {
 	case stmtBegin, stmtInTx:
+		if st.kind == stmtBegin && xaID(string(e.Query)) != "" {
+			s.xaStart(string(e.Query)) // xa.go
+		}
 		return nil
 	case stmtCommit, stmtRollback:
+		if xaID(string(e.Query)) != "" {
+			s.xaResolve(string(e.Query), st.kind == stmtRollback)
+		}
 		return s.commit(ctx)
 	case stmtDML:
 		s.statementChanges(string(e.Query), string(e.Schema))

@@ -112,6 +112,9 @@ type checkpoint struct {
 	Flavor  string `json:"flavor"`
 	GTID    string `json:"gtid"`
 	Ordinal uint64 `json:"ordinal"`
+	// XA names, by xid, the captured tables each prepared XA transaction
+	// read up to GTID changed while it is not resolved (xa.go).
+	XA map[string][]string `json:"xa,omitempty"`
 }
 
 // Stats are the reader's counters, safe to read while it runs.
@@ -139,11 +142,14 @@ func (s *Stats) setBinlogFile(f string) { s.mu.Lock(); s.binlogFile = f; s.mu.Un
 
 // Reader is a MySQL or MariaDB source.
 type Reader struct {
-	cfg    Config
-	state  State
-	logger *slog.Logger
-	stats  Stats
-	inc    *snapshot.Engine
+	// xaResume is what the checkpoint a session resumed from kept of the
+	// open prepared XA transactions (xa.go).
+	xaResume map[string][]string
+	cfg      Config
+	state    State
+	logger   *slog.Logger
+	stats    Stats
+	inc      *snapshot.Engine
 
 	// columns caches the tables' column records (columns.go); the stream
 	// and the snapshot engine's goroutine both read them.
@@ -325,6 +331,7 @@ func (r *Reader) resumePoint(ctx context.Context, db *sql.DB, flavor string) (gt
 				Fix: "point the dsn at the original server, or start the pipeline afresh (new data_dir)"}
 		}
 		st, err := newGTIDState(flavor, cp.GTID, cp.Ordinal)
+		r.xaResume = cp.XA
 		if err == nil {
 			r.stats.setGTID(cp.GTID)
 			r.stats.Ordinal.Store(cp.Ordinal)

@@ -41,6 +41,9 @@ type streamer struct {
 	// (fkcascade.go).
 	fk       map[string][]fkAction
 	fkWarned map[string]bool
+	// xa holds the prepared XA transactions read but not resolved, by
+	// xid (xa.go).
+	xa map[string]*xaOpen
 
 	// live is the GTID set and ordinal of every transaction committed in
 	// the binlog read so far; tx is the transaction being read.
@@ -52,6 +55,12 @@ type streamer struct {
 		idx    uint32
 		ts     time.Time
 		text   string // gtid's text, for the changes' binlog places
+		// xa is the xid of an XA transaction's prepare group, with its
+		// changes and tables (xa.go).
+		xa        string
+		xaChanges []source.Change
+		xaTables  []string
+		xaOver    bool
 	}
 	// file is the binlog being read; rowsEv and row place the changes of
 	// the row event being read (source.BinlogPlace).
@@ -109,7 +118,8 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	s := &streamer{
 		r: r, db: db, flavor: flavor, colls: colls, emit: e, captured: tables,
 		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{},
-		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord}, saved: st.ord,
+		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord, XA: r.xaResume}, saved: st.ord,
+		xa: xaResumed(r.xaResume),
 	}
 	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord, "tls", string(ci.sslMode))
 	if ci.tls == nil && !isLoopback(ci.host) {
@@ -331,7 +341,7 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.r.stats.LastCommitted.Store(s.batch[len(s.batch)-1].CommitTime.UnixMilli())
 	clear(s.batch)
 	s.batch = s.batch[:0]
-	s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+	s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord, XA: s.xaTables()}
 	s.durableLive = true
 	s.releaseRows()
 	return nil
@@ -342,7 +352,7 @@ func (s *streamer) checkpoint(ctx context.Context) error {
 	s.nextCheckpoint = time.Now().Add(s.r.cfg.CheckpointInterval)
 	cp := s.durable
 	if s.durableLive {
-		cp = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+		cp = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord, XA: s.xaTables()}
 	}
 	// The snapshots' progress first: saved, it never claims more than the
 	// log holds; the GTID set saved after it may lag behind it.
@@ -414,7 +424,7 @@ func (s *streamer) chunk(ctx context.Context, rows []source.Change) error {
 // stays where it is until a flushBatch.
 func (s *streamer) freeze(now time.Time) {
 	if s.durableLive {
-		s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord}
+		s.durable = checkpoint{Flavor: s.flavor, GTID: s.live.String(), Ordinal: s.live.ord, XA: s.xaTables()}
 		s.durableLive = false
 	}
 	s.batchAt = now
@@ -428,6 +438,9 @@ func (s *streamer) add(c source.Change) {
 	n := len(s.batch)
 	s.batch = append(s.batch, c)
 	s.batch = s.inc.observe(s.batch, n)
+	if s.tx.xa != "" {
+		s.xaKeep(c)
+	}
 }
 
 func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error {
@@ -444,6 +457,10 @@ func (s *streamer) event(ctx context.Context, ev *replication.BinlogEvent) error
 		s.file = string(e.NextLogName)
 		s.r.stats.setBinlogFile(s.file)
 		s.r.stats.BinlogPos.Store(uint32(e.Position))
+	case *replication.GenericEvent:
+		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
+			return s.xaPrepare(ctx, e)
+		}
 	case *replication.TableMapEvent:
 		return s.tableMap(ctx, e)
 	case *replication.RowsEvent:
@@ -474,6 +491,10 @@ func (s *streamer) begin(ctx context.Context, g txGTID, ev *replication.BinlogEv
 		}
 	}
 	s.tx.active, s.tx.gtid, s.tx.ord, s.tx.idx, s.tx.text = true, g, s.live.ord+1, 0, g.String()
+	s.tx.xa = ""
+	if e, ok := ev.Event.(*replication.MariadbGTIDEvent); ok && e.Flags&mariadbPreparedXA != 0 {
+		s.xaStart("") // xa.go
+	}
 	s.tx.ts = time.Unix(int64(ev.Header.Timestamp), 0)
 	if e, ok := ev.Event.(*replication.GTIDEvent); ok && e.ImmediateCommitTimestamp > 0 {
 		s.tx.ts = e.ImmediateCommitTime()
