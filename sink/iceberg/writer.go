@@ -465,6 +465,14 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 					dup = dup || a.name == c.Name
 				}
 				if !dup {
+					if hadColumn(w.tbl.Metadata(), c.Name) {
+						// cdcd never drops or renames a column: another
+						// writer did, and the rows already there lack it.
+						w.logger.Error("a column the table had is gone from its schema (renamed or dropped by another writer?): "+
+							"it is added again, and the rows already in the table read NULL in it; "+
+							"rename it back, or run cdcd snapshot -c FILE --replace "+t.QualifiedName()+" to fill it",
+							"column", c.Name)
+					}
 					a := add{name: c.Name, typ: typ, doc: c.SourceType}
 					if HoldsDefault(format, c) {
 						a.def = defaultLiteral(c)
@@ -489,7 +497,8 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 			default:
 				return &PauseError{Table: identString(w.cfg.Ident), What: fmt.Sprintf("column %q of %s changed type to %s (%s) but table %s has %s, and Iceberg cannot change a column's type that way",
 					c.Name, t.QualifiedName(), c.SourceType, typ, identString(w.cfg.Ident), f.Type),
-					Fix: "rename or drop the column in the Iceberg table (the sink then adds the new one), or recreate the table, and the table resumes"}
+					Fix: "rename or drop the column in the Iceberg table (the sink then adds the new one; the rows already there read NULL in it " +
+						"until a re-snapshot: cdcd snapshot -c FILE --replace " + t.QualifiedName() + "), or recreate the table, and the table resumes"}
 			}
 		}
 	}
@@ -514,6 +523,17 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 	w.logger.Info("evolved the table schema", "added", len(adds), "widened", len(widen))
 	w.tbl = tbl
 	return nil
+}
+
+// hadColumn reports whether an earlier schema of the table had a column
+// named name.
+func hadColumn(meta table.Metadata, name string) bool {
+	for _, sc := range meta.Schemas() {
+		if _, ok := sc.FindFieldByName(name); ok && sc.ID != meta.CurrentSchema().ID {
+			return true
+		}
+	}
+	return false
 }
 
 // promotable reports whether a column of type from may become (or hold
