@@ -243,10 +243,12 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		if err != nil {
 			return nil, err
 		}
+		// Room for the most rows the chunk may hold (a range chunk's Limit
+		// is its cap, twice a chunk): the sampled ends make chunks of 0.4
+		// to 1.6 times ChunkRows, and half the chunks outgrew slices sized
+		// for one, growing their rows (1.7 MB copied) and values in steps
+		// a chunk; the free list then kept slices of every size.
 		want := max(q.Limit, len(q.Keys))
-		if q.To != nil {
-			want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
-		}
 		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
@@ -372,21 +374,16 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 
 // copyRows runs a chunk's COPY (sql, from chunkSQL) on conn and decodes
 // its rows, about want of them; the rows and their values are cut from
-// one allocation each, taken from bufs and lent to the chunk when bufs is
-// not nil (incremental_bufs.go). nk is the key's columns; their text follows the
+// one allocation each, taken from bufs and lent to the chunk (a nil bufs
+// makes new ones; snapshot.Bufs). nk is the key's columns; their text follows the
 // row's columns unless the key is native (then the last key's text is
 // written from its values).
-func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *chunkBufs) (*snapshot.Chunk, error) {
+func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *snapshot.Bufs) (*snapshot.Chunk, error) {
 	n := len(rel.types)
 	now := time.Now()
-	var cb chunkBuf
-	if bufs != nil {
-		cb = bufs.get(want, n)
-	} else {
-		cb = chunkBuf{rows: make([]source.Change, 0, want), values: make([]any, want*n)}
-	}
-	res := &snapshot.Chunk{Rows: cb.rows}
-	values := cb.values
+	rows, lent := bufs.Get(want, n)
+	res := &snapshot.Chunk{Rows: rows}
+	values := lent
 	var scalar pgdecode.Slab
 	native := nativeKey(rel)
 	if native {
@@ -417,9 +414,7 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	if err := p.Finish(); err != nil {
 		return nil, err
 	}
-	if bufs != nil {
-		bufs.lend(res.Rows, cb.values)
-	}
+	bufs.Lend(res.Rows, lent)
 	switch {
 	case len(res.Rows) == 0:
 	case native:

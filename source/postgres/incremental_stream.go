@@ -232,7 +232,7 @@ func (in *incStream) submitTracked(ctx context.Context, rows []source.Change) er
 	if err := s.submit(ctx, rows, s.committed); err != nil {
 		return err
 	}
-	s.r.chunkBufs.giveBack(rows)
+	s.r.chunkBufs.GiveBack(rows)
 	return nil
 }
 
@@ -263,7 +263,7 @@ func (in *incStream) submit(ctx context.Context, rows []source.Change) ([]source
 	// keeps takes a copy of its values.
 	last := rows[len(rows)-1]
 	last.After = slices.Clone(last.After)
-	s.r.chunkBufs.giveBack(rows)
+	s.r.chunkBufs.GiveBack(rows)
 	return []source.Change{last}, nil
 }
 

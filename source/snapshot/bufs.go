@@ -15,8 +15,7 @@ import (
 // batch but its positions), after copying the values of any row it keeps.
 // A chunk that is read again, dropped whole, split in halves or handed to
 // an Emitter that does not pipeline is never given back: its slices are
-// the collector's. (source/postgres has its own copy, chunkBufs; this is
-// the same rule, shared.)
+// the collector's. source/postgres and source/mysql share it.
 type Bufs struct {
 	free chan bufPair
 	mu   sync.Mutex
@@ -35,13 +34,22 @@ type bufPair struct {
 // maxLent bounds the chunks lent and not given back that Bufs remembers.
 const maxLent = 16
 
-// NewBufs returns a free list of two chunks' slices: three readers take
-// one each as the stream gives them back one at a time; four held more
-// and raised the PostgreSQL benchmark's peak RSS by 10-70 MB
-// (BENCHMARKS.md, session 8).
-func NewBufs() *Bufs {
-	return &Bufs{free: make(chan bufPair, 2), lent: map[*source.Change][]any{}}
+// NewBufs returns a free list of two chunks' slices (NewBufsOf(2)).
+func NewBufs() *Bufs { return NewBufsOf(2) }
+
+// NewBufsOf returns a free list of n chunks' slices. Readers that take
+// slices sized for their chunks' cap (so none grows) want one more than
+// the chunks read at once: the chunk the stream hands over still holds
+// its slices when the next is read, and with fewer the list ran empty
+// and full by turns (PostgreSQL's benchmark, session 13: one chunk in
+// four read into new slices while others were dropped).
+func NewBufsOf(n int) *Bufs {
+	return &Bufs{free: make(chan bufPair, max(n, 1)), lent: map[*source.Change][]any{}}
 }
+
+// ChunkBufs returns a free list for the engine's range chunks: one more
+// than it reads at once (Config.Ahead).
+func (e *Engine) ChunkBufs() *Bufs { return NewBufsOf(e.cfg.Ahead + 1) }
 
 // Get returns empty rows with room for rows changes and values for rows
 // rows of cols columns: from the free list when they are large enough,
