@@ -69,3 +69,21 @@ func TestChunkBufsHoldReaders(t *testing.T) {
 		delete(lent, &rows[:1][0])
 	}
 }
+
+// TestBufsExtra: what a source lends with a chunk's slices comes back with
+// them, and only with them.
+func TestBufsExtra(t *testing.T) {
+	b := NewBufsOf(2)
+	rows, values := b.Get(4, 1)
+	rows = append(rows, source.Change{After: values[:1]})
+	slab := new(int)
+	b.LendWith(rows, values, slab)
+	if _, _, extra := b.GetWith(4, 1); extra != nil {
+		t.Fatalf("GetWith before the rows came back: extra %v, want none", extra)
+	}
+	b.GiveBack(rows)
+	r, _, extra := b.GetWith(4, 1)
+	if &r[:1][0] != &rows[0] || extra != slab {
+		t.Fatalf("GetWith after the rows came back: extra %v, want %v with the same slices", extra, slab)
+	}
+}
