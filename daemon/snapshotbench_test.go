@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -67,6 +70,15 @@ func BenchmarkIncrementalIntoLog(b *testing.B) {
 		b.ReportMetric((res.during.mean()-res.idle.mean()).Seconds()*1000, "lag-added-mean-ms")
 		b.Logf("incremental / initial load %.2f, / COPY %.2f; streaming lag without a snapshot: %s; while it ran: %s",
 			res.inc.rate/res.load.rate, res.inc.rate/res.raw.rate, res.idle, res.during)
+		for _, h := range []struct {
+			name string
+			h    heapUse
+		}{{"load", res.loadHeap}, {"inc", res.incHeap}} {
+			b.ReportMetric(float64(h.h.bytes)/float64(rows), h.name+"-heap-B/row")
+			b.ReportMetric(float64(h.h.cycles), h.name+"-gc-cycles")
+		}
+		b.Logf("heap allocated: load %.0f B/row in %d collections, incremental %.0f B/row in %d",
+			float64(res.loadHeap.bytes)/float64(rows), res.loadHeap.cycles, float64(res.incHeap.bytes)/float64(rows), res.incHeap.cycles)
 		logPhase(b, res)
 	}
 }
@@ -126,6 +138,43 @@ type incrementalResult struct {
 	incWall  time.Duration
 	timings  snapshot.Timings
 	hand     handStats
+	// The heap bytes allocated a row and the collector's cycles of the
+	// load's phase and the snapshot's: figures a loaded machine does not
+	// blur, unlike CPU time.
+	loadHeap, incHeap heapUse
+}
+
+// heapProfile writes the heap profile (allocations so far) to path+suffix
+// when path is set: CDCD_BENCH_INC_HEAP=file writes file.0 before the
+// snapshot and file.1 after it, for go tool pprof -base file.0 file.1.
+func heapProfile(tb testing.TB, path, suffix string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// heapUse is what the process allocated and how often it collected, from
+// runtime/metrics (no stop of the world).
+type heapUse struct{ bytes, cycles uint64 }
+
+var heapSamples = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+
+func readHeapUse() heapUse {
+	s := slices.Clone(heapSamples)
+	metrics.Read(s)
+	return heapUse{bytes: s[0].Value.Uint64(), cycles: s[1].Value.Uint64()}
+}
+
+func (h heapUse) since(before heapUse) heapUse {
+	return heapUse{bytes: h.bytes - before.bytes, cycles: h.cycles - before.cycles}
 }
 
 // measureIncremental loads the benchmark table three ways and measures
@@ -150,7 +199,9 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	r := postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot + "_load", Publication: names.Publication, Tables: []string{"bench"},
 		Snapshot: true, SpillDir: tb.TempDir(), HeartbeatInterval: -1}, e.state, slog.New(slog.DiscardHandler))
 	stopLoad := cpuProfile(tb, os.Getenv("CDCD_BENCH_LOAD_CPU"))
+	h0 := readHeapUse()
 	res.load, err = server.measure(rows, func() error { return loadUntilStreaming(ctx, r, e) })
+	res.loadHeap = readHeapUse().since(h0)
 	stopLoad()
 	if err != nil {
 		tb.Fatal(err)
@@ -192,6 +243,8 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 	res.bg.cdcd, res.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
 	stop := cpuProfile(tb, os.Getenv("CDCD_BENCH_INC_CPU"))
 	before := e.produced.Load()
+	heapProfile(tb, os.Getenv("CDCD_BENCH_INC_HEAP"), ".0")
+	h0 = readHeapUse()
 	res.incStart = time.Now()
 	res.inc, err = server.measure(rows, func() error {
 		if err := r.Snapshots().Submit(ctx, snapshot.Request{Table: "public.bench", Origin: "bench"}); err != nil {
@@ -211,6 +264,8 @@ func measureIncremental(tb testing.TB, rows, chunk int) incrementalResult {
 		}
 	})
 	res.incWall = time.Since(res.incStart)
+	res.incHeap = readHeapUse().since(h0)
+	heapProfile(tb, os.Getenv("CDCD_BENCH_INC_HEAP"), ".1")
 	res.timings = r.Snapshots().Timings()
 	res.during, res.hand = lag.take()
 	lag.on.Store(false)

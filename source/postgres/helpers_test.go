@@ -14,6 +14,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // dedupe is an Emitter that keeps what the daemon's emitter would keep:
@@ -176,26 +177,7 @@ func itoa(n int) string { return fmt.Sprint(n) }
 // ownRow copies row with values of its own. The initial load reuses the
 // slab its rows' numbers and texts point into once the Emitter has taken
 // the batch (an Emitter keeps nothing of a batch after Emit or Submit
-// returns), so a test Emitter that keeps rows copies the values, not only
-// the slice: a boxed number is boxed again, a string cloned.
-func ownRow(row []any) []any {
-	if row == nil {
-		return nil
-	}
-	out := make([]any, len(row))
-	for i, v := range row {
-		switch x := v.(type) {
-		case int64:
-			out[i] = x
-		case int32:
-			out[i] = x
-		case float64:
-			out[i] = x
-		case string:
-			out[i] = strings.Clone(x)
-		default:
-			out[i] = v
-		}
-	}
-	return out
-}
+// returns), and so do range chunks, so a test Emitter that keeps rows
+// copies the values, not only the slice (snapshot.OwnValues: a boxed
+// number is boxed again, a string cloned).
+func ownRow(row []any) []any { return snapshot.OwnValues(row) }

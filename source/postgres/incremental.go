@@ -52,6 +52,10 @@ type pgDatabase struct {
 	// orders compare keys in the database for tables whose key order Go
 	// does not know; closed with the session.
 	orders []*dbOrder
+	// reuse: range chunks decode into reusable slabs lent with their
+	// slices (the stream's Emitter keeps no value after Submit: not a
+	// source.Holder, as for the initial load's batches).
+	reuse bool
 }
 
 // close releases what the database's tables hold.
@@ -243,11 +247,13 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		if err != nil {
 			return nil, err
 		}
+		// Room for the most rows the chunk may hold (a range chunk's Limit
+		// is its cap, twice a chunk): the sampled ends make chunks of 0.4
+		// to 1.6 times ChunkRows, and half the chunks outgrew slices sized
+		// for one, growing their rows (1.7 MB copied) and values in steps
+		// a chunk; the free list then kept slices of every size.
 		want := max(q.Limit, len(q.Keys))
-		if q.To != nil {
-			want = q.Limit / snapshot.ChunkCap // its Limit is the cap; most hold about a chunk
-		}
-		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs); err != nil {
+		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs, d.reuse); err != nil {
 			return nil, queryError(name, q.Where, err)
 		}
 	}
@@ -318,7 +324,7 @@ func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct 
 		b, err = readInSnapshot(ctx, conn, snap, name, rel, len(ct.key), second, q.Limit-q.Limit/2)
 		errB <- err
 	}()
-	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2, nil)
+	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2, nil, false)
 	if err := errors.Join(errA, <-errB); err != nil {
 		d.dropSecond(ctx)
 		return nil, queryError(name, q.Where, err)
@@ -363,7 +369,7 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snap+"'"); err != nil {
 		return nil, fmt.Errorf("import the chunk's snapshot %s: %w", snap, err)
 	}
-	res, err := copyRows(ctx, conn, name, rel, nk, sql, want, nil)
+	res, err := copyRows(ctx, conn, name, rel, nk, sql, want, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -372,22 +378,28 @@ func readInSnapshot(ctx context.Context, conn *pgx.Conn, snap, name string, rel 
 
 // copyRows runs a chunk's COPY (sql, from chunkSQL) on conn and decodes
 // its rows, about want of them; the rows and their values are cut from
-// one allocation each, taken from bufs and lent to the chunk when bufs is
-// not nil (incremental_bufs.go). nk is the key's columns; their text follows the
+// one allocation each, taken from bufs and lent to the chunk (a nil bufs
+// makes new ones; snapshot.Bufs), and with reuse so is the slab the
+// numbers and texts are boxed from (else a slab of the chunk's own). The
+// stream gives them back once its Emitter has the rows; whatever it keeps
+// of them longer it copies (snapshot.OwnValues). nk is the key's columns; their text follows the
 // row's columns unless the key is native (then the last key's text is
 // written from its values).
-func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *chunkBufs) (*snapshot.Chunk, error) {
+func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, nk int, sql string, want int, bufs *snapshot.Bufs, reuse bool) (*snapshot.Chunk, error) {
 	n := len(rel.types)
 	now := time.Now()
-	var cb chunkBuf
-	if bufs != nil {
-		cb = bufs.get(want, n)
-	} else {
-		cb = chunkBuf{rows: make([]source.Change, 0, want), values: make([]any, want*n)}
+	rows, lent, extra := bufs.GetWith(want, n)
+	res := &snapshot.Chunk{Rows: rows}
+	values := lent
+	scalar, _ := extra.(*pgdecode.Slab)
+	switch {
+	case !reuse || bufs == nil:
+		scalar = &pgdecode.Slab{}
+	case scalar != nil:
+		scalar.Reset()
+	default:
+		scalar = pgdecode.NewReusableSlab()
 	}
-	res := &snapshot.Chunk{Rows: cb.rows}
-	values := cb.values
-	var scalar pgdecode.Slab
 	native := nativeKey(rel)
 	if native {
 		nk = 0
@@ -402,7 +414,7 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 		}
 		row := values[:n:n]
 		values = values[n:]
-		if err := decodeFieldsInto(rel, fields[:n], row, &scalar); err != nil {
+		if err := decodeFieldsInto(rel, fields[:n], row, scalar); err != nil {
 			return err
 		}
 		res.Rows = append(res.Rows, source.Change{Table: rel.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
@@ -417,9 +429,10 @@ func copyRows(ctx context.Context, conn *pgx.Conn, name string, rel *relation, n
 	if err := p.Finish(); err != nil {
 		return nil, err
 	}
-	if bufs != nil {
-		bufs.lend(res.Rows, cb.values)
+	if !reuse {
+		scalar = nil
 	}
+	bufs.LendWith(res.Rows, lent, scalar)
 	switch {
 	case len(res.Rows) == 0:
 	case native:

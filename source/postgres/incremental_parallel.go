@@ -150,7 +150,7 @@ func (d *pgDatabase) Reader(ctx context.Context) (snapshot.ChunkReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: snapshot reader connection: %w", err)
 	}
-	return &chunkReader{pgDatabase{r: d.r, conn: conn, types: newTypeResolver(conn), ring: d.ring}}, nil
+	return &chunkReader{pgDatabase{r: d.r, conn: conn, types: newTypeResolver(conn), ring: d.ring, reuse: d.reuse}}, nil
 }
 
 // chunkReader is a pgDatabase on a connection of its own.

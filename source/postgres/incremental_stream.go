@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -89,7 +88,8 @@ func (r *Reader) startIncremental(ctx context.Context, s *streamer) (*incStream,
 		return nil, &connError{fmt.Errorf("postgres: snapshot connection: %w", err)}
 	}
 	in := &incStream{s: s, eng: r.inc, ring: newXidRing(), signal: map[*schema.Table]bool{}}
-	db := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: in.ring}
+	_, holds := s.emit.(source.Holder)
+	db := &pgDatabase{r: r, conn: conn, types: newTypeResolver(conn), ring: in.ring, reuse: !holds}
 	if err := r.inc.Prepare(ctx, db); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, in.wrap(err)
@@ -232,7 +232,7 @@ func (in *incStream) submitTracked(ctx context.Context, rows []source.Change) er
 	if err := s.submit(ctx, rows, s.committed); err != nil {
 		return err
 	}
-	s.r.chunkBufs.giveBack(rows)
+	s.r.chunkBufs.GiveBack(rows)
 	return nil
 }
 
@@ -259,11 +259,11 @@ func (in *incStream) submit(ctx context.Context, rows []source.Change) ([]source
 	if err := p.Submit(ctx, rows[:len(rows)-1]); err != nil {
 		return nil, err
 	}
-	// The chunk's slices go back to be read into again; the row the batch
-	// keeps takes a copy of its values.
+	// The chunk's slices and slab go back to be read into again; the row
+	// the batch keeps takes a copy of its values.
 	last := rows[len(rows)-1]
-	last.After = slices.Clone(last.After)
-	s.r.chunkBufs.giveBack(rows)
+	last.After = snapshot.OwnValues(last.After)
+	s.r.chunkBufs.GiveBack(rows)
 	return []source.Change{last}, nil
 }
 

@@ -196,7 +196,7 @@ type Reader struct {
 	render   *valueRenderer
 	inc      *snapshot.Engine // incremental snapshots
 	// chunkBufs recycles the incremental snapshots' chunk slices.
-	chunkBufs *chunkBufs
+	chunkBufs *snapshot.Bufs
 	// faultsLogged is the reason last logged per table that fails the
 	// publication check (pubcheck.go), so a standing fault is logged once.
 	faultsLogged map[string]string
@@ -208,7 +208,8 @@ var _ source.Source = (*Reader)(nil)
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
 	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "postgres", "slot", cfg.Slot), known: known{}, cols: map[string]*tableColumns{}}
-	r.inc, r.chunkBufs = newEngine(cfg, state, r.logger), newChunkBufs()
+	r.inc = newEngine(cfg, state, r.logger)
+	r.chunkBufs = r.inc.ChunkBufs()
 	return r
 }
 

@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"bytes"
+	"strings"
 	"sync"
 
 	"github.com/cdcd-dev/cdcd/source"
@@ -15,54 +17,75 @@ import (
 // batch but its positions), after copying the values of any row it keeps.
 // A chunk that is read again, dropped whole, split in halves or handed to
 // an Emitter that does not pipeline is never given back: its slices are
-// the collector's. (source/postgres has its own copy, chunkBufs; this is
-// the same rule, shared.)
+// the collector's. source/postgres and source/mysql share it.
 type Bufs struct {
 	free chan bufPair
 	mu   sync.Mutex
 	// lent maps a chunk's rows (their first element, which the rows the
 	// engine emits share) to its values; cleared when it grows past
 	// maxLent (chunks never given back).
-	lent map[*source.Change][]any
+	lent map[*source.Change]bufPair
 }
 
-// bufPair is one chunk's rows (empty, with their capacity) and values.
+// bufPair is one chunk's rows (empty, with their capacity) and values,
+// and what the source lent with them (LendWith).
 type bufPair struct {
 	rows   []source.Change
 	values []any
+	extra  any
 }
 
 // maxLent bounds the chunks lent and not given back that Bufs remembers.
 const maxLent = 16
 
-// NewBufs returns a free list of two chunks' slices: three readers take
-// one each as the stream gives them back one at a time; four held more
-// and raised the PostgreSQL benchmark's peak RSS by 10-70 MB
-// (BENCHMARKS.md, session 8).
-func NewBufs() *Bufs {
-	return &Bufs{free: make(chan bufPair, 2), lent: map[*source.Change][]any{}}
+// NewBufs returns a free list of two chunks' slices (NewBufsOf(2)).
+func NewBufs() *Bufs { return NewBufsOf(2) }
+
+// NewBufsOf returns a free list of n chunks' slices. Readers that take
+// slices sized for their chunks' cap (so none grows) want one more than
+// the chunks read at once: the chunk the stream hands over still holds
+// its slices when the next is read, and with fewer the list ran empty
+// and full by turns (PostgreSQL's benchmark, session 13: one chunk in
+// four read into new slices while others were dropped).
+func NewBufsOf(n int) *Bufs {
+	return &Bufs{free: make(chan bufPair, max(n, 1)), lent: map[*source.Change]bufPair{}}
 }
+
+// ChunkBufs returns a free list for the engine's range chunks: one more
+// than it reads at once (Config.Ahead).
+func (e *Engine) ChunkBufs() *Bufs { return NewBufsOf(e.cfg.Ahead + 1) }
 
 // Get returns empty rows with room for rows changes and values for rows
 // rows of cols columns: from the free list when they are large enough,
 // else new ones (always new on nil). The values are not zeroed; each
 // row's are all written.
 func (b *Bufs) Get(rows, cols int) ([]source.Change, []any) {
-	if b == nil {
-		return make([]source.Change, 0, rows), make([]any, rows*cols)
-	}
-	select {
-	case p := <-b.free:
-		if cap(p.rows) >= rows && len(p.values) >= rows*cols {
-			return p.rows, p.values
+	r, v, _ := b.GetWith(rows, cols)
+	return r, v
+}
+
+// GetWith is Get, also returning what was lent with the slices (LendWith;
+// nil with new slices).
+func (b *Bufs) GetWith(rows, cols int) ([]source.Change, []any, any) {
+	if b != nil {
+		select {
+		case p := <-b.free:
+			if cap(p.rows) >= rows && len(p.values) >= rows*cols {
+				return p.rows, p.values, p.extra
+			}
+		default:
 		}
-	default:
 	}
-	return make([]source.Change, 0, rows), make([]any, rows*cols)
+	return make([]source.Change, 0, rows), make([]any, rows*cols), nil
 }
 
 // Lend records that rows (a chunk's, as read) use values; a no-op on nil.
-func (b *Bufs) Lend(rows []source.Change, values []any) {
+func (b *Bufs) Lend(rows []source.Change, values []any) { b.LendWith(rows, values, nil) }
+
+// LendWith is Lend, keeping extra with the slices until they come back
+// from GetWith: what else the source reads the chunk into (the storage
+// its values point into), used again on the same terms.
+func (b *Bufs) LendWith(rows []source.Change, values []any, extra any) {
 	if b == nil || cap(rows) == 0 {
 		return
 	}
@@ -71,7 +94,7 @@ func (b *Bufs) Lend(rows []source.Change, values []any) {
 	if len(b.lent) >= maxLent {
 		clear(b.lent)
 	}
-	b.lent[&rows[:1][0]] = values
+	b.lent[&rows[:1][0]] = bufPair{values: values, extra: extra}
 }
 
 // GiveBack puts a chunk's slices on the free list; rows share the first
@@ -83,14 +106,47 @@ func (b *Bufs) GiveBack(rows []source.Change) {
 	}
 	first := &rows[:1][0]
 	b.mu.Lock()
-	values, ok := b.lent[first]
+	p, ok := b.lent[first]
 	delete(b.lent, first)
 	b.mu.Unlock()
 	if !ok {
 		return
 	}
+	p.rows = rows[:0]
 	select {
-	case b.free <- bufPair{rows: rows[:0], values: values}:
+	case b.free <- p:
 	default:
 	}
+}
+
+// OwnValues returns copies of vals that share no memory with them: a
+// source that reads chunks into storage lent with their slices (LendWith)
+// writes over the values of rows it was given back, and a value kept
+// beyond that (a key the run remembers, the row a stream keeps in its
+// batch) must not change with it. Numbers and texts are copied (a source's
+// values of other types are not read into storage used again).
+func OwnValues(vals []any) []any {
+	if vals == nil {
+		return nil
+	}
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		switch v := v.(type) {
+		case string:
+			out[i] = strings.Clone(v)
+		case []byte:
+			out[i] = bytes.Clone(v)
+		case int64:
+			out[i] = v
+		case int32:
+			out[i] = v
+		case float64:
+			out[i] = v
+		case float32:
+			out[i] = v
+		default:
+			out[i] = v
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/source"
@@ -39,4 +40,50 @@ func TestBufs(t *testing.T) {
 	}
 	none.Lend(rows, values)
 	none.GiveBack(rows)
+}
+
+// TestChunkBufsHoldReaders: an engine's free list keeps the slices of one
+// chunk more than it reads at once, all handed out again: with room for
+// two, a third reader's slices were dropped when given back together and
+// made anew for the next chunk.
+func TestChunkBufsHoldReaders(t *testing.T) {
+	e := New(Config{StateKey: "k", Ahead: 3}, nil, slog.New(slog.DiscardHandler))
+	b := e.ChunkBufs()
+	lent := map[*source.Change]bool{}
+	var all [][]source.Change
+	for range 4 {
+		rows, values := b.Get(4, 2)
+		rows = append(rows, source.Change{After: values[:2]})
+		b.Lend(rows, values)
+		lent[&rows[0]] = true
+		all = append(all, rows)
+	}
+	for _, rows := range all {
+		b.GiveBack(rows)
+	}
+	for i := range 4 {
+		rows, _ := b.Get(4, 2)
+		if !lent[&rows[:1][0]] {
+			t.Fatalf("Get %d after four chunks were given back: new slices, want one of theirs", i+1)
+		}
+		delete(lent, &rows[:1][0])
+	}
+}
+
+// TestBufsExtra: what a source lends with a chunk's slices comes back with
+// them, and only with them.
+func TestBufsExtra(t *testing.T) {
+	b := NewBufsOf(2)
+	rows, values := b.Get(4, 1)
+	rows = append(rows, source.Change{After: values[:1]})
+	slab := new(int)
+	b.LendWith(rows, values, slab)
+	if _, _, extra := b.GetWith(4, 1); extra != nil {
+		t.Fatalf("GetWith before the rows came back: extra %v, want none", extra)
+	}
+	b.GiveBack(rows)
+	r, _, extra := b.GetWith(4, 1)
+	if &r[:1][0] != &rows[0] || extra != slab {
+		t.Fatalf("GetWith after the rows came back: extra %v, want %v with the same slices", extra, slab)
+	}
 }

@@ -140,7 +140,7 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 	case cut: // (Last, To] is not read: the later chunks of the epoch must not be emitted
 		r.cancelEpoch, r.cutTo = c.epoch, c.query.To
 		if r.tbl.Compare != nil {
-			lastVals = c.res.Rows[read-1].Key()
+			lastVals = OwnValues(c.res.Rows[read-1].Key()) // kept: the rows' storage is read into again
 		}
 	case c.query.To != nil: // the range read ends at To, whether or not a row has that key
 		last = c.query.To
@@ -148,7 +148,7 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 			lastVals, _ = r.tbl.ParseKey(last)
 		}
 	case read > 0 && r.tbl.Compare != nil:
-		lastVals = c.res.Rows[read-1].Key()
+		lastVals = OwnValues(c.res.Rows[read-1].Key()) // kept: the rows' storage is read into again
 	}
 	rows := c.res.Rows[:0]
 	switch {
