@@ -33,7 +33,7 @@ func TestIndexLookups(t *testing.T) {
 			keys = append(keys, key(i))
 		}
 		got := map[string]int64{}
-		if err := x.getMany(keys, func(i int, loc location) error {
+		if err := x.getMany(keys, nil, func(i int, loc location) error {
 			k := keys[i]
 			if loc.file != "f1" {
 				t.Errorf("%s: key %x in %q", step, k, loc.file)
@@ -140,7 +140,7 @@ func TestIndexLookupsL6Filters(t *testing.T) {
 			keys[i] = appendKeyInt(nil, id)
 		}
 		found := 0
-		if err := x.getMany(keys, func(i int, loc location) error {
+		if err := x.getMany(keys, nil, func(i int, loc location) error {
 			if ids[i]%2 != 0 || ids[i] >= n || loc.pos != ids[i] || loc.file != "f1" {
 				t.Errorf("%s: key %d found at %+v", step, ids[i], loc)
 			}
@@ -235,7 +235,7 @@ func BenchmarkIndexUpdates(b *testing.B) {
 			for i, id := range ids {
 				keys[i] = appendKeyInt(make([]byte, 0, 9), id)
 			}
-			if err := x.getMany(keys, func(int, location) error { found++; return nil }); err != nil {
+			if err := x.getMany(keys, nil, func(int, location) error { found++; return nil }); err != nil {
 				b.Fatal(err)
 			}
 			batch := x.newBatch()

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
+	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -48,6 +49,7 @@ type upsert struct {
 	// list of keys to look up.
 	ins      insertFold
 	lookup   [][]byte
+	parts    []int32   // stage's partition of each key (partitionsOf)
 	sortKeys keySorter // foldByKey's
 }
 
@@ -595,7 +597,14 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 		clear(lookup)
 		u.lookup = lookup[:0]
 	}()
-	err = u.idx.getMany(lookup, func(i int, loc location) error {
+	parts := u.partitionsOf(buf, keys, int32(w.partitions))
+	if parts != nil {
+		p.batch.parts = make([][]byte, w.partitions)
+		for i, st := range keys { // in key order: the last is the greatest
+			p.batch.parts[parts[i]] = st.key
+		}
+	}
+	err = u.idx.getMany(lookup, parts, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
 				fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
@@ -627,6 +636,50 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}
 	ok = true
 	return p, nil
+}
+
+// partitionsOf returns the partition of each key's changes, for getMany's
+// bounds by partition (partBounds), or nil, having dropped the bounds, when
+// the buffer does not show each key in one partition: a change in another
+// partition than the log's partitioner gives its key body among n, a
+// change without a key body, changes of two table versions, or a key with
+// changes in two partitions. The bounds are made for n and the buffer's
+// table version when they are not already (keys of another version are
+// all under the new floor).
+func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
+	var table *schema.Table
+	for i := range buf {
+		c := &buf[i]
+		if c.skip {
+			continue
+		}
+		if c.key == nil || (table != nil && c.table != table) || c.partition != log.PartitionFor(c.key, n) {
+			u.idx.dropBounds()
+			return nil
+		}
+		table = c.table
+	}
+	if table == nil || n <= 0 {
+		return nil
+	}
+	parts := u.parts[:0]
+	for _, st := range keys {
+		if len(st.changes) == 0 {
+			u.idx.dropBounds()
+			return nil
+		}
+		p := st.changes[0].partition
+		for _, c := range st.changes[1:] {
+			if c.partition != p {
+				u.idx.dropBounds()
+				return nil
+			}
+		}
+		parts = append(parts, p)
+	}
+	u.parts = parts
+	u.idx.boundsFor(n, table)
+	return parts
 }
 
 // unchangedColumns returns the columns of a live key's row whose value must
