@@ -2,6 +2,7 @@ package iceberg
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/log"
@@ -53,7 +54,9 @@ func TestPartitionBounds(t *testing.T) {
 		w.buf = w.buf[:0]
 		for _, c := range cs {
 			want.apply(c)
-			w.buf = append(w.buf, encoded(c))
+			e := encoded(c)
+			e.placed = placedByKey(e.partition, e.key, n) // as decode finds it
+			w.buf = append(w.buf, e)
 		}
 		copy(w.next, pc.next)
 		if err := w.commit(t.Context()); err != nil {
@@ -122,4 +125,41 @@ func mustKey(t *testing.T, id int64) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// TestDecodePlacesByKey: a decoded change is placed when its partition is
+// the one the log's partitioner gives its key body (not the framed key)
+// among the topic's partitions, and in no other partition, nor without a
+// key.
+func TestDecodePlacesByKey(t *testing.T) {
+	const n = 3
+	reg := memRegistry(t)
+	f := newFeed(t, filepath.Join(t.TempDir(), "log"), reg, n)
+	w := newWriter(t, testCatalog(t), "p", n)
+	w.s.reg, w.tables = reg, map[uint32]*schema.Table{}
+	for id := int64(1); id <= 30; id++ {
+		row := []any{id, "v", int64(1)}
+		env := schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: []byte("000000000001")}}
+		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := log.PartitionFor(mustKey(t, id), n)
+		for q := range int32(n) {
+			c, err := w.decode(&log.Record{Key: k, Value: v, Partition: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.placed != (q == p) {
+				t.Errorf("key %d in partition %d: placed %v, its partition is %d", id, q, c.placed, p)
+			}
+		}
+		if c, err := w.decode(&log.Record{Value: v, Partition: p}); err != nil || c.placed {
+			t.Errorf("key %d without a record key: placed %v (%v)", id, c.placed, err)
+		}
+	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
-	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
@@ -640,10 +639,10 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 
 // partitionsOf returns the partition of each key's changes, for getMany's
 // bounds by partition (partBounds), or nil, having dropped the bounds, when
-// the buffer does not show each key in one partition: a change in another
-// partition than the log's partitioner gives its key body among n, a
-// change without a key body, changes of two table versions, or a key with
-// changes in two partitions. The bounds are made for n and the buffer's
+// the buffer does not show each key in one partition: a change not placed
+// by its key among the topic's n partitions (placedByKey; a change without
+// a key body is not), changes of two table versions, or a key with changes
+// in two partitions. The bounds are made for n and the buffer's
 // table version when they are not already (keys of another version are
 // all under the new floor).
 func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
@@ -653,7 +652,7 @@ func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
 		if c.skip {
 			continue
 		}
-		if c.key == nil || (table != nil && c.table != table) || c.partition != log.PartitionFor(c.key, n) {
+		if !c.placed || (table != nil && c.table != table) {
 			u.idx.dropBounds()
 			return nil
 		}
