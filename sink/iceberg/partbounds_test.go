@@ -139,15 +139,7 @@ func TestDecodePlacesByKey(t *testing.T) {
 	w.s.reg, w.tables = reg, map[uint32]*schema.Table{}
 	for id := int64(1); id <= 30; id++ {
 		row := []any{id, "v", int64(1)}
-		env := schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: []byte("000000000001")}}
-		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, row)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, v := f.encode(&schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: []byte("000000000001")}})
 		p := log.PartitionFor(mustKey(t, id), n)
 		for q := range int32(n) {
 			c, err := w.decode(&log.Record{Key: k, Value: v, Partition: q})
