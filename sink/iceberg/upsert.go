@@ -254,6 +254,9 @@ type keyState struct {
 	key     []byte
 	changes []*change // in source order
 	live    bool
+	// part is the partition of the key's changes, -1 when they are in two
+	// (set by the folds, which have each change at hand; partitionsOf).
+	part int32
 	// table and row are the final image, set by materialize for live keys;
 	// a value still schema.Unchanged comes from the current row of the
 	// table of key from (this key, or the old key of a key change).
@@ -347,15 +350,16 @@ func (u *upsert) foldIn(n int, ordered bool, each func(yield func(*change) error
 		}
 		st := states[string(k)]
 		if st == nil {
-			slab = append(slab, keyState{key: k})
+			slab = append(slab, keyState{key: k, part: c.partition})
 			st = &slab[len(slab)-1]
 			st.changes = st.one[:0]
 			// A key's bytes are never written again (keyArena, or its own
 			// allocation): the map's key may alias them.
 			states[unsafe.String(unsafe.SliceData(k), len(k))] = st
 			keys = append(keys, st)
-		} else if !ordered && st.changes[0].partition != c.partition {
-			spread = true
+		} else if st.part != c.partition {
+			st.part = -1
+			spread = spread || !ordered
 		}
 		st.changes = append(st.changes, c)
 		st.live = c.op() != 'd'
@@ -663,18 +667,11 @@ func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
 	}
 	parts := u.parts[:0]
 	for _, st := range keys {
-		if len(st.changes) == 0 {
+		if st.part < 0 || len(st.changes) == 0 {
 			u.idx.dropBounds()
 			return nil
 		}
-		p := st.changes[0].partition
-		for _, c := range st.changes[1:] {
-			if c.partition != p {
-				u.idx.dropBounds()
-				return nil
-			}
-		}
-		parts = append(parts, p)
+		parts = append(parts, st.part)
 	}
 	u.parts = parts
 	u.idx.boundsFor(n, table)
