@@ -30,6 +30,10 @@ type change struct {
 	// keyChange: the record is marked HeaderKeyChange (the delete half of
 	// a key change whose insert takes values from it).
 	keyChange bool
+	// placed: the change is in the partition the log's partitioner gives
+	// its key body among the topic's partitions (placedByKey), found when
+	// the record is decoded, its key at hand (partBounds).
+	placed bool
 }
 
 // envelope decodes the change's envelope.

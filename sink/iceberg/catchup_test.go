@@ -60,14 +60,7 @@ func catchUpRun(t *testing.T, n int64, last string, fetchBytes, maxBuffered int)
 		if id == n-1 {
 			env.Source.Snapshot = last
 		}
-		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, row)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, v := f.encode(&env)
 		recs = append(recs, log.Record{Key: k, Value: v, Partition: log.PartitionFor(k, 2),
 			Headers: []log.Header{{Key: schema.HeaderPosition, Value: pos}}})
 	}

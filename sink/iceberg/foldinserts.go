@@ -37,7 +37,7 @@ func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error
 		if err != nil {
 			return nil, false, err
 		}
-		slab = append(slab, keyState{key: k, live: true, table: c.table, direct: c})
+		slab = append(slab, keyState{key: k, live: true, table: c.table, direct: c, part: c.partition})
 		u.ins.used = len(slab)
 		st := &slab[len(slab)-1]
 		st.one[0] = c

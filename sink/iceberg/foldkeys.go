@@ -73,7 +73,7 @@ func (u *upsert) foldByKey(buf []change) (states map[string]*keyState, keys []*k
 			hi++
 		}
 		first := &buf[sk[lo].i]
-		slab = append(slab, keyState{key: arena.sortedKey(sk[lo].k)})
+		slab = append(slab, keyState{key: arena.sortedKey(sk[lo].k), part: first.partition})
 		u.ins.used = len(slab)
 		st := &slab[len(slab)-1]
 		if hi-lo == 1 {

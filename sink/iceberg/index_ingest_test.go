@@ -70,7 +70,7 @@ func TestIndexIngest(t *testing.T) {
 				keys = append(keys, key(i))
 			}
 			got := map[string]location{}
-			if err := x.getMany(keys, func(i int, loc location) error {
+			if err := x.getMany(keys, nil, func(i int, loc location) error {
 				got[string(keys[i])] = loc
 				return nil
 			}); err != nil {
@@ -251,7 +251,7 @@ func BenchmarkIndexLoad(b *testing.B) {
 					for i, id := range ids {
 						keys[i] = appendKeyInt(make([]byte, 0, 9), id)
 					}
-					if err := x.getMany(keys, func(int, location) error { return nil }); err != nil {
+					if err := x.getMany(keys, nil, func(int, location) error { return nil }); err != nil {
 						b.Fatal(err)
 					}
 					slices.SortFunc(keys, bytes.Compare) // writeRows sets keys in order

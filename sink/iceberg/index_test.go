@@ -1,12 +1,14 @@
 package iceberg
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestIndexLookups checks getMany against what was stored, across
@@ -33,7 +35,7 @@ func TestIndexLookups(t *testing.T) {
 			keys = append(keys, key(i))
 		}
 		got := map[string]int64{}
-		if err := x.getMany(keys, func(i int, loc location) error {
+		if err := x.getMany(keys, nil, func(i int, loc location) error {
 			k := keys[i]
 			if loc.file != "f1" {
 				t.Errorf("%s: key %x in %q", step, k, loc.file)
@@ -140,7 +142,7 @@ func TestIndexLookupsL6Filters(t *testing.T) {
 			keys[i] = appendKeyInt(nil, id)
 		}
 		found := 0
-		if err := x.getMany(keys, func(i int, loc location) error {
+		if err := x.getMany(keys, nil, func(i int, loc location) error {
 			if ids[i]%2 != 0 || ids[i] >= n || loc.pos != ids[i] || loc.file != "f1" {
 				t.Errorf("%s: key %d found at %+v", step, ids[i], loc)
 			}
@@ -235,7 +237,7 @@ func BenchmarkIndexUpdates(b *testing.B) {
 			for i, id := range ids {
 				keys[i] = appendKeyInt(make([]byte, 0, 9), id)
 			}
-			if err := x.getMany(keys, func(int, location) error { found++; return nil }); err != nil {
+			if err := x.getMany(keys, nil, func(int, location) error { found++; return nil }); err != nil {
 				b.Fatal(err)
 			}
 			batch := x.newBatch()
@@ -258,11 +260,149 @@ func BenchmarkIndexUpdates(b *testing.B) {
 			}
 			snap++
 		}
-		if err := x.close(); err != nil {
-			b.Fatal(err)
-		}
-		end := now()
-		b.ReportMetric(float64((end.cpu-start.cpu).Microseconds())/float64(changes), "cpu-µs/change")
+		closeAndReport(b, x, start, changes)
 		b.ReportMetric(float64(found)/float64(changes), "found/change")
 	}
+}
+
+// BenchmarkIndexStream is the key index under cdcd bench's streaming
+// workload (internal/bench, workload.go) rather than random keys: an index
+// of CDCD_BENCH_ROWS keys (default 1M) built as a load builds it, then
+// transactions of 1,000 rows interleaved in proportion — inserts of new
+// serial keys, updates and deletes of the keys j+1+i*1000 (update j) and
+// j+251+i*1000 (delete j), i < 1000 — CDCD_BENCH_SCALE of 2M inserts, 500k
+// updates, 200k deletes (default 0.5, the MariaDB bench's), committed 30
+// transactions at a time as a backlog's commits are (bulk). A commit's
+// updated and deleted keys are runs of neighbours at a thousand places.
+// lookup-cpu-µs/key is the CPU of the getMany calls per key looked up
+// (pebble's background work in those moments included), cpu-µs/change the
+// whole process's from the first change until the index is closed.
+//
+//	go test ./sink/iceberg -run '^$' -bench IndexStream -benchtime 1x
+func BenchmarkIndexStream(b *testing.B) {
+	rows := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("CDCD_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	scale := 0.5
+	if v, err := strconv.ParseFloat(os.Getenv("CDCD_BENCH_SCALE"), 64); err == nil && v > 0 {
+		scale = v
+	}
+	const txRows, perCommit, loadCommit = 1000, 30, 50_000
+	txs := func(n float64) int { return max(1, int(n*scale+txRows/2)/txRows) }
+	insertTx, updateTx, deleteTx := txs(2_000_000), txs(500_000), txs(200_000)
+	stride := rows / txRows
+	if stride < updateTx+deleteTx {
+		b.Fatalf("%d rows are too few for scale %g", rows, scale)
+	}
+	// The transactions in the order cdcd bench writes them: each kind
+	// spread evenly over the stream.
+	type tx struct {
+		at   float64
+		kind byte
+		j    int
+	}
+	var all []tx
+	for k, n := range map[byte]int{'c': insertTx, 'u': updateTx, 'd': deleteTx} {
+		for j := range n {
+			all = append(all, tx{(float64(j) + 0.5) / float64(n), k, j})
+		}
+	}
+	slices.SortFunc(all, func(a, b tx) int {
+		if a.at != b.at {
+			if a.at < b.at {
+				return -1
+			}
+			return 1
+		}
+		return int(a.kind) - int(b.kind)
+	})
+	for range b.N {
+		x, err := openIndex(b.TempDir(), indexOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		snap := int64(1)
+		for lo := 1; lo <= rows; lo += loadCommit {
+			batch := x.newBatch()
+			batch.bulk = true
+			file := fmt.Sprintf("load-%d.parquet", snap)
+			for id := lo; id < min(lo+loadCommit, rows+1); id++ {
+				batch.set(appendKeyInt(nil, int64(id)), location{file: file, pos: int64(id - lo)})
+			}
+			if err := batch.apply(snap); err != nil {
+				b.Fatal(err)
+			}
+			snap++
+		}
+		start := now()
+		var lookCPU time.Duration
+		looked, found, changes := 0, 0, 0
+		for c := 0; c < len(all); c += perCommit {
+			type kid struct {
+				id   int64
+				kind byte
+			}
+			var ks []kid
+			for _, t := range all[c:min(c+perCommit, len(all))] {
+				for i := range txRows {
+					switch t.kind {
+					case 'c':
+						ks = append(ks, kid{int64(rows + 1 + t.j*txRows + i), 'c'})
+					case 'u':
+						ks = append(ks, kid{int64(1 + t.j + i*stride), 'u'})
+					case 'd':
+						ks = append(ks, kid{int64(1 + updateTx + t.j + i*stride), 'd'})
+					}
+				}
+			}
+			slices.SortFunc(ks, func(a, b kid) int { return cmp.Compare(a.id, b.id) })
+			changes += len(ks)
+			keys := make([][]byte, len(ks))
+			for i, k := range ks {
+				keys[i] = appendKeyInt(make([]byte, 0, 9), k.id)
+			}
+			seeks := x.seeks
+			t0 := now()
+			if err := x.getMany(keys, nil, func(int, location) error { found++; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			lookCPU += now().cpu - t0.cpu
+			looked += int(x.seeks - seeks)
+			batch := x.newBatch()
+			batch.bulk = true
+			file := fmt.Sprintf("data-%d.parquet", snap)
+			pos := int64(0)
+			for i, k := range ks {
+				if k.kind == 'd' {
+					continue
+				}
+				batch.set(keys[i], location{file: file, pos: pos})
+				pos++
+			}
+			for i, k := range ks {
+				if k.kind == 'd' {
+					batch.del(keys[i])
+				}
+			}
+			if err := batch.apply(snap); err != nil {
+				b.Fatal(err)
+			}
+			snap++
+		}
+		closeAndReport(b, x, start, changes)
+		b.ReportMetric(float64(lookCPU.Microseconds())/float64(max(looked, 1)), "lookup-cpu-µs/key")
+		b.ReportMetric(float64(found)/float64(max(looked, 1)), "found/key")
+	}
+}
+
+// closeAndReport closes an index benchmark's index and reports the
+// process's CPU per change since start, pebble's closing work included.
+func closeAndReport(b *testing.B, x *keyIndex, start rusage, changes int) {
+	b.Helper()
+	if err := x.close(); err != nil {
+		b.Fatal(err)
+	}
+	end := now()
+	b.ReportMetric(float64((end.cpu-start.cpu).Microseconds())/float64(changes), "cpu-µs/change")
 }

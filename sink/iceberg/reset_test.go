@@ -62,21 +62,28 @@ func (f *feed) position() []byte {
 	return []byte(fmt.Sprintf("%012d", f.pos))
 }
 
+// encode frames a kv change's key (from its after-image) and envelope as
+// the feed's records carry them.
+func (f *feed) encode(env *schema.Envelope) (key, value []byte) {
+	f.t.Helper()
+	v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, env)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, env.After)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return k, v
+}
+
 // upsert produces an insert of key id.
 func (f *feed) upsert(ids ...int64) {
 	f.t.Helper()
 	for _, id := range ids {
 		pos := f.position()
 		row := []any{id, fmt.Sprintf("v%d", id), int64(id % 7)}
-		env := schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: pos}}
-		v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		k, err := schema.AppendKey(schema.AppendFrame(nil, f.kid), kv, row)
-		if err != nil {
-			f.t.Fatal(err)
-		}
+		k, v := f.encode(&schema.Envelope{Op: 'c', After: row, Source: schema.SourceInfo{Position: pos}})
 		rec := log.Record{Key: k, Value: v, Partition: log.PartitionFor(k, f.parts), Headers: []log.Header{{Key: schema.HeaderPosition, Value: pos}}}
 		if err := f.lg.Produce(f.t.Context(), "t", []log.Record{rec}); err != nil {
 			f.t.Fatal(err)

@@ -48,6 +48,7 @@ type upsert struct {
 	// list of keys to look up.
 	ins      insertFold
 	lookup   [][]byte
+	parts    []int32   // stage's partition of each key (partitionsOf)
 	sortKeys keySorter // foldByKey's
 }
 
@@ -253,6 +254,9 @@ type keyState struct {
 	key     []byte
 	changes []*change // in source order
 	live    bool
+	// part is the partition of the key's changes, -1 when they are in two
+	// (set by the folds, which have each change at hand; partitionsOf).
+	part int32
 	// table and row are the final image, set by materialize for live keys;
 	// a value still schema.Unchanged comes from the current row of the
 	// table of key from (this key, or the old key of a key change).
@@ -346,15 +350,16 @@ func (u *upsert) foldIn(n int, ordered bool, each func(yield func(*change) error
 		}
 		st := states[string(k)]
 		if st == nil {
-			slab = append(slab, keyState{key: k})
+			slab = append(slab, keyState{key: k, part: c.partition})
 			st = &slab[len(slab)-1]
 			st.changes = st.one[:0]
 			// A key's bytes are never written again (keyArena, or its own
 			// allocation): the map's key may alias them.
 			states[unsafe.String(unsafe.SliceData(k), len(k))] = st
 			keys = append(keys, st)
-		} else if !ordered && st.changes[0].partition != c.partition {
-			spread = true
+		} else if st.part != c.partition {
+			st.part = -1
+			spread = spread || !ordered
 		}
 		st.changes = append(st.changes, c)
 		st.live = c.op() != 'd'
@@ -595,7 +600,14 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 		clear(lookup)
 		u.lookup = lookup[:0]
 	}()
-	err = u.idx.getMany(lookup, func(i int, loc location) error {
+	parts := u.partitionsOf(buf, keys, int32(w.partitions))
+	if parts != nil {
+		p.batch.parts = make([][]byte, w.partitions)
+		for i, st := range keys { // in key order: the last is the greatest
+			p.batch.parts[parts[i]] = st.key
+		}
+	}
+	err = u.idx.getMany(lookup, parts, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
 				fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
@@ -627,6 +639,43 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}
 	ok = true
 	return p, nil
+}
+
+// partitionsOf returns the partition of each key's changes, for getMany's
+// bounds by partition (partBounds), or nil, having dropped the bounds, when
+// the buffer does not show each key in one partition: a change not placed
+// by its key among the topic's n partitions (placedByKey; a change without
+// a key body is not), changes of two table versions, or a key with changes
+// in two partitions. The bounds are made for n and the buffer's
+// table version when they are not already (keys of another version are
+// all under the new floor).
+func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
+	var table *schema.Table
+	for i := range buf {
+		c := &buf[i]
+		if c.skip {
+			continue
+		}
+		if !c.placed || (table != nil && c.table != table) {
+			u.idx.dropBounds()
+			return nil
+		}
+		table = c.table
+	}
+	if table == nil || n <= 0 {
+		return nil
+	}
+	parts := u.parts[:0]
+	for _, st := range keys {
+		if st.part < 0 || len(st.changes) == 0 {
+			u.idx.dropBounds()
+			return nil
+		}
+		parts = append(parts, st.part)
+	}
+	u.parts = parts
+	u.idx.boundsFor(n, table)
+	return parts
 }
 
 // unchangedColumns returns the columns of a live key's row whose value must

@@ -313,6 +313,15 @@ func (w *tableWriter) load(ctx context.Context) error {
 	return w.checkDamage(ctx, info)
 }
 
+// placedByKey reports whether a record of partition p with key body key is
+// where the log's partitioner puts it among n partitions (the emitter's
+// partitionOf; the Kafka backend sets the same partition). The fetcher's
+// decode asks while the key's bytes are at hand: asked at stage, after the
+// fold, they were a cache miss a change (0.1 CPU-s of a 1M-row load).
+func placedByKey(p int32, key []byte, n int32) bool {
+	return n > 0 && key != nil && p == log.PartitionFor(key, n)
+}
+
 func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	id, body, err := schema.ParseFrame(rec.Value)
 	if err != nil {
@@ -338,6 +347,7 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 	if rec.Key != nil {
 		if _, kb, err := schema.ParseFrame(rec.Key); err == nil {
 			c.key = kb
+			c.placed = placedByKey(rec.Partition, kb, int32(w.partitions))
 		}
 	}
 	return c, nil
