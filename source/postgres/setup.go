@@ -272,6 +272,11 @@ func resolveColumns(ctx context.Context, types *typeResolver, msg *pglogrepl.Rel
 	out := make([]*pgdecode.Type, len(msg.Columns))
 	for i, c := range msg.Columns {
 		pt, err := types.resolve(ctx, c.DataType, c.TypeModifier, info.dims[c.Name])
+		if err != nil && !errors.Is(err, pgdecode.ErrUnsupportedType) {
+			// The catalog could not be asked (a stop's cancelled context, a
+			// lost connection): nothing is known about the type yet.
+			return nil, err
+		}
 		if err != nil {
 			typeName := info.typeNames[c.Name]
 			if typeName == "" {
