@@ -23,6 +23,9 @@ import (
 // positions) and become the spare set. Nothing about durability moves: a
 // submitted batch was never counted durable before its Sync, and the
 // change submitBatch keeps in the batch still freezes the durable point.
+// A failed Submit fails every later wait (handover.failed): its changes
+// are no longer in the batch to be emitted again, as they were when
+// Submit ran on the stream's goroutine.
 
 // streamBufs is the memory a batch's decoded changes refer to.
 type streamBufs struct {
@@ -48,6 +51,12 @@ type handover struct {
 	done  chan error // the Submit's result, once it and the release are done
 	out   *streamBufs
 	spare *streamBufs
+	// failed is the first failed Submit's error, returned by every wait
+	// after it: the failed batch's changes are gone from the stream's
+	// buffers, so nothing after them may be emitted or checkpointed (a
+	// stop's final flush would otherwise emit the kept change and save a
+	// checkpoint past the batch that never reached the log).
+	failed error
 }
 
 // start submits out.batch on a goroutine; wait for it before the next
@@ -68,15 +77,18 @@ func (h *handover) start(ctx context.Context, p source.Pipeliner, out *streamBuf
 	}()
 }
 
-// wait returns once no Submit is in flight, with the error of the last
-// one; its buffers are then the spare set.
+// wait returns once no Submit is in flight, with the error of the first
+// that failed, if any; the in-flight buffers are then the spare set.
 func (h *handover) wait() error {
 	if !h.busy {
-		return nil
+		return h.failed
 	}
 	err := <-h.done
 	h.busy, h.spare, h.out = false, h.out, nil
-	return err
+	if err != nil && h.failed == nil {
+		h.failed = err
+	}
+	return h.failed
 }
 
 // takeSpare returns the spare buffers (empty), new ones if none.
