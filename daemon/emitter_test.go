@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -300,5 +301,63 @@ func TestEmitterCopiesNewestPositions(t *testing.T) {
 	}
 	if got := e.produced.Load() - before; got != 8 || e.dropped.Load() != 0 {
 		t.Errorf("the second batch: %d of 8 records appended, %d dropped", got, e.dropped.Load())
+	}
+}
+
+// TestBinlogTailSpliced: a change read from a binlog is encoded with the
+// envelope tail of its row event made once and its row index spliced in
+// (binlogEnvelope); every change's value must be AppendEnvelope's bytes:
+// across rows of one event (row indexes whose varints grow from one byte
+// to two and three, batches that start mid-event), ops, events, transactions, commit times, tables,
+// snapshot rows and a before image with a NOT NULL column absent.
+func TestBinlogTailSpliced(t *testing.T) {
+	e := &emitter{connector: schema.ConnectorMySQL, pipeline: "shop", db: "ignored"}
+	t1 := &schema.Table{Namespace: "db", Name: "t", Columns: []schema.Column{
+		{Name: "id", Kind: schema.Int64}, {Name: "v", Kind: schema.String, Nullable: true}}, Key: []int{0}}
+	t2 := &schema.Table{Namespace: "db", Name: "u", Columns: t1.Columns, Key: []int{0}}
+	at := time.Date(2026, 12, 3, 15, 0, 0, 0, time.UTC)
+	var batch []source.Change
+	add := func(tbl *schema.Table, op source.Op, file string, pos uint64, gtid string, rows int, commit time.Time) {
+		for r := range rows {
+			id := int64(len(batch))
+			var before, after []any
+			switch op {
+			case source.OpCreate, source.OpRead:
+				after = []any{id, fmt.Sprint("v", id)}
+			case source.OpUpdate:
+				before, after = []any{id, "old"}, []any{id, fmt.Sprint("v", id)}
+			case source.OpDelete:
+				before = []any{id, nil}
+			}
+			batch = append(batch, source.Change{Table: tbl, Op: op, Before: before, After: after, TxID: uint64(len(gtid)),
+				CommitTime: commit, Pos: source.Position(fmt.Appendf(nil, "%012d", len(batch))), Snapshot: op == source.OpRead,
+				Binlog: &source.BinlogPlace{File: file, Pos: pos, Row: int32(r), ServerID: 7, GTID: gtid}})
+		}
+	}
+	add(t1, source.OpCreate, "bin.000001", 400, "0-7-10", 9000, at)
+	add(t1, source.OpCreate, "bin.000001", 9000, "0-7-10", 3, at) // the next event of the transaction
+	add(t1, source.OpUpdate, "bin.000001", 9500, "0-7-11", 70, at.Add(time.Second))
+	add(t2, source.OpUpdate, "bin.000001", 9500, "0-7-11", 2, at.Add(time.Second)) // another table, same place
+	add(t1, source.OpDelete, "bin.000002", 4, "0-7-12", 5, time.Time{})
+	add(t1, source.OpRead, "bin.000002", 4, "0-7-12", 3, at)
+	// A before image with a NOT NULL column absent: its tail names it.
+	batch = append(batch, source.Change{Table: t1, Op: source.OpDelete, Before: []any{nil, nil}, TxID: 3, CommitTime: at,
+		Pos: source.Position("last"), Binlog: &source.BinlogPlace{File: "bin.000002", Pos: 4, Row: 5, ServerID: 7, GTID: "0-7-12"}})
+	now := at.Add(time.Minute).UnixNano()
+	var b *batchRecords
+	for i := range batch {
+		if i%4000 == 0 { // a new Submit: the next starts mid-event, at row 4000 and 8000
+			b = &batchRecords{now: now}
+		}
+		c := &batch[i]
+		env := e.envelope(c, now)
+		want, werr := schema.AppendEnvelope(nil, c.Table, &env)
+		got, gerr := e.binlogEnvelope(nil, b, c)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("change %d: error %v, want %v", i, gerr, werr)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("change %d (%s, %+v): spliced value differs from AppendEnvelope's\n got %x\nwant %x", i, c.Op, *c.Binlog, got, want)
+		}
 	}
 }

@@ -193,6 +193,7 @@ type tailKey struct {
 	snapshot   bool
 	binlog     source.BinlogPlace
 	haveBinlog bool
+	op         source.Op // binlogEnvelope's; prepared changes are all op r
 }
 
 // tail returns the envelope's fields from source to before the position

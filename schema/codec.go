@@ -109,7 +109,18 @@ func AppendEnvelopeHead(dst []byte, t *Table, e *Envelope) ([]byte, []int, error
 // absent columns. AppendPosition writes the last, the position, so two
 // changes that differ only there share every byte before it.
 func AppendEnvelopeTail(dst []byte, t *Table, e *Envelope, absent []int) []byte {
-	dst = appendSource(dst, &e.Source)
+	dst, _ = AppendEnvelopeTailRow(dst, t, e, absent)
+	return dst
+}
+
+// AppendEnvelopeTailRow is AppendEnvelopeTail also returning where in
+// the result the MySQL source block's row index starts (its varint;
+// -1 for other connectors). The fields after it do not depend on the row
+// index, so changes of one row event that differ only there share the
+// tail's bytes around it: a writer may make the tail once and splice in
+// each change's row (AppendLong).
+func AppendEnvelopeTailRow(dst []byte, t *Table, e *Envelope, absent []int) ([]byte, int) {
+	dst, rowAt := appendSourceAt(dst, &e.Source)
 	if tx := e.Transaction; tx != nil {
 		dst = appendString(appendLong(dst, 1), tx.ID)
 		dst = appendLong(appendLong(dst, tx.TotalOrder), tx.CollectionOrder)
@@ -121,8 +132,11 @@ func AppendEnvelopeTail(dst []byte, t *Table, e *Envelope, absent []int) []byte 
 	dst = appendOptLong(dst, e.TsUs, e.TsUs != 0)
 	dst = appendOptLong(dst, e.TsNs, e.TsNs != 0)
 	dst = appendUnchanged(dst, t, e.After)
-	return appendNames(dst, t, absent)
+	return appendNames(dst, t, absent), rowAt
 }
+
+// AppendLong appends v as an Avro long (zig-zag varint).
+func AppendLong(dst []byte, v int64) []byte { return appendLong(dst, v) }
 
 // AppendPosition appends the envelope's last field, the position.
 func AppendPosition(dst []byte, pos []byte) []byte { return appendBytes(dst, pos) }
@@ -204,8 +218,9 @@ type ColumnError struct {
 func (e *ColumnError) Error() string { return e.Err.Error() }
 func (e *ColumnError) Unwrap() error { return e.Err }
 
-// appendSource writes the source record of s.Connector.
-func appendSource(dst []byte, s *SourceInfo) []byte {
+// appendSourceAt writes the source record of s.Connector and returns
+// where its row index starts (-1: the connector's block has none).
+func appendSourceAt(dst []byte, s *SourceInfo) ([]byte, int) {
 	dst = appendString(dst, s.Version)
 	dst = appendString(dst, s.Connector)
 	dst = appendString(dst, s.Name)
@@ -225,15 +240,16 @@ func appendSource(dst []byte, s *SourceInfo) []byte {
 		dst = appendOptString(dst, s.GTID)
 		dst = appendString(dst, s.File)
 		dst = appendLong(dst, s.Pos)
+		rowAt := len(dst)
 		dst = appendLong(dst, int64(s.Row))
 		dst = appendOptLong(dst, s.Thread, s.Thread != 0)
-		return appendOptString(dst, s.Query)
+		return appendOptString(dst, s.Query), rowAt
 	}
 	dst = appendString(dst, s.Schema)
 	dst = appendString(dst, s.Table)
 	dst = appendOptLong(dst, int64(s.TxID), s.TxID != 0)
 	dst = appendOptLong(dst, int64(s.LSN), s.LSN != 0)
-	return appendOptLong(dst, int64(s.Xmin), s.Xmin != 0)
+	return appendOptLong(dst, int64(s.Xmin), s.Xmin != 0), -1
 }
 
 // appendColumn writes one value; nullable says the field is a [null, T]

@@ -541,7 +541,7 @@ func parseTimeOfDay(s string, signed bool) (int64, bool) {
 	return v, true
 }
 
-var pow10 = [...]int64{1, 10, 100, 1000, 10000, 100000, 1000000}
+var pow10 = [...]int64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
 
 // digits parses a short run of decimal digits (no sign).
 func digits(s string) (int64, bool) {

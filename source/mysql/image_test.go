@@ -3,7 +3,9 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,4 +251,93 @@ func FuzzImageRows(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSmallDecimal: a binary decimal of at most 18 digits renders the same
+// through appendSmallDecimal (integer part and fraction read as numbers)
+// as through appendDecimalGroups (group by group), for every precision
+// and scale, both signs, zeros, the largest values and random digits.
+func TestSmallDecimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 13))
+	for precision := 1; precision <= 18; precision++ {
+		for scale := 0; scale <= precision; scale++ {
+			intg := precision - scale
+			for n := range 200 {
+				digits := make([]byte, precision)
+				for i := range digits {
+					switch {
+					case n == 0: // zero
+						digits[i] = '0'
+					case n == 1: // the largest
+						digits[i] = '9'
+					default:
+						digits[i] = byte('0' + rng.IntN(10))
+					}
+				}
+				for _, neg := range []bool{false, true} {
+					b := binaryDecimal(string(digits[:intg]), string(digits[intg:]), neg)
+					want := appendDecimalGroups(nil, b, precision, scale)
+					if text := decimalText(string(digits[:intg]), string(digits[intg:]), neg); string(want) != text {
+						t.Fatalf("decimal(%d,%d) %s (negative %v): the groups' way gives %q, want %q", precision, scale, digits, neg, want, text)
+					}
+					got, err := appendDecimal(nil, b, precision, scale)
+					if err != nil || string(got) != string(want) {
+						t.Fatalf("decimal(%d,%d) %s (negative %v): %q, %v; want %q", precision, scale, digits, neg, got, err, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// binaryDecimal is MySQL's binary form of the decimal with integer digits
+// ip and fraction digits fp (decimal.c's decimal2bin).
+func binaryDecimal(ip, fp string, neg bool) string {
+	var out []byte
+	put := func(digits string) {
+		v, _ := strconv.ParseUint("0"+digits, 10, 64)
+		n := dig2bytes[len(digits)%9]
+		if len(digits) == 9 {
+			n = 4
+		}
+		for i := n - 1; i >= 0; i-- {
+			out = append(out, byte(v>>(8*i)))
+		}
+	}
+	if h := len(ip) % 9; h > 0 {
+		put(ip[:h])
+		ip = ip[h:]
+	}
+	for ; len(ip) > 0; ip = ip[9:] {
+		put(ip[:9])
+	}
+	for ; len(fp) >= 9; fp = fp[9:] {
+		put(fp[:9])
+	}
+	if len(fp) > 0 {
+		put(fp)
+	}
+	if neg {
+		for i := range out {
+			out[i] = ^out[i]
+		}
+	}
+	out[0] ^= 0x80
+	return string(out)
+}
+
+// decimalText is the canonical text of a decimal's digits.
+func decimalText(ip, fp string, neg bool) string {
+	ip = strings.TrimLeft(ip, "0")
+	if ip == "" {
+		ip = "0"
+	}
+	text := ip
+	if fp != "" {
+		text += "." + fp
+	}
+	if neg && strings.Trim(ip+fp, "0") != "" {
+		text = "-" + text
+	}
+	return text
 }

@@ -64,17 +64,18 @@ type streamer struct {
 	}
 	// file is the binlog being read; rowsEv and row place the changes of
 	// the row event being read (source.BinlogPlace).
-	file    string
-	rowsEv  *replication.EventHeader
-	row     int32
-	batch   []source.Change
+	file   string
+	rowsEv *replication.EventHeader
+	row    int32
+	// streamBufs holds the batch, its decoded rows (arena, used again
+	// after each hand-over: releaseRows) and its binlog places
+	// (handover.go); hand is the Submit in flight and the spare set.
+	*streamBufs
+	hand    handover
 	batchAt time.Time
-	arena   rowArena      // the decoded rows, used again after each hand-over (releaseRows)
 	vals    pgdecode.Slab // the row images' values (fromImage)
 	fields  []field       // a row image's columns (image.go)
-	places  []source.BinlogPlace
-	placed  int    // of places, handed out since the last releaseRows
-	posSlab []byte // the changes' positions (position)
+	posSlab []byte        // the changes' positions (position)
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
@@ -117,7 +118,7 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	}
 	s := &streamer{
 		r: r, db: db, flavor: flavor, colls: colls, emit: e, captured: tables,
-		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{},
+		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{}, streamBufs: &streamBufs{},
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord, XA: r.xaResume}, saved: st.ord,
 		xa: xaResumed(r.xaResume),
 	}
@@ -143,6 +144,9 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	r.stats.Streaming.Store(true)
 	defer r.stats.Streaming.Store(false)
 	err = s.loop(ctx, bs, st)
+	if herr := s.hand.wait(); err == nil {
+		err = herr
+	}
 	if ctx.Err() != nil {
 		// Stopping: record what is durable so a restart re-reads less.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -283,18 +287,24 @@ func (s *streamer) maybeFlush(ctx context.Context, force bool) error {
 }
 
 // submitBatch submits the batch but its last change, which stays (now is
-// its new age): nothing of it counts as durable until a flushBatch.
+// its new age): nothing of it counts as durable until a flushBatch. The
+// Submit runs on the hand-over's goroutine while the stream decodes on
+// into the spare buffers (handover.go); the kept change takes copies of
+// its rows and binlog place first.
 func (s *streamer) submitBatch(ctx context.Context, p source.Pipeliner, now time.Time) error {
-	n := len(s.batch)
-	if err := p.Submit(ctx, s.batch[:n-1]); err != nil {
+	if err := s.hand.wait(); err != nil {
 		return err
 	}
-	s.r.stats.Events.Add(int64(n - 1))
-	s.batch[0] = s.batch[n-1]
-	clear(s.batch[1:])
-	s.batch = s.batch[:1]
+	n := len(s.batch)
+	last := s.batch[n-1]
+	keep(&last)
+	out := s.streamBufs
+	clear(out.batch[n-1:])
+	out.batch = out.batch[:n-1]
+	s.streamBufs = s.hand.takeSpare()
+	s.batch = append(s.batch, last)
 	s.batchAt = now
-	s.releaseRows()
+	s.hand.start(ctx, p, out, func(n int) { s.r.stats.Events.Add(int64(n)) })
 	return nil
 }
 
@@ -307,16 +317,21 @@ func (s *streamer) releaseRows() {
 		return
 	}
 	if len(s.batch) == 1 {
-		c := &s.batch[0]
-		c.Before, c.After = cloneRow(c.Before), cloneRow(c.After)
-		if c.Binlog != nil {
-			p := *c.Binlog
-			c.Binlog = &p
-		}
+		keep(&s.batch[0])
 	}
-	s.arena.reset()
-	clear(s.places[:s.placed])
-	s.places, s.placed = s.places[:0], 0
+	b := s.streamBufs
+	b.arena.reset()
+	clear(b.places[:b.placed])
+	b.places, b.placed = b.places[:0], 0
+}
+
+// keep copies c's rows and binlog place out of the stream's buffers.
+func keep(c *source.Change) {
+	c.Before, c.After = cloneRow(c.Before), cloneRow(c.After)
+	if c.Binlog != nil {
+		p := *c.Binlog
+		c.Binlog = &p
+	}
 }
 
 // cloneRow copies a row out of the arena (nil stays nil).
@@ -330,6 +345,9 @@ func cloneRow(row []any) []any {
 // flushBatch hands the batch to the Emitter; once it returns, every
 // committed transaction is durable.
 func (s *streamer) flushBatch(ctx context.Context) error {
+	if err := s.hand.wait(); err != nil {
+		return err
+	}
 	if err := s.emit.Emit(ctx, s.batch); err != nil {
 		return err
 	}
@@ -398,6 +416,9 @@ func (s *streamer) chunk(ctx context.Context, rows []source.Change) error {
 	now := time.Now()
 	if len(s.batch) == 0 {
 		s.freeze(now)
+	}
+	if err := s.hand.wait(); err != nil {
+		return err
 	}
 	if len(s.batch) > 0 {
 		if err := p.Submit(ctx, s.batch); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,4 +354,64 @@ func TestValueFault(t *testing.T) {
 	if got[1].Fault != nil || got[1].After[1] != int64(2) {
 		t.Errorf("the next change: %+v", got[1])
 	}
+}
+
+// TestHandoverSlowSubmit: with an Emitter that pipelines, a streamed
+// batch's Submit runs on the hand-over's goroutine while the stream
+// decodes the next batch into its spare buffers (handover.go). A Submit
+// that reads its batch only after a pause must find every row as
+// decoded: were the in-flight rows' arena or binlog places used again
+// too early, rows would arrive twice and others not at all, or with
+// another row's values or place.
+func TestHandoverSlowSubmit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+	d := newDedupe(4)
+	p := &slowSubmit{pipelining: &pipelining{d: d}, pause: 3 * time.Millisecond}
+	e.reader(t, newMemState(), p, "t", func(c *Config) { c.BatchMax = 40 })
+	const n = 3000
+	const per = 30 // rows a statement (a row event): the batch is handed over between events
+	for i := 0; i < n; i += per {
+		var vals []string
+		for j := i; j < i+per; j++ {
+			vals = append(vals, fmt.Sprintf("(%d, %d)", j, j))
+		}
+		e.exec(t, "INSERT INTO t VALUES "+strings.Join(vals, ", "))
+	}
+	got := d.waitFor(t, fmt.Sprint(n, " rows"), func(cs []source.Change) bool { return len(cs) >= n })
+	keptOnce(t, got, n)
+	for _, c := range got {
+		if fmt.Sprint(c.After[0]) != fmt.Sprint(c.After[1]) {
+			t.Errorf("row %v: values of another row", c.After)
+		}
+		// Rows of one event: row index = id modulo the statement's rows.
+		if id, _ := c.After[0].(int64); c.Binlog == nil || int64(c.Binlog.Row) != id%per {
+			t.Errorf("row %v: binlog place %+v", c.After, c.Binlog)
+		}
+	}
+	if p.submitted.Load() < n/per/4 {
+		t.Errorf("%d Submits: the pipelined hand-over was not exercised", p.submitted.Load())
+	}
+}
+
+// slowSubmit is pipelining whose Submit pauses before it reads its batch.
+type slowSubmit struct {
+	*pipelining
+	pause     time.Duration
+	submitted atomic.Int64
+}
+
+func (s *slowSubmit) Submit(ctx context.Context, batch []source.Change) error {
+	time.Sleep(s.pause)
+	s.submitted.Add(1)
+	cp := make([]source.Change, len(batch))
+	for i, c := range batch {
+		if c.Binlog != nil {
+			b := *c.Binlog
+			c.Binlog = &b
+		}
+		cp[i] = c
+	}
+	return s.pipelining.Submit(ctx, cp)
 }
