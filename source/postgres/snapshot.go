@@ -484,6 +484,9 @@ func (r *Reader) chunkWorker(ctx context.Context, plan *loadPlan, tables map[str
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+snapshot+"'"); err != nil {
 		return fmt.Errorf("postgres: import snapshot %s: %w", snapshot, err)
 	}
+	if err := lockForWorker(ctx, tx, tables); err != nil {
+		return err
+	}
 	for seq := range next {
 		tp, i := plan.chunk(seq)
 		t, rel := tables[tp.Table], rels[tp.Table]
@@ -601,6 +604,34 @@ func sameColumns(snap, now *catalogTable) (string, bool) {
 		}
 	}
 	return "", true
+}
+
+// lockForWorker takes a chunk worker's ACCESS SHARE locks on the load's
+// tables before its first COPY, NOWAIT. The load's own transaction holds
+// them (lockLoaded), so DDL on a table (ACCESS EXCLUSIVE) waits for the
+// load; a worker whose COPY then asked for the lock would queue behind
+// that DDL, and the load would wait for its worker: a deadlock through
+// cdcd that the server cannot see (the crash suite's ALTER TABLEs hung a
+// load so). Taken first and at once, the worker never queues; taken while
+// DDL already waits, it fails at once, and the load starts again after
+// the DDL (nothing of a load is acknowledged before it is durable).
+func lockForWorker(ctx context.Context, tx pgx.Tx, tables map[string]*catalogTable) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	idents := make([]string, 0, len(tables))
+	for _, t := range tables {
+		idents = append(idents, t.ident())
+	}
+	slices.Sort(idents)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN ACCESS SHARE MODE NOWAIT"); err != nil {
+		err = fmt.Errorf("postgres: a snapshot worker could not lock the tables (DDL waits for the load's lock?): %w", err)
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "55P03" {
+			return &connError{err} // the load starts again, after the DDL
+		}
+		return err
+	}
+	return nil
 }
 
 // lockLoaded takes ACCESS SHARE locks on the tables in the load's
