@@ -1,9 +1,9 @@
 package faultsuite
 
 import (
-	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cdcd-dev/cdcd/daemon"
@@ -25,16 +25,8 @@ func TestMySQLStatementLoggedPausesTable(t *testing.T) {
 	p.waitLoaded(p.name + ".b")
 	p.waitMirror("a", "b")
 
-	conn, err := p.db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range []string{"SET SESSION binlog_format = 'STATEMENT'", "UPDATE a SET v = 'by statement' WHERE id = 1"} {
-		if _, err := conn.ExecContext(t.Context(), q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	run, _ := p.session()
+	run("SET SESSION binlog_format = 'STATEMENT'", "UPDATE a SET v = 'by statement' WHERE id = 1")
 	p.sql("UPDATE a SET v = 'held' WHERE id = 2", "INSERT INTO b VALUES (2, 'y')")
 	qa := p.name + ".a"
 	p.waitPaused(qa, "logged as statements")
@@ -118,4 +110,32 @@ func (p *myPipeline) myRowsT(n int) {
 		vals = append(vals, fmt.Sprintf("(%d, 'v%d')", i, i))
 	}
 	p.sql("INSERT INTO t (id, v) VALUES " + strings.Join(vals, ", "))
+}
+
+// session opens one connection to the test's database (session settings
+// and XA transactions hold to it) and returns a func that runs statements
+// on it in order, and one that closes it (else the test's end does).
+func (p *myPipeline) session() (run func(stmts ...string), end func()) {
+	p.t.Helper()
+	conn, err := p.db.Conn(p.ctx)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			if err := conn.Close(); err != nil {
+				p.t.Error(err)
+			}
+		})
+	}
+	p.t.Cleanup(end)
+	return func(stmts ...string) {
+		p.t.Helper()
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(p.ctx, q); err != nil {
+				p.t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}, end
 }

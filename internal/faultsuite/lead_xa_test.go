@@ -1,7 +1,6 @@
 package faultsuite
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -23,19 +22,7 @@ func TestMySQLXATransactions(t *testing.T) {
 	p.waitLoaded(p.name + ".a")
 	p.waitLoaded(p.name + ".b")
 	p.waitMirror("a", "b")
-	conn, err := p.db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	run := func(qs ...string) {
-		t.Helper()
-		for _, q := range qs {
-			if _, err := conn.ExecContext(t.Context(), q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-	}
+	run, end := p.session()
 	run("XA START 'x1'", "INSERT INTO a VALUES (2, 'committed')", "XA END 'x1'", "XA PREPARE 'x1'", "XA COMMIT 'x1'",
 		"XA START 'x2'", "INSERT INTO a VALUES (3, 'rolled back')", "UPDATE a SET v = 'rolled back' WHERE id = 1",
 		"DELETE FROM a WHERE id = 6", "UPDATE a SET id = 7 WHERE id = 2", "INSERT INTO b VALUES (2, 'rolled back')",
@@ -59,9 +46,7 @@ func TestMySQLXATransactions(t *testing.T) {
 	p.waitFor("x4's row in the mirror", 3*time.Minute, func(daemon.Status) bool { return len(p.myDiff("a").Extra) == 1 })
 	p.stop()
 	p.start()
-	if err := conn.Close(); err != nil {
-		t.Fatal(err)
-	}
+	end() // x4 stays prepared without its session
 	p.sql("XA ROLLBACK 'x4'", "INSERT INTO b VALUES (4, 'after')")
 	qa := p.name + ".a"
 	p.waitPaused(qa, "XA transaction", "was rolled back", "prepared before cdcd's last start")

@@ -53,13 +53,11 @@ func acts(rule string) bool {
 	return false
 }
 
-// fkEdge is one foreign key with an acting rule, as the information schema
-// shows it.
+// fkEdge is one foreign key, as KEY_COLUMN_USAGE shows it.
 type fkEdge struct {
-	db, table, name    string
-	refDB, refTable    string
-	refCols            []string
-	onDelete, onUpdate string
+	db, table, name string
+	refDB, refTable string
+	refCols         []string
 }
 
 // readCascades reads the foreign keys of the captured tables' databases
@@ -104,49 +102,19 @@ func readCascades(ctx context.Context, db *sql.DB, captured []string) (map[strin
 	if len(edges) == 0 {
 		return nil, nil
 	}
-	// The rules of the keys of every table a chain may pass.
+	// The rules of the keys of the tables a chain passes, read once a table.
 	rules := map[string]map[string][2]string{} // db.table → constraint → {on delete, on update}
-	for _, e := range reachable(edges, captured) {
+	rule := func(e fkEdge) (onDelete, onUpdate string) {
 		qn := e.db + "." + e.table
 		if _, ok := rules[qn]; !ok {
 			rules[qn] = foreignKeyRules(ctx, db, e.db, e.table)
 		}
 		if r, ok := rules[qn][e.name]; ok {
-			e.onDelete, e.onUpdate = r[0], r[1]
-		} else {
-			e.onDelete, e.onUpdate = "CASCADE", "CASCADE" // unknown: taken as acting
+			return r[0], r[1]
 		}
-		for i := range edges {
-			if edges[i].db == e.db && edges[i].table == e.table && edges[i].name == e.name {
-				edges[i] = e
-			}
-		}
+		return "CASCADE", "CASCADE" // unknown: taken as acting
 	}
-	return cascadesTo(edges, captured), nil
-}
-
-// reachable returns the edges on a chain into a captured table (any rule).
-func reachable(edges []fkEdge, captured []string) []fkEdge {
-	byChild := map[string][]fkEdge{}
-	for _, e := range edges {
-		byChild[e.db+"."+e.table] = append(byChild[e.db+"."+e.table], e)
-	}
-	var out []fkEdge
-	seen := map[string]bool{}
-	queue := slices.Clone(captured)
-	for len(queue) > 0 {
-		t := queue[0]
-		queue = queue[1:]
-		if seen[t] {
-			continue
-		}
-		seen[t] = true
-		for _, e := range byChild[t] {
-			out = append(out, e)
-			queue = append(queue, e.refDB+"."+e.refTable)
-		}
-	}
-	return out
+	return cascadesTo(edges, captured, rule), nil
 }
 
 // foreignKeyRules reads the ON DELETE and ON UPDATE rules of a table's
@@ -194,8 +162,9 @@ func parseForeignKeyRules(ddl string) map[string][2]string {
 // cascadesTo returns, by parent, the actions of edges whose chain reaches
 // a captured table: the edge into the captured table itself, and every
 // edge into a table from which such a chain goes on (its cascaded changes
-// are not logged, so its own keys act unseen).
-func cascadesTo(edges []fkEdge, captured []string) map[string][]fkAction {
+// are not logged, so its own keys act unseen). rule gives an edge's ON
+// DELETE and ON UPDATE rules.
+func cascadesTo(edges []fkEdge, captured []string, rule func(fkEdge) (onDelete, onUpdate string)) map[string][]fkAction {
 	byChild := map[string][]fkEdge{}
 	for _, e := range edges {
 		byChild[e.db+"."+e.table] = append(byChild[e.db+"."+e.table], e)
@@ -209,8 +178,9 @@ func cascadesTo(edges []fkEdge, captured []string) map[string][]fkAction {
 			queue = queue[1:]
 			for _, e := range byChild[t] {
 				parent := e.refDB + "." + e.refTable
+				del, upd := rule(e)
 				a := fkAction{name: e.db + "." + e.table + "." + e.name, parent: parent, child: c, refCols: e.refCols,
-					onDelete: strings.ToUpper(e.onDelete), onUpdate: strings.ToUpper(e.onUpdate)}
+					onDelete: strings.ToUpper(del), onUpdate: strings.ToUpper(upd)}
 				if !acts(a.onDelete) {
 					a.onDelete = ""
 				}
@@ -374,19 +344,14 @@ func (s *streamer) stopChildren(hit []fkAction, deleted bool, parent string) {
 			continue
 		}
 		done[a.child] = true
-		d := s.captured[a.child]
-		if d == nil {
+		if s.captured[a.child] == nil {
 			continue
-		}
-		t := d.table
-		if lv := s.latest[a.child]; lv != nil {
-			t = lv.table
 		}
 		what := "deleted"
 		if !deleted {
 			what = "had its referenced columns updated"
 		}
-		s.stopTable(a.child, t, &source.Fault{
+		s.stopTable(a.child, s.shape(a.child), &source.Fault{
 			Reason: fmt.Sprintf("a row of %s %s, and %s may have changed rows of %s: the server applies a foreign key's "+
 				"actions without writing their rows to the binlog, so cdcd cannot read what they changed",
 				parent, what, a.describe(deleted), a.child),

@@ -101,10 +101,7 @@ func (s *streamer) partitionMoves(ctx context.Context, stmt, defaultDB string) e
 			continue
 		}
 		key := [2]string{strings.ToLower(d.db), strings.ToLower(d.name)}
-		t := d.table
-		if v := s.latest[qn]; v != nil {
-			t = v.table
-		}
+		t := s.shape(qn)
 		for _, op := range ops {
 			switch {
 			case key == table && op.removes():

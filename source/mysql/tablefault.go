@@ -40,6 +40,15 @@ func (s *streamer) stopTable(qn string, t *schema.Table, f *source.Fault, attrs 
 	s.add(source.Change{Table: t, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts, Fault: f})
 }
 
+// shape is captured table qn's newest shape: its last table map's, else
+// the information schema's.
+func (s *streamer) shape(qn string) *schema.Table {
+	if v := s.latest[qn]; v != nil {
+		return v.table
+	}
+	return s.captured[qn].table
+}
+
 // stoppable reports whether qn is a configured table (cdcd's own watermark
 // and signal tables stop the reader instead).
 func (s *streamer) stoppable(qn string) bool { return slices.Contains(s.r.cfg.Tables, qn) }
@@ -80,11 +89,7 @@ func (s *streamer) statementChanges(stmt, defaultDB string) {
 		if !refs.names(d.db, d.name, defaultDB) || !s.stoppable(qn) {
 			continue
 		}
-		t := d.table
-		if v := s.latest[qn]; v != nil {
-			t = v.table
-		}
-		s.stopTable(qn, t, &source.Fault{
+		s.stopTable(qn, s.shape(qn), &source.Fault{
 			Reason: fmt.Sprintf("data changes of %s were logged as statements, not as rows (binlog_format is STATEMENT or MIXED for "+
 				"the session that ran them), so cdcd cannot read what they changed", qn),
 			Fix: "make every session log rows: SET GLOBAL binlog_format = 'ROW' (and in the server's config file; sessions that set " +

@@ -164,11 +164,7 @@ func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
 // truncate empties captured table qn's mirror at the transaction's next
 // position.
 func (s *streamer) truncate(qn string) {
-	t := s.captured[qn].table
-	if v := s.latest[qn]; v != nil {
-		t = v.table
-	}
-	s.add(source.Change{Table: t, Op: source.OpTruncate, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts})
+	s.add(source.Change{Table: s.shape(qn), Op: source.OpTruncate, Pos: Position(s.tx.ord, s.tx.idx), TxID: s.tx.ord, CommitTime: s.tx.ts})
 	s.tx.idx++
 }
 

@@ -160,11 +160,7 @@ func (s *streamer) xaResolve(q string, rollback bool) {
 		if !s.stoppable(qn) || s.captured[qn] == nil {
 			continue
 		}
-		t := s.captured[qn].table
-		if v := s.latest[qn]; v != nil {
-			t = v.table
-		}
-		s.stopTable(qn, t, &source.Fault{
+		s.stopTable(qn, s.shape(qn), &source.Fault{
 			Reason: fmt.Sprintf("XA transaction %s, whose prepared changes of %s are in the mirror, was rolled back, and its changes "+
 				"were not kept to take back (more than %d, or prepared before cdcd's last start)", xid, qn, xaKeepMax),
 			Fix: resnapshot(qn),
