@@ -444,8 +444,13 @@ func (e *emitter) replay(ctx context.Context, ps *pauseState) (bool, error) {
 			}
 			var inc *schema.IncompatibleError
 			if errors.As(err, &inc) {
-				if ps.kind() != pauseSchema { // a replay past a skip met a refused schema
-					ps.setSchemaRefusal(inc, ps.Table)
+				// A replay past a skip, or past a refusal the operator
+				// resolved (a key subject accepted, then its value
+				// subject refused), meets another refusal: the pause
+				// names this one, or its fix would stay the old one.
+				was, reason := ps.kind(), ps.Reason
+				ps.setSchemaRefusal(inc, ps.Table)
+				if was != pauseSchema || ps.Reason != reason {
 					ps.Position, ps.Skip, ps.Replaying = hex.EncodeToString(r.Header(HeaderPosition)), 0, false
 					e.announcePause(ps)
 				}

@@ -346,8 +346,9 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		}
 		c = cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 		if phase.replaceNow(i) {
+			// Logged first: the snapshot may start before the request returns.
+			fmt.Fprintf(logFile, "%s%s\n", replaceMarker, phase.replaced)
 			phase.requestReplace(t, c)
-			fmt.Fprintf(logFile, "---- crash suite: replacing snapshot of %s requested\n", phase.replaced)
 		}
 	}
 	close(stopWork)

@@ -62,6 +62,11 @@ func incrementalConfig(s suite) string {
 	return fmt.Sprintf("    incremental: {chunk_rows: %d, max_rows_per_second: %d}\n", snapshotChunkRows, snapshotRowsPerSecond)
 }
 
+// replaceMarker, followed by the table's name, is the line the suite
+// writes into the daemon's log just before it requests the replacing
+// snapshot.
+const replaceMarker = "---- crash suite: requesting a replacing snapshot of "
+
 func (p *snapshotPhase) addNow(kill int) bool     { return p.on && kill == p.addAt }
 func (p *snapshotPhase) replaceNow(kill int) bool { return p.on && kill == p.replaceAt }
 
@@ -155,11 +160,23 @@ func (p *snapshotPhase) check(t *testing.T, daemonLog string) {
 	killedIn := 0
 	for _, name := range []string{p.added, p.replaced} {
 		table := "table=public." + name
+		// The replaced table's own snapshot is the replacing one after the
+		// request: its initial load (started again when a worker's lock
+		// met the workload's DDL) and re-reads the source asked for (a
+		// column's type changed) are other snapshots.
+		ours := name == p.added
 		started, done := 0, 0
 		running := false
 		for line := range strings.Lines(daemonLog) {
+			if name == p.replaced && strings.HasPrefix(line, replaceMarker+name) {
+				ours = true
+			}
+			if !ours {
+				continue
+			}
 			switch {
-			case strings.Contains(line, `msg="snapshot started"`) && strings.Contains(line, table+" "):
+			case strings.Contains(line, `msg="snapshot started"`) && strings.Contains(line, table+" ") &&
+				(name == p.added || strings.Contains(line, "replace=true")):
 				started++
 				running = true
 			case strings.Contains(line, `msg="snapshot done"`) && strings.Contains(line, table+" "):

@@ -193,6 +193,9 @@ func (w *tableWriter) publishCommitted() {
 
 // attempt makes one commit attempt of the buffer in the table's mode.
 func (w *tableWriter) attempt(ctx context.Context, props iceberg.Properties) error {
+	if err := w.checkKey(ctx); err != nil {
+		return err
+	}
 	if err := w.evolve(ctx); err != nil {
 		return err
 	}

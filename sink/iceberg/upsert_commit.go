@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -390,15 +391,22 @@ func (w *tableWriter) commitTruncate(ctx context.Context, next []int64, shape *s
 			return err
 		}
 	}
-	if err := w.commitWith(ctx, next, w.attemptTruncate); err != nil {
+	attempt := func(ctx context.Context, props iceberg.Properties) error { return w.attemptTruncate(ctx, props, shape) }
+	if err := w.commitWith(ctx, next, attempt); err != nil {
 		return err
 	}
 	w.logger.Info("table truncated", "offsets", encodeOffsets(next))
 	return nil
 }
 
-func (w *tableWriter) attemptTruncate(ctx context.Context, props iceberg.Properties) error {
+// attemptTruncate empties the table, keyed from then on by shape's
+// primary key when it changed (rekey.go).
+func (w *tableWriter) attemptTruncate(ctx context.Context, props iceberg.Properties, shape *schema.Table) error {
 	tx := w.tbl.NewTransaction()
+	rekeyed, err := w.rekey(tx, shape)
+	if err != nil {
+		return err
+	}
 	data := make([]iceberg.DataFile, 0, len(w.up.data))
 	for _, df := range w.up.data {
 		data = append(data, df)
@@ -421,6 +429,14 @@ func (w *tableWriter) attemptTruncate(ctx context.Context, props iceberg.Propert
 	}
 	w.up.data, w.up.dvs, w.up.posDeletes = map[string]iceberg.DataFile{}, map[string]iceberg.DataFile{}, nil
 	w.up.dvCache = map[string]cachedDV{}
+	if rekeyed {
+		keys, err := keyFields(w.tbl.Schema())
+		if err != nil {
+			return errNotAdopted{err}
+		}
+		w.up.keys = keys
+		w.logger.Warn("the table is keyed by the source's new primary key from this truncate on", "identifier_fields", strings.Join(fieldNames(keys), ","))
+	}
 	b := w.up.idx.newBatch()
 	b.clear()
 	if err := b.apply(w.tbl.CurrentSnapshot().SnapshotID); err != nil {
