@@ -475,13 +475,8 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 					dup = dup || a.name == c.Name
 				}
 				if !dup {
-					if hadColumn(w.tbl.Metadata(), c.Name) {
-						// cdcd never drops or renames a column: another
-						// writer did, and the rows already there lack it.
-						w.logger.Error("a column the table had is gone from its schema (renamed or dropped by another writer?): "+
-							"it is added again, and the rows already in the table read NULL in it; "+
-							"rename it back, or run cdcd snapshot -c FILE --replace "+t.QualifiedName()+" to fill it",
-							"column", c.Name)
+					if err := w.columnGone(t, c.Name); err != nil {
+						return err
 					}
 					a := add{name: c.Name, typ: typ, doc: c.SourceType}
 					if HoldsDefault(format, c) {
@@ -535,15 +530,34 @@ func (w *tableWriter) evolve(ctx context.Context) error {
 	return nil
 }
 
-// hadColumn reports whether an earlier schema of the table had a column
-// named name.
-func hadColumn(meta table.Metadata, name string) bool {
+// columnGone checks a source column the table lacks: a column an earlier
+// schema of the table had is gone from it — cdcd never drops or renames
+// one, so another writer did — and adding it again would leave every row
+// already in the table NULL in it. That pauses the table, unless the table
+// holds no rows (a re-snapshot's truncate just emptied it).
+func (w *tableWriter) columnGone(t *schema.Table, name string) error {
+	meta := w.tbl.Metadata()
+	id, had := 0, false
 	for _, sc := range meta.Schemas() {
-		if _, ok := sc.FindFieldByName(name); ok && sc.ID != meta.CurrentSchema().ID {
-			return true
+		if f, ok := sc.FindFieldByName(name); ok && sc.ID != meta.CurrentSchema().ID {
+			id, had = f.ID, true
 		}
 	}
-	return false
+	if !had || w.up != nil && len(w.up.data) == 0 {
+		return nil
+	}
+	tname := identString(w.cfg.Ident)
+	what := fmt.Sprintf("column %q of %s is gone from table %s (dropped by another writer: cdcd never drops or renames a column)", name, t.QualifiedName(), tname)
+	back := ""
+	if f, ok := meta.CurrentSchema().FindFieldByID(id); ok {
+		what = fmt.Sprintf("column %q of %s is named %q in table %s (renamed by another writer: cdcd never renames a column)", name, t.QualifiedName(), f.Name, tname)
+		back = fmt.Sprintf("rename it back (ALTER TABLE %s RENAME COLUMN %s TO %s) and the table resumes; or ", tname, f.Name, name)
+	}
+	fix := back + "re-snapshot it: cdcd snapshot -c FILE --replace " + t.QualifiedName() + " (the re-snapshot empties the table and fills the column)"
+	if w.up == nil {
+		fix = back + "add the column to the table yourself, accepting NULL in the rows already there"
+	}
+	return &PauseError{Table: tname, What: what + "; added again, every row already in the table would read NULL in it", Fix: fix}
 }
 
 // promotable reports whether a column of type from may become (or hold
