@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,12 +19,61 @@ const (
 	// AlertLogWriteFailing fires while writes to the log fail (a full
 	// disk, an I/O error); appends wait and are retried meanwhile.
 	AlertLogWriteFailing = "CdcdLogWriteFailing"
+	// AlertLogRetentionNear fires while the log's age retention may soon
+	// remove records of a table's topic the table has not committed (a
+	// paused or stuck table): warning inside the warning window, critical
+	// once they may go at the cleaner's next run.
+	AlertLogRetentionNear = "CdcdLogRetentionNear"
 )
 
 // logInputs is what the log's rules look at, gathered by the monitor.
 type logInputs struct {
-	losses  []tableLoss
-	failing logFailing
+	losses   []tableLoss
+	failing  logFailing
+	expiring []tableExpiry
+}
+
+// tableExpiry is the partition of a table's topic whose oldest record the
+// table has not committed is the next the log's retention may remove.
+type tableExpiry struct {
+	topic, table, source string
+	partition            int32
+	from, end            int64     // uncommitted offsets [from, end)
+	at                   time.Time // when retention may remove offset from
+	left                 time.Duration
+	retention            time.Duration
+}
+
+// expiresAt is the log's ExpiresAt (the embedded log's; Kafka's retention
+// is the brokers').
+type expiresAt interface {
+	ExpiresAt(topic string, partition int32, offset int64) (time.Time, bool)
+}
+
+// retentionWarning is how long before the log's retention may remove a
+// table's uncommitted records CdcdLogRetentionNear fires: a day, or half
+// the retention when that is shorter.
+func retentionWarning(retention time.Duration) time.Duration {
+	return min(24*time.Hour, retention/2)
+}
+
+// uncommittedExpiry returns when the log's retention may remove the oldest
+// record of partition ps that table ts has not committed, and that
+// record's offset.
+func (d *Daemon) uncommittedExpiry(ps log.PartitionStats, ts *iceberg.TableStats) (time.Time, int64, bool) {
+	exp, ok := d.lg.(expiresAt)
+	if !ok {
+		return time.Time{}, 0, false
+	}
+	from := ps.Start
+	if c := ts.Committed.Load(); c != nil && int(ps.Partition) < len(*c) {
+		from = max(from, (*c)[ps.Partition])
+	}
+	if from >= ps.End {
+		return time.Time{}, 0, false
+	}
+	at, ok := exp.ExpiresAt(ps.Topic, ps.Partition, from)
+	return at, from, ok
 }
 
 // logFailing summarises the partitions whose writes fail.
@@ -66,6 +116,23 @@ func (m *monitor) logInputs(tables []*iceberg.TableStats) logInputs {
 		for _, r := range unreadLost(ps, ts) {
 			in.losses = append(in.losses, tableLoss{topic: ps.Topic, table: ts.Table, partition: ps.Partition, lost: r,
 				source: strings.TrimPrefix(ps.Topic, m.d.cfg.Pipeline+".")})
+		}
+		retention := m.d.cfg.Log.Retention
+		if at, from, ok := m.d.uncommittedExpiry(ps, ts); ok && retention > 0 {
+			left := time.Until(at)
+			if left >= retentionWarning(retention) {
+				continue
+			}
+			e := tableExpiry{topic: ps.Topic, table: ts.Table, source: strings.TrimPrefix(ps.Topic, m.d.cfg.Pipeline+"."),
+				partition: ps.Partition, from: from, end: ps.End, at: at, left: left, retention: retention}
+			// One per table: its partition that expires first.
+			i := slices.IndexFunc(in.expiring, func(x tableExpiry) bool { return x.table == e.table })
+			switch {
+			case i < 0:
+				in.expiring = append(in.expiring, e)
+			case e.at.Before(in.expiring[i].at):
+				in.expiring[i] = e
+			}
 		}
 	}
 	if !in.failing.since.IsZero() {
@@ -130,6 +197,18 @@ func evaluateLog(in logInputs) []Alert {
 			Action: "free space on the disk holding data_dir (or fix the disk): changes wait in the pipeline and " +
 				"PostgreSQL keeps their WAL meanwhile; appends are retried and the pipeline resumes by itself",
 			Value: f.failedFor.Seconds()})
+	}
+	for _, e := range in.expiring {
+		sev, when := SeverityWarning, fmt.Sprintf("from %s on (in %s)", e.at.UTC().Format(time.RFC3339), e.left.Round(time.Second))
+		if e.left <= 0 {
+			sev, when = SeverityCritical, fmt.Sprintf("at its next cleanup (they passed it at %s)", e.at.UTC().Format(time.RFC3339))
+		}
+		out = append(out, Alert{Name: AlertLogRetentionNear, Severity: sev, Subject: e.table,
+			Summary: fmt.Sprintf("table %s has not committed offsets [%d, %d) of %s partition %d, and the log's retention (%s) may remove them %s",
+				e.table, e.from, e.end, e.topic, e.partition, e.retention, when),
+			Action: fmt.Sprintf("resolve what holds the table back before then (cdcd status shows its pause or failing commits, and the fix); "+
+				"or raise log.retention and restart cdcd. Once removed, the table pauses and its mirror must be rebuilt: cdcd snapshot -c FILE --replace %s", e.source),
+			Value: e.left.Seconds()})
 	}
 	for _, l := range in.losses {
 		out = append(out, Alert{Name: AlertLogDataLost, Severity: SeverityCritical,

@@ -73,3 +73,37 @@ func TestLogWriteFailingAlert(t *testing.T) {
 		t.Errorf("action %q", a.Action)
 	}
 }
+
+// TestLogRetentionNearAlert: a table's uncommitted records that retention
+// may remove soon raise a warning naming the offsets, the retention and
+// both fixes; critical once they may go at the next cleanup. The warning
+// window is a day, or half a shorter retention.
+func TestLogRetentionNearAlert(t *testing.T) {
+	if w := retentionWarning(168 * time.Hour); w != 24*time.Hour {
+		t.Errorf("warning at 168h retention: %s, want 24h", w)
+	}
+	if w := retentionWarning(time.Hour); w != 30*time.Minute {
+		t.Errorf("warning at 1h retention: %s, want 30m", w)
+	}
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	e := tableExpiry{topic: "p.public.orders", table: "cdc.orders", source: "public.orders", partition: 3,
+		from: 100, end: 250, at: at, left: 5 * time.Hour, retention: 168 * time.Hour}
+	got := evaluateLog(logInputs{expiring: []tableExpiry{e}})
+	if len(got) != 1 || got[0].Name != AlertLogRetentionNear || got[0].Severity != SeverityWarning || got[0].Subject != "cdc.orders" {
+		t.Fatalf("alerts = %+v", got)
+	}
+	for _, want := range []string{"[100, 250)", "partition 3", "168h0m0s", "2026-12-05T10:00:00Z", "in 5h0m0s"} {
+		if !strings.Contains(got[0].Summary, want) {
+			t.Errorf("summary %q does not say %q", got[0].Summary, want)
+		}
+	}
+	for _, want := range []string{"log.retention", "cdcd snapshot -c FILE --replace public.orders", "cdcd status"} {
+		if !strings.Contains(got[0].Action, want) {
+			t.Errorf("action %q does not say %q", got[0].Action, want)
+		}
+	}
+	e.left = -time.Minute
+	if got := evaluateLog(logInputs{expiring: []tableExpiry{e}}); len(got) != 1 || got[0].Severity != SeverityCritical || !strings.Contains(got[0].Summary, "next cleanup") {
+		t.Fatalf("past the expiry: %+v", got)
+	}
+}

@@ -49,6 +49,7 @@ var (
 	descPartBytes   = desc("cdcd_log_bytes", "Bytes of each partition's segments on disk.", "table", "topic", "partition")
 	descLogFailing  = desc("cdcd_log_write_failing_seconds", "How long writes to the log have failed (a full disk, an I/O error); 0 while they succeed.")
 	descPartLost    = desc("cdcd_log_lost_offsets", "Offsets of the partition the log lost to damage that the table has not passed (re-snapshot the table).", "table", "topic", "partition")
+	descPartExpires = desc("cdcd_log_uncommitted_expires_seconds", "Seconds until the log's retention may remove the oldest record of the partition the table has not committed (negative: at the next cleanup); absent when the table has committed everything or no age retention applies.", "table", "topic", "partition")
 	descLagRecords  = desc("cdcd_consumer_lag_records", "Records of the partition the table has not committed.", "table", "topic", "partition")
 	descLagSeconds  = desc("cdcd_consumer_lag_seconds", "Age of the oldest record of the partition the table has not committed; 0 when caught up.", "table", "topic", "partition")
 	descSlotUp      = desc("cdcd_slot_up", "1 when the last poll of pg_replication_slots succeeded.", "slot")
@@ -124,11 +125,12 @@ func (c *collector) collectTables(ch chan<- prometheus.Metric) {
 	d := c.d
 	sources := d.sourceTables()
 	byTopic := map[string]string{}
+	statsOf := map[string]*iceberg.TableStats{}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, t := range d.sink.Stats() {
 		name, src := t.Table, sources[t.Topic]
-		byTopic[t.Topic] = name
+		byTopic[t.Topic], statsOf[t.Topic] = name, t
 		if in := d.intake.tables[src]; in != nil {
 			counter(ch, descTblIn, float64(in.Events.Load()), name)
 			counter(ch, descTblSnap, float64(in.SnapshotRows.Load()), name)
@@ -166,6 +168,11 @@ func (c *collector) collectTables(ch chan<- prometheus.Metric) {
 		gauge(ch, descPartEnd, float64(p.End), name, p.Topic, part)
 		gauge(ch, descPartBytes, float64(p.Bytes), name, p.Topic, part)
 		gauge(ch, descPartLost, float64(d.lostUnread(p)), name, p.Topic, part)
+		if ts := statsOf[p.Topic]; ts != nil {
+			if at, _, ok := d.uncommittedExpiry(p, ts); ok {
+				gauge(ch, descPartExpires, time.Until(at).Seconds(), name, p.Topic, part)
+			}
+		}
 	}
 }
 

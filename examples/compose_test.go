@@ -226,7 +226,7 @@ func TestPrometheusRules(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"CdcdBinlogRetention", "CdcdCommitsFailing", "CdcdConsumerLag", "CdcdLogDataLost", "CdcdLogWriteFailing", "CdcdSlotLagBytes", "CdcdSlotLagTime", "CdcdSlotLost",
+	want := []string{"CdcdBinlogRetention", "CdcdCommitsFailing", "CdcdConsumerLag", "CdcdLogDataLost", "CdcdLogRetentionNear", "CdcdLogWriteFailing", "CdcdSlotLagBytes", "CdcdSlotLagTime", "CdcdSlotLost",
 		"CdcdSlotSafeWALLow", "CdcdSlotWALUnreserved", "CdcdTablePaused"}
 	if !slices.Equal(names, want) {
 		t.Errorf("alerts %v, want %v (the daemon's, see daemon/alerts.go)", names, want)

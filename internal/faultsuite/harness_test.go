@@ -117,6 +117,8 @@ type pipelineOptions struct {
 	// admin: block); SinkExtra is indented under sink.iceberg, SourceExtra
 	// under source.postgres.
 	Extra, SinkExtra, SourceExtra string
+	// LogExtra is indented under log: (e.g. "retention: 1m").
+	LogExtra string
 	// DSNParams are added to the source DSN's query string.
 	DSNParams string
 }
@@ -237,7 +239,7 @@ source:
     heartbeat_interval: 300ms
 %slog:
   partitions: %d
-sink:
+%ssink:
   iceberg:
     catalog: {type: sql, uri: %q, name: cdcd}
     warehouse: %q
@@ -250,7 +252,7 @@ sink:
 shutdown:
   deadline: 20s
 %s`, p.DataDir, dsn, p.Names.Slot, p.Names.Publication, quoteList(o.Tables), o.Snapshot,
-		indent(o.SourceExtra, "    "), o.Partitions, "sqlite://"+p.Catalog, "file://"+p.Warehouse,
+		indent(o.SourceExtra, "    "), o.Partitions, indent(o.LogExtra, "  "), "sqlite://"+p.Catalog, "file://"+p.Warehouse,
 		o.Mode, o.FormatVersion, indent(o.SinkExtra, "    "), p.Admin, o.Extra)
 }
 
