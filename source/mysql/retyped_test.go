@@ -1,6 +1,10 @@
 package mysql
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cdcd-dev/cdcd/source"
+)
 
 // TestKeepsValues: the type changes that cannot change a stored value,
 // and those that can (under a non-strict sql_mode: '?' for a character
@@ -73,5 +77,36 @@ func TestParseColumnType(t *testing.T) {
 	}
 	if p := parseColumnType("bigint unsigned"); p.base != "bigint" || !p.unsigned {
 		t.Errorf("bigint: %+v", p)
+	}
+}
+
+// TestRetypedWhileStreaming: a MODIFY that keeps every value (a wider
+// VARCHAR) reads nothing; one that cuts values under a non-strict
+// sql_mode (a shorter VARCHAR), with only the DDL in the binlog, has the
+// table read again at the statement, so the rows hold the cut values.
+func TestRetypedWhileStreaming(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), s VARCHAR(20))",
+		"INSERT INTO t VALUES (1, 'a', 'long1'), (2, 'b', 'long2'), (3, 'c', 'long3')")
+	wt := e.grantWatermarks(t)
+	d := newDedupe(1)
+	r, _ := e.reader(t, newMemState(), d, "t", func(c *Config) { c.WatermarkTable = wt })
+	qt := e.name + ".t"
+
+	e.exec(t, "ALTER TABLE t MODIFY v VARCHAR(40)", "INSERT INTO t VALUES (10, 'after', 'x')")
+	d.waitFor(t, "the row after the wider VARCHAR", func(cs []source.Change) bool { return len(fold(cs, qt)) == 1 })
+	if p := r.Snapshots().Progress(); len(p) != 0 {
+		t.Fatalf("a wider VARCHAR started snapshots: %+v", p)
+	}
+
+	e.session(t, "SET SESSION sql_mode = ''", "ALTER TABLE t MODIFY s VARCHAR(4)")
+	d.waitFor(t, "the rows read again with s cut", func(cs []source.Change) bool {
+		m := fold(cs, qt)
+		return len(m) == 4 && m["[1]"] == "[1 a long]" && m["[3]"] == "[3 c long]" && m["[10]"] == "[10 after x]"
+	})
+	p := r.Snapshots().Progress()
+	if len(p) != 1 || p[0].Origin != "column-type-changed" {
+		t.Errorf("snapshots %+v, want one, origin column-type-changed", p)
 	}
 }
