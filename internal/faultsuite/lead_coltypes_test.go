@@ -9,10 +9,11 @@ import (
 // USING expression rewrites every row and sends nothing on the
 // replication stream; the mirror must read the new values all the same,
 // with the daemon running through the statements and stopped across them.
-// Before, 300 of 303 values stayed old.
+// Before, 300 of 303 values stayed old. A key column's USING changes the
+// keys: the mirror is replaced, or it would keep the old keys' rows.
 func TestColumnTypeChangedWithValues(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"running", "stopped"} {
+	for _, mode := range []string{"running", "stopped", "key"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			p := newPipeline(t, pipelineOptions{
@@ -28,14 +29,20 @@ func TestColumnTypeChangedWithValues(t *testing.T) {
 			p.exec(`ALTER TABLE t ALTER COLUMN v TYPE text USING upper(v)`)
 			p.exec(`ALTER TABLE t ALTER COLUMN n TYPE bigint USING n * 100`)
 			p.exec(`ALTER TABLE t ALTER COLUMN m TYPE numeric(12,2) USING m * 2`)
+			if mode == "key" {
+				p.exec(`ALTER TABLE t ALTER COLUMN id TYPE bigint USING id + 1000`)
+			}
 			if mode == "stopped" {
 				p.start()
 			}
-			p.exec(`INSERT INTO t VALUES (301, 'after', 3, 1.5)`)
+			p.exec(`INSERT INTO t VALUES (1301, 'after', 3, 1.5)`)
 			p.waitCaughtUp()
 			p.waitMirror("public.t", 3*time.Minute) // the re-read runs on after the catch-up
 			if !p.logContains(`origin=column-type-changed`) {
 				t.Error("the table's rows were not read again for the changed types")
+			}
+			if replaced := p.logContains(`replace=true where="" origin=column-type-changed`); replaced != (mode == "key") {
+				t.Errorf("mode %s: the mirror replaced %t", mode, replaced)
 			}
 		})
 	}
@@ -45,13 +52,19 @@ func TestColumnTypeChangedWithValues(t *testing.T) {
 // MODIFY to a charset without é writes '?' for it, MODIFY to a shorter
 // VARCHAR cuts the values, and the binlog has only the DDL; the mirror
 // must read the converted values, with the daemon running through the
-// statements and stopped across them. Before, 200 values stayed old.
+// statements and stopped across them. Before, 200 values stayed old. A
+// key column converted ('é' to '?') has the mirror replaced, or it would
+// keep the old keys' rows.
 func TestMySQLColumnTypeChangedWithValues(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"running", "stopped"} {
+	for _, mode := range []string{"running", "stopped", "key"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			p := newMyPipeline(t, []string{"CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET utf8mb4, s VARCHAR(20)) CHARACTER SET utf8mb4",
+			create := "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET utf8mb4, s VARCHAR(20)) CHARACTER SET utf8mb4"
+			if mode == "key" {
+				create = "CREATE TABLE t (id INT, v VARCHAR(20) CHARACTER SET utf8mb4 PRIMARY KEY, s VARCHAR(20)) CHARACTER SET utf8mb4"
+			}
+			p := newMyPipeline(t, []string{create,
 				"INSERT INTO t SELECT seq, CONCAT('café', seq), CONCAT('long', seq) FROM seq_1_to_100"}, []string{"t"}, "")
 			p.start()
 			p.waitLoaded(p.name + ".t")
@@ -75,9 +88,13 @@ func TestMySQLColumnTypeChangedWithValues(t *testing.T) {
 				p.start()
 			}
 			p.sql("INSERT INTO t VALUES (101, 'after', 'x')")
+
 			p.waitMirror("t")
 			if !p.logContains("origin=column-type-changed") {
 				t.Error("the table's rows were not read again for the changed types")
+			}
+			if replaced := p.logContains(`replace=true where="" origin=column-type-changed`); replaced != (mode == "key") {
+				t.Errorf("mode %s: the mirror replaced %t", mode, replaced)
 			}
 		})
 	}

@@ -21,7 +21,8 @@ import (
 //
 // The columns record (columns.go) keeps each column's type; a column whose
 // type changed in a way keepsValues does not list restarts an incremental
-// snapshot of its table, origin "column-type-changed": at the DDL
+// snapshot of its table, origin "column-type-changed" (replacing the
+// mirror when a key column changed): at the DDL
 // statement (refresh, through syncColumns), or at the session's start when
 // the change happened while cdcd was stopped. A record saved before types
 // were kept has none to compare against: it gains them, and reads nothing.
@@ -49,23 +50,27 @@ func (s *streamer) reReadRetyped(ctx context.Context, d *tableDesc, rec *tableCo
 		return nil
 	}
 	var cols []string
-	for _, c := range d.cols {
-		i := slices.Index(rec.Columns, c.Name)
-		if i < 0 {
+	keyChanged := false
+	for i, c := range d.cols {
+		j := slices.Index(rec.Columns, c.Name)
+		if j < 0 {
 			continue
 		}
-		was, now := rec.Types[i], typeOf(c)
+		was, now := rec.Types[j], typeOf(c)
 		if keepsValues(was, now) {
 			continue
 		}
 		s.r.logger.Warn("a captured column's type changed so that stored values may have been converted, with no row event in the binlog for them: reading the table again",
 			"table", qn, "column", c.Name, "old_type", was.String(), "new_type", now.String())
 		cols = append(cols, c.Name)
+		keyChanged = keyChanged || slices.Contains(d.table.Key, i)
 	}
 	if len(cols) == 0 {
 		return nil
 	}
-	return s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Origin: "column-type-changed"})
+	// A key converted (é to '?') leaves the old keys' rows in a mirror
+	// that is only upserted: replace it.
+	return s.r.inc.Restart(ctx, snapshot.Request{Table: qn, Replace: keyChanged, Origin: "column-type-changed"})
 }
 
 // String is t as a column definition would say it.

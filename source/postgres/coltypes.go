@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // ALTER TABLE ... ALTER COLUMN ... TYPE ... [USING expr] rewrites every
@@ -18,7 +20,8 @@ import (
 // change made while cdcd was stopped is seen at the next start). A column
 // whose type changed while the relfilenode changed too (the table was
 // rewritten) has the whole table read again by an incremental snapshot,
-// origin "column-type-changed"; a partitioned table has no relation file
+// origin "column-type-changed" (replacing the mirror when a key column
+// changed: a USING may have changed the keys); a partitioned table has no relation file
 // of its own (relfilenode 0), so any type change of one is read again. A
 // change PostgreSQL makes without a rewrite (varchar(40) -> varchar(80),
 // varchar -> text: binary-coercible, every stored value kept) reads
@@ -46,11 +49,13 @@ type typeChange struct {
 // rewrote. It returns the types to keep once those snapshots are queued.
 func (r *Reader) checkColumnTypes(ctx context.Context, q querier, checks []tableCheck, known map[string]tableTypes) (map[string]tableTypes, error) {
 	names := map[uint32]string{}
+	keys := map[string][]string{}
 	var oids []uint32
 	for _, tc := range checks {
 		if tc.t != nil {
 			oids = append(oids, tc.t.oid)
 			names[tc.t.oid] = tc.name
+			keys[tc.name] = tc.t.key
 		}
 	}
 	if len(oids) == 0 {
@@ -87,10 +92,18 @@ func (r *Reader) checkColumnTypes(ctx context.Context, q querier, checks []table
 			continue
 		}
 		cols := make([]string, len(changes))
+		keyChanged := false
 		for i, c := range changes {
 			cols[i] = c.column
+			keyChanged = keyChanged || slices.Contains(keys[table], c.column)
 			r.logger.Warn("a captured column's type changed and the table was rewritten, with no change pgoutput sends for its rows: reading the table again",
 				"table", table, "column", c.column, "old_type", c.was, "new_type", c.now)
+		}
+		if keyChanged {
+			if err := r.replaceRetyped(ctx, table, cols); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if err := r.readAgain(ctx, table, nil, "column-type-changed",
 			"a column's type changed (ALTER TABLE ... ALTER COLUMN ... TYPE) and the rewrite changed rows without a change pgoutput sends",
@@ -99,6 +112,25 @@ func (r *Reader) checkColumnTypes(ctx context.Context, q querier, checks []table
 		}
 	}
 	return now, nil
+}
+
+// replaceRetyped queues a replacing snapshot of table, a key column of
+// which changed its type under a rewrite: a USING may have changed the
+// keys themselves, and a snapshot that only upserts would leave the old
+// keys' rows in the mirror.
+func (r *Reader) replaceRetyped(ctx context.Context, table string, cols []string) error {
+	if !(r.cfg.Snapshot || r.cfg.Incremental.Load) {
+		r.logger.Warn("a key column's type changed under a rewrite: the mirror may hold rows under keys the table no longer has (snapshot: never)",
+			"table", table, "columns", strings.Join(cols, ", "), "what_to_do", "cdcd snapshot -c FILE --replace "+table)
+		return nil
+	}
+	req := snapshot.Request{Table: table, Replace: true, Origin: "column-type-changed"}
+	r.logger.Info("a key column's type changed under a rewrite: replacing the table's mirror with an incremental snapshot",
+		"table", table, "columns", strings.Join(cols, ", "))
+	if r.inc.Queued(table) {
+		return r.inc.Restart(ctx, req)
+	}
+	return r.inc.Submit(ctx, req)
 }
 
 // retyped lists the columns whose type changed from was to now under a
