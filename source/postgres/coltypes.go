@@ -93,11 +93,14 @@ func (r *Reader) checkColumnTypes(ctx context.Context, q querier, checks []table
 		}
 		cols := make([]string, len(changes))
 		keyChanged := false
+		msg := "a captured column's type changed and the table was rewritten, with no change pgoutput sends for its rows: reading the table again"
+		if !(r.cfg.Snapshot || r.cfg.Incremental.Load) {
+			msg = "a captured column's type changed and the table was rewritten, with no change pgoutput sends for its rows (snapshot: never, so not read again)"
+		}
 		for i, c := range changes {
 			cols[i] = c.column
 			keyChanged = keyChanged || slices.Contains(keys[table], c.column)
-			r.logger.Warn("a captured column's type changed and the table was rewritten, with no change pgoutput sends for its rows: reading the table again",
-				"table", table, "column", c.column, "old_type", c.was, "new_type", c.now)
+			r.logger.Warn(msg, "table", table, "column", c.column, "old_type", c.was, "new_type", c.now)
 		}
 		if keyChanged {
 			if err := r.replaceRetyped(ctx, table, cols); err != nil {
