@@ -161,12 +161,18 @@ func charsetBytes(cs string) int {
 
 // widerCharset reports whether every character of charset was is in now.
 func widerCharset(was, now string) bool {
+	if was == "utf8" { // MariaDB 10.6 and MySQL 8.0.30 renamed it
+		was = "utf8mb3"
+	}
+	if now == "utf8" {
+		now = "utf8mb3"
+	}
 	switch {
 	case was == now, was == "ascii":
 		return true
-	case was == "latin1" && (now == "utf8" || now == "utf8mb3"):
+	case was == "latin1" && now == "utf8mb3":
 		return true // cp1252's characters are all in the BMP
-	case was == "latin1", was == "utf8", was == "utf8mb3":
+	case was == "latin1", was == "utf8mb3":
 		return now == "utf8mb4"
 	}
 	return false

@@ -23,6 +23,9 @@ func TestKeepsValues(t *testing.T) {
 		{ct("varchar(20)", "latin1"), ct("varchar(20)", "utf8mb4"), true},
 		{ct("varchar(20)", "ascii"), ct("varchar(20)", "latin1"), true},
 		{ct("varchar(20)", "utf8mb4"), ct("varchar(20)", "utf8mb3"), false},
+		{ct("varchar(20)", "utf8"), ct("varchar(20)", "utf8mb3"), true}, // a server upgrade's new name
+		{ct("varchar(20)", "utf8mb3"), ct("varchar(20)", "utf8mb4"), true},
+		{ct("varchar(20)", "latin1"), ct("varchar(20)", "utf8"), true},
 		{ct("char(5)", "utf8mb4"), ct("varchar(5)", "utf8mb4"), true},
 		{ct("varchar(5)", "utf8mb4"), ct("char(5)", "utf8mb4"), false},  // trailing spaces go
 		{ct("text", "utf8mb4"), ct("varchar(16383)", "utf8mb4"), false}, // 65,535 one-byte characters
