@@ -27,7 +27,10 @@ import (
 // and the columns dropped since they were seen (in the order they went).
 type tableColumns struct {
 	Columns []string `json:"columns"`
-	Dropped []string `json:"dropped,omitempty"`
+	// Types are the columns' types, in Columns' order (retyped.go); none
+	// in a record saved before they were kept.
+	Types   []columnType `json:"types,omitempty"`
+	Dropped []string     `json:"dropped,omitempty"`
 	// At is the ordinal of the newest DDL statement the record followed:
 	// after a crash the binlog replays statements up to it, which
 	// columnMoves must not take for new ones.
@@ -76,10 +79,14 @@ func (s *streamer) syncColumns(ctx context.Context, d *tableDesc, at uint64, dec
 	for i, c := range d.table.Columns {
 		names[i] = c.Name
 	}
-	if rec != nil && slices.Equal(rec.Columns, names) && at <= rec.At {
+	types := make([]columnType, len(d.cols))
+	for i, c := range d.cols {
+		types[i] = typeOf(c)
+	}
+	if rec != nil && slices.Equal(rec.Columns, names) && slices.Equal(rec.Types, types) && at <= rec.At {
 		return nil
 	}
-	next := &tableColumns{Columns: names, At: at}
+	next := &tableColumns{Columns: names, Types: types, At: at}
 	if rec != nil {
 		next.At = max(at, rec.At)
 		for _, c := range slices.Concat(rec.Dropped, rec.Columns) {
@@ -91,6 +98,9 @@ func (s *streamer) syncColumns(ctx context.Context, d *tableDesc, at uint64, dec
 			if err := s.reReadAdded(ctx, func(c string) bool { return slices.Contains(rec.Columns, c) }, d); err != nil {
 				return err
 			}
+		}
+		if err := s.reReadRetyped(ctx, d, rec); err != nil {
+			return err
 		}
 	}
 	raw, err := json.Marshal(next)

@@ -477,6 +477,10 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 	if err != nil {
 		return err
 	}
+	types, err := r.checkColumnTypes(ctx, conn, checks, st.ColumnTypes) // coltypes.go
+	if err != nil {
+		return err
+	}
 	if len(faults) > 0 {
 		var batch []source.Change
 		for _, tc := range checks {
@@ -494,14 +498,14 @@ func (r *Reader) checkPublication(ctx context.Context, conn *pgx.Conn, st *sourc
 			delete(r.faultsLogged, name) // resolved: a new fault is news again
 		}
 	}
-	changed := len(ids) != len(st.Tables) || !maps.Equal(labels, st.EnumLabels)
+	changed := len(ids) != len(st.Tables) || !maps.Equal(labels, st.EnumLabels) || !sameTypes(types, st.ColumnTypes)
 	for name, id := range ids {
 		changed = changed || st.Tables[name] != id
 	}
 	if !changed {
 		return nil
 	}
-	st.Tables, st.EnumLabels = ids, labels
+	st.Tables, st.EnumLabels, st.ColumnTypes = ids, labels, types
 	return saveJSON(ctx, r.state, r.stateKey(), st)
 }
 

@@ -436,6 +436,9 @@ type sourceState struct {
 	// EnumLabels are the labels of the enum types of the captured
 	// tables' columns, by the label's pg_enum OID (enums.go).
 	EnumLabels map[uint32]string `json:"enum_labels,omitempty"`
+	// ColumnTypes are the captured tables' columns' types and
+	// relfilenodes as last checked, by "schema.table" (coltypes.go).
+	ColumnTypes map[string]tableTypes `json:"column_types,omitempty"`
 }
 
 func loadJSON(ctx context.Context, st State, key string, v any) (bool, error) {
