@@ -133,7 +133,10 @@ func (h tableHandle) CommitMaintenance(ctx context.Context, tx *table.Transactio
 	if err != nil {
 		// A commit that landed may still report an error: see what the
 		// table says.
-		if fresh, lerr := w.s.cat.LoadTable(ctx, w.cfg.Ident); lerr == nil {
+		// A table rolled back under the sink is not adopted: the next
+		// data commit would land on it with offsets it does not hold (its
+		// settle finds the rollback: rollback.go).
+		if fresh, lerr := w.s.cat.LoadTable(ctx, w.cfg.Ident); lerr == nil && w.rolledBack(w.tbl, fresh, w.committed) == nil {
 			w.tbl = fresh
 		}
 		return err
