@@ -2,8 +2,10 @@ package iceberg
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
@@ -181,5 +183,32 @@ func TestOffsetsTagAheadAfterRollback(t *testing.T) {
 	next, snap, err := committedOffsets(tbl, w.s.cfg.Pipeline, 1)
 	if classify(err) != ErrPaused || !strings.Contains(err.Error(), "carries cdcd's offsets") {
 		t.Fatalf("offsets after a rollback behind the tag: %v (snapshot %v, %v), want a pause: the tag is ahead of the table", next, snap, err)
+	}
+}
+
+// TestRestartWait: a table rolled back or dropped under the sink starts
+// again at once (it waited RetryInterval), but at most once per
+// RetryInterval; other failures wait it out.
+func TestRestartWait(t *testing.T) {
+	const interval = 30 * time.Second
+	var quick time.Time
+	now := time.Now()
+	rb := &rolledBackError{Table: "ns.tbl", Held: []int64{1}}
+	for _, step := range []struct {
+		err  error
+		at   time.Duration
+		want time.Duration
+	}{
+		{rb, 0, 0},
+		{errTableGone, time.Second, interval}, // within the interval of the last
+		{errors.New("catalog down"), 2 * time.Second, interval},
+		{fmt.Errorf("settle: %w", errTableGone), interval + time.Second, 0},
+		{rb, interval + 2*time.Second, interval},
+		{&PauseError{Table: "ns.tbl"}, 3 * interval, interval},
+		{rb, 3 * interval, 0},
+	} {
+		if got := restartWait(step.err, &quick, now.Add(step.at), interval); got != step.want {
+			t.Errorf("at +%s after %v: wait %s, want %s", step.at, step.err, got, step.want)
+		}
 	}
 }

@@ -275,12 +275,7 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := s.cfg.RetryInterval
-		if errors.Is(err, errReload) && time.Since(quick) >= wait {
-			// Rolled back or dropped under the sink: load again at once,
-			// but not in a tight loop.
-			wait, quick = 0, time.Now()
-		}
+		wait := restartWait(err, &quick, time.Now(), s.cfg.RetryInterval)
 		s.tableFailed(stats, logger, identString(t.Ident), err, wait)
 		if errors.Is(err, ErrFenced) {
 			return err
@@ -294,6 +289,18 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// restartWait is how long a table's loop that ended with err waits before
+// it starts again: interval, or nothing for a table rolled back or
+// dropped under the sink (errReload) — but at most once per interval
+// (quick is when it last did), so such a table does not spin.
+func restartWait(err error, quick *time.Time, now time.Time, interval time.Duration) time.Duration {
+	if errors.Is(err, errReload) && now.Sub(*quick) >= interval {
+		*quick = now
+		return 0
+	}
+	return interval
 }
 
 // tableFailed records why a table's loop stopped: paused (ErrPaused),
