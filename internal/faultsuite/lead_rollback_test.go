@@ -34,6 +34,10 @@ func TestIcebergRolledBackUnderDaemon(t *testing.T) {
 					INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 100) g;`,
 				Tables: []string{"public.a"},
 				Mode:   mode,
+				// No maintenance commit finds the idle rollback by chance
+				// (its failure restarted the loop a minute later): only the
+				// idle check does.
+				SinkExtra: "compaction: {interval: 1h}",
 			})
 			// The idle check runs every RetryInterval: 2 s here, 30 s by
 			// default.
@@ -71,10 +75,12 @@ func TestIcebergRolledBackUnderDaemon(t *testing.T) {
 			// tells the test when cdcd has written the changes again).
 			waitEqual := func(when string) {
 				t.Helper()
-				deadline := time.Now().Add(3 * time.Minute)
+				start := time.Now()
+				deadline := start.Add(3 * time.Minute)
 				for {
 					ok, what := equal()
 					if ok {
+						t.Logf("%s: equal again after %s", when, time.Since(start).Round(10*time.Millisecond))
 						return
 					}
 					if time.Now().After(deadline) {
