@@ -212,3 +212,31 @@ func TestRestartWait(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckUnderneath: the idle loop's look at the catalog every
+// RetryInterval (a LoadTable of the SQLite catalog, the metadata file
+// read, the ancestry compared), on tables with a history of n snapshots.
+// cpu-µs/check counts the process's CPU (the SQLite driver's too).
+func BenchmarkCheckUnderneath(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		b.Run(fmt.Sprintf("snapshots=%d", n), func(b *testing.B) {
+			cat := testCatalog(b)
+			w := upsertWriter(b, cat, 3, 1)
+			defer w.close()
+			for i := range n {
+				w.buf = []change{kvInsert(int64(i), "v", int64(i))}
+				w.next[0] = int64(i + 1)
+				if err := w.commit(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			start := now()
+			for b.Loop() {
+				if err := w.checkUnderneath(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((now().cpu-start.cpu).Microseconds())/float64(b.N), "cpu-µs/check")
+		})
+	}
+}
