@@ -240,3 +240,46 @@ func BenchmarkCheckUnderneath(b *testing.B) {
 		})
 	}
 }
+
+// TestMaintenanceAfterRollback: a maintenance commit (a snapshot expiry)
+// of the compactor between the rollback and the next data commit. The
+// table it returns is the rolled-back one; adopted, the next data commit
+// landed on the older snapshot with the writer's newer offsets, and the
+// rolled-back rows were lost for good. Now the maintenance commit reports
+// the rollback (class errReload) and the data commit's settle finds it too.
+func TestMaintenanceAfterRollback(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	defer w.close()
+	var back int64
+	for i := range int64(3) {
+		w.buf = []change{kvInsert(i+1, "v", i)}
+		w.next[0] = i + 1
+		if err := w.commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			back = currentID(t, cat, w.cfg.Ident)
+		}
+	}
+	rollbackTo(t, cat, w.cfg.Ident, back)
+
+	// The expiry removes the first snapshot: a change to the table, which
+	// iceberg-go commits without asserting the main branch.
+	tx := w.tbl.NewTransaction()
+	if err := tx.ExpireSnapshots(table.WithRetainLast(1), table.WithOlderThan(0), table.WithPostCommit(false)); err != nil {
+		t.Fatal(err)
+	}
+	err := tableHandle{w}.CommitMaintenance(t.Context(), tx)
+	if !errors.Is(err, errReload) {
+		t.Fatalf("maintenance commit after a rollback: %v, want a *rolledBackError (class errReload)", err)
+	}
+	w.buf = []change{kvInsert(4, "v", 3)}
+	w.next[0] = 4
+	err = w.commit(t.Context())
+	var rb *rolledBackError
+	if !errors.As(err, &rb) || rb.Current != back {
+		t.Fatalf("data commit after a rollback and a maintenance commit: %v (the mirror now %v), want a *rolledBackError at snapshot %d",
+			err, scanTable(t, cat, w.cfg.Ident), back)
+	}
+}
