@@ -9,6 +9,8 @@ import (
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // rollbackTo sets the table's main branch to snapshot id through a
@@ -280,6 +282,45 @@ func TestMaintenanceAfterRollback(t *testing.T) {
 	var rb *rolledBackError
 	if !errors.As(err, &rb) || rb.Current != back {
 		t.Fatalf("data commit after a rollback and a maintenance commit: %v (the mirror now %v), want a *rolledBackError at snapshot %d",
+			err, scanTable(t, cat, w.cfg.Ident), back)
+	}
+}
+
+// TestEvolveAfterRollback: the first change after a rollback brings a new
+// column, so the attempt first commits a schema update from the table as
+// the writer knew it. Were that commit to land on the rolled-back table
+// and be adopted, the data commit would land with the writer's newer
+// offsets and the rolled-back rows be lost for good. iceberg-go v0.7.0's
+// transactions assert the branch's snapshot (transactionRequirements), so
+// it fails and the settle finds the rollback; this test holds that (it
+// passed before any change of this session: a guard, not a fix).
+func TestEvolveAfterRollback(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	defer w.close()
+	w.buf = []change{kvInsert(1, "a", 0)}
+	w.next[0] = 1
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	back := currentID(t, cat, w.cfg.Ident)
+	w.buf = []change{kvInsert(2, "b", 1)}
+	w.next[0] = 2
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rollbackTo(t, cat, w.cfg.Ident, back)
+
+	wider := *kv
+	wider.Columns = append(append([]schema.Column(nil), kv.Columns...), schema.Column{Name: "x", Kind: schema.Int32, Nullable: true})
+	c := kvInsert(3, "c", 2)
+	c.table, c.env.After = &wider, []any{int64(3), "c", nil, int32(7)}
+	w.buf = []change{c}
+	w.next[0] = 3
+	err := w.commit(t.Context())
+	var rb *rolledBackError
+	if !errors.As(err, &rb) || rb.Current != back {
+		t.Fatalf("commit with a new column after a rollback: %v (the mirror now %v), want a *rolledBackError at snapshot %d",
 			err, scanTable(t, cat, w.cfg.Ident), back)
 	}
 }
