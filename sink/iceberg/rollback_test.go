@@ -324,3 +324,41 @@ func TestEvolveAfterRollback(t *testing.T) {
 			err, scanTable(t, cat, w.cfg.Ident), back)
 	}
 }
+
+// TestRollbackToNoSnapshot: the main branch removed (the table as before
+// its first snapshot). The idle check names it a rollback to no snapshot
+// (offsets none), and the writer loaded again starts at the log's start.
+func TestRollbackToNoSnapshot(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	w.buf = []change{kvInsert(1, "a", 0), kvInsert(2, "b", 1)}
+	w.next[0] = 2
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cat.CommitTable(t.Context(), w.cfg.Ident, nil,
+		[]table.Update{table.NewRemoveSnapshotRefUpdate(table.MainBranch)}); err != nil {
+		t.Fatal(err)
+	}
+	var rb *rolledBackError
+	if err := w.checkUnderneath(t.Context()); !errors.As(err, &rb) || rb.Current != 0 || rb.Offsets != nil || !strings.Contains(err.Error(), "offsets none") {
+		t.Fatalf("idle check with the main branch removed: %v, want a *rolledBackError to no snapshot", err)
+	}
+	w.close()
+	dir := w.s.cfg.IndexDir
+	w = upsertWriter(t, cat, 3, 1)
+	w.s.cfg.IndexDir = dir
+	defer w.close()
+	if err := w.load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w.next[0] != 0 {
+		t.Fatalf("loaded again at offset %d, want the log's start", w.next[0])
+	}
+	w.buf = []change{kvInsert(1, "a", 0), kvInsert(2, "b", 1)}
+	w.next[0] = 2
+	if err := w.commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	compareModel(t, model{1: "a|∅", 2: "b|∅"}, scanTable(t, cat, w.cfg.Ident))
+}
