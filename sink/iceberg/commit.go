@@ -84,6 +84,12 @@ func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attemp
 			return err
 		}
 		landed, serr := w.settleWithin(ctx, id, b)
+		if errors.Is(serr, errReload) {
+			// Rolled back or dropped under the sink: the attempt did not
+			// land, and the table's loop starts again from load.
+			w.discardAttempt(ctx, err)
+			return serr
+		}
 		if serr != nil {
 			w.keepAttempt()
 			return fmt.Errorf("iceberg: commit to %s failed (%v), and then: %w", identString(w.cfg.Ident), err, serr)
@@ -118,7 +124,7 @@ func (w *tableWriter) settleWithin(ctx context.Context, id string, b *backoff) (
 		if err == nil {
 			return landed, nil
 		}
-		if classify(err) == ErrPaused || errors.Is(err, errTableGone) {
+		if classify(err) == ErrPaused || errors.Is(err, errReload) {
 			return false, err
 		}
 		if ctx.Err() != nil || b.spent() {
@@ -230,7 +236,8 @@ func (w *tableWriter) landed(ctx context.Context) error { return w.mode().landed
 
 // settle reloads the table after a failed commit: true if the commit landed
 // anyway. Otherwise the table must still hold the offsets this writer
-// started from, or someone else is writing it.
+// started from, or it was rolled back under the writer (a
+// *rolledBackError: rollback.go), or someone else is writing it.
 func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 	tbl, err := w.s.cat.LoadTable(ctx, w.cfg.Ident)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
@@ -239,9 +246,13 @@ func (w *tableWriter) settle(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	known := w.tbl
 	w.tbl = tbl
 	if hasCommit(tbl, id) {
 		return true, nil
+	}
+	if err := w.rolledBack(known, tbl, w.committed); err != nil {
+		return false, err
 	}
 	if err := w.fence(tbl, nil); err != nil {
 		return false, err

@@ -133,7 +133,13 @@ func (h tableHandle) CommitMaintenance(ctx context.Context, tx *table.Transactio
 	if err != nil {
 		// A commit that landed may still report an error: see what the
 		// table says.
+		// A table rolled back under the sink is not adopted: the next
+		// data commit would land on it with offsets it does not hold.
+		// The loop loads it again instead (rollback.go).
 		if fresh, lerr := w.s.cat.LoadTable(ctx, w.cfg.Ident); lerr == nil {
+			if rb := w.rolledBack(w.tbl, fresh, w.committed); rb != nil {
+				return rb
+			}
 			w.tbl = fresh
 		}
 		return err

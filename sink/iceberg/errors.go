@@ -44,10 +44,11 @@ var (
 
 // errTableGone: the table is no longer in the catalog (dropped under the
 // sink). Retrying the commit cannot help, and it did not land: the table's
-// loop restarts at once from load, which finds no table, re-creates it
-// and writes it again from the log's start (a log that lost its start
-// pauses it, naming the re-snapshot: checkDamage).
-var errTableGone = errors.New("iceberg: the table is gone from the catalog")
+// loop restarts at once from load (class errReload: rollback.go), which
+// finds no table, re-creates it and writes it again from the log's start
+// (a log that lost its start pauses it, naming the re-snapshot:
+// checkDamage).
+var errTableGone error = &reloadError{"iceberg: the table is gone from the catalog"}
 
 // PauseError pauses one table: what happened (with where: table, column,
 // offsets, file) and what the operator does about it.

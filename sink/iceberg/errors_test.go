@@ -227,7 +227,7 @@ func TestCommitTransientRetried(t *testing.T) {
 	if n := sc.calls.Load(); n < 2 {
 		t.Errorf("%d catalog commits: not retried", n)
 	}
-	w.s.tableFailed(w.stats, w.logger, "ns.tbl", err)
+	w.s.tableFailed(w.stats, w.logger, "ns.tbl", err, w.s.cfg.RetryInterval)
 	if w.stats.Failing.Load() == nil || w.stats.Paused.Load() != nil {
 		t.Errorf("failing %v, paused %v: want failing, not paused", w.stats.Failing.Load(), w.stats.Paused.Load())
 	}
@@ -252,13 +252,13 @@ func TestCommitRefusalPausesAtOnce(t *testing.T) {
 	if n := sc.calls.Load(); n != 0 || time.Since(started) > 5*time.Second {
 		t.Errorf("%d catalog commits, %s: want none, at once", n, time.Since(started))
 	}
-	w.s.tableFailed(w.stats, slog.New(slog.DiscardHandler), "ns.tbl", err)
+	w.s.tableFailed(w.stats, slog.New(slog.DiscardHandler), "ns.tbl", err, w.s.cfg.RetryInterval)
 	reason, fix, at := w.stats.Paused.Load(), w.stats.PausedFix.Load(), w.stats.PausedAt.Load()
 	if reason == nil || fix == nil || !strings.Contains(*reason, `column "n"`) || !strings.Contains(*fix, "rename or drop the column") {
 		t.Fatalf("paused %v, fix %v", reason, fix)
 	}
 	time.Sleep(5 * time.Millisecond)
-	w.s.tableFailed(w.stats, slog.New(slog.DiscardHandler), "ns.tbl", err)
+	w.s.tableFailed(w.stats, slog.New(slog.DiscardHandler), "ns.tbl", err, w.s.cfg.RetryInterval)
 	if w.stats.PausedAt.Load() != at {
 		t.Error("the same reason again restarted the pause's clock")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/log"
 )
 
@@ -207,6 +208,10 @@ func (cfg *Config) defaults() {
 
 // New returns a Sink; nothing runs until Run.
 func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog.Logger) *Sink {
+	if k := failpoint.Knob("SINK_RETRY_INTERVAL_MS"); k > 0 {
+		// A test's short retry interval (a binary built with failpoints).
+		cfg.RetryInterval = time.Duration(k) * time.Millisecond
+	}
 	cfg.defaults()
 	s := &Sink{cfg: cfg, cat: cat, lg: lg, reg: reg, logger: logger.With("sink", "iceberg")}
 	for _, t := range cfg.Tables {
@@ -257,6 +262,7 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 	t, stats := s.cfg.Tables[i], s.stats[i]
 	logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
 	var epoch int64
+	var quick time.Time // the last restart at once (errReload)
 	for {
 		var err error
 		if s.cfg.Shared && epoch == 0 {
@@ -269,24 +275,54 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.tableFailed(stats, logger, identString(t.Ident), err)
+		wait := restartWait(err, &quick, time.Now(), s.cfg.RetryInterval)
+		s.tableFailed(stats, logger, identString(t.Ident), err, wait)
 		if errors.Is(err, ErrFenced) {
 			return err
+		}
+		if wait == 0 {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(s.cfg.RetryInterval):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// tableFailed records why a table's loop stopped: paused (ErrPaused) or
-// failing.
-func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, err error) {
-	if errors.Is(err, errTableGone) {
+// restartWait is how long a table's loop that ended with err waits before
+// it starts again: interval, or nothing for a table rolled back or
+// dropped under the sink (errReload) — but at most once per interval
+// (quick is when it last did), so such a table does not spin.
+func restartWait(err error, quick *time.Time, now time.Time, interval time.Duration) time.Duration {
+	if errors.Is(err, errReload) && now.Sub(*quick) >= interval {
+		*quick = now
+		return 0
+	}
+	return interval
+}
+
+// tableFailed records why a table's loop stopped: paused (ErrPaused),
+// failing, or to be loaded again (errReload); wait is how long until it
+// starts again.
+func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, err error, wait time.Duration) {
+	var rb *rolledBackError
+	switch {
+	case errors.As(err, &rb):
+		offs := "none (the log's start)"
+		if rb.Offsets != nil {
+			offs = encodeOffsets(rb.Offsets)
+		}
+		logger.Warn("the table was rolled back under cdcd (another engine set its main branch to an older snapshot): "+
+			"the rows of the snapshots after it are gone from the mirror, so cdcd loads the table again, rebuilds its key index "+
+			"and writes the log's changes from the older snapshot's offsets again; nothing to do, unless the rollback was meant to drop "+
+			"those changes for good (then re-snapshot the table)",
+			"snapshot", rb.Current, "cdcd_snapshot", rb.Known, "offsets", offs, "cdcd_offsets", encodeOffsets(rb.Held), "restart_in", wait)
+		return
+	case errors.Is(err, errTableGone):
 		logger.Warn("the table is gone from the catalog (dropped?): it is created again and written from the log's start; "+
-			"to stop capturing it, remove its source table from the config", "err", err, "retry_in", s.cfg.RetryInterval)
+			"to stop capturing it, remove its source table from the config", "err", err, "restart_in", wait)
 		return
 	}
 	if classify(err) != ErrPaused {
@@ -388,9 +424,9 @@ func committedOffsets(tbl *table.Table, pipeline string, n int) ([]int64, *table
 // newestOffsets finds the newest snapshot carrying offsets in tbl's
 // ancestry; where the walk meets a parent that was expired (another
 // engine's snapshots on top, and an expiry that kept few), the snapshot
-// tagged OffsetsTag, which cdcd moves to each such snapshot. broken says
-// the walk met an expired parent and no tag helped: offsets may have been
-// there.
+// tagged OffsetsTag, which cdcd moves to each such snapshot, if it can be
+// an ancestor of the current one (behindBreak). broken says the walk met
+// an expired parent and no tag helped: offsets may have been there.
 func newestOffsets(tbl *table.Table) (snap *table.Snapshot, broken bool) {
 	meta := tbl.Metadata()
 	carries := func(s *table.Snapshot) bool {
@@ -400,6 +436,7 @@ func newestOffsets(tbl *table.Table) (snap *table.Snapshot, broken bool) {
 		_, ok := s.Summary.Properties[PropOffsets]
 		return ok
 	}
+	var oldest *table.Snapshot // the last snapshot the walk reached
 	for s := tbl.CurrentSnapshot(); s != nil; {
 		if carries(s) {
 			return s, false
@@ -407,18 +444,35 @@ func newestOffsets(tbl *table.Table) (snap *table.Snapshot, broken bool) {
 		if s.ParentSnapshotID == nil {
 			return nil, false
 		}
+		oldest = s
 		if s = meta.SnapshotByID(*s.ParentSnapshotID); s == nil {
 			broken = true
 		}
 	}
+	if !broken {
+		return nil, false
+	}
 	for name, ref := range meta.Refs() {
 		if name == OffsetsTag {
-			if s := meta.SnapshotByID(ref.SnapshotID); carries(s) {
+			if s := meta.SnapshotByID(ref.SnapshotID); carries(s) && behindBreak(s, oldest) {
 				return s, false
 			}
 		}
 	}
-	return nil, broken
+	return nil, true
+}
+
+// behindBreak reports whether tagged can be an ancestor of oldest, the
+// snapshot whose parent is gone: it is older. A tag ahead of the current
+// snapshot (the branch rolled back behind it) is not: trusting it would
+// skip every change after the rollback point. Sequence numbers grow along
+// every ancestry (v2 and later); v1 tables have none, and their
+// timestamps stand in.
+func behindBreak(tagged, oldest *table.Snapshot) bool {
+	if tagged.SequenceNumber != 0 || oldest.SequenceNumber != 0 {
+		return tagged.SequenceNumber < oldest.SequenceNumber
+	}
+	return tagged.TimestampMs < oldest.TimestampMs
 }
 
 // hasCommit reports whether any snapshot of tbl carries commit id.

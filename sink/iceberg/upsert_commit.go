@@ -135,6 +135,13 @@ func (w *tableWriter) loadUpsert(ctx context.Context) error {
 	if w.up.idx.snapshot == cur {
 		return nil
 	}
+	if cur == 0 {
+		// No current snapshot (its main branch removed by another
+		// engine: rollback.go): the table holds no rows.
+		b := w.up.idx.newBatch()
+		b.clear()
+		return b.apply(0)
+	}
 	if rowNeutralSince(w.tbl, w.up.idx.snapshot) {
 		b := w.up.idx.newBatch()
 		return b.apply(cur)

@@ -22,7 +22,7 @@ var kv = &schema.Table{Namespace: "public", Name: "kv", Columns: []schema.Column
 	{Name: "n", Kind: schema.Int32, Nullable: true},
 }, Key: []int{0}}
 
-func upsertWriter(t *testing.T, cat catalog.Catalog, version, partitions int) *tableWriter {
+func upsertWriter(t testing.TB, cat catalog.Catalog, version, partitions int) *tableWriter {
 	w := newWriter(t, cat, "p", partitions)
 	w.s.cfg.Mode, w.s.cfg.FormatVersion = ModeUpsert, version
 	w.s.cfg.IndexDir, w.s.cfg.TargetFileSize = t.TempDir(), 1<<20

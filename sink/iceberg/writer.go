@@ -103,7 +103,8 @@ func (w *tableWriter) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	// A paused or failing table that runs a while with nothing waiting to
-	// be committed is well again (one that commits is, at once).
+	// be committed is well again (one that commits is, at once). An idle
+	// one looks at its table every RetryInterval (checkUnderneath).
 	health := time.NewTimer(w.s.cfg.RetryInterval)
 	defer health.Stop()
 	for ctx.Err() == nil {
@@ -144,7 +145,11 @@ func (w *tableWriter) run(ctx context.Context) error {
 			return err
 		case <-timer.C:
 		case <-health.C:
+			health.Reset(w.s.cfg.RetryInterval)
 			if len(w.buf) == 0 {
+				if err := w.checkUnderneath(ctx); err != nil {
+					return err
+				}
 				w.stats.healthy()
 			}
 		case <-w.compactionDone():

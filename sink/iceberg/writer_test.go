@@ -20,7 +20,7 @@ import (
 	"github.com/cdcd-dev/cdcd/schema"
 )
 
-func testCatalog(t *testing.T) catalog.Catalog {
+func testCatalog(t testing.TB) catalog.Catalog {
 	t.Helper()
 	dir := t.TempDir()
 	cat, err := OpenCatalog(t.Context(), CatalogConfig{Type: "sql", URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
@@ -50,7 +50,7 @@ func (l bufferFedLog) DescribeTopic(ctx context.Context, name string) (log.Topic
 // newWriter returns a table writer over cat with n partitions; the tests
 // fill its buffer directly (the log only receives consumer offsets).
 // The writers of one test share a log, as a restarted sink does.
-func newWriter(t *testing.T, cat catalog.Catalog, pipeline string, n int) *tableWriter {
+func newWriter(t testing.TB, cat catalog.Catalog, pipeline string, n int) *tableWriter {
 	var lg *log.Embedded
 	if v, ok := testLogs.Load(t); ok {
 		lg = v.(*log.Embedded)
