@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
@@ -62,9 +63,11 @@ func BenchmarkIncrementalIntoLog(b *testing.B) {
 		b.Logf("copy %d rows: %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), peak RSS %.0f MB",
 			rows, res.raw.rate, res.raw.cpuUs, res.raw.serverUs, res.raw.peakMB)
 		for i, rd := range res.rounds {
-			logRound(b, i, rows, rd)
+			logRound(b, i, rd)
 		}
 		reportRounds(b, rows, res)
+		mid := slices.SortedFunc(slices.Values(res.rounds), byRatio)[(len(res.rounds)-1)/2]
+		logPhase(b, mid)
 	}
 }
 
@@ -79,20 +82,14 @@ func benchRounds(rows int) int {
 	return 5
 }
 
-// logRound logs one round's figures.
-func logRound(b *testing.B, i, rows int, rd incRound) {
-	for _, m := range []struct {
-		name string
-		m    loadMeasure
-	}{{"load", rd.load}, {"inc", rd.inc}} {
-		b.Logf("round %d %-4s %d rows: %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), peak RSS %.0f MB",
-			i+1, m.name, rows, m.m.rate, m.m.cpuUs, m.m.serverUs, m.m.peakMB)
-	}
-	b.Logf("round %d: incremental / initial load %.2f (load average %s → %s); the incremental phase net of the probe: %.2f CPU-µs/row (PostgreSQL %.2f); "+
-		"streaming lag without a snapshot: %s; while it ran: %s", i+1, rd.ratio(), rd.loadavg[0], rd.loadavg[1], rd.netCPU(), rd.netPG(), rd.idle, rd.during)
-	b.Logf("round %d heap allocated: load %.0f B/row in %d collections, incremental %.0f B/row in %d", i+1,
-		float64(rd.loadHeap.bytes)/float64(rows), rd.loadHeap.cycles, float64(rd.incHeap.bytes)/float64(rows), rd.incHeap.cycles)
-	logPhase(b, i, rd)
+// logRound logs one round's figures on one line (the testing package
+// keeps ten lines of a benchmark's log: the copy line, up to seven rounds,
+// the summary and the median round's phase).
+func logRound(b *testing.B, i int, rd incRound) {
+	b.Logf("round %d (load average %s→%s): load %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), %.0f MB; "+
+		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s",
+		i+1, rd.loadavg[0], rd.loadavg[1], rd.load.rate, rd.load.cpuUs, rd.load.serverUs, rd.load.peakMB,
+		rd.inc.rate, rd.inc.cpuUs, rd.netCPU(), rd.inc.serverUs, rd.netPG(), rd.inc.peakMB, rd.ratio(), rd.idle, rd.during)
 }
 
 // reportRounds reports the rounds' medians (peak RSS: their greatest).
@@ -135,7 +132,8 @@ func reportRounds(b *testing.B, rows int, res incrementalResult) {
 	for i, rd := range rs {
 		ratios[i] = strconv.FormatFloat(rd.ratio(), 'f', 2, 64)
 	}
-	b.Logf("%d rounds: incremental / initial load %v, median %.2f", len(rs), ratios, med(incRound.ratio))
+	b.Logf("%d rounds: incremental / initial load %v, median %.2f; peak RSS %.0f MB", len(rs), ratios, med(incRound.ratio),
+		max(peak(func(rd incRound) float64 { return rd.load.peakMB }), peak(func(rd incRound) float64 { return rd.inc.peakMB })))
 }
 
 func byRatio(a, b incRound) int { return cmp.Compare(a.ratio(), b.ratio()) }
@@ -157,21 +155,21 @@ func median[T any](rs []T, f func(T) float64) float64 {
 	return v[len(v)/2]
 }
 
-// logPhase says where a round's incremental phase's wall time went: the
-// engine's chunk timings (per chunk, and the readers' share of the
-// phase), the stream's hand-over of the chunks' rows, when the last row
-// was handed over and was durable against when the run was reported done.
-func logPhase(b *testing.B, i int, rd incRound) {
+// logPhase says, on one line, where the median round's incremental
+// phase's wall time went: the engine's chunk timings (per chunk, and the
+// readers' share of the phase), the stream's hand-over of the chunks'
+// rows, when the last row was handed over and was durable against when
+// the run was reported done.
+func logPhase(b *testing.B, rd incRound) {
 	tm, el := rd.timings, rd.incWall.Seconds()
 	n := float64(max(tm.Chunks, 1))
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1000 / n }
-	b.Logf("round %d phase %.2f s, %d chunks; per chunk (ms): reader wait %.1f, low %.1f, read %.1f, order %.1f, high %.1f, "+
-		"high to met %.1f, engine wait %.1f; bounds %.0f ms in all; readers busy %.2f of the phase (summed over readers)",
-		i+1, el, tm.Chunks, ms(tm.ReaderWait), ms(tm.Low), ms(tm.Read), ms(tm.Order), ms(tm.High), ms(tm.Meet), ms(tm.EngineWait),
-		tm.Bounds.Seconds()*1000, (tm.Low+tm.Read+tm.Order+tm.High).Seconds()/el)
-	b.Logf("round %d stream: handed over the chunks' rows in %.0f ms (%.2f µs/row), of which %.0f ms in Emits that synced them; "+
-		"last row handed over at %.2f s, durable at %.2f s, run done at %.2f s", i+1,
-		rd.hand.busy.Seconds()*1000, rd.hand.busy.Seconds()*1e6/float64(max(rd.hand.rows, 1)), rd.hand.synced.Seconds()*1000,
+	b.Logf("median round: phase %.2f s, %d chunks; per chunk (ms): reader wait %.1f, low %.1f, read %.1f, order %.1f, high %.1f, "+
+		"high to met %.1f, engine wait %.1f; bounds %.0f ms in all; readers busy %.2f of the phase; "+
+		"rows handed over in %.0f ms (%.2f µs/row), the last at %.2f s, durable at %.2f s, done at %.2f s",
+		el, tm.Chunks, ms(tm.ReaderWait), ms(tm.Low), ms(tm.Read), ms(tm.Order), ms(tm.High), ms(tm.Meet), ms(tm.EngineWait),
+		tm.Bounds.Seconds()*1000, (tm.Low+tm.Read+tm.Order+tm.High).Seconds()/el,
+		rd.hand.busy.Seconds()*1000, rd.hand.busy.Seconds()*1e6/float64(max(rd.hand.rows, 1)),
 		rd.hand.last.Sub(rd.incStart).Seconds(), rd.hand.durable.Sub(rd.incStart).Seconds(), el)
 }
 
@@ -328,6 +326,7 @@ func measureLoadRound(tb testing.TB, dsn string, conn *pgx.Conn, server pgCPU, r
 	defer lg.Close()
 	r := postgres.New(postgres.Config{DSN: dsn, Slot: names.Slot, Publication: names.Publication, Tables: []string{"bench"},
 		Snapshot: true, SpillDir: tb.TempDir(), HeartbeatInterval: -1}, e.state, slog.New(slog.DiscardHandler))
+	debug.FreeOSMemory() // the peak RSS is this phase's, not the rounds' before
 	stop := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_LOAD_CPU"))
 	h0 := readHeapUse()
 	var err error
@@ -377,6 +376,7 @@ func measureIncRound(tb testing.TB, dsn string, conn *pgx.Conn, server pgCPU, ro
 	rd.idle, _ = lag.take()
 	el := time.Since(t0).Seconds()
 	rd.bg.cdcd, rd.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
+	debug.FreeOSMemory()
 	stop := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_INC_CPU"))
 	before := e.produced.Load()
 	heap := profileIf(profile, "CDCD_BENCH_INC_HEAP")
