@@ -17,10 +17,12 @@ import (
 // A chunk was eleven round trips: the low watermark, BEGIN, LOCK, the
 // snapshot, the table's description (its oid, its pg_class row, its
 // columns, its key), the COPY, COMMIT and the high watermark. Now it is
-// four: one simple-protocol query holds the low watermark in a
+// three: one simple-protocol query holds the low watermark in a
 // transaction of its own and its COMMIT, then BEGIN, LOCK, the snapshot
-// and the table's oid and catalog version (chunkTx); then the COPY, the
-// COMMIT and the high watermark.
+// and the table's oid and catalog version (chunkTx); then the COPY with
+// the chunk's COMMIT in its query (it runs only when the COPY succeeded);
+// then the high watermark. (A chunk read in halves, SplitRows, commits on
+// its own.)
 //
 // The watermark's COMMIT comes before the chunk's BEGIN in the same query
 // string, so it is durable, and the stream delivers it before every
