@@ -34,7 +34,9 @@ func (p *lowParallelDB) Bounds(ctx context.Context, table string, t *Table, q Ch
 	return (&parallelDB{p.fakeDB}).Bounds(ctx, table, t, q, n)
 }
 
-func (p *lowParallelDB) Reader(context.Context) (ChunkReader, error) { return lowChunkReader{p.lowDB}, nil }
+func (p *lowParallelDB) Reader(context.Context) (ChunkReader, error) {
+	return lowChunkReader{p.lowDB}, nil
+}
 
 type lowChunkReader struct{ *lowDB }
 
