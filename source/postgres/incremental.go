@@ -30,9 +30,11 @@ import (
 // wal_writer_delay), and its position is its commit's, which orders it
 // with every other transaction. Messages of other slots are ignored.
 //
-// A chunk is read in one REPEATABLE READ transaction: the table's shape
-// (so a chunk read after DDL has the new columns), the snapshot's
-// in-progress transactions (pg_current_snapshot), then a COPY (binary) of
+// A chunk is read in one REPEATABLE READ transaction, begun in the query
+// that writes its low watermark (incremental_chunktx.go): the table's
+// shape (described again when its catalog rows changed, so a chunk read
+// after DDL has the new columns), the snapshot's in-progress transactions
+// (pg_current_snapshot), then a COPY (binary) of
 // up to ChunkRows rows after the last key, in the key's order, with the
 // key's text appended (not for integer and uuid keys, whose text cdcd
 // writes as the server does). The snapshot's in-progress list is what the
@@ -47,6 +49,9 @@ type pgDatabase struct {
 	conn  *pgx.Conn
 	types *typeResolver
 	ring  *xidRing // the stream's
+	// descs are the tables' descriptions for chunks on conn, by name,
+	// reused while their catalog version holds (incremental_chunktx.go).
+	descs map[string]*chunkDesc
 	// conn2 reads the second half of a range chunk; nil until needed.
 	conn2 *pgx.Conn
 	// orders compare keys in the database for tables whose key order Go
@@ -220,31 +225,39 @@ func keyColumns(ct *catalogTable) []string {
 	return out
 }
 
-// ReadChunk implements snapshot.Database. With SplitRows set, a range
+// ReadChunk implements snapshot.Database: readChunk without a low
+// watermark.
+func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	return d.readChunk(ctx, "", name, q)
+}
+
+// readChunk writes a chunk's low watermark carrying id (none when id is
+// empty) and reads the chunk (chunkTx). With SplitRows set, a range
 // chunk of at least SplitRows rows is read in two halves at once, the
 // second on a connection of its own in the same snapshot (exported by the
-// first).
-func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Table, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
-	tx, snap, ct, err := d.readTx(ctx, name)
+// first). A chunk read whole commits in its COPY's query.
+func (d *pgDatabase) readChunk(ctx context.Context, id, name string, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
+	snap, ct, rel, err := d.chunkTx(ctx, id, name)
 	if err != nil {
 		return nil, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	rel, err := catalogRelation(ctx, d.types, ct)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, err)
 	}
 	var res *snapshot.Chunk
-	if mid, snap, ok, err := d.splitPoint(ctx, tx, ct, rel, q); err != nil {
+	if mid, exported, ok, err := d.splitPoint(ctx, d.conn, ct, rel, q); err != nil {
+		d.rollback(ctx)
 		return nil, err
 	} else if ok {
-		res, err = d.readHalves(ctx, tx, name, ct, rel, q, mid, snap)
+		res, err = d.readHalves(ctx, d.conn, name, ct, rel, q, mid, exported)
+		if err == nil {
+			_, err = d.conn.Exec(ctx, "COMMIT")
+		}
 		if err != nil {
+			d.rollback(ctx)
 			return nil, err
 		}
 	} else {
 		sql, err := chunkSQL(ct, rel, q, nil, false)
 		if err != nil {
+			d.rollback(ctx)
 			return nil, err
 		}
 		// Room for the most rows the chunk may hold (a range chunk's Limit
@@ -253,12 +266,12 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 		// for one, growing their rows (1.7 MB copied) and values in steps
 		// a chunk; the free list then kept slices of every size.
 		want := max(q.Limit, len(q.Keys))
-		if res, err = copyRows(ctx, tx.Conn(), name, rel, len(ct.key), sql, want, d.r.chunkBufs, d.reuse); err != nil {
+		// The COMMIT rides in the COPY's query (it runs only when the COPY
+		// succeeded): one round trip fewer.
+		if res, err = copyRows(ctx, d.conn, name, rel, len(ct.key), sql+"; COMMIT", want, d.r.chunkBufs, d.reuse); err != nil {
+			d.rollback(ctx)
 			return nil, queryError(name, q.Where, err)
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("postgres: end chunk transaction: %w", err)
 	}
 	res.Consistent = d.consistent(snap)
 	return res, nil
@@ -275,7 +288,7 @@ const defaultSplitRows = -1
 // (the row after its first half) and exports the chunk's snapshot; ok is
 // false when the chunk is read whole (a point chunk, a small one, fewer
 // rows than half a chunk left).
-func (d *pgDatabase) splitPoint(ctx context.Context, tx pgx.Tx, ct *catalogTable, rel *relation, q snapshot.ChunkQuery) (mid snapshot.Key, snap string, ok bool, err error) {
+func (d *pgDatabase) splitPoint(ctx context.Context, tx querier, ct *catalogTable, rel *relation, q snapshot.ChunkQuery) (mid snapshot.Key, snap string, ok bool, err error) {
 	split := cmp.Or(d.r.cfg.Incremental.SplitRows, defaultSplitRows)
 	if q.Keys != nil || split < 0 || q.Limit < max(split, 2) {
 		return nil, "", false, nil
@@ -301,9 +314,10 @@ func (d *pgDatabase) splitPoint(ctx context.Context, tx pgx.Tx, ct *catalogTable
 	return mid, snap, true, nil
 }
 
-// readHalves reads a range chunk's rows before mid on tx and the rest on
-// the second connection in snapshot snap, at the same time.
-func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct *catalogTable, rel *relation, q snapshot.ChunkQuery,
+// readHalves reads a range chunk's rows before mid on conn (in the
+// chunk's transaction) and the rest on the second connection in snapshot
+// snap, at the same time.
+func (d *pgDatabase) readHalves(ctx context.Context, conn1 *pgx.Conn, name string, ct *catalogTable, rel *relation, q snapshot.ChunkQuery,
 	mid snapshot.Key, snap string) (*snapshot.Chunk, error) {
 	first, err := chunkSQL(ct, rel, snapshot.ChunkQuery{Where: q.Where, After: q.After, Upper: q.Upper, To: q.To, Limit: q.Limit / 2}, mid, false)
 	if err != nil {
@@ -324,7 +338,7 @@ func (d *pgDatabase) readHalves(ctx context.Context, tx pgx.Tx, name string, ct 
 		b, err = readInSnapshot(ctx, conn, snap, name, rel, len(ct.key), second, q.Limit-q.Limit/2)
 		errB <- err
 	}()
-	a, errA := copyRows(ctx, tx.Conn(), name, rel, len(ct.key), first, q.Limit/2, nil, false)
+	a, errA := copyRows(ctx, conn1, name, rel, len(ct.key), first, q.Limit/2, nil, false)
 	if err := errors.Join(errA, <-errB); err != nil {
 		d.dropSecond(ctx)
 		return nil, queryError(name, q.Where, err)

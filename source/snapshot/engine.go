@@ -145,6 +145,23 @@ type ChunkReader interface {
 	Close()
 }
 
+// LowReader is an optional ability of a Database or a ChunkReader,
+// discovered by type assertion: it writes a chunk's low watermark and
+// reads the chunk in one call, so a database can send both at once (on
+// PostgreSQL, one round trip instead of five). The engine then writes the
+// high watermark with WriteWatermark as before.
+type LowReader interface {
+	// ReadChunkAfterLow writes the low watermark carrying id, as
+	// WriteWatermark does, then reads the chunk as ReadChunk does.
+	// REQUIRES: the watermark is committed — the stream delivers it before
+	// every change the read does not see — before the read's snapshot is
+	// taken: a change committed between the two would be in neither the
+	// chunk nor its window, and the chunk's older row would be emitted
+	// after it. On an error the watermark may or may not have been written
+	// (a watermark without its chunk is ignored).
+	ReadChunkAfterLow(ctx context.Context, id, table string, t *Table, q ChunkQuery) (*Chunk, error)
+}
+
 // Errors.
 var (
 	// ErrTableGone: a table of a run no longer exists (or cannot be read

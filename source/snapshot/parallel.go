@@ -198,13 +198,9 @@ func (e *Engine) readParallel(ctx context.Context, p *readers, c *chunk, before 
 	t = since(&e.tm.readerWait, t)
 	failed := true
 	defer func() { p.put(rd, failed) }()
-	if err := rd.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
-		return fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
-	}
-	t = since(&e.tm.low, t)
-	res, err := rd.ReadChunk(ctx, r.rec.Table, r.tbl, c.query)
+	res, err := e.lowRead(ctx, rd, &t, r, c)
 	if err != nil {
-		return fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+		return err
 	}
 	e.prepare(res)
 	e.mu.Lock()

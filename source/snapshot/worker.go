@@ -340,16 +340,11 @@ func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, p
 	c := &chunk{id: e.nextChunkIDLocked(), run: r, query: q, point: point, done: make(chan outcome, 1), epoch: r.epoch}
 	e.chunks[c.id] = c
 	e.mu.Unlock()
-	began := time.Now()
-	if err := db.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
-		e.release(c)
-		return nil, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
-	}
-	t := since(&e.tm.low, began)
-	res, err := db.ReadChunk(ctx, r.rec.Table, r.tbl, q)
+	t := time.Now()
+	res, err := e.lowRead(ctx, db, &t, r, c)
 	if err != nil {
 		e.release(c)
-		return nil, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+		return nil, err
 	}
 	e.prepare(res)
 	t = since(&e.tm.read, t)
@@ -362,6 +357,35 @@ func (e *Engine) start(ctx context.Context, db Database, r *run, q ChunkQuery, p
 		return nil, fmt.Errorf("snapshot: high watermark of %s: %w", r.rec.Table, err)
 	}
 	return c, nil
+}
+
+// chunkDB is what writes a chunk's watermarks and reads it: the Database
+// or a Parallel one's ChunkReader.
+type chunkDB interface {
+	ReadChunk(ctx context.Context, table string, t *Table, q ChunkQuery) (*Chunk, error)
+	WriteWatermark(ctx context.Context, id string) error
+}
+
+// lowRead writes chunk c's low watermark and reads it, in one call when db
+// is a LowReader (its time counts as the read's then); *t is when the
+// step began, moved on to the low watermark's end.
+func (e *Engine) lowRead(ctx context.Context, db chunkDB, t *time.Time, r *run, c *chunk) (*Chunk, error) {
+	if lr, ok := db.(LowReader); ok {
+		res, err := lr.ReadChunkAfterLow(ctx, kindLow+":"+c.id, r.rec.Table, r.tbl, c.query)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: low watermark and read of a chunk of %s: %w", r.rec.Table, err)
+		}
+		return res, nil
+	}
+	if err := db.WriteWatermark(ctx, kindLow+":"+c.id); err != nil {
+		return nil, fmt.Errorf("snapshot: low watermark of %s: %w", r.rec.Table, err)
+	}
+	*t = since(&e.tm.low, *t)
+	res, err := db.ReadChunk(ctx, r.rec.Table, r.tbl, c.query)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: read a chunk of %s: %w", r.rec.Table, err)
+	}
+	return res, nil
 }
 
 // wait returns a chunk's outcome once the stream has met its high
