@@ -2,7 +2,6 @@ package iceberg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,7 +28,8 @@ import (
 // offsets in every partition: the table's loop restarts at once and
 // resumes at the markers (the partitions are marked untrusted from the
 // committed offsets on).
-var errKeyRedefined = errors.New("iceberg: the source's primary key was redefined; resuming at the re-snapshot's reset markers")
+// Class errReload: the restart is at once.
+var errKeyRedefined = &reloadError{msg: "iceberg: the source's primary key was redefined; resuming at the re-snapshot's reset markers"}
 
 // keyNames are the names of t's primary-key columns, sorted.
 func keyNames(t *schema.Table) []string {

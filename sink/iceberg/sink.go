@@ -320,6 +320,9 @@ func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, 
 			"those changes for good (then re-snapshot the table)",
 			"snapshot", rb.Current, "cdcd_snapshot", rb.Known, "offsets", offs, "cdcd_offsets", encodeOffsets(rb.Held), "restart_in", wait)
 		return
+	case errors.Is(err, errKeyRedefined):
+		logger.Info("restarting at the re-snapshot's reset markers (the source's primary key was redefined)", "restart_in", wait)
+		return
 	case errors.Is(err, errTableGone):
 		logger.Warn("the table is gone from the catalog (dropped?): it is created again and written from the log's start; "+
 			"to stop capturing it, remove its source table from the config", "err", err, "restart_in", wait)
