@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -82,10 +83,10 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 	}()
 	now, n := time.Now(), len(desc.cols)
 	want := chunkRows(q)
-	rows, lent := bufs.Get(want, n)
+	rows, lent, extra := bufs.GetWith(want, n)
 	values := lent
 	res := &snapshot.Chunk{Rows: rows}
-	slabs := make([]pgdecode.Slab, n)
+	slabs := takeSlabs(extra, n, bufs != nil)
 	err = cc.c.ExecuteSelectStreaming(query, &cc.res, func(vals []gomysql.FieldValue) error {
 		if len(values) < n {
 			values = make([]any, max(want/4, 1)*n) // more rows than asked (a point chunk's keys may repeat)
@@ -93,7 +94,7 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 		row := values[:n:n]
 		values = values[n:]
 		for i := range row {
-			v, err := fieldValue(&desc.cols[i], &vals[i], &slabs[i])
+			v, err := fieldValue(&desc.cols[i], &vals[i], slabs[i])
 			if err != nil {
 				return &ValueError{Table: name, Column: desc.cols[i].Name, Type: desc.cols[i].SourceType, Err: err}
 			}
@@ -120,9 +121,38 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 		}
 		return nil, &connError{fmt.Errorf("mysql: snapshot of %s: %w", name, err)}
 	}
-	bufs.Lend(res.Rows, lent)
+	bufs.LendWith(res.Rows, lent, slabs)
 	finishChunk(res, desc)
+	for i := range res.Last { // kept by the engine past the slabs' next chunk
+		res.Last[i] = strings.Clone(res.Last[i])
+	}
 	return res, nil
+}
+
+// chunkSlabs are a chunk's value slabs, one a column, lent with its
+// slices (snapshot.Bufs.LendWith) and written again from the start by the
+// next chunk that gets those slices back: the stream gives a chunk's
+// slices back once its Emitter has the rows, and copies the values of the
+// row it keeps (snapshot.OwnValues). With a slab of each chunk's own, left
+// to the collector, a loaded row's values were about 100 bytes of garbage.
+type chunkSlabs []*pgdecode.Slab
+
+// takeSlabs returns n reset slabs: extra's (lent with slices from
+// GetWith) when it has them, else new ones, reusable when the chunk's
+// slices come from a Bufs (reuse) and so are given back.
+func takeSlabs(extra any, n int, reuse bool) chunkSlabs {
+	slabs, _ := extra.(chunkSlabs)
+	for i := range slabs {
+		slabs[i].Reset()
+	}
+	for len(slabs) < n {
+		s := &pgdecode.Slab{}
+		if reuse {
+			s = pgdecode.NewReusableSlab()
+		}
+		slabs = append(slabs, s)
+	}
+	return slabs
 }
 
 // fieldValue converts a value of go-mysql's text-protocol row of column t

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // The stream's hand-over on a goroutine of its own.
@@ -26,21 +27,38 @@ import (
 // A failed Submit fails every later wait (handover.failed): its changes
 // are no longer in the batch to be emitted again, as they were when
 // Submit ran on the stream's goroutine.
+//
+// The row images' values (numbers, dates, decimal and character texts'
+// headers) are boxed from a reusable slab of the set (vals): once the set
+// is released, its slab writes its chunks again from the start, where a
+// slab of the stream's own left them to the collector and made new ones,
+// about 80 bytes a streamed change. Each set has its own slab, so the
+// values of a batch in flight are never written while the stream decodes
+// the next one into the other set; a change kept past a release (the
+// change submitBatch keeps, the one releaseRows keeps, an XA
+// transaction's) takes copies of its values first (keep, cloneRow).
 
 // streamBufs is the memory a batch's decoded changes refer to.
 type streamBufs struct {
 	batch  []source.Change
 	arena  rowArena
+	vals   pgdecode.Slab // the row images' values (fromImage); reusable
 	places []source.BinlogPlace
 	placed int // of places, handed out since the last release
 }
 
-// release empties b for the next batch: nothing may refer to its rows
-// or places any more.
+// newStreamBufs returns an empty set of buffers.
+func newStreamBufs() *streamBufs {
+	return &streamBufs{vals: *pgdecode.NewReusableSlab()}
+}
+
+// release empties b for the next batch: nothing may refer to its rows,
+// their values or its places any more.
 func (b *streamBufs) release() {
 	clear(b.batch)
 	b.batch = b.batch[:0]
 	b.arena.reset()
+	b.vals.Reset()
 	clear(b.places[:b.placed])
 	b.places, b.placed = b.places[:0], 0
 }
@@ -97,7 +115,7 @@ func (h *handover) takeSpare() *streamBufs {
 	b := h.spare
 	h.spare = nil
 	if b == nil {
-		b = &streamBufs{}
+		b = newStreamBufs()
 	}
 	return b
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // dedupe is an Emitter that keeps what the daemon's emitter would keep:
@@ -132,8 +132,10 @@ func (d *dedupe) Emit(ctx context.Context, batch []source.Change) error {
 			d.dropped++
 			continue
 		}
-		c.Before = append([]any(nil), c.Before...)
-		c.After = append([]any(nil), c.After...)
+		// Kept as the log keeps them, encoded: the source writes its rows'
+		// and their values' storage again once Emit returns.
+		c.Before = snapshot.OwnValues(c.Before)
+		c.After = snapshot.OwnValues(c.After)
 		if c.Binlog != nil { // kept as the log keeps it, encoded: the source reuses the place
 			b := *c.Binlog
 			c.Binlog = &b
@@ -173,7 +175,7 @@ func (p *pipelining) Submit(_ context.Context, batch []source.Change) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range batch {
-		c.Before, c.After = slices.Clone(c.Before), slices.Clone(c.After)
+		c.Before, c.After = snapshot.OwnValues(c.Before), snapshot.OwnValues(c.After) // the source writes them again
 		p.pending = append(p.pending, c)
 	}
 	p.submits++

@@ -172,7 +172,8 @@ var _ source.Source = (*Reader)(nil)
 func New(cfg Config, state State, logger *slog.Logger) *Reader {
 	cfg.defaults()
 	r := &Reader{cfg: cfg, state: state, logger: logger.With("source", "mysql", "server_id", cfg.ServerID)}
-	r.inc, r.chunkBufs = newEngine(cfg, state, r), snapshot.NewBufs()
+	r.inc = newEngine(cfg, state, r)
+	r.chunkBufs = r.inc.ChunkBufs() // one more than the chunks read at once: with two, one chunk in three read into new slices and slabs
 	return r
 }
 

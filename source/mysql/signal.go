@@ -71,7 +71,7 @@ func (in *incStream) signal(v *tableVersion, op source.Op, row []any) bool {
 	col := func(name string) string {
 		if i := v.table.ColumnIndex(name); i >= 0 && i < len(row) {
 			s, _ := row[i].(string)
-			return s
+			return strings.Clone(s) // the engine keeps it; the row's values are the stream's reusable slab's
 		}
 		return ""
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
-	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
 // streamer is the state of one binlog session.
@@ -68,14 +67,14 @@ type streamer struct {
 	rowsEv *replication.EventHeader
 	row    int32
 	// streamBufs holds the batch, its decoded rows (arena, used again
-	// after each hand-over: releaseRows) and its binlog places
-	// (handover.go); hand is the Submit in flight and the spare set.
+	// after each hand-over: releaseRows), their values (vals, likewise)
+	// and its binlog places (handover.go); hand is the Submit in flight
+	// and the spare set.
 	*streamBufs
 	hand    handover
 	batchAt time.Time
-	vals    pgdecode.Slab // the row images' values (fromImage)
-	fields  []field       // a row image's columns (image.go)
-	posSlab []byte        // the changes' positions (position)
+	fields  []field // a row image's columns (image.go)
+	posSlab []byte  // the changes' positions (position)
 	// durable is the checkpoint of the last transaction all of whose
 	// changes the Emitter returned; while durableLive is set it is live
 	// (every committed change is emitted).
@@ -118,7 +117,7 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 	}
 	s := &streamer{
 		r: r, db: db, flavor: flavor, colls: colls, emit: e, captured: tables,
-		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{}, streamBufs: &streamBufs{},
+		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{}, streamBufs: newStreamBufs(),
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord, XA: r.xaResume}, saved: st.ord,
 		xa: xaResumed(r.xaResume),
 	}
@@ -308,10 +307,10 @@ func (s *streamer) submitBatch(ctx context.Context, p source.Pipeliner, now time
 	return nil
 }
 
-// releaseRows makes the rows and binlog places of the changes handed over
-// free for the next ones (rowArena), once the batch holds at most one
-// change: that change's are copied out first. Called between events only
-// (no decoded row is pending then).
+// releaseRows makes the rows, values and binlog places of the changes
+// handed over free for the next ones (rowArena, the reusable slab), once
+// the batch holds at most one change: that change's are copied out first.
+// Called between events only (no decoded row is pending then).
 func (s *streamer) releaseRows() {
 	if len(s.batch) > 1 {
 		return
@@ -321,11 +320,13 @@ func (s *streamer) releaseRows() {
 	}
 	b := s.streamBufs
 	b.arena.reset()
+	b.vals.Reset()
 	clear(b.places[:b.placed])
 	b.places, b.placed = b.places[:0], 0
 }
 
-// keep copies c's rows and binlog place out of the stream's buffers.
+// keep copies c's rows, their values and its binlog place out of the
+// stream's buffers.
 func keep(c *source.Change) {
 	c.Before, c.After = cloneRow(c.Before), cloneRow(c.After)
 	if c.Binlog != nil {
@@ -334,12 +335,11 @@ func keep(c *source.Change) {
 	}
 }
 
-// cloneRow copies a row out of the arena (nil stays nil).
+// cloneRow copies a row out of the arena and its values out of the
+// reusable slab (nil stays nil): the copy stays as it is when both are
+// written again.
 func cloneRow(row []any) []any {
-	if row == nil {
-		return nil
-	}
-	return slices.Clone(row)
+	return snapshot.OwnValues(row)
 }
 
 // flushBatch hands the batch to the Emitter; once it returns, every
@@ -432,7 +432,7 @@ func (s *streamer) chunk(ctx context.Context, rows []source.Change) error {
 	}
 	s.r.stats.Events.Add(int64(n - 1))
 	last := rows[n-1]
-	last.After = slices.Clone(last.After)
+	last.After = snapshot.OwnValues(last.After) // the chunk's slabs are read into again
 	s.r.chunkBufs.GiveBack(rows)
 	clear(s.batch)
 	s.batch = append(s.batch[:0], last)
