@@ -155,7 +155,7 @@ func TestSinkThroughput(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSinkThroughput$", "-test.v")
 		cmd.Env = os.Environ()
 		if os.Getenv("GOMEMLIMIT") == "" {
-			cmd.Env = append(cmd.Env, "GOMEMLIMIT=200MiB") // cmd/cdcd's defaultMemoryLimit
+			cmd.Env = append(cmd.Env, "GOMEMLIMIT=224MiB") // cmd/cdcd's defaultMemoryLimit
 		}
 		cmd.Env = append(cmd.Env, "CDCD_SINK_BENCH_CHILD="+dir, "CDCD_SINK_BENCH_TOPIC="+topic, "CDCD_SINK_BENCH_TABLE="+table, "CDCD_SINK_BENCH_PHASE="+what)
 		out, err := cmd.CombinedOutput()

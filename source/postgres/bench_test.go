@@ -316,7 +316,7 @@ func TestLargeTransactionMemory(t *testing.T) {
 	ke := newKillEnv(t, kvDDL, false)
 	ke.cc.Reader.DSN = ke.dsn // the server's own logical_decoding_work_mem: 64MB
 	ke.cc.Reader.BatchMax = 0
-	ke.proc = startChild(t, ke.cc, ke.logFile, "GOMEMLIMIT=200MiB")
+	ke.proc = startChild(t, ke.cc, ke.logFile, "GOMEMLIMIT=224MiB") // cmd/cdcd's defaultMemoryLimit
 	for slotConfirmed(t, ke.conn, ke.names.Slot) == 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
