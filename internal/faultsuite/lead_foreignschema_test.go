@@ -26,22 +26,7 @@ func TestMirrorColumnRenamedByAnotherWriter(t *testing.T) {
 	p.start()
 	p.waitCaughtUp()
 	p.stop()
-	rename := func(from, to string) {
-		cat := p.openCatalog()
-		defer closeCatalog(cat)
-		tbl, err := cat.LoadTable(p.ctx, table.Identifier{"cdc", "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := tbl.NewTransaction()
-		if err := tx.UpdateSchema(true, false).RenameColumn([]string{from}, to).Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Commit(p.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rename("v", "v_renamed")
+	p.renameMirrorColumn("a", "v", "v_renamed")
 	p.start()
 	p.exec(`UPDATE a SET v = 'u', w = -1 WHERE id <= 10`)
 	ts := p.waitPaused("cdc.a", `column "v"`, `named "v_renamed"`)
@@ -49,7 +34,7 @@ func TestMirrorColumnRenamedByAnotherWriter(t *testing.T) {
 		t.Errorf("the pause does not name the rename back and the re-snapshot: %s", ts.PausedFix)
 	}
 	p.requireAlert("CdcdTablePaused", "cdc.a", "v_renamed")
-	rename("v_renamed", "v")
+	p.renameMirrorColumn("a", "v_renamed", "v")
 	p.waitFor("table resumed", 3*time.Minute, func(st daemon.Status) bool {
 		for _, tb := range st.Tables {
 			if tb.Table == "cdc.a" {
@@ -60,4 +45,23 @@ func TestMirrorColumnRenamedByAnotherWriter(t *testing.T) {
 	})
 	p.waitCaughtUp()
 	p.requireMirror()
+}
+
+// renameMirrorColumn renames a column of the mirror cdc.<name> as another
+// engine would.
+func (p *pipeline) renameMirrorColumn(name, from, to string) {
+	p.t.Helper()
+	cat := p.openCatalog()
+	defer closeCatalog(cat)
+	tbl, err := cat.LoadTable(p.ctx, table.Identifier{"cdc", name})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	tx := tbl.NewTransaction()
+	if err := tx.UpdateSchema(true, false).RenameColumn([]string{from}, to).Commit(); err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := tx.Commit(p.ctx); err != nil {
+		p.t.Fatal(err)
+	}
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go/table"
-
 	"github.com/cdcd-dev/cdcd/daemon"
 )
 
@@ -28,27 +26,12 @@ func TestLogRetentionNearPausedTable(t *testing.T) {
 	p.waitCaughtUp()
 	p.stop()
 	// Pause the table: another engine renames a mirror column.
-	rename := func(from, to string) {
-		cat := p.openCatalog()
-		defer closeCatalog(cat)
-		tbl, err := cat.LoadTable(p.ctx, table.Identifier{"cdc", "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := tbl.NewTransaction()
-		if err := tx.UpdateSchema(true, false).RenameColumn([]string{from}, to).Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Commit(p.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rename("v", "v_renamed")
+	p.renameMirrorColumn("a", "v", "v_renamed")
 	p.start()
 	p.exec(`UPDATE a SET v = 'u' WHERE id <= 10`)
 	p.waitPaused("cdc.a")
 	p.requireAlert(daemon.AlertLogRetentionNear, "cdc.a", "has not committed offsets", "retention (1m0s)", "log.retention", "--replace public.a")
-	rename("v_renamed", "v")
+	p.renameMirrorColumn("a", "v_renamed", "v")
 	p.waitFor("the retention alert resolved", 3*time.Minute, func(st daemon.Status) bool {
 		return !slices.ContainsFunc(st.Alerts, func(a daemon.Alert) bool { return a.Name == daemon.AlertLogRetentionNear })
 	})
