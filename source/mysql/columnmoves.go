@@ -266,8 +266,9 @@ func (s *streamer) columnMoves(ctx context.Context, stmt, defaultDB string) erro
 // one's name). Another statement (CREATE, RENAME TABLE, an ALTER form not
 // recognised) may have added the new columns: none are taken for ahead
 // after it, so a later ADD of one reads the table again (a needless
-// re-read, never a missed one).
-func aheadColumns(old, nd *tableDesc, stmt, defaultDB string) []string {
+// re-read, never a missed one). Nor is a column the mirror had and saw
+// dropped (dropped, the columns record's): its ADD is a re-added column.
+func aheadColumns(old, nd *tableDesc, stmt, defaultDB string, dropped []string) []string {
 	altered, ops, parsed := parseColumnOps(stmt, defaultDB)
 	this := parsed && altered == [2]string{strings.ToLower(nd.db), strings.ToLower(nd.name)}
 	other := parsed && !this ||
@@ -284,7 +285,8 @@ func aheadColumns(old, nd *tableDesc, stmt, defaultDB string) []string {
 		return slices.ContainsFunc(old.ahead, func(a string) bool { return strings.EqualFold(a, c) })
 	}
 	isNew := func(c string) bool {
-		return !slices.ContainsFunc(old.table.Columns, func(oc schema.Column) bool { return strings.EqualFold(oc.Name, c) })
+		return !slices.ContainsFunc(old.table.Columns, func(oc schema.Column) bool { return strings.EqualFold(oc.Name, c) }) &&
+			!slices.ContainsFunc(dropped, func(d string) bool { return strings.EqualFold(d, c) })
 	}
 	var out []string
 	for _, c := range nd.table.Columns {

@@ -246,10 +246,18 @@ func (s *streamer) refresh(ctx context.Context, stmt, defaultDB string) error {
 		if err := s.reReadAdded(ctx, func(c string) bool { return d.table.ColumnIndex(c) >= 0 }, nd); err != nil {
 			return err
 		}
+		rec, err := s.r.columnRecord(ctx, qn)
+		if err != nil {
+			return err
+		}
+		var dropped []string
+		if rec != nil {
+			dropped = rec.Dropped
+		}
+		nd.ahead = aheadColumns(d, nd, stmt, defaultDB, dropped)
 		if err := s.syncColumns(ctx, nd, s.tx.ord, false); err != nil {
 			return err
 		}
-		nd.ahead = aheadColumns(d, nd, stmt, defaultDB)
 		s.captured[qn] = nd
 	}
 	return nil
