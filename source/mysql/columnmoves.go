@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source/snapshot"
 )
 
@@ -203,12 +204,18 @@ func (s *streamer) columnMoves(ctx context.Context, stmt, defaultDB string) erro
 		in := func(names []string, c string) bool {
 			return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, c) })
 		}
-		var known []string // the columns the mirror has or had
+		// The columns the mirror has or had: not those the information
+		// schema showed before the stream reached their ADD (aheadColumns).
+		var known []string
 		for _, c := range d.table.Columns {
 			known = append(known, c.Name)
 		}
 		if rec != nil {
-			known = slices.Concat(known, rec.Dropped, rec.Columns)
+			known = append(known, rec.Columns...)
+		}
+		known = slices.DeleteFunc(known, func(c string) bool { return in(d.ahead, c) })
+		if rec != nil {
+			known = append(known, rec.Dropped...)
 		}
 		var gone, recreated, renamed []string
 		for _, op := range ops {
@@ -244,4 +251,48 @@ func (s *streamer) columnMoves(ctx context.Context, stmt, defaultDB string) erro
 		}
 	}
 	return nil
+}
+
+// aheadColumns are the columns of nd, the description of a captured table
+// read at DDL statement stmt, that the stream has not yet seen added: the
+// information schema is ahead of a stream that lags, and shows columns
+// that later statements add. Without them a later ADD of such a column
+// looks like one re-added (columnMoves), and the table is read again for
+// nothing. A column is ahead when it is new since old (the description
+// before the statement), or already was ahead, and the statement does not
+// add, drop or rename it: an ALTER TABLE of this table whose clauses do
+// not name it, or a statement that cannot name this table (an ALTER TABLE
+// of another, or one run in another database that does not hold this
+// one's name). Another statement (CREATE, RENAME TABLE, an ALTER form not
+// recognised) may have added the new columns: none are taken for ahead
+// after it, so a later ADD of one reads the table again (a needless
+// re-read, never a missed one). Nor is a column the mirror had and saw
+// dropped (dropped, the columns record's): its ADD is a re-added column.
+func aheadColumns(old, nd *tableDesc, stmt, defaultDB string, dropped []string) []string {
+	altered, ops, parsed := parseColumnOps(stmt, defaultDB)
+	this := parsed && altered == [2]string{strings.ToLower(nd.db), strings.ToLower(nd.name)}
+	other := parsed && !this ||
+		!parsed && defaultDB != nd.db && !strings.Contains(strings.ToLower(stmt), strings.ToLower(nd.db))
+	if !this && !other {
+		return nil
+	}
+	touched := func(c string) bool {
+		return this && slices.ContainsFunc(ops, func(op columnOp) bool {
+			return strings.EqualFold(op.name, c) || op.kind == 'r' && strings.EqualFold(op.to, c)
+		})
+	}
+	wasAhead := func(c string) bool {
+		return slices.ContainsFunc(old.ahead, func(a string) bool { return strings.EqualFold(a, c) })
+	}
+	isNew := func(c string) bool {
+		return !slices.ContainsFunc(old.table.Columns, func(oc schema.Column) bool { return strings.EqualFold(oc.Name, c) }) &&
+			!slices.ContainsFunc(dropped, func(d string) bool { return strings.EqualFold(d, c) })
+	}
+	var out []string
+	for _, c := range nd.table.Columns {
+		if !touched(c.Name) && (wasAhead(c.Name) || isNew(c.Name)) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }

@@ -201,7 +201,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 		if err := s.partitionMoves(ctx, string(e.Query), string(e.Schema)); err != nil {
 			return err
 		}
-		if err := s.refresh(ctx, string(e.Query)); err != nil {
+		if err := s.refresh(ctx, string(e.Query), string(e.Schema)); err != nil {
 			return err
 		}
 		if err := s.loadCascades(ctx); err != nil {
@@ -228,7 +228,7 @@ func (s *streamer) namesCaptured(stmt string) bool {
 // statement names (by their bare name: the statement is not parsed). A
 // table that is gone (dropped, renamed) keeps its last description; its
 // changes stop until a table of that name exists again.
-func (s *streamer) refresh(ctx context.Context, stmt string) error {
+func (s *streamer) refresh(ctx context.Context, stmt, defaultDB string) error {
 	for qn, d := range s.captured {
 		if !strings.Contains(stmt, d.name) {
 			continue
@@ -246,6 +246,15 @@ func (s *streamer) refresh(ctx context.Context, stmt string) error {
 		if err := s.reReadAdded(ctx, func(c string) bool { return d.table.ColumnIndex(c) >= 0 }, nd); err != nil {
 			return err
 		}
+		rec, err := s.r.columnRecord(ctx, qn)
+		if err != nil {
+			return err
+		}
+		var dropped []string
+		if rec != nil {
+			dropped = rec.Dropped
+		}
+		nd.ahead = aheadColumns(d, nd, stmt, defaultDB, dropped)
 		if err := s.syncColumns(ctx, nd, s.tx.ord, false); err != nil {
 			return err
 		}

@@ -3,8 +3,8 @@ package mysql
 import (
 	"database/sql"
 	"fmt"
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
@@ -130,7 +130,7 @@ func TestAddedDefaultTypeChangedLater(t *testing.T) {
 		wt := e.grantWatermarks(t)
 		e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)")
 		d := newDedupe(1)
-		e.reader(t, newMemState(), d, "t", func(c *Config) {
+		r, _ := e.reader(t, newMemState(), d, "t", func(c *Config) {
 			c.WatermarkTable = wt
 			c.KeepsDefault = func(schema.Column) bool { return true }
 		})
@@ -155,8 +155,11 @@ func TestAddedDefaultTypeChangedLater(t *testing.T) {
 			return n >= 3
 		})
 		if !changed {
-			time.Sleep(3 * time.Second) // a snapshot, were one queued, would have begun
-			got = d.snapshot()
+			// A re-read is queued (snapshot.Engine.Restart) in the stream
+			// before the insert after the ALTER is emitted: none is now.
+			for _, p := range r.inc.Progress() {
+				t.Errorf("type not changed: the table is read again (origin %s, %d rows), want no re-read", p.Origin, p.Rows)
+			}
 		} else {
 			got = d.waitFor(t, "snapshot rows", func(cs []source.Change) bool {
 				n := 0
@@ -178,7 +181,117 @@ func TestAddedDefaultTypeChangedLater(t *testing.T) {
 			}
 		}
 		if (read > 0) != changed {
-			t.Errorf("type changed %t: %d rows read again", changed, read)
+			t.Errorf("type changed %t: %d rows read again; re-reads %+v", changed, read, r.inc.Progress())
+		}
+	}
+}
+
+// TestAddedColumnsReaderBehind: a reader behind two ALTERs of one table,
+// each adding a column with a default the sink keeps, describes the table
+// at the first with both columns (the information schema is ahead of it);
+// the second ADD is then no recreation of a column the mirror had, and
+// nothing is read again. A column dropped and added again while the reader
+// is behind still is: the mirror holds its old values.
+func TestAddedColumnsReaderBehind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wt := e.grantWatermarks(t)
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)")
+	d := newDedupe(1)
+	r, _ := e.reader(t, newMemState(), d, "t", func(c *Config) {
+		c.WatermarkTable = wt
+		c.KeepsDefault = func(schema.Column) bool { return true }
+	})
+	qn := e.name + ".t"
+	inserted := func(id int64) func([]source.Change) bool {
+		return func(cs []source.Change) bool {
+			for _, c := range cs {
+				if c.Op == source.OpCreate && c.After[0] == any(id) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	runs := func() []string {
+		var out []string
+		for _, p := range r.inc.Progress() {
+			if p.Table == qn {
+				out = append(out, p.Origin)
+			}
+		}
+		return out
+	}
+
+	// The reader waits in Emit (its insert's or a heartbeat's) until the
+	// ALTERs are done.
+	e.exec(t, "INSERT INTO t VALUES (10)")
+	release := d.holdEmits(t)
+	e.exec(t, "ALTER TABLE t ADD COLUMN a INT DEFAULT 1", "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", "INSERT INTO t VALUES (4, 2, 6)")
+	release()
+	// Restart is called in the stream before the insert after the ALTERs
+	// is emitted: once it is kept, a re-read would be queued.
+	d.waitFor(t, "the insert after the ALTERs", inserted(4))
+	if got := runs(); len(got) > 0 {
+		t.Errorf("columns added while the reader was behind: the table is read again (origins %v), want no re-read", got)
+	}
+
+	e.exec(t, "INSERT INTO t VALUES (11, 2, 6)")
+	release = d.holdEmits(t)
+	e.exec(t, "ALTER TABLE t DROP COLUMN c", "ALTER TABLE t ADD COLUMN c INT DEFAULT 9", "INSERT INTO t VALUES (5, 2, 7)")
+	release()
+	d.waitFor(t, "the insert after the column was added again", inserted(5))
+	if got := runs(); !slices.Contains(got, "recreated-column") {
+		t.Errorf("a column dropped and added again while the reader was behind: re-reads %v, want one of origin recreated-column", got)
+	}
+
+	// The reader sees c dropped, then describes the table at another
+	// table's ALTER after c was added again (in lower case: refresh picks
+	// the tables whose bare name a statement holds, case-sensitively): c
+	// is no column ahead, its ADD is a re-added one.
+	e.exec(t, "CREATE TABLE u (id INT PRIMARY KEY)", "ALTER TABLE t DROP COLUMN c", "INSERT INTO t VALUES (12, 2)")
+	d.waitFor(t, "the insert after the DROP", inserted(12))
+	before := len(runs())
+	e.exec(t, "INSERT INTO t VALUES (13, 2)")
+	release = d.holdEmits(t)
+	e.exec(t, "alter table u add column z int", "ALTER TABLE t ADD COLUMN c INT DEFAULT 8", "INSERT INTO t VALUES (14, 2, 8)")
+	release()
+	d.waitFor(t, "the insert after the column was added again", inserted(14))
+	if got := runs(); len(got) == before {
+		t.Errorf("a column dropped, then added again while the reader was behind: re-reads %v, want one more of origin recreated-column", got)
+	}
+}
+
+// TestAheadColumns: which columns of a description read at a DDL
+// statement the stream has not yet seen added.
+func TestAheadColumns(t *testing.T) {
+	t.Parallel()
+	desc := func(ahead []string, cols ...string) *tableDesc {
+		d := &tableDesc{db: "db", name: "t", table: &schema.Table{}, ahead: ahead}
+		for _, c := range cols {
+			d.table.Columns = append(d.table.Columns, schema.Column{Name: c})
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name, stmt, db string
+		old, nd        *tableDesc
+		dropped        []string
+		want           []string
+	}{
+		{"this table's first ADD", "ALTER TABLE t ADD COLUMN a INT", "db", desc(nil, "id"), desc(nil, "id", "a", "c"), nil, []string{"c"}},
+		{"the ADD of one ahead", "ALTER TABLE t ADD COLUMN C INT", "db", desc([]string{"c"}, "id", "a", "c"), desc(nil, "id", "a", "c"), nil, nil},
+		{"a DROP of one ahead", "ALTER TABLE db.t DROP c", "other", desc([]string{"c"}, "id", "c"), desc(nil, "id", "c"), nil, nil},
+		{"a rename to it", "ALTER TABLE t CHANGE x c INT", "db", desc(nil, "id"), desc(nil, "id", "c"), nil, nil},
+		{"another table's ALTER", "ALTER TABLE u ADD c INT", "db", desc([]string{"a"}, "id", "a"), desc(nil, "id", "a", "c"), nil, []string{"a", "c"}},
+		{"a CREATE in another database", "CREATE TABLE t (id INT)", "other", desc(nil, "id"), desc(nil, "id", "c"), nil, []string{"c"}},
+		{"a CREATE that may name it", "CREATE OR REPLACE TABLE t (id INT, c INT)", "db", desc([]string{"a"}, "id", "a"), desc(nil, "id", "a", "c"), nil, nil},
+		{"a RENAME naming its database", "RENAME TABLE db.t TO db.u, db.v TO db.t", "other", desc(nil, "id"), desc(nil, "id", "c"), nil, nil},
+		{"a dropped column", "ALTER TABLE u ADD c INT", "db", desc([]string{"a"}, "id", "a"), desc(nil, "id"), nil, nil},
+		{"one the mirror saw dropped", "ALTER TABLE u ADD x INT", "db", desc(nil, "id"), desc(nil, "id", "c"), []string{"C"}, nil},
+	} {
+		if got := aheadColumns(tc.old, tc.nd, tc.stmt, tc.db, tc.dropped); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q at %s: ahead %q, want %q", tc.name, tc.stmt, tc.db, got, tc.want)
 		}
 	}
 }

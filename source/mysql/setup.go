@@ -397,6 +397,9 @@ type tableDesc struct {
 	db, name string
 	cols     []colType
 	table    *schema.Table
+	// ahead are the columns the information schema showed before the
+	// stream reached the statement that adds them (aheadColumns).
+	ahead []string
 }
 
 func (d *tableDesc) qualified() string { return d.db + "." + d.name }
