@@ -432,6 +432,7 @@ func (l *Embedded) Close() error {
 	l.adminMu.Lock() // no create or delete in flight
 	defer l.adminMu.Unlock()
 	l.closeAll()
+	l.spare.release()
 	l.logger.Info("log: closed")
 	return nil
 }

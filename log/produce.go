@@ -71,6 +71,15 @@ func (f *batchBufs) take(i int) {
 	f.free = f.free[:last]
 }
 
+// release drops the kept buffers: a closed log holds no memory for
+// batches (up to spareBatchBytes) while its Embedded stays referenced.
+func (f *batchBufs) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.free)
+	f.free, f.bytes = nil, 0
+}
+
 // put offers b for reuse; the caller no longer refers to it.
 func (f *batchBufs) put(b []byte) {
 	if cap(b) > 2*softBatchBytes {

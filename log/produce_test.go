@@ -1,6 +1,9 @@
 package log
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // TestBatchBufsKeepSmallerBuffers: a batch larger than the newest kept
 // buffer takes an older one that fits and leaves the smaller ones for
@@ -29,5 +32,28 @@ func TestBatchBufsKeepSmallerBuffers(t *testing.T) {
 	}
 	if len(f.free) != 2 || f.bytes != cap(b)+cap(c) {
 		t.Fatalf("after a miss %d buffers (%d bytes) are kept, want the two larger ones (%d)", len(f.free), f.bytes, cap(b)+cap(c))
+	}
+}
+
+// TestCloseReleasesBatchBuffers: a closed log keeps no spare batch
+// buffers (up to spareBatchBytes each) while something still refers to it
+// — a benchmark's rounds held every closed log and grew by them.
+func TestCloseReleasesBatchBuffers(t *testing.T) {
+	ctx := context.Background()
+	l := openTest(t, t.TempDir(), nil)
+	if err := l.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		mustProduce(t, l, "t", Record{Value: make([]byte, 1000), Partition: int32(i % 2)})
+	}
+	if l.spare.bytes == 0 {
+		t.Fatal("no spare batch buffers kept after produces: the test shows nothing")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l.spare.bytes != 0 || len(l.spare.free) != 0 {
+		t.Errorf("a closed log keeps %d bytes in %d spare batch buffers", l.spare.bytes, len(l.spare.free))
 	}
 }
