@@ -116,6 +116,9 @@ type env struct {
 	state *memState
 	// logs, when set, receives the readers' log lines too.
 	logs io.Writer
+	// returned is closed once the reader startReader started last has
+	// returned from Run, by itself or stopped.
+	returned chan struct{}
 }
 
 func setup(t testing.TB, ddl string) *env {
@@ -165,8 +168,11 @@ func (e *env) startReader(t *testing.T, tables []string, snapshot bool, c source
 	r := New(cfg, e.state, slog.New(slog.NewTextHandler(w, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
+	returned := make(chan struct{})
+	e.returned = returned
 	go func() {
 		err := r.Run(ctx, c)
+		close(returned)
 		if err != nil && ctx.Err() == nil {
 			t.Logf("the reader stopped by itself: %v", err) // a test waiting for changes then says why none come
 		}
