@@ -128,6 +128,11 @@ type Iceberg struct {
 	Mode string `yaml:"mode"`
 	// CommitInterval is the longest time between commits; default 10s.
 	CommitInterval time.Duration `yaml:"commit_interval"`
+	// RetryInterval is how often a paused table is looked at again (it
+	// resumes by itself once the cause is gone), a table whose commits
+	// fail past their budget is restarted, and an idle table's catalog is
+	// checked for a rollback or a drop under it; default 30s.
+	RetryInterval time.Duration `yaml:"retry_interval"`
 	// Tables holds per-table settings (partition spec of new tables).
 	Tables []IcebergTable `yaml:"tables"`
 	// Compaction configures compaction and metadata maintenance.

@@ -23,6 +23,7 @@ const (
 	defaultFormatVersion  = 3
 	defaultMode           = "upsert"
 	defaultCommitInterval = 10 * time.Second
+	defaultRetryInterval  = 30 * time.Second
 	defaultListen         = "127.0.0.1:8089"
 
 	// defaultSchema is the schema of a bare table name.
@@ -99,6 +100,7 @@ func (ic *Iceberg) applyDefaults(dataDir string, explicit func(path string) bool
 	orDefault(&ic.FormatVersion, defaultFormatVersion, explicit(p+"format_version"))
 	orDefault(&ic.Mode, defaultMode, explicit(p+"mode"))
 	orDefault(&ic.CommitInterval, defaultCommitInterval, explicit(p+"commit_interval"))
+	orDefault(&ic.RetryInterval, defaultRetryInterval, explicit(p+"retry_interval"))
 }
 
 // orDefault sets *p to def when it is zero and the file did not set it.

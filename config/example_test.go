@@ -83,6 +83,7 @@ sink: {iceberg: {mode: append}}
 	//     format_version: 3
 	//     mode: append
 	//     commit_interval: 10s
+	//     retry_interval: 30s
 	//     compaction:
 	//       enabled: true
 	//       interval: 1m

@@ -238,6 +238,9 @@ func (v *validator) sink() {
 	if ic.CommitInterval <= 0 {
 		v.fail("sink.iceberg.commit_interval", ErrInvalid, "must be positive, got %s", ic.CommitInterval)
 	}
+	if ic.RetryInterval < time.Second {
+		v.fail("sink.iceberg.retry_interval", ErrInvalid, "must be at least 1s (each look loads the table from the catalog), got %s", ic.RetryInterval)
+	}
 	v.icebergTables(ic)
 	v.compaction(ic.Compaction)
 }

@@ -79,6 +79,8 @@ func TestValidate(t *testing.T) {
 			want{"sink.iceberg.commit_interval", 21, 5, ErrInvalid, "must be positive, got 0s"}},
 		{"commit interval negative", "    commit_interval: 10s", "    commit_interval: -5s",
 			want{"sink.iceberg.commit_interval", 21, 5, ErrInvalid, "must be positive, got -5s"}},
+		{"retry interval short", "    commit_interval: 10s", "    commit_interval: 10s\n    retry_interval: 100ms",
+			want{"sink.iceberg.retry_interval", 22, 5, ErrInvalid, "must be at least 1s (each look loads the table from the catalog), got 100ms"}},
 		{"listen", "  listen: 127.0.0.1:8089", "  listen: localhost",
 			want{"admin.listen", 23, 3, ErrInvalid, `"localhost" is not host:port (e.g. 127.0.0.1:8089); write "off" to disable`}},
 		{"listen port", "  listen: 127.0.0.1:8089", "  listen: 127.0.0.1:99999",

@@ -166,7 +166,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	}
 	d.sink = iceberg.New(iceberg.Config{
 		Pipeline: cfg.Pipeline, Group: "cdcd-sink-" + cfg.Pipeline, Tables: tables,
-		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval,
+		FormatVersion: ice.FormatVersion, CommitInterval: ice.CommitInterval, RetryInterval: ice.RetryInterval,
 		Mode: ice.Mode, IndexDir: filepath.Join(cfg.DataDir, "index"), Shared: cfg.Role == config.RoleSink,
 		TargetFileSize: ice.Compaction.TargetFileSizeMB << 20,
 		Maintenance: iceberg.MaintenanceConfig{

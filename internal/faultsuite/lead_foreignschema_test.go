@@ -21,7 +21,8 @@ func TestMirrorColumnRenamedByAnotherWriter(t *testing.T) {
 	p := newPipeline(t, pipelineOptions{
 		DDL: `CREATE TABLE a (id int PRIMARY KEY, v text, w int);
 			INSERT INTO a SELECT g, 'v' || g, g FROM generate_series(1, 100) g;`,
-		Tables: []string{"public.a"},
+		Tables:    []string{"public.a"},
+		SinkExtra: "retry_interval: 2s", // the paused table is looked at again every 2 s
 	})
 	p.start()
 	p.waitCaughtUp()
@@ -45,6 +46,9 @@ func TestMirrorColumnRenamedByAnotherWriter(t *testing.T) {
 	})
 	p.waitCaughtUp()
 	p.requireMirror()
+	if !p.logContains("checked_again_every=2s") {
+		t.Error("the pause does not follow sink.iceberg.retry_interval (2s)")
+	}
 }
 
 // renameMirrorColumn renames a column of the mirror cdc.<name> as another
