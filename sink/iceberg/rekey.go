@@ -61,9 +61,16 @@ func (w *tableWriter) checkKey(ctx context.Context) error {
 		return nil
 	}
 	have := fieldNames(w.up.keys)
-	var t *schema.Table
+	var t, last *schema.Table
 	for i := range w.buf {
-		if bt := w.buf[i].table; bt != nil && len(bt.Key) > 0 && !slices.Equal(keyNames(bt), have) {
+		// Changes share their table version: compare each version once,
+		// not each change (a commit buffers tens of thousands).
+		bt := w.buf[i].table
+		if bt == nil || bt == last || len(bt.Key) == 0 {
+			continue
+		}
+		last = bt
+		if !slices.Equal(keyNames(bt), have) {
 			t = bt
 			break
 		}
