@@ -52,6 +52,8 @@ type pgDatabase struct {
 	// descs are the tables' descriptions for chunks on conn, by name,
 	// reused while their catalog version holds (incremental_chunktx.go).
 	descs map[string]*chunkDesc
+	// versionReady: versionStmt is prepared on conn.
+	versionReady bool
 	// conn2 reads the second half of a range chunk; nil until needed.
 	conn2 *pgx.Conn
 	// orders compare keys in the database for tables whose key order Go
