@@ -503,15 +503,33 @@ func appendSmallDecimal(s []byte, b string, precision, scale int) []byte {
 	if frac > 0 {
 		fp = fp*uint64(pow10[scale%9]) + group(at, frac)
 	}
-	if neg && (ip != 0 || fp != 0) {
-		s = append(s, '-')
+	// The text, written once from its last digit: the fraction's scale
+	// digits, the point, the integer part's digits (at least one), the
+	// sign (not on zero). Dividing by the constant 10 is a multiply.
+	var buf [24]byte // 18 digits, a leading 0, the point and the sign
+	i := len(buf)
+	sign := neg && (ip != 0 || fp != 0)
+	for range scale {
+		i--
+		buf[i] = byte('0' + fp%10)
+		fp /= 10
 	}
-	s = strconv.AppendUint(s, ip, 10)
 	if scale > 0 {
-		s = append(s, '.')
-		s = appendDigits(s, fp, scale)
+		i--
+		buf[i] = '.'
 	}
-	return s
+	for {
+		i--
+		buf[i] = byte('0' + ip%10)
+		if ip /= 10; ip == 0 {
+			break
+		}
+	}
+	if sign {
+		i--
+		buf[i] = '-'
+	}
+	return append(s, buf[i:]...)
 }
 
 // appendDecimalGroups is appendDecimal group by group, for any precision.
