@@ -326,7 +326,7 @@ func TestDaysFromCivil(t *testing.T) {
 
 // TestRowArena: rows handed out do not overlap, across chunks and tables
 // of different widths; after reset the chunks are used again and every
-// row handed out is zeroed (decodeImage leaves a NULL column as it finds
+// row handed out is zeroed (imageReader.decode leaves a NULL column as it finds
 // it); a nil arena allocates.
 func TestRowArena(t *testing.T) {
 	var a rowArena

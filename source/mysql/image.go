@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
 	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
@@ -120,42 +121,66 @@ type imageReader struct {
 	body    rowsBody
 	pos     int
 	bitmaps [2][]byte // the column bitmaps of the first and (update) second image
-	second  bool      // the next image is an update's after image
+	// present counts the columns each bitmap holds (-1: a bitmap shorter
+	// than the table map's columns), once an event instead of once an
+	// image; full: it holds them all.
+	present [2]int
+	full    [2]bool
+	second  bool // the next image is an update's after image
 }
 
 func newImageReader(e *replication.RowsEvent, body rowsBody) *imageReader {
-	return &imageReader{tm: e.Table, body: body, bitmaps: [2][]byte{e.ColumnBitmap1, e.ColumnBitmap2}}
+	r := &imageReader{tm: e.Table, body: body, bitmaps: [2][]byte{e.ColumnBitmap1, e.ColumnBitmap2}}
+	n := len(r.tm.ColumnType)
+	for j, bm := range r.bitmaps {
+		if len(bm) < (n+7)/8 {
+			r.present[j] = -1
+			continue
+		}
+		for i := range n {
+			if bitSet(bm, i) {
+				r.present[j]++
+			}
+		}
+		r.full[j] = r.present[j] == n
+	}
+	return r
 }
 
 func (r *imageReader) more() bool { return r.pos < len(r.body) }
 
-// next splits the next image into fields (one per column of the table
-// map, reused); partial reports a column absent.
-func (r *imageReader) next(fields []field) (partial bool, err error) {
-	bitmap := r.bitmaps[0]
+// image starts the next image of n columns (the table map's): its column
+// bitmap, whether that holds every column, and where its NULL bitmap
+// starts; r.pos is then at its first value.
+func (r *imageReader) image(n int) (bitmap []byte, full bool, nulls int, err error) {
+	j := 0
 	if r.second {
-		bitmap = r.bitmaps[1]
+		j = 1
 	}
 	if r.bitmaps[1] != nil {
 		r.second = !r.second
 	}
-	n := len(r.tm.ColumnType)
-	if len(fields) != n || len(bitmap) < (n+7)/8 {
-		return false, fmt.Errorf("%w: %d columns, a bitmap of %d bytes, the table map has %d", errImage, len(fields), len(bitmap), n)
+	bitmap = r.bitmaps[j]
+	if n != len(r.tm.ColumnType) || r.present[j] < 0 {
+		return nil, false, 0, fmt.Errorf("%w: %d columns, a bitmap of %d bytes, the table map has %d", errImage, n, len(bitmap), len(r.tm.ColumnType))
 	}
-	present := 0
-	for i := range n {
-		if bitSet(bitmap, i) {
-			present++
-		}
-	}
-	nulls := r.pos
-	r.pos += (present + 7) / 8
+	nulls = r.pos
+	r.pos += (r.present[j] + 7) / 8
 	if r.pos > len(r.body) {
-		return false, fmt.Errorf("%w: it ends in its NULL bitmap", errImage)
+		return nil, false, 0, fmt.Errorf("%w: it ends in its NULL bitmap", errImage)
+	}
+	return bitmap, r.full[j], nulls, nil
+}
+
+// next splits the next image into fields (one per column of the table
+// map, reused); partial reports a column absent.
+func (r *imageReader) next(fields []field) (partial bool, err error) {
+	bitmap, _, nulls, err := r.image(len(fields))
+	if err != nil {
+		return false, err
 	}
 	k := 0
-	for i := range n {
+	for i := range fields {
 		fields[i] = field{}
 		if !bitSet(bitmap, i) {
 			fields[i].absent, partial = true, true
@@ -175,6 +200,55 @@ func (r *imageReader) next(fields []field) (partial bool, err error) {
 		r.pos += end
 	}
 	return partial, nil
+}
+
+// decode reads the next image of table version v straight into row (a
+// value per column, zeroed; a NULL or absent column stays nil): next and
+// decodeImage in one pass, each value converted as soon as it is bounded,
+// without the fields between them (a store of each value's bytes, with
+// its write barrier while the collector runs, and a load again). A value
+// cdcd cannot carry is nil and the returned fault names it, as
+// decodeImage does.
+func (r *imageReader) decode(v *tableVersion, row []any, vals *pgdecode.Slab) (*source.Fault, error) {
+	tm := r.tm
+	if len(row) != len(v.cols) {
+		return nil, fmt.Errorf("%w: a row of %d columns, the table map has %d", errImage, len(v.cols), len(tm.ColumnType))
+	}
+	bitmap, full, nulls, err := r.image(len(row))
+	if err != nil {
+		return nil, err
+	}
+	var fault *source.Fault
+	k := 0
+	for i := range row {
+		if !full && !bitSet(bitmap, i) {
+			continue
+		}
+		null := r.body[nulls+k>>3]&(1<<(k&7)) != 0
+		k++
+		if null {
+			continue
+		}
+		typ, meta := tm.ColumnType[i], tm.ColumnMeta[i]
+		start, end, err := valueBounds(typ, meta, r.body[r.pos:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: column %d: %v", errImage, i, err)
+		}
+		b := string(r.body[r.pos+start : r.pos+end])
+		r.pos += end
+		val, err := fromImage(&v.cols[i], typ, meta, b, vals)
+		if err == nil && val == nil && !v.table.Columns[i].Nullable {
+			err = errNullKey
+		}
+		if err != nil {
+			if fault == nil {
+				fault = v.fault(i, imageText(typ, meta, b), err)
+			}
+			continue
+		}
+		row[i] = val
+	}
+	return fault, nil
 }
 
 func bitSet(bitmap []byte, i int) bool { return bitmap[i/8]&(1<<(i%8)) != 0 }
@@ -429,15 +503,33 @@ func appendSmallDecimal(s []byte, b string, precision, scale int) []byte {
 	if frac > 0 {
 		fp = fp*uint64(pow10[scale%9]) + group(at, frac)
 	}
-	if neg && (ip != 0 || fp != 0) {
-		s = append(s, '-')
+	// The text, written once from its last digit: the fraction's scale
+	// digits, the point, the integer part's digits (at least one), the
+	// sign (not on zero). Dividing by the constant 10 is a multiply.
+	var buf [24]byte // 18 digits, a leading 0, the point and the sign
+	i := len(buf)
+	sign := neg && (ip != 0 || fp != 0)
+	for range scale {
+		i--
+		buf[i] = byte('0' + fp%10)
+		fp /= 10
 	}
-	s = strconv.AppendUint(s, ip, 10)
 	if scale > 0 {
-		s = append(s, '.')
-		s = appendDigits(s, fp, scale)
+		i--
+		buf[i] = '.'
 	}
-	return s
+	for {
+		i--
+		buf[i] = byte('0' + ip%10)
+		if ip /= 10; ip == 0 {
+			break
+		}
+	}
+	if sign {
+		i--
+		buf[i] = '-'
+	}
+	return append(s, buf[i:]...)
 }
 
 // appendDecimalGroups is appendDecimal group by group, for any precision.

@@ -14,7 +14,9 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
+	"github.com/cdcd-dev/cdcd/schema"
 	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
 )
 
 // edgeDDL has the binlog forms typesDDL leaves out: every fractional
@@ -229,17 +231,37 @@ func FuzzImageRows(f *testing.F) {
 	f.Add([]byte{0, 0})
 	f.Add(append([]byte{0xff, 0x7f}, make([]byte, 64)...))
 	f.Add([]byte{0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	v := &tableVersion{qn: "db.t", cols: cols, table: &schema.Table{}}
+	for i := range cols {
+		v.table.Columns = append(v.table.Columns, schema.Column{Name: fmt.Sprint("c", i), Nullable: i != 0})
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, update := range []bool{false, true} {
 			e := &replication.RowsEvent{Table: tm, ColumnBitmap1: full}
 			if update {
 				e.ColumnBitmap2 = []byte{0xfe, 0x7f} // the after image lacks a column
 			}
-			r := newImageReader(e, rowsBody(body))
+			// The split (next, then decodeImage) and the fused pass
+			// (decode) agree image by image: values, faults, errors.
+			r, fused := newImageReader(e, rowsBody(body)), newImageReader(e, rowsBody(body))
 			fields := make([]field, len(cols))
 			for n := 0; r.more() && n < 64; n++ {
-				if _, err := r.next(fields); err != nil {
+				_, err := r.next(fields)
+				row := make([]any, len(cols))
+				ferr := error(nil)
+				var ffault *source.Fault
+				if fused.more() {
+					ffault, ferr = fused.decode(v, row, nil)
+				}
+				if err != nil {
+					if ferr == nil {
+						t.Fatalf("image %d: the split failed (%v), the fused pass did not: %#v", n, err, row)
+					}
 					break
+				}
+				want, wfault, _ := v.decodeImage(tm, fields, nil, nil)
+				if ferr != nil || fmt.Sprintf("%#v", row) != fmt.Sprintf("%#v", want) || faultText(ffault) != faultText(wfault) {
+					t.Fatalf("image %d: fused %#v (%q, %v), split %#v (%q)", n, row, faultText(ffault), ferr, want, faultText(wfault))
 				}
 				for i, fd := range fields {
 					if !fd.absent && !fd.isNull {
@@ -340,4 +362,33 @@ func decimalText(ip, fp string, neg bool) string {
 		text = "-" + text
 	}
 	return text
+}
+
+// decodeImage converts a row image split by imageReader.next into
+// table-model values: the two passes imageReader.decode makes one, kept
+// as its oracle (FuzzImageRows).
+func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowArena, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
+	if len(fields) != len(v.cols) {
+		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
+	}
+	row := slab.next(len(fields))
+	var fault *source.Fault
+	for i := range fields {
+		f := &fields[i]
+		if f.isNull || f.absent {
+			continue
+		}
+		val, err := fromImage(&v.cols[i], tm.ColumnType[i], tm.ColumnMeta[i], f.b, vals)
+		if err == nil && val == nil && !v.table.Columns[i].Nullable {
+			err = errNullKey
+		}
+		if err != nil {
+			if fault == nil {
+				fault = v.fault(i, imageText(tm.ColumnType[i], tm.ColumnMeta[i], f.b), err)
+			}
+			val = nil
+		}
+		row[i] = val
+	}
+	return row, fault, nil
 }

@@ -296,10 +296,12 @@ func (r *rowImages) next(slab *rowArena) ([]any, *source.Fault, error) {
 		r.i++
 		return r.v.decodeRow(r.raw[r.i-1], slab)
 	}
-	if _, err := r.img.next(r.fields); err != nil {
+	row := slab.next(len(r.v.cols))
+	f, err := r.img.decode(r.v, row, r.vals)
+	if err != nil {
 		return nil, nil, fmt.Errorf("mysql: %s: %w", r.v.qn, err)
 	}
-	return r.v.decodeImage(r.e.Table, r.fields, slab, r.vals)
+	return row, f, nil
 }
 
 func (s *streamer) change(ctx context.Context, v *tableVersion, op source.Op, before, after []any, f *source.Fault) error {
@@ -369,34 +371,6 @@ func (v *tableVersion) decodeRow(raw []any, slab *rowArena) ([]any, *source.Faul
 		if err != nil {
 			if fault == nil {
 				fault = v.fault(i, raw[i], err)
-			}
-			val = nil
-		}
-		row[i] = val
-	}
-	return row, fault, nil
-}
-
-// decodeImage converts a row image split by imageReader (image.go) into
-// table-model values, as decodeRow does go-mysql's.
-func (v *tableVersion) decodeImage(tm *replication.TableMapEvent, fields []field, slab *rowArena, vals *pgdecode.Slab) ([]any, *source.Fault, error) {
-	if len(fields) != len(v.cols) {
-		return nil, nil, fmt.Errorf("mysql: %s: a row of %d columns, the table map has %d", v.qn, len(fields), len(v.cols))
-	}
-	row := slab.next(len(fields))
-	var fault *source.Fault
-	for i := range fields {
-		f := &fields[i]
-		if f.isNull || f.absent {
-			continue
-		}
-		val, err := fromImage(&v.cols[i], tm.ColumnType[i], tm.ColumnMeta[i], f.b, vals)
-		if err == nil && val == nil && !v.table.Columns[i].Nullable {
-			err = errNullKey
-		}
-		if err != nil {
-			if fault == nil {
-				fault = v.fault(i, imageText(tm.ColumnType[i], tm.ColumnMeta[i], f.b), err)
 			}
 			val = nil
 		}
