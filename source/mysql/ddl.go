@@ -187,7 +187,7 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	}
 	switch st.kind {
 	case stmtTruncate:
-		if desc := s.captured[st.db+"."+st.table]; desc != nil && !s.inc.isWatermarkTable(desc.qualified()) &&
+		if desc := s.capturedNamed(st.db, st.table); desc != nil && !s.inc.isWatermarkTable(desc.qualified()) &&
 			!s.inc.isSignalTable(desc.qualified()) {
 			s.truncate(desc.qualified())
 		}
@@ -211,6 +211,22 @@ func (s *streamer) query(ctx context.Context, e *replication.QueryEvent) error {
 	return s.commit(ctx)
 }
 
+// capturedNamed returns the captured table a statement names as db.table
+// (nil: none): the one of that exact name, or, on a server that folds
+// names (foldNames), the one whose name differs only in case. A server
+// that does not fold them holds t and T as two tables.
+func (s *streamer) capturedNamed(db, table string) *tableDesc {
+	if d := s.captured[db+"."+table]; d != nil || !s.foldNames {
+		return d
+	}
+	for _, d := range s.captured {
+		if strings.EqualFold(d.db, db) && strings.EqualFold(d.name, table) {
+			return d
+		}
+	}
+	return nil
+}
+
 // namesCaptured reports whether a statement holds the bare name of a
 // captured table, in any case (as refresh picks the tables a DDL statement
 // may have changed; the statement is not parsed).
@@ -229,8 +245,12 @@ func (s *streamer) namesCaptured(stmt string) bool {
 // table that is gone (dropped, renamed) keeps its last description; its
 // changes stop until a table of that name exists again.
 func (s *streamer) refresh(ctx context.Context, stmt, defaultDB string) error {
+	lower := strings.ToLower(stmt)
 	for qn, d := range s.captured {
-		if !strings.Contains(stmt, d.name) {
+		// In any case, as namesCaptured: a server that folds names takes
+		// ALTER TABLE T for t, and describing a table the statement did
+		// not change costs only the query.
+		if !strings.Contains(lower, strings.ToLower(d.name)) {
 			continue
 		}
 		nd, err := describeTable(ctx, s.db, s.flavor, d.db, d.name)

@@ -29,8 +29,12 @@ type streamer struct {
 	// captured holds the configured tables as the information schema
 	// showed them last (at the start and after each DDL touching them).
 	captured map[string]*tableDesc
-	byID     map[uint64]*tableVersion // table-map id → version
-	latest   map[string]*tableVersion // db.table → newest version
+	// foldNames: the server compares table and database names without
+	// case (lower_case_table_names 1 or 2), so a statement may name a
+	// captured table in any case (capturedNamed).
+	foldNames bool
+	byID      map[uint64]*tableVersion // table-map id → version
+	latest    map[string]*tableVersion // db.table → newest version
 
 	// faultLogged is the reason last logged per table stopped while
 	// streaming (tablefault.go).
@@ -120,6 +124,11 @@ func (r *Reader) stream(ctx context.Context, ci connInfo, db *sql.DB, flavor str
 		byID: map[uint64]*tableVersion{}, latest: map[string]*tableVersion{}, streamBufs: newStreamBufs(),
 		live: st, durable: checkpoint{Flavor: flavor, GTID: st.String(), Ordinal: st.ord, XA: r.xaResume}, saved: st.ord,
 		xa: xaResumed(r.xaResume),
+	}
+	if v, err := globalVar(ctx, db, "lower_case_table_names"); err != nil {
+		return err
+	} else {
+		s.foldNames = v != "0"
 	}
 	r.logger.Info("streaming", "flavor", flavor, "gtid", st.String(), "ordinal", st.ord, "tls", string(ci.sslMode))
 	if ci.tls == nil && !isLoopback(ci.host) {
