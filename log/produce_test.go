@@ -57,3 +57,92 @@ func TestCloseReleasesBatchBuffers(t *testing.T) {
 		t.Errorf("a closed log keeps %d bytes in %d spare batch buffers", l.spare.bytes, len(l.spare.free))
 	}
 }
+
+// TestBatchBufsKeepPipelinePeak: buffers given back after a peak of more
+// than spareBatchBytes out at once are kept for the next peak (a
+// pipelined load drains and fills again), and dropped once the peak is
+// two windows old.
+func TestBatchBufsKeepPipelinePeak(t *testing.T) {
+	clock := newClock()
+	f := batchBufs{now: clock.now}
+	const n = 500 << 10 // a load's batch per partition: 576 KB buffers
+	cycle := func() {
+		bufs := make([][]byte, 40) // 23 MB out: more than spareBatchBytes
+		for i := range bufs {
+			bufs[i] = f.get(n)
+		}
+		for _, b := range bufs {
+			f.put(b)
+		}
+	}
+	cycle()
+	if f.made != 40 {
+		t.Fatalf("the first peak made %d buffers, want 40", f.made)
+	}
+	for round := 0; round < 3; round++ {
+		clock.advance(spareWindow / 2)
+		cycle()
+	}
+	if f.made != 40 {
+		t.Errorf("three more peaks of the same size made %d buffers more; a peak's buffers were dropped when given back (%d bytes kept)", f.made-40, f.bytes)
+	}
+	if f.out != 0 {
+		t.Errorf("%d bytes counted out with every buffer given back", f.out)
+	}
+	// Idle for two windows: the next buffers given back are kept up to
+	// spareBatchBytes only.
+	clock.advance(2 * spareWindow)
+	b := f.get(n)
+	f.put(b)
+	for i := 0; i < 40; i++ {
+		f.put(f.get(n))
+	}
+	if f.bytes > spareBatchBytes+cap(b) {
+		t.Errorf("two windows after the peak %d bytes are kept, want at most about %d", f.bytes, spareBatchBytes)
+	}
+}
+
+// TestLoadReusesBatchBuffers: appends started five at a time (a
+// pipelined load: more than spareBatchBytes of batches in flight) and
+// then awaited make their batch buffers once; the next rounds reuse them.
+func TestLoadReusesBatchBuffers(t *testing.T) {
+	ctx := context.Background()
+	l, err := Open(t.TempDir(), Options{CleanupInterval: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const parts, perPart, inFlight = 4, 900, 5
+	if err := l.CreateTopic(ctx, "load", TopicConfig{Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]Record, parts*perPart) // ~0.9 MB a partition a call
+	round := func() {
+		waits := make([]func(context.Context) error, 0, inFlight)
+		for c := 0; c < inFlight; c++ {
+			for i := range recs {
+				recs[i] = Record{Key: []byte("k"), Value: make([]byte, 1000), Partition: int32(i % parts)}
+			}
+			wait, err := l.StartProduce(ctx, "load", recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits = append(waits, wait)
+		}
+		for _, w := range waits {
+			if err := w(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	round()
+	made := l.spare.made
+	if made < parts*inFlight {
+		t.Fatalf("the first round made %d batch buffers, want at least %d", made, parts*inFlight)
+	}
+	round()
+	round()
+	if got := l.spare.made - made; got != 0 {
+		t.Errorf("two more rounds of the same appends made %d batch buffers (the first made %d; %d bytes kept)", got, made, l.spare.bytes)
+	}
+}
