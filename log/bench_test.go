@@ -101,10 +101,10 @@ func benchAppend(b *testing.B, size, producers, perCall int) {
 	var probe appendReq
 	pb := partBuild{p: t.parts[0], spare: &batchBufs{}}
 	for i := range calls[0] {
-		pb.left += encodedSize(&calls[0][i])
+		pb.left += batchedSize(&calls[0][i])
 	}
 	for i := range calls[0] {
-		pb.add(&calls[0][i], 0)
+		pb.add(&calls[0][i], batchedSize(&calls[0][i]), 0)
 	}
 	probe.batches = append(probe.batches, pb.b.finish())
 	rawBefore := rawWrite(b, dir, len(probe.batches[0]), 300)

@@ -149,17 +149,17 @@ func (f *batchBufs) put(b []byte) {
 	}
 }
 
-// add encodes a record into the current batch, starting a new batch at
-// softBatchBytes. Buffers are sized from pb.left, the estimated encoded
-// size of the records still to come, so they do not grow by copying.
-func (pb *partBuild) add(r *Record, tsMs int64) {
+// add encodes a record of size (batchedSize) into the current batch,
+// starting a new batch at softBatchBytes. Buffers are sized from pb.left,
+// the bound of the records still to come, so they do not grow by copying.
+func (pb *partBuild) add(r *Record, size int, tsMs int64) {
 	if pb.b.buf == nil || len(pb.b.buf) >= softBatchBytes {
 		if pb.b.buf != nil {
 			pb.batches = append(pb.batches, pb.b.finish())
 		}
-		pb.b.reset(pb.spare.get(batchHeaderLen + min(pb.left, softBatchBytes+encodedSize(r))))
+		pb.b.reset(pb.spare.get(batchHeaderLen + min(pb.left, softBatchBytes+size)))
 	}
-	pb.left -= encodedSize(r)
+	pb.left -= size
 	delta := uint32(0)
 	if pb.b.count > 0 {
 		delta = pb.b.last + 1
@@ -289,11 +289,11 @@ func (l *Embedded) buildBatches(t *topic, recs []Record) *partBuilds {
 			builds.byPart[r.Partition] = pb
 			builds.used = append(builds.used, pb)
 		}
-		pb.left += encodedSize(r)
+		pb.left += batchedSize(r)
 	}
 	for i := range recs {
 		r := &recs[i]
-		builds.byPart[r.Partition].add(r, r.Timestamp.UnixMilli())
+		builds.byPart[r.Partition].add(r, batchedSize(r), r.Timestamp.UnixMilli())
 	}
 	return builds
 }
