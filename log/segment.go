@@ -100,9 +100,9 @@ type batchReader struct {
 	chunk  int
 	fresh  bool
 	// starts, when set, are known batch starts (the segment's index): a
-	// refill ends at the last of them it reaches instead of inside a
-	// batch, which the next fetch would read again (a load's fetches read
-	// a quarter more than they returned).
+	// refill ends at the last of them it reaches (with that batch's
+	// header) instead of inside a batch, which the next fetch would read
+	// again (a load's fetches read a quarter more than they returned).
 	starts []indexEntry
 }
 
@@ -165,10 +165,12 @@ func (r *batchReader) window(n int64) ([]byte, error) {
 	}
 	want := min(max(n, int64(r.chunk)), r.limit-r.pos)
 	if end := r.pos + want; end < r.limit && want > n {
-		// The last known batch start in (pos+n, end].
-		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i].pos > end }) - 1
+		// Up to the last known batch start at or after pos+n whose
+		// header is inside the window, and that header: a fetch sees
+		// whether the batch fits its budget without another read.
+		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i].pos > end-batchHeaderLen }) - 1
 		if i >= 0 && r.starts[i].pos >= r.pos+n {
-			want = r.starts[i].pos - r.pos
+			want = r.starts[i].pos + batchHeaderLen - r.pos
 		}
 	}
 	switch {
