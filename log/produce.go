@@ -37,7 +37,8 @@ type partBuild struct {
 // until it is given back; an append that failed or whose caller gave up
 // never gives its buffers back, so they count until the peak decays. The
 // peak is kept for two windows of spareWindow, so a log whose appends got
-// smaller (a load done, streaming on) keeps spareBatchBytes again.
+// smaller (a load done, streaming on) keeps spareBatchBytes again; trim,
+// from the background cleaner, does the same for a log with no appends.
 type batchBufs struct {
 	mu    sync.Mutex
 	free  [][]byte
@@ -130,6 +131,19 @@ func (f *batchBufs) release() {
 	defer f.mu.Unlock()
 	clear(f.free)
 	f.free, f.bytes = nil, 0
+}
+
+// trim drops kept buffers beyond what put would keep now: the background
+// cleaner calls it, so a log idle after a load (no put to find the peak
+// gone) keeps spareBatchBytes again after two windows.
+func (f *batchBufs) trim() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.roll()
+	keep := max(spareBatchBytes, min(max(f.peak, f.prevPeak), maxSpareBatchBytes)-f.out)
+	for f.bytes > keep && len(f.free) > 0 {
+		f.take(0) // the oldest
+	}
 }
 
 // put gives b back for reuse; the caller no longer refers to it.

@@ -103,6 +103,18 @@ func TestBatchBufsKeepPipelinePeak(t *testing.T) {
 	if f.bytes > spareBatchBytes+cap(b) {
 		t.Errorf("two windows after the peak %d bytes are kept, want at most about %d", f.bytes, spareBatchBytes)
 	}
+	// A peak and then no appends at all: trim (the cleaner's tick) gives
+	// the buffers over spareBatchBytes up once the peak is two windows old.
+	cycle()
+	f.trim()
+	if f.bytes <= spareBatchBytes {
+		t.Fatalf("right after a peak trim left %d bytes, want the peak's", f.bytes)
+	}
+	clock.advance(2 * spareWindow)
+	f.trim()
+	if f.bytes > spareBatchBytes {
+		t.Errorf("two idle windows after the peak trim left %d bytes, want at most %d", f.bytes, spareBatchBytes)
+	}
 }
 
 // TestLoadReusesBatchBuffers: appends started five at a time (a
