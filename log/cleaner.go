@@ -28,6 +28,7 @@ func (l *Embedded) startCleaner() {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				l.spare.trim()
 				if err := l.Cleanup(ctx); err != nil && ctx.Err() == nil {
 					l.logger.Warn("log: cleanup failed", "err", err)
 				}

@@ -78,6 +78,7 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Embedded, error) {
 		logger: logger.With("log_dir", dir), topics: map[string]*topic{},
 	}
 	l.groups.offsets = map[string]map[string]map[int32]int64{}
+	l.spare.now = opts.now
 	if err := l.prepareDir(); err != nil {
 		return nil, err
 	}

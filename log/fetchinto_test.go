@@ -3,6 +3,9 @@ package log_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -126,4 +129,83 @@ func TestFetchBuffers(t *testing.T) {
 			t.Errorf("fetch %d cut its headers from a new slab", i)
 		}
 	}
+}
+
+// TestFetchReadsBatchesOnce: a reader fetching a partition of 400 KB
+// batches 1 MiB at a time reads each batch from the file once, in one read
+// a fetch: a fetch's read ends at a batch boundary the index knows (with
+// the next batch's header, to see that it does not fit), not inside the
+// batch the fetch leaves for the next one (which read it again: a quarter
+// more than a load's fetches returned). Every record comes back, in order.
+func TestFetchReadsBatchesOnce(t *testing.T) {
+	ctx := context.Background()
+	fs := &countingFS{FS: log.OSFS}
+	l := openEmbedded(t, t.TempDir(), log.Options{FS: fs})
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.CreateTopic(ctx, "t", log.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const calls, perCall = 12, 1000
+	for c := range calls {
+		recs := make([]log.Record, perCall)
+		for i := range recs {
+			recs[i] = log.Record{Key: fmt.Appendf(nil, "k%d-%d", c, i), Value: make([]byte, 380), Partition: 0}
+		}
+		if err := l.Produce(ctx, "t", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stored int64
+	for _, p := range l.Stats().Partitions {
+		if p.Topic == "t" {
+			stored = p.Bytes
+		}
+	}
+	var read int64
+	fs.reads.Store(0)
+	fb := &log.FetchBuffers{Window: func(n int) []byte { read += int64(n); return make([]byte, n) }}
+	next, fetches := int64(0), 0
+	for next < calls*perCall {
+		recs, err := l.Fetch(ctx, "t", 0, next, log.FetchOptions{MaxBytes: 1 << 20, Buffers: fb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 || recs[0].Offset != next {
+			t.Fatalf("a fetch at %d returned %d records from %v", next, len(recs), recs[0].Offset)
+		}
+		next = recs[len(recs)-1].Offset + 1
+		fetches++
+	}
+	// Each fetch may read the header of the batch it leaves (to see
+	// that it does not fit) again.
+	if read > stored+int64(fetches)*64 {
+		t.Errorf("%d fetches read %d bytes of a partition of %d: %.2f times", fetches, read, stored, float64(read)/float64(stored))
+	}
+	if n := fs.reads.Load(); n > int64(fetches) {
+		t.Errorf("%d fetches made %d reads of the segment", fetches, n)
+	}
+}
+
+// countingFS counts reads of segment files.
+type countingFS struct {
+	log.FS
+	reads atomic.Int64
+}
+
+func (c *countingFS) OpenFile(name string, flag int, perm os.FileMode) (log.File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return countingFile{File: f, reads: &c.reads}, nil
+}
+
+type countingFile struct {
+	log.File
+	reads *atomic.Int64
+}
+
+func (f countingFile) ReadAt(b []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	return f.File.ReadAt(b, off)
 }

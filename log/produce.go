@@ -25,14 +25,38 @@ type partBuild struct {
 // were half of the bytes its process allocated, and the collections they
 // paced a tenth of its CPU. Buffers are allocated in size classes (an
 // eighth more than asked, in 64 KB steps), so a buffer fits the next
-// batch of about its size; the list keeps at most spareBatchBytes.
+// batch of about its size.
+//
+// The list keeps spareBatchBytes, and beyond that as much as was recently
+// out at once (handed out and not yet given back, up to maxSpareBatchBytes):
+// a pipelined load (the daemon keeps four appends in flight, eight
+// partitions each) has more than spareBatchBytes out at its peak, and
+// when the pipeline drained (a COPY chunk slower than the log) the
+// buffers over spareBatchBytes were dropped, to be made again at the next
+// peak — 127 buffers of 576 KB in a load of 1M rows. Out counts a buffer
+// until it is given back; an append that failed or whose caller gave up
+// never gives its buffers back, so they count until the peak decays. The
+// peak is kept for two windows of spareWindow, so a log whose appends got
+// smaller (a load done, streaming on) keeps spareBatchBytes again; trim,
+// from the background cleaner, does the same for a log with no appends.
 type batchBufs struct {
 	mu    sync.Mutex
 	free  [][]byte
-	bytes int
+	bytes int // in free
+	// out is the bytes handed out and not given back; peak and prevPeak
+	// its highest in the current window (since winStart) and the one
+	// before.
+	out, peak, prevPeak int
+	winStart            time.Time
+	now                 func() time.Time // nil: time.Now
+	made                int              // buffers allocated (tests)
 }
 
-const spareBatchBytes = 16 << 20
+const (
+	spareBatchBytes    = 16 << 20
+	maxSpareBatchBytes = 64 << 20
+	spareWindow        = 30 * time.Second
+)
 
 // get returns an empty buffer of capacity n or more: the newest kept one
 // that fits, else a new one. A kept buffer too small for this batch stays
@@ -42,12 +66,13 @@ const spareBatchBytes = 16 << 20
 // batch a size class larger than the newest kept one cost them all.
 func (f *batchBufs) get(n int) []byte {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	smallest := -1
 	for i := len(f.free) - 1; i >= 0; i-- {
 		b := f.free[i]
 		if cap(b) >= n {
 			f.take(i)
-			f.mu.Unlock()
+			f.lend(cap(b))
 			return b[:0]
 		}
 		if smallest < 0 || cap(b) < cap(f.free[smallest]) {
@@ -57,9 +82,37 @@ func (f *batchBufs) get(n int) []byte {
 	if smallest >= 0 {
 		f.take(smallest)
 	}
-	f.mu.Unlock()
 	const step = 64 << 10
-	return make([]byte, 0, (n+n/8+step-1)/step*step)
+	b := make([]byte, 0, (n+n/8+step-1)/step*step)
+	f.made++
+	f.lend(cap(b))
+	return b
+}
+
+// lend counts n bytes out. REQUIRES: f.mu.
+func (f *batchBufs) lend(n int) {
+	f.out += n
+	f.roll()
+	f.peak = max(f.peak, f.out)
+}
+
+// roll starts a new window when the current one is over. REQUIRES: f.mu.
+func (f *batchBufs) roll() {
+	now := f.clock()
+	if d := now.Sub(f.winStart); d >= spareWindow || d < 0 {
+		f.prevPeak = f.peak
+		if d >= 2*spareWindow || d < 0 {
+			f.prevPeak = 0 // idle for a whole window
+		}
+		f.peak, f.winStart = f.out, now
+	}
+}
+
+func (f *batchBufs) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
 }
 
 // take removes the kept buffer i. REQUIRES: f.mu.
@@ -72,7 +125,7 @@ func (f *batchBufs) take(i int) {
 }
 
 // release drops the kept buffers: a closed log holds no memory for
-// batches (up to spareBatchBytes) while its Embedded stays referenced.
+// batches while its Embedded stays referenced.
 func (f *batchBufs) release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -80,30 +133,47 @@ func (f *batchBufs) release() {
 	f.free, f.bytes = nil, 0
 }
 
-// put offers b for reuse; the caller no longer refers to it.
-func (f *batchBufs) put(b []byte) {
-	if cap(b) > 2*softBatchBytes {
-		return // a batch of one huge record: not worth keeping
-	}
+// trim drops kept buffers beyond what put would keep now: the background
+// cleaner calls it, so a log idle after a load (no put to find the peak
+// gone) keeps spareBatchBytes again after two windows.
+func (f *batchBufs) trim() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.bytes+cap(b) <= spareBatchBytes {
-		f.free = append(f.free, b)
-		f.bytes += cap(b)
+	f.roll()
+	keep := max(spareBatchBytes, min(max(f.peak, f.prevPeak), maxSpareBatchBytes)-f.out)
+	for f.bytes > keep && len(f.free) > 0 {
+		f.take(0) // the oldest
 	}
 }
 
-// add encodes a record into the current batch, starting a new batch at
-// softBatchBytes. Buffers are sized from pb.left, the estimated encoded
-// size of the records still to come, so they do not grow by copying.
-func (pb *partBuild) add(r *Record, tsMs int64) {
+// put gives b back for reuse; the caller no longer refers to it.
+// REQUIRES: b came from get.
+func (f *batchBufs) put(b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.out = max(f.out-cap(b), 0)
+	f.roll()
+	if cap(b) > 2*softBatchBytes {
+		return // a batch of one huge record: not worth keeping
+	}
+	kept := f.bytes + cap(b)
+	if kept <= spareBatchBytes || f.out+kept <= min(max(f.peak, f.prevPeak), maxSpareBatchBytes) {
+		f.free = append(f.free, b)
+		f.bytes = kept
+	}
+}
+
+// add encodes a record of size (batchedSize) into the current batch,
+// starting a new batch at softBatchBytes. Buffers are sized from pb.left,
+// the bound of the records still to come, so they do not grow by copying.
+func (pb *partBuild) add(r *Record, size int, tsMs int64) {
 	if pb.b.buf == nil || len(pb.b.buf) >= softBatchBytes {
 		if pb.b.buf != nil {
 			pb.batches = append(pb.batches, pb.b.finish())
 		}
-		pb.b.reset(pb.spare.get(batchHeaderLen + min(pb.left, softBatchBytes+encodedSize(r))))
+		pb.b.reset(pb.spare.get(batchHeaderLen + min(pb.left, softBatchBytes+size)))
 	}
-	pb.left -= encodedSize(r)
+	pb.left -= size
 	delta := uint32(0)
 	if pb.b.count > 0 {
 		delta = pb.b.last + 1
@@ -233,11 +303,11 @@ func (l *Embedded) buildBatches(t *topic, recs []Record) *partBuilds {
 			builds.byPart[r.Partition] = pb
 			builds.used = append(builds.used, pb)
 		}
-		pb.left += encodedSize(r)
+		pb.left += batchedSize(r)
 	}
 	for i := range recs {
 		r := &recs[i]
-		builds.byPart[r.Partition].add(r, r.Timestamp.UnixMilli())
+		builds.byPart[r.Partition].add(r, batchedSize(r), r.Timestamp.UnixMilli())
 	}
 	return builds
 }

@@ -139,6 +139,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 		}
 		pos := lookupOffset(v.idx, offset)
 		r := newBatchReader(v.s.f, pos, v.size, min(maxBytes+batchHeaderLen, 4<<20), true)
+		r.starts = v.idx
 		if fb != nil {
 			r.alloc = fb.Window
 		}

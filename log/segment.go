@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 )
@@ -98,6 +99,11 @@ type batchReader struct {
 	bufPos int64 // file position of buf[0]
 	chunk  int
 	fresh  bool
+	// starts, when set, are known batch starts (the segment's index): a
+	// refill ends at the last of them it reaches (with that batch's
+	// header) instead of inside a batch, which the next fetch would read
+	// again (a load's fetches read a quarter more than they returned).
+	starts []indexEntry
 }
 
 func newBatchReader(f File, pos, limit int64, chunk int, fresh bool) *batchReader {
@@ -158,6 +164,15 @@ func (r *batchReader) window(n int64) ([]byte, error) {
 		return r.buf[off : off+n], nil
 	}
 	want := min(max(n, int64(r.chunk)), r.limit-r.pos)
+	if end := r.pos + want; end < r.limit && want > n {
+		// Up to the last known batch start at or after pos+n whose
+		// header is inside the window, and that header: a fetch sees
+		// whether the batch fits its budget without another read.
+		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i].pos > end-batchHeaderLen }) - 1
+		if i >= 0 && r.starts[i].pos >= r.pos+n {
+			want = r.starts[i].pos + batchHeaderLen - r.pos
+		}
+	}
 	switch {
 	case r.fresh && r.alloc != nil:
 		r.buf = r.alloc(int(want))
