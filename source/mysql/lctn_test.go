@@ -52,3 +52,30 @@ func TestLowerCaseTableNames(t *testing.T) {
 		}
 	}
 }
+
+// TestTableNamesCaseKept: on a server that tells t from T
+// (lower_case_table_names 0, Linux's default), DROP TABLE T is no drop of
+// captured table t: t's mirror was emptied, with only a warning, while t
+// kept its rows at the source.
+func TestTableNamesCaseKept(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var lctn string
+	if err := e.db.QueryRow("SELECT @@lower_case_table_names").Scan(&lctn); err != nil || lctn != "0" {
+		t.Fatalf("lower_case_table_names %q (%v): the test needs a server that tells t from T", lctn, err)
+	}
+	e.exec(t, "CREATE TABLE t (id INT PRIMARY KEY)", "CREATE TABLE T (id INT PRIMARY KEY)")
+	d := newDedupe(1)
+	e.reader(t, newMemState(), d, "t")
+	e.exec(t, "INSERT INTO t VALUES (1)")
+	d.waitFor(t, "the reader streaming", func(cs []source.Change) bool { return len(cs) > 0 })
+	e.exec(t, "DROP TABLE T", "INSERT INTO t VALUES (2)")
+	got := d.waitFor(t, "the insert after DROP TABLE T", func(cs []source.Change) bool {
+		return len(cs) > 0 && fmt.Sprint(cs[len(cs)-1].After) == "[2]"
+	})
+	for _, c := range got {
+		if c.Op == source.OpTruncate {
+			t.Errorf("DROP TABLE T emptied the mirror of t; changes %v", got)
+		}
+	}
+}

@@ -27,17 +27,20 @@ import (
 //     cdcd reconcile checks the rows if in doubt.
 
 // tableMoves is what a DDL statement does to which tables exist, as
-// lower-cased [database, table] pairs.
+// [database, table] pairs: lower-cased, or as the statement writes them
+// (parseMoves' keepCase: a server that tells t from T).
 type tableMoves struct {
 	gone, in  [][2]string
 	droppedDB string // DROP DATABASE / SCHEMA
 }
 
 // parseMoves reads a DROP TABLE, DROP DATABASE, RENAME TABLE or ALTER
-// TABLE … RENAME statement; other statements move nothing.
-func parseMoves(q, defaultDB string) tableMoves {
+// TABLE … RENAME statement; other statements move nothing. keepCase keeps
+// the names' case (else they are lower-cased).
+func parseMoves(q, defaultDB string, keepCase bool) tableMoves {
 	var m tableMoves
 	tk := newTokens(q)
+	tk.keepCase = keepCase
 	switch tk.word() {
 	case "DROP":
 		switch tk.word() {
@@ -56,7 +59,7 @@ func parseMoves(q, defaultDB string) tableMoves {
 		case "DATABASE", "SCHEMA":
 			tk.ifExists()
 			if id, ok := tk.ident(); ok {
-				m.droppedDB = strings.ToLower(id)
+				m.droppedDB = tk.fold(id)
 			}
 		}
 	case "RENAME":
@@ -128,7 +131,9 @@ func parseMoves(q, defaultDB string) tableMoves {
 // moves acts on a DDL statement's moves of captured tables (see above)
 // before the tables are described again.
 func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
-	m := parseMoves(stmt, defaultDB)
+	// A server that does not fold names (lower_case_table_names 0) holds t
+	// and T as two tables: DROP TABLE T must not empty t's mirror.
+	m := parseMoves(stmt, defaultDB, !s.foldNames)
 	if len(m.gone) == 0 && len(m.in) == 0 && m.droppedDB == "" {
 		return nil
 	}
@@ -137,7 +142,10 @@ func (s *streamer) moves(ctx context.Context, stmt, defaultDB string) error {
 		if !s.stoppable(qn) {
 			continue
 		}
-		key := [2]string{strings.ToLower(d.db), strings.ToLower(d.name)}
+		key := [2]string{d.db, d.name}
+		if s.foldNames {
+			key = [2]string{strings.ToLower(d.db), strings.ToLower(d.name)}
+		}
 		gone := slices.Contains(m.gone, key) || m.droppedDB == key[0]
 		in := slices.Contains(m.in, key)
 		switch {
@@ -170,7 +178,10 @@ func (s *streamer) truncate(qn string) {
 
 // tokens reads a statement's words, names and punctuation in order,
 // comments and string literals skipped.
-type tokens struct{ s string }
+type tokens struct {
+	s        string
+	keepCase bool // name keeps names' case (else lower-cases them)
+}
 
 func newTokens(q string) *tokens { return &tokens{s: skipSpaceAndComments(q)} }
 
@@ -205,14 +216,22 @@ func (t *tokens) name(defaultDB string) ([2]string, bool) {
 		return [2]string{}, false
 	}
 	if !strings.HasPrefix(t.s, ".") {
-		return [2]string{strings.ToLower(defaultDB), strings.ToLower(first)}, true
+		return [2]string{t.fold(defaultDB), t.fold(first)}, true
 	}
 	t.advance(t.s[1:])
 	second, ok := t.ident()
 	if !ok {
 		return [2]string{}, false
 	}
-	return [2]string{strings.ToLower(first), strings.ToLower(second)}, true
+	return [2]string{t.fold(first), t.fold(second)}, true
+}
+
+// fold lower-cases a name unless the tokens keep names' case.
+func (t *tokens) fold(name string) string {
+	if t.keepCase {
+		return name
+	}
+	return strings.ToLower(name)
 }
 
 // punct takes c if it comes next.

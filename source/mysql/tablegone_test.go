@@ -28,7 +28,7 @@ func TestParseMoves(t *testing.T) {
 		{q: "ALTER TABLE t RENAME COLUMN a TO b, ADD COLUMN note VARCHAR(9) DEFAULT 'RENAME TO x'"},
 		{q: "ALTER TABLE t RENAME INDEX i TO j"},
 	} {
-		m := parseMoves(tc.q, "shop")
+		m := parseMoves(tc.q, "shop", false)
 		if !slices.Equal(m.gone, tc.gone) || !slices.Equal(m.in, tc.in) || m.droppedDB != tc.db {
 			t.Errorf("%s:\n got gone %v in %v db %q\nwant gone %v in %v db %q", tc.q, m.gone, m.in, m.droppedDB, tc.gone, tc.in, tc.db)
 		}
