@@ -179,7 +179,10 @@
 // # Recovery
 //
 // Opening a partition scans its last segment (and any closed segment whose
-// index is missing or stale). Past a bad batch (short, bad length, bad CRC,
+// index is missing or stale). A clean Close closes an active segment of at
+// least 4 MiB that is synced whole (a new, empty one becomes the last), so
+// a restart scans little; after a crash the last segment is the one that
+// was written to. Past a bad batch (short, bad length, bad CRC,
 // bad version or flags, offsets not increasing) the scan looks for the
 // next good batch, so damage does not hide what follows it. Each bad
 // stretch is then one of two things:
