@@ -36,8 +36,10 @@ type rowCodec struct {
 	// value (>= 0) or that the table version lacks the column (-1: consts).
 	out    []int
 	consts []parquet.Value // by leaf position, for out[i] < 0
-	// constLeaves are the leaves the version lacks (out[i] < 0).
+	// constLeaves are the leaves the version lacks (out[i] < 0);
+	// constBytes the bytes of their byte-array values, the same each row.
 	constLeaves []int
+	constBytes  int
 }
 
 // codecColumn is how one Avro column becomes its Parquet value.
@@ -123,6 +125,9 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 			}
 			c.consts[li] = pv
 			c.constLeaves = append(c.constLeaves, li)
+			if k := pv.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
+				c.constBytes += len(pv.ByteArray())
+			}
 		}
 	}
 	return c
@@ -279,13 +284,9 @@ func (c *rowCodec) decodeInto(row []byte, pending [][]parquet.Value) (int, error
 		return 0, fmt.Errorf("%d trailing bytes after the row", len(b))
 	}
 	for _, li := range c.constLeaves {
-		v := c.consts[li]
-		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
-			size += len(v.ByteArray())
-		}
-		pending[li] = append(pending[li], v)
+		pending[li] = append(pending[li], c.consts[li])
 	}
-	return size, nil
+	return size + c.constBytes, nil
 }
 
 // value reads one non-null value of the column from b.
