@@ -269,6 +269,22 @@ func (c *rowCodec) decodeInto(row []byte, pending [][]parquet.Value) (int, error
 			}
 			size += len(x)
 			v = parquet.ByteArrayValue(x)
+		case col.conv == convFloat64 && len(b) >= 8:
+			v = parquet.DoubleValue(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+			b = b[8:]
+		case col.conv == convBool && len(b) >= 1 && b[0] <= 1:
+			v = parquet.BooleanValue(b[0] == 1)
+			b = b[1:]
+		case col.conv == convDecimal64:
+			var x []byte
+			if b, x, err = avroBytes(b); err != nil {
+				return 0, err
+			}
+			n, ok := unscaledBytes(x)
+			if !ok {
+				return 0, fmt.Errorf("column %q: decimal of %d bytes does not fit its column", col.name, len(x))
+			}
+			v = parquet.Int64Value(n)
 		default:
 			if b, v, err = col.value(b); err != nil {
 				return 0, err
