@@ -36,8 +36,10 @@ type rowCodec struct {
 	// value (>= 0) or that the table version lacks the column (-1: consts).
 	out    []int
 	consts []parquet.Value // by leaf position, for out[i] < 0
-	// constLeaves are the leaves the version lacks (out[i] < 0).
+	// constLeaves are the leaves the version lacks (out[i] < 0);
+	// constBytes the bytes of their byte-array values, the same each row.
 	constLeaves []int
+	constBytes  int
 }
 
 // codecColumn is how one Avro column becomes its Parquet value.
@@ -123,6 +125,9 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 			}
 			c.consts[li] = pv
 			c.constLeaves = append(c.constLeaves, li)
+			if k := pv.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
+				c.constBytes += len(pv.ByteArray())
+			}
 		}
 	}
 	return c
@@ -264,6 +269,22 @@ func (c *rowCodec) decodeInto(row []byte, pending [][]parquet.Value) (int, error
 			}
 			size += len(x)
 			v = parquet.ByteArrayValue(x)
+		case col.conv == convFloat64 && len(b) >= 8:
+			v = parquet.DoubleValue(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+			b = b[8:]
+		case col.conv == convBool && len(b) >= 1 && b[0] <= 1:
+			v = parquet.BooleanValue(b[0] == 1)
+			b = b[1:]
+		case col.conv == convDecimal64:
+			var x []byte
+			if b, x, err = avroBytes(b); err != nil {
+				return 0, err
+			}
+			n, ok := unscaledBytes(x)
+			if !ok {
+				return 0, fmt.Errorf("column %q: decimal of %d bytes does not fit its column", col.name, len(x))
+			}
+			v = parquet.Int64Value(n)
 		default:
 			if b, v, err = col.value(b); err != nil {
 				return 0, err
@@ -279,13 +300,9 @@ func (c *rowCodec) decodeInto(row []byte, pending [][]parquet.Value) (int, error
 		return 0, fmt.Errorf("%d trailing bytes after the row", len(b))
 	}
 	for _, li := range c.constLeaves {
-		v := c.consts[li]
-		if k := v.Kind(); k == parquet.ByteArray || k == parquet.FixedLenByteArray {
-			size += len(v.ByteArray())
-		}
-		pending[li] = append(pending[li], v)
+		pending[li] = append(pending[li], c.consts[li])
 	}
-	return size, nil
+	return size + c.constBytes, nil
 }
 
 // value reads one non-null value of the column from b.

@@ -545,11 +545,20 @@ const rowGroupRows = 128 << 10
 // holds at least one value, so one larger value makes a page of its own);
 // row groups of rowGroupRows; the column index keeps the bounds the pages
 // give (parquet-go would cut them to 16 bytes, and its cut maximum of an
-// all-0xFF prefix is below the value: see parquet_bounds.go).
+// all-0xFF prefix is below the value: see parquet_bounds.go); no
+// statistics in the page headers. Those are superseded by the column
+// index (which holds the same bounds a page, and is what engines that skip
+// pages read); iceberg-go's scan (arrow-go) does not use them. parquet-go
+// computed every page's bounds twice to write them (once for the header,
+// once for the column index and the chunk's statistics), a min/max pass
+// over every text value, about 1% of the sink's CPU in a load
+// (docs/internals.md, session 16). The column chunk statistics (Iceberg's
+// bounds) and the column index are unchanged (TestNoPageHeaderStatistics).
 var writerOptions = []parquet.WriterOption{
 	parquet.PageBufferSize(256 << 10),
 	parquet.MaxRowsPerRowGroup(rowGroupRows),
 	parquet.ColumnIndexSizeLimit(func([]string) int { return maxUpperBound }),
+	parquet.DataPageStatistics(false),
 }
 
 func newDataFileWriter(fs *fileSchema) *dataFileWriter {

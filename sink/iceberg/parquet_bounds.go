@@ -18,8 +18,9 @@ import (
 // character (text) or byte (binary) is incremented is an upper bound.
 //
 // boundedType wraps a byte-array type so the pages the writer cuts report
-// such bounds; the writer builds every statistic it writes (page headers,
-// column chunk, column index) from a page's Bounds.
+// such bounds; the writer builds every statistic it writes (column chunk,
+// column index; page headers carry none since session 16: writerOptions)
+// from a page's Bounds.
 
 const (
 	// statsPrefix is the length a bound is cut to, in bytes (whole
