@@ -23,6 +23,9 @@ import (
 // Its states and their pointers are kept from one commit to the next
 // (insertFold): nothing refers to a commit's states once it is staged.
 func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error) {
+	if keys, ok, done := u.foldInsertsByInt(buf); done {
+		return keys, ok, nil
+	}
 	slab := u.ins.states(len(buf)) // never grows: the pointers stay
 	var arena keyArena
 	for i := range buf {
@@ -55,6 +58,56 @@ func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error
 		}
 	}
 	return keys, true, nil
+}
+
+// foldInsertsByInt is foldInserts for a buffer whose keys are one NOT NULL
+// bigint (int64KeyValue, the value the fetcher read): the changes' keys
+// are radix-sorted as integers (radixSortKeysInto, skipping the bytes all
+// keys share) and the states made in key order, where the general way
+// sorted or merged pointers to states by their keys' bytes — a
+// comparison of two byte slices, each a cache miss, about n log k times
+// — and compared every key with the next once more. done is false when
+// some change's key is not such a bigint: the general way then folds.
+func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool) {
+	if len(u.keys) != 1 || len(buf) > 1<<31-1 {
+		return nil, false, false
+	}
+	sk := u.sortKeys.a[:0]
+	defer func() { u.sortKeys.a = sk[:0] }()
+	for i := range buf {
+		c := &buf[i]
+		if c.skip {
+			continue
+		}
+		if op := c.op(); (op != 'r' && op != 'c') || c.env != nil || c.info.Unchanged != 0 || c.info.After == nil || c.needsOldKey() {
+			return nil, false, true
+		}
+		v, ok := u.int64KeyValue(c)
+		if !ok {
+			return nil, false, false
+		}
+		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i)})
+	}
+	sk = u.sortKeys.sort(sk)
+	for i := 1; i < len(sk); i++ {
+		if sk[i].k == sk[i-1].k {
+			return nil, false, true // a key twice
+		}
+	}
+	slab := u.ins.states(len(sk)) // never grows: the pointers stay
+	keys = u.ins.pointers(len(sk))
+	var arena keyArena
+	for j, x := range sk {
+		c := &buf[x.i]
+		slab = append(slab, keyState{key: arena.sortedKey(x.k), live: true, table: c.table, direct: c, part: c.partition})
+		st := &slab[j]
+		st.one[0] = c
+		st.changes = st.one[:1]
+		keys[j] = st
+	}
+	u.ins.used = len(slab)
+	u.ins.keys = keys
+	return keys, true, true
 }
 
 // insertFold is foldInserts' memory, kept from one commit to the next: a
