@@ -3,6 +3,8 @@ package iceberg
 import (
 	"bytes"
 	"slices"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // foldInserts is the fold of a buffer of whole inserts with distinct keys
@@ -74,6 +76,10 @@ func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool
 	}
 	sk := u.sortKeys.a[:0]
 	defer func() { u.sortKeys.a = sk[:0] }()
+	// table is the changes' one table version, nil when they have two: the
+	// states are then made without reading the changes again (in key
+	// order, that read was a cache miss a change).
+	var table *schema.Table
 	for i := range buf {
 		c := &buf[i]
 		if c.skip {
@@ -86,7 +92,12 @@ func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool
 		if !ok {
 			return nil, false, false
 		}
-		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i)})
+		if len(sk) == 0 {
+			table = c.table
+		} else if c.table != table {
+			table = nil
+		}
+		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i), p: c.partition})
 	}
 	sk = u.sortKeys.sort(sk)
 	for i := 1; i < len(sk); i++ {
@@ -94,18 +105,21 @@ func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool
 			return nil, false, true // a key twice
 		}
 	}
-	slab := u.ins.states(len(sk)) // never grows: the pointers stay
+	slab := u.ins.states(len(sk))[:len(sk)] // cleared: only the fields set below are set
+	u.ins.used = len(slab)
 	keys = u.ins.pointers(len(sk))
 	var arena keyArena
 	for j, x := range sk {
-		c := &buf[x.i]
-		slab = append(slab, keyState{key: arena.sortedKey(x.k), live: true, table: c.table, direct: c, part: c.partition})
+		c := &buf[x.i] // not dereferenced unless the changes have two table versions
 		st := &slab[j]
+		st.key, st.live, st.direct, st.part = arena.sortedKey(x.k), true, c, x.p
+		if st.table = table; table == nil {
+			st.table = c.table
+		}
 		st.one[0] = c
 		st.changes = st.one[:1]
 		keys[j] = st
 	}
-	u.ins.used = len(slab)
 	u.ins.keys = keys
 	return keys, true, true
 }

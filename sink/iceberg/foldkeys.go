@@ -23,10 +23,12 @@ import (
 
 // sortedKey is a change's key as an unsigned integer that sorts as the
 // encoded key does (appendKeyInt: the sign bit flipped), and the change's
-// index in the buffer.
+// index in the buffer; p is its partition where the fold needs it
+// (foldInsertsByInt: in the padding, free).
 type sortedKey struct {
 	k uint64
 	i int32
+	p int32
 }
 
 // foldByKey folds buf as fold does, for buffers of bigint keys. It returns
