@@ -100,9 +100,15 @@ func TestFoldInsertsByIntAgreesWithFoldMap(t *testing.T) {
 				rest = rest[len(run):]
 			}
 		}
+		// Every change placed by its key (a load's), or some not.
+		placed := round%4 != 3
 		buf := make([]change, 0, len(ids)+1)
 		for i, id := range ids {
-			buf = append(buf, decodedInsert(t, w, kv, []any{id, fmt.Sprint(i), nil}, int32(rng.IntN(4)), int64(i)))
+			c := decodedInsert(t, w, kv, []any{id, fmt.Sprint(i), nil}, int32(rng.IntN(4)), int64(i))
+			if placed || rng.IntN(len(ids)) != 0 {
+				c = decodedInsert(t, w, kv, []any{id, fmt.Sprint(i), nil}, log.PartitionFor(c.key, 4), int64(i))
+			}
+			buf = append(buf, c)
 		}
 		spoiled := len(ids) > 0 && round%5 == 4
 		if spoiled {
@@ -119,7 +125,19 @@ func TestFoldInsertsByIntAgreesWithFoldMap(t *testing.T) {
 			continue
 		}
 		taken++
-		got = slices.Clone(got) // the fold's memory is foldMap's too
+		// The keys' partitions as the fold found them, or none, and the
+		// index's bounds, as partitionsOf finds them from the buffer.
+		u.idx = &keyIndex{}
+		parts := slices.Clone(u.partitionsOf(buf, got, 4))
+		general := &upsert{idx: &keyIndex{}}
+		if want := general.partitionsOf(buf, got, 4); !slices.Equal(parts, want) || (parts == nil) != (want == nil) ||
+			u.idx.bounds.n != general.idx.bounds.n || u.idx.bounds.table != general.idx.bounds.table {
+			t.Fatalf("round %d: partitions %v (bounds %d %v), from the buffer %v (bounds %d %v)", round, parts,
+				u.idx.bounds.n, u.idx.bounds.table, want, general.idx.bounds.n, general.idx.bounds.table)
+		}
+		if placed && parts == nil {
+			t.Fatalf("round %d: a load's buffer has no partitions", round)
+		}
 		_, want, err := u.foldMap(buf)
 		if err != nil {
 			t.Fatal(err)

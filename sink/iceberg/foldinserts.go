@@ -25,6 +25,7 @@ import (
 // Its states and their pointers are kept from one commit to the next
 // (insertFold): nothing refers to a commit's states once it is staged.
 func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error) {
+	u.ins.placed = nil // this commit's fold has not found it yet
 	if keys, ok, done := u.foldInsertsByInt(buf); done {
 		return keys, ok, nil
 	}
@@ -80,11 +81,13 @@ func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool
 	// states are then made without reading the changes again (in key
 	// order, that read was a cache miss a change).
 	var table *schema.Table
+	placed := true // every change where the partitioner puts its key (partitionsOf)
 	for i := range buf {
 		c := &buf[i]
 		if c.skip {
 			continue
 		}
+		placed = placed && c.placed
 		if op := c.op(); (op != 'r' && op != 'c') || c.env != nil || c.info.Unchanged != 0 || c.info.After == nil || c.needsOldKey() {
 			return nil, false, true
 		}
@@ -121,6 +124,15 @@ func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool
 		keys[j] = st
 	}
 	u.ins.keys = keys
+	if placed && table != nil {
+		// The keys' partitions, for partitionsOf, in key order: each key
+		// has one change.
+		parts := u.ins.parts[:0]
+		for _, x := range sk {
+			parts = append(parts, x.p)
+		}
+		u.ins.parts, u.ins.placed = parts, table
+	}
 	return keys, true, true
 }
 
@@ -134,6 +146,13 @@ type insertFold struct {
 	slab []keyState
 	keys []*keyState
 	used int // states of the slab set by the last fold
+	// placed is the one table version of the last foldInsertsByInt's
+	// changes when every one is placed by its key (placedByKey), nil
+	// otherwise or when another fold ran; parts are then its keys'
+	// partitions in key order, which partitionsOf takes instead of
+	// reading every change and state again.
+	placed *schema.Table
+	parts  []int32
 }
 
 // states returns an empty slab with room for n states. The last fold's

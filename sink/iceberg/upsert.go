@@ -661,6 +661,15 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 // table version when they are not already (keys of another version are
 // all under the new floor).
 func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
+	if t := u.ins.placed; t != nil && len(u.ins.parts) == len(keys) {
+		// foldInsertsByInt found them (insertFold.placed).
+		u.ins.placed = nil
+		if n <= 0 {
+			return nil
+		}
+		u.idx.boundsFor(n, t)
+		return u.ins.parts
+	}
 	var table *schema.Table
 	for i := range buf {
 		c := &buf[i]
