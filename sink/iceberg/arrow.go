@@ -34,6 +34,11 @@ type change struct {
 	// its key body among the topic's partitions (placedByKey), found when
 	// the record is decoded, its key at hand (partBounds).
 	placed bool
+	// keyIsInt: the key body is one zigzag varint and nothing else, whose
+	// value is keyInt, read by the fetcher's decode while the key's bytes
+	// are at hand (int64KeyValue).
+	keyIsInt bool
+	keyInt   int64
 }
 
 // envelope decodes the change's envelope.

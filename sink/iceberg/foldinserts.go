@@ -3,6 +3,8 @@ package iceberg
 import (
 	"bytes"
 	"slices"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // foldInserts is the fold of a buffer of whole inserts with distinct keys
@@ -23,6 +25,10 @@ import (
 // Its states and their pointers are kept from one commit to the next
 // (insertFold): nothing refers to a commit's states once it is staged.
 func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error) {
+	u.ins.placed = nil // this commit's fold has not found it yet
+	if keys, ok, done := u.foldInsertsByInt(buf); done {
+		return keys, ok, nil
+	}
 	slab := u.ins.states(len(buf)) // never grows: the pointers stay
 	var arena keyArena
 	for i := range buf {
@@ -57,6 +63,79 @@ func (u *upsert) foldInserts(buf []change) (keys []*keyState, ok bool, err error
 	return keys, true, nil
 }
 
+// foldInsertsByInt is foldInserts for a buffer whose keys are one NOT NULL
+// bigint (int64KeyValue, the value the fetcher read): the changes' keys
+// are radix-sorted as integers (radixSortKeysInto, skipping the bytes all
+// keys share) and the states made in key order, where the general way
+// sorted or merged pointers to states by their keys' bytes — a
+// comparison of two byte slices, each a cache miss, about n log k times
+// — and compared every key with the next once more. done is false when
+// some change's key is not such a bigint: the general way then folds.
+func (u *upsert) foldInsertsByInt(buf []change) (keys []*keyState, ok, done bool) {
+	if len(u.keys) != 1 || len(buf) > 1<<31-1 {
+		return nil, false, false
+	}
+	sk := u.sortKeys.a[:0]
+	defer func() { u.sortKeys.a = sk[:0] }()
+	// table is the changes' one table version, nil when they have two: the
+	// states are then made without reading the changes again (in key
+	// order, that read was a cache miss a change).
+	var table *schema.Table
+	placed := true // every change where the partitioner puts its key (partitionsOf)
+	for i := range buf {
+		c := &buf[i]
+		if c.skip {
+			continue
+		}
+		placed = placed && c.placed
+		if op := c.op(); (op != 'r' && op != 'c') || c.env != nil || c.info.Unchanged != 0 || c.info.After == nil || c.needsOldKey() {
+			return nil, false, true
+		}
+		v, ok := u.int64KeyValue(c)
+		if !ok {
+			return nil, false, false
+		}
+		if len(sk) == 0 {
+			table = c.table
+		} else if c.table != table {
+			table = nil
+		}
+		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i), p: c.partition})
+	}
+	sk = u.sortKeys.sort(sk)
+	for i := 1; i < len(sk); i++ {
+		if sk[i].k == sk[i-1].k {
+			return nil, false, true // a key twice
+		}
+	}
+	slab := u.ins.states(len(sk))[:len(sk)] // cleared: only the fields set below are set
+	u.ins.used = len(slab)
+	keys = u.ins.pointers(len(sk))
+	var arena keyArena
+	for j, x := range sk {
+		c := &buf[x.i] // not dereferenced unless the changes have two table versions
+		st := &slab[j]
+		st.key, st.live, st.direct, st.part = arena.sortedKey(x.k), true, c, x.p
+		if st.table = table; table == nil {
+			st.table = c.table
+		}
+		st.one[0] = c
+		st.changes = st.one[:1]
+		keys[j] = st
+	}
+	u.ins.keys = keys
+	if placed && table != nil {
+		// The keys' partitions, for partitionsOf, in key order: each key
+		// has one change.
+		parts := u.ins.parts[:0]
+		for _, x := range sk {
+			parts = append(parts, x.p)
+		}
+		u.ins.parts, u.ins.placed = parts, table
+	}
+	return keys, true, true
+}
+
 // insertFold is foldInserts' memory, kept from one commit to the next: a
 // load's commit of 35,000 rows made a slab of key states (about 150 bytes
 // each) and their pointers anew, 165 of the 1,561 MB a 1M-row load
@@ -67,6 +146,13 @@ type insertFold struct {
 	slab []keyState
 	keys []*keyState
 	used int // states of the slab set by the last fold
+	// placed is the one table version of the last foldInsertsByInt's
+	// changes when every one is placed by its key (placedByKey), nil
+	// otherwise or when another fold ran; parts are then its keys'
+	// partitions in key order, which partitionsOf takes instead of
+	// reading every change and state again.
+	placed *schema.Table
+	parts  []int32
 }
 
 // states returns an empty slab with room for n states. The last fold's

@@ -23,10 +23,12 @@ import (
 
 // sortedKey is a change's key as an unsigned integer that sorts as the
 // encoded key does (appendKeyInt: the sign bit flipped), and the change's
-// index in the buffer.
+// index in the buffer, and the change's partition (in what would be the
+// struct's padding: free).
 type sortedKey struct {
 	k uint64
 	i int32
+	p int32
 }
 
 // foldByKey folds buf as fold does, for buffers of bigint keys. It returns
@@ -51,7 +53,7 @@ func (u *upsert) foldByKey(buf []change) (states map[string]*keyState, keys []*k
 			return nil, nil, false, nil
 		}
 		unchanged = unchanged || c.info.Unchanged != 0
-		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i)})
+		sk = append(sk, sortedKey{k: uint64(v) ^ (1 << 63), i: int32(i), p: c.partition})
 	}
 	sk = u.sortKeys.sort(sk)
 	groups := 0
@@ -72,21 +74,23 @@ func (u *upsert) foldByKey(buf []change) (states map[string]*keyState, keys []*k
 		for hi < len(sk) && sk[hi].k == sk[lo].k {
 			hi++
 		}
-		first := &buf[sk[lo].i]
-		slab = append(slab, keyState{key: arena.sortedKey(sk[lo].k), part: first.partition})
+		// The state is written in place (the slab past its length is
+		// zero: insertFold.states), its partition taken from the sort's
+		// keys: in key order, a change read here was a cache miss.
+		slab = slab[:len(slab)+1]
 		u.ins.used = len(slab)
 		st := &slab[len(slab)-1]
+		st.key, st.part = arena.sortedKey(sk[lo].k), sk[lo].p
 		if hi-lo == 1 {
-			st.one[0] = first
+			st.one[0] = &buf[sk[lo].i]
 			st.changes = st.one[:1]
 		} else {
 			st.changes = make([]*change, 0, hi-lo)
 			for _, x := range sk[lo:hi] {
-				c := &buf[x.i]
-				if c.partition != first.partition {
+				if x.p != st.part {
 					return nil, nil, false, nil // a key in two partitions: fold in source order
 				}
-				st.changes = append(st.changes, c)
+				st.changes = append(st.changes, &buf[x.i])
 			}
 		}
 		st.live = st.changes[len(st.changes)-1].op() != 'd'

@@ -85,7 +85,7 @@ func TestFoldByKeyAgreesWithFoldMap(t *testing.T) {
 		}
 		for i := range got {
 			g, w := got[i], want[i]
-			if string(g.key) != string(w.key) || g.live != w.live || g.table != w.table || g.direct != w.direct ||
+			if string(g.key) != string(w.key) || g.live != w.live || g.table != w.table || g.direct != w.direct || g.part != w.part ||
 				!reflect.DeepEqual(g.row, w.row) || string(g.from) != string(w.from) || !slices.Equal(g.changes, w.changes) {
 				t.Fatalf("round %d key %x: %+v, fold %+v", round, g.key, *g, *w)
 			}

@@ -220,6 +220,9 @@ func (u *upsert) int64KeyValue(c *change) (int64, bool) {
 	if col.Kind != schema.Int64 || col.Nullable || col.Name != u.keys[0].Name {
 		return 0, false
 	}
+	if c.keyIsInt {
+		return c.keyInt, true // read by the fetcher's decode
+	}
 	v, n := binary.Varint(c.key)
 	if n <= 0 || n != len(c.key) {
 		return 0, false
@@ -294,10 +297,17 @@ type keyState struct {
 // A buffer keyed by one bigint column is folded by sorting instead
 // (foldByKey): the same states, sorted by key.
 func (u *upsert) fold(buf []change) (map[string]*keyState, []*keyState, error) {
+	states, keys, _, err := u.foldSorted(buf)
+	return states, keys, err
+}
+
+// foldSorted is fold; sorted says the keys are in key order (foldByKey's).
+func (u *upsert) foldSorted(buf []change) (_ map[string]*keyState, _ []*keyState, sorted bool, _ error) {
 	if states, keys, ok, err := u.foldByKey(buf); ok || err != nil {
-		return states, keys, err
+		return states, keys, ok, err
 	}
-	return u.foldMap(buf)
+	states, keys, err := u.foldMap(buf)
+	return states, keys, false, err
 }
 
 // foldMap is fold's general way: the keys' states in a map, in the order
@@ -564,15 +574,16 @@ func (p *plan) empty() bool {
 func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, buf []change) (*plan, error) {
 	keys, inserts, err := u.foldInserts(buf)
 	var states map[string]*keyState // a buffer of inserts needs none: no key takes values from another
+	sorted := inserts
 	if err == nil && !inserts {
-		states, keys, err = u.fold(buf)
+		states, keys, sorted, err = u.foldSorted(buf)
 	}
 	if err != nil {
 		return nil, badData(err)
 	}
 	// In key order once, for the index lookups and the rows written
-	// (foldByKey and foldInserts hand them over so).
-	if byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }; !slices.IsSortedFunc(keys, byKey) {
+	// (foldByKey and foldInserts hand them over so: sorted).
+	if byKey := func(a, b *keyState) int { return compareKeys(a.key, b.key) }; !sorted && !slices.IsSortedFunc(keys, byKey) {
 		slices.SortFunc(keys, byKey)
 	}
 	fs, err := tbl.FS(ctx)
@@ -650,6 +661,15 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 // table version when they are not already (keys of another version are
 // all under the new floor).
 func (u *upsert) partitionsOf(buf []change, keys []*keyState, n int32) []int32 {
+	if t := u.ins.placed; t != nil && len(u.ins.parts) == len(keys) {
+		// foldInsertsByInt found them (insertFold.placed).
+		u.ins.placed = nil
+		if n <= 0 {
+			return nil
+		}
+		u.idx.boundsFor(n, t)
+		return u.ins.parts
+	}
 	var table *schema.Table
 	for i := range buf {
 		c := &buf[i]

@@ -3,6 +3,7 @@ package iceberg
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -353,6 +354,12 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 		if _, kb, err := schema.ParseFrame(rec.Key); err == nil {
 			c.key = kb
 			c.placed = placedByKey(rec.Partition, kb, int32(w.partitions))
+			// A bigint key's value is read now, its bytes in cache: the
+			// fold reading them again long after was a cache miss a change
+			// (int64KeyValue).
+			if v, n := binary.Varint(kb); n > 0 && n == len(kb) {
+				c.keyInt, c.keyIsInt = v, true
+			}
 		}
 	}
 	return c, nil
