@@ -174,6 +174,24 @@ func level[T int64 | time.Duration | float64](v, warn, crit T) string {
 	return ""
 }
 
+// pausedAlert is the alert of a table paused for pausedFor. A paused
+// table is never silent: a warning at once, critical once it has been
+// paused for table_paused.critical.
+func pausedAlert(cfg config.Alerts, table, reason, fix string, pausedFor time.Duration) Alert {
+	if reason == "" {
+		reason = "paused"
+	}
+	if fix == "" {
+		fix = "resolve the cause named in the reason; the table resumes where it stopped, and its changes wait in the log meanwhile"
+	}
+	sev := level(pausedFor, cfg.TablePaused.Warning, cfg.TablePaused.Critical)
+	if sev == "" {
+		sev = SeverityWarning
+	}
+	return Alert{Name: AlertTablePaused, Severity: sev, Subject: table,
+		Summary: fmt.Sprintf("table %s has been paused for %s: %s", table, pausedFor.Round(time.Second), reason), Action: fix, Value: pausedFor.Seconds()}
+}
+
 // evaluate returns the alerts the inputs call for under cfg.
 func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 	var out []Alert
@@ -226,21 +244,7 @@ func evaluate(cfg config.Alerts, in ruleInputs) []Alert {
 				"check the table's commits in the daemon's log (errors, slow commits); a steady lag may need a shorter sink.iceberg.commit_interval or faster storage", t.lagSeconds)
 		}
 		if t.paused {
-			reason, fix := t.pausedReason, t.pausedFix
-			if reason == "" {
-				reason = "paused"
-			}
-			if fix == "" {
-				fix = "resolve the cause named in the reason; the table resumes where it stopped, and its changes wait in the log meanwhile"
-			}
-			// A paused table is never silent: a warning at once, critical
-			// once it has been paused for table_paused.critical.
-			sev := level(t.pausedFor, cfg.TablePaused.Warning, cfg.TablePaused.Critical)
-			if sev == "" {
-				sev = SeverityWarning
-			}
-			add(AlertTablePaused, sev, t.name,
-				fmt.Sprintf("table %s has been paused for %s: %s", t.name, t.pausedFor.Round(time.Second), reason), fix, t.pausedFor.Seconds())
+			out = append(out, pausedAlert(cfg, t.name, t.pausedReason, t.pausedFix, t.pausedFor))
 		}
 		sev, summary := level(t.stalledFor, cfg.CommitStall.Warning, cfg.CommitStall.Critical),
 			fmt.Sprintf("table %s has made no successful commit for %s while %d changes wait", t.name, t.stalledFor.Round(time.Second), t.lagRecords)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,10 +228,36 @@ func (d *Daemon) Status() Status {
 		}
 		st.Paused = append(st.Paused, p)
 	}
+	d.alertPausedTables(&st)
 	if eng := d.snapshots(); eng != nil {
 		st.Snapshots = eng.Progress()
 	}
 	return st
+}
+
+// alertPausedTables adds the alert of every paused table the monitor has
+// not evaluated yet (it checks every alerts.interval: a table paused since
+// its last check showed as paused with no alert), and asks the monitor to
+// check now, so the alert fires (and its webhook goes out) at once. Status
+// never shows a paused table without its alert.
+func (d *Daemon) alertPausedTables(st *Status) {
+	missing := false
+	for _, ts := range st.Tables {
+		if !ts.Paused || slices.ContainsFunc(st.Alerts, func(a Alert) bool { return a.Name == AlertTablePaused && a.Subject == ts.Table }) {
+			continue
+		}
+		since := ts.PausedSince
+		if since.IsZero() {
+			since = time.Now()
+		}
+		a := pausedAlert(d.cfg.Alerts, ts.Table, ts.PausedReason, ts.PausedFix, time.Since(since))
+		a.Since = since
+		st.Alerts = append(st.Alerts, a)
+		missing = true
+	}
+	if missing {
+		d.monitor.poke()
+	}
 }
 
 // sourceTables maps each topic to its "schema.table" (unquoted, as the
