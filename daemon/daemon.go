@@ -180,6 +180,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			OrphanAge: ice.Compaction.OrphanAge,
 		},
 		OnCommit: d.committed,
+		OnPause:  func(*iceberg.TableStats) { d.monitor.poke() }, // the alert at once
 	}, d.cat, d.lg, d.reg, logger)
 	d.monitor = newMonitor(d)
 	d.emitter.onPause = d.monitor.poke

@@ -106,6 +106,10 @@ type Config struct {
 	// commit-duration histogram). It runs on the table's loop: it must not
 	// block.
 	OnCommit func(stats *TableStats, took time.Duration)
+	// OnPause, when set, is called when a table pauses (its stats hold
+	// the reason), so the daemon's alert fires at once, not at its next
+	// round. It must not block.
+	OnPause func(stats *TableStats)
 }
 
 // Table modes.
@@ -350,6 +354,9 @@ func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, 
 	stats.Paused.Store(&reason)
 	logger.Error("table paused: its changes wait in the log; the other tables go on",
 		"reason", pe.What, "what_to_do", fix, "err", err, "checked_again_every", s.cfg.RetryInterval)
+	if s.cfg.OnPause != nil {
+		s.cfg.OnPause(stats)
+	}
 }
 
 // healthy clears a pause or failure: the table commits again, or has
