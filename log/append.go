@@ -293,6 +293,10 @@ func (p *partition) rollAtClose() {
 		p.mark.last != (syncPos{base: fl.seg.base, size: fl.size, next: fl.next}) {
 		return
 	}
+	// Every byte is written and synced (the marker says so): what fl.buf
+	// still holds is the last group's, written already; roll would write it
+	// again past the segment's end.
+	fl.buf = fl.buf[:0]
 	c, err := p.roll(fl.size, fl.next)
 	if err != nil {
 		p.logger.Warn("log: cannot close the active segment at close; the next open reads it whole", "segment", fl.seg.path, "err", err)
