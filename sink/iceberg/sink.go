@@ -175,6 +175,7 @@ type Sink struct {
 	mu         sync.Mutex
 	stats      []*TableStats
 	compactNow []chan struct{} // per table: compact now (cdcd compact)
+	caughtUp   []chan struct{} // per table: the source caught up (CaughtUp)
 }
 
 // defaults fills the zero fields with their defaults.
@@ -221,8 +222,24 @@ func New(cfg Config, cat catalog.Catalog, lg log.Log, reg Registry, logger *slog
 	for _, t := range cfg.Tables {
 		s.stats = append(s.stats, &TableStats{Topic: t.Topic, Table: identString(t.Ident)})
 		s.compactNow = append(s.compactNow, make(chan struct{}, 1))
+		s.caughtUp = append(s.caughtUp, make(chan struct{}, 1))
 	}
 	return s
+}
+
+// CaughtUp tells every table that its source has caught up with its
+// database after reading a backlog, and that what it read is durable in
+// the log: each table's loop takes the ends of its topic's partitions
+// now and, once it has read that far, commits what it holds at once
+// instead of waiting out the commit interval (catchup.go). It does not
+// wait.
+func (s *Sink) CaughtUp() {
+	for _, ch := range s.caughtUp {
+		select {
+		case ch <- struct{}{}:
+		default: // one notice is pending already
+		}
+	}
 }
 
 // Stats returns each table's live counters.
@@ -273,7 +290,8 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 			epoch, err = s.claim(ctx, t, logger)
 		}
 		if err == nil {
-			w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i], epoch: epoch}
+			w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i],
+				sourceCaughtUp: s.caughtUp[i], epoch: epoch}
 			err = w.run(ctx)
 		}
 		if ctx.Err() != nil {

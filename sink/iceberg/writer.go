@@ -65,6 +65,11 @@ type tableWriter struct {
 	// comp maintains the table between its commits (made by compactor()).
 	comp       *compactor.Compactor
 	compactNow <-chan struct{} // cdcd compact asks
+	// sourceCaughtUp: the source caught up after a backlog (Sink.CaughtUp);
+	// flushAt is then the topic's ends, to commit at once when read
+	// (caughtup.go).
+	sourceCaughtUp <-chan struct{}
+	flushAt        []int64
 	// catchingUp: the last commit was forced by the buffer limits (a
 	// backlog), not by the commit interval: compaction waits.
 	catchingUp bool
@@ -159,7 +164,14 @@ func (w *tableWriter) run(ctx context.Context) error {
 			}
 		case <-w.compactNow:
 			w.compactor().Force()
+		case <-w.sourceCaughtUp:
+			if err := w.noteCaughtUp(ctx); err != nil {
+				return err
+			}
 		case <-ctx.Done():
+		}
+		if err := w.commitIfCaughtUp(ctx); err != nil {
+			return err
 		}
 		if full := len(w.buf) >= w.s.cfg.MaxBufferedRows || w.bufBytes >= w.s.cfg.MaxBufferedBytes; len(w.buf) > 0 &&
 			(full || !time.Now().Before(w.commitDue(len(in) > 0))) {
