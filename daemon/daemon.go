@@ -184,6 +184,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 	}, d.cat, d.lg, d.reg, logger)
 	d.monitor = newMonitor(d)
 	d.emitter.onPause = d.monitor.poke
+	d.emitter.onCaughtUp = d.sink.CaughtUp
 	d.sampler = newSampler(d)
 	d.progress = newLoadProgress()
 	return d, nil

@@ -80,6 +80,10 @@ type emitter struct {
 	// onPause, when set, is called once a table pauses (the monitor checks
 	// at once, so the alert fires without waiting for its interval).
 	onPause func()
+	// onCaughtUp, when set, is called once the batches handed over before
+	// a source's catch-up (CaughtUp) are durable: the sink commits what
+	// it holds of them at once.
+	onCaughtUp func()
 
 	produced atomic.Int64
 	dropped  atomic.Int64

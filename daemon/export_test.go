@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // PauseIntake makes the source's next appends wait until resume is called
@@ -26,4 +27,20 @@ func (d *Daemon) PauseIntake() (resume func(), held <-chan struct{}) {
 		d.intake.gate.Store(nil)
 		close(ch)
 	}, h
+}
+
+// SlowIntake makes each of the source's appends wait delay first, until
+// stop is called: the sink then keeps up with the log however fast the
+// source could read.
+func (d *Daemon) SlowIntake(delay time.Duration) (stop func()) {
+	gate := func(ctx context.Context) error {
+		select {
+		case <-time.After(delay):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d.intake.gate.Store(&gate)
+	return func() { d.intake.gate.Store(nil) }
 }

@@ -308,6 +308,8 @@ var (
 	_ source.Pipeliner = (*intake)(nil)
 	_ source.Tracker   = (*intake)(nil)
 	_ source.Preparer  = (*intake)(nil)
+
+	_ source.CatchUpNotifier = (*intake)(nil)
 )
 
 func newIntake(next source.Emitter, tables []string) *intake {
@@ -392,6 +394,13 @@ func (in *intake) Durable() (uint64, error) {
 		return t.Durable()
 	}
 	return in.emitted.Load(), nil
+}
+
+// CaughtUp passes the source's catch-up on (source.CatchUpNotifier).
+func (in *intake) CaughtUp() {
+	if n, ok := in.next.(source.CatchUpNotifier); ok {
+		n.CaughtUp()
+	}
 }
 
 // Prepare hands batch to the emitter to encode ahead (source.Preparer).

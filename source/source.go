@@ -247,6 +247,20 @@ type Holder interface {
 	Held() (Position, bool)
 }
 
+// CatchUpNotifier is an optional ability of an Emitter (found by type
+// assertion): hearing that the source, after reading a backlog, has
+// caught up with its database. A consumer that gathers changes until a
+// timer fires (the Iceberg sink's commit interval) can then hand on what
+// it holds at once: a restarted pipeline's mirror is current as soon as
+// the backlog is read, not an interval later. A source says it once a
+// backlog, never while it merely keeps up with a steady stream.
+type CatchUpNotifier interface {
+	// CaughtUp says that every change read before it has been handed over
+	// (Emit, Submit). Called from the goroutine that hands changes over;
+	// it does not wait.
+	CaughtUp()
+}
+
 // Source reads a database's changes until ctx ends or a terminal error.
 type Source interface {
 	// Run emits changes to e. After a restart it starts from what the

@@ -91,6 +91,10 @@ type Config struct {
 	KeepsDefault func(c schema.Column) bool `json:"-"`
 	// Incremental configures incremental snapshots (incremental_stream.go).
 	Incremental IncrementalConfig
+	// CatchUpLag is how far (WAL bytes) the stream must have been behind
+	// the server's WAL end for its catch-up to be announced to a
+	// source.CatchUpNotifier (caughtup.go); default 16 MiB.
+	CatchUpLag int64
 }
 
 func (c *Config) defaults() {
@@ -126,6 +130,9 @@ func (c *Config) defaults() {
 	}
 	if c.WaitReportInterval <= 0 {
 		c.WaitReportInterval = 10 * time.Second
+	}
+	if c.CatchUpLag <= 0 {
+		c.CatchUpLag = 16 << 20
 	}
 }
 

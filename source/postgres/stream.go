@@ -57,7 +57,11 @@ type streamer struct {
 	// inflightBytes is the row bytes of the stream's batches handed over
 	// since nothing was last in flight (flushBatch bounds it).
 	inflightBytes int
-	nextStatus    time.Time
+	// catchUpAt, when not 0, is the server's WAL end the stream was
+	// found far behind of; nextLagCheck when to look (caughtup.go).
+	catchUpAt    uint64
+	nextLagCheck time.Time
+	nextStatus   time.Time
 	lastStatus    time.Time // when the last status was sent
 	lastData      time.Time // when the last change or commit arrived
 	nextHeartbeat time.Time
@@ -161,6 +165,9 @@ func (s *streamer) loop(ctx context.Context) error {
 			return err
 		}
 		if err := s.maybeCheckPublication(ctx); err != nil {
+			return err
+		}
+		if err := s.maybeCheckLag(ctx); err != nil {
 			return err
 		}
 		deadline := s.nextStatus
@@ -473,6 +480,9 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if uint64(ka.ServerWALEnd) > s.r.stats.Received.Load() {
 			s.r.stats.Received.Store(uint64(ka.ServerWALEnd))
 		}
+		if err := s.maybeCaughtUp(ctx, uint64(ka.ServerWALEnd)); err != nil {
+			return err
+		}
 		if ka.ReplyRequested {
 			// Flush what we hold first so the reply carries fresh progress.
 			if err := s.maybeFlush(ctx, !s.inTx); err != nil {
@@ -485,9 +495,11 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("postgres: xlogdata: %w", err)
 		}
-		if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > s.r.stats.Received.Load() {
+		end := uint64(xld.WALStart) + uint64(len(xld.WALData))
+		if end > s.r.stats.Received.Load() {
 			s.r.stats.Received.Store(end)
 		}
+
 		return s.message(ctx, uint64(xld.WALStart), xld.WALData)
 	}
 	return nil

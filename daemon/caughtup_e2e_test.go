@@ -1,0 +1,121 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcd-dev/cdcd/config"
+	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/pgtest"
+)
+
+// TestStreamBacklogCommittedAtCatchUp: a stream that reads a backlog of
+// WAL (here held back, then read slowly enough that the sink keeps up
+// with the log, so the sink's own backlog rule never fires) is committed
+// as soon as the source catches up with the server, with a commit
+// interval of 4 minutes; the changes after it, with no backlog, wait for
+// the interval as before.
+func TestStreamBacklogCommittedAtCatchUp(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDB(t)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), `CREATE TABLE filler (id bigint PRIMARY KEY, pad text)`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	slot := pgtest.UniqueName(t, "slot")
+	yaml := fmt.Sprintf(`pipeline: e2e
+data_dir: %q
+source:
+  postgres:
+    dsn: %q
+    slot: %s
+    publication: %s
+    tables: [public.filler]
+log:
+  partitions: 4
+sink:
+  iceberg:
+    namespace: mirror
+    mode: upsert
+    commit_interval: 4m
+`, dir, dsn, slot, slot)
+	path := filepath.Join(dir, "cdcd.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	d, err := daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("daemon: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs)
+		}
+	}()
+	waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
+
+	// The backlog: about 30 MB of WAL written while the source is held,
+	// then read in batches spaced 300 ms apart.
+	resume, held := d.PauseIntake()
+	if _, err := conn.Exec(t.Context(), `INSERT INTO filler VALUES (0, 'first')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the source never tried to append the held change")
+	}
+	const rows = 100_000
+	for i := int64(0); i < rows; i += 1000 { // transactions of 1,000 rows
+		if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series($1::bigint, $1::bigint + 999) g`, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume() // (it clears the gate: the slow one goes after it)
+	stop := d.SlowIntake(300 * time.Millisecond)
+	sink := d.SinkStats()[0]
+	waitFor(t, "the backlog committed", func() bool { return sink.Rows.Load() >= rows+1 }, done)
+	stop()
+	if !strings.Contains(logs.String(), "stream caught up with the server") {
+		t.Error("the source never said it caught up")
+	}
+	commits := sink.Commits.Load()
+	// 100,001 rows of about 200 bytes: a commit per 8 MiB buffer at most,
+	// and the one at the catch-up.
+	if commits > 6 {
+		t.Errorf("%d commits for the backlog", commits)
+	}
+	// After it, no backlog: ten rows wait for the interval.
+	if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, 'after' FROM generate_series($1::bigint, $1::bigint + 9) g`, rows+1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if c := sink.Commits.Load(); c != commits {
+		t.Errorf("%d commits after ten more rows with no backlog, want %d (a 4-minute interval)", c, commits)
+	}
+}

@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdcd-dev/cdcd/source"
+)
+
+// A stream that reads a backlog (a restart behind, the changes made
+// during an initial load, a burst the reader is slower than) is far behind
+// the server's WAL end. pgoutput's messages do not say how far (a
+// logical walsender's XLogData and keepalives carry the position it has
+// sent, not the server's end), so the stream asks the server every
+// lagCheckInterval (`pg_current_wal_lsn()`, on its catalog connection);
+// at CatchUpLag or more behind it notes that end. Once the walsender has
+// sent everything up to it, it waits for more WAL and sends a keepalive
+// first: the stream has caught up. maybeCaughtUp then hands the batch
+// over and tells an Emitter that listens (source.CatchUpNotifier), once a
+// backlog: while the stream keeps up with a steady workload it is never
+// that far behind, nothing is said, and the sink's commits keep their
+// interval. Unrelated WAL (other databases, tables not captured) counts
+// in the distance too: at worst a notice comes after such a burst, and
+// the sink commits what it holds once more.
+
+// lagCheckInterval is how often the stream compares its position with
+// the server's WAL end.
+const lagCheckInterval = time.Second
+
+// maybeCheckLag notes the server's WAL end when the stream is CatchUpLag
+// or more behind it.
+func (s *streamer) maybeCheckLag(ctx context.Context) error {
+	if s.catchUpAt != 0 || time.Now().Before(s.nextLagCheck) {
+		return nil
+	}
+	s.nextLagCheck = time.Now().Add(lagCheckInterval)
+	if _, ok := s.emit.(source.CatchUpNotifier); !ok {
+		s.nextLagCheck = time.Now().Add(time.Hour)
+		return nil
+	}
+	var end int64
+	if err := s.conn.QueryRow(ctx, "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").Scan(&end); err != nil {
+		if retryable(err) {
+			return &connError{err}
+		}
+		// Not a reason to stop: without it the sink commits at its interval.
+		s.r.logger.Debug("cannot read the server's WAL end; catch-ups are not announced", "err", err)
+		s.nextLagCheck = time.Now().Add(time.Hour)
+		return nil
+	}
+	if uint64(end) >= s.r.stats.Received.Load()+uint64(s.r.cfg.CatchUpLag) {
+		s.catchUpAt = uint64(end)
+	}
+	return nil
+}
+
+// maybeCaughtUp, at a keepalive whose position (sent, the walsender's) has
+// reached the end noted by maybeCheckLag, hands the batch over and
+// announces the catch-up, between transactions.
+func (s *streamer) maybeCaughtUp(ctx context.Context, sent uint64) error {
+	if s.catchUpAt == 0 || sent < s.catchUpAt || s.inTx || s.inStream {
+		return nil
+	}
+	n, ok := s.emit.(source.CatchUpNotifier)
+	if !ok {
+		s.catchUpAt = 0
+		return nil
+	}
+	if len(s.batch) > 0 {
+		if err := s.flushBatch(ctx); err != nil {
+			return err
+		}
+	}
+	s.r.logger.Debug("stream caught up with the server", "behind_end", pglogrepl.LSN(s.catchUpAt).String(), "sent", pglogrepl.LSN(sent).String())
+	s.catchUpAt = 0
+	n.CaughtUp()
+	return nil
+}
