@@ -59,9 +59,9 @@ type streamer struct {
 	inflightBytes int
 	// catchUpAt, when not 0, is the server's WAL end the stream was
 	// found far behind of; nextLagCheck when to look (caughtup.go).
-	catchUpAt    uint64
-	nextLagCheck time.Time
-	nextStatus   time.Time
+	catchUpAt     uint64
+	nextLagCheck  time.Time
+	nextStatus    time.Time
 	lastStatus    time.Time // when the last status was sent
 	lastData      time.Time // when the last change or commit arrived
 	nextHeartbeat time.Time
