@@ -26,7 +26,9 @@ import (
 //	CDCD_SINK_BENCH_CHILD=/tmp/x/run CDCD_SINK_BENCH_TOPIC=bench CDCD_SINK_BENCH_TABLE=bench \
 //	  CDCD_SINK_BENCH_PHASE=updates GOMEMLIMIT=224MiB ./iceberg.test -test.run '^TestSinkThroughput$' -test.v
 //
-// CDCD_SINK_BENCH_PREPARE_UPDATES=M produces M updates instead of N.
+// CDCD_SINK_BENCH_PREPARE_UPDATES=M produces M updates instead of N;
+// CDCD_SINK_BENCH_PREPARE_INSERTS_ONLY=1 stops once the inserts are
+// produced (for runs of the inserts phase: CDCD_SINK_BENCH_PHASE=inserts).
 func TestSinkBenchPrepare(t *testing.T) {
 	dir := os.Getenv("CDCD_SINK_BENCH_PREPARE")
 	n, _ := strconv.Atoi(os.Getenv("CDCD_SINK_BENCH"))
@@ -83,6 +85,9 @@ func TestSinkBenchPrepare(t *testing.T) {
 		}
 	}
 	produce("bench", 'c', n, func(i int) int64 { return int64(i) })
+	if os.Getenv("CDCD_SINK_BENCH_PREPARE_INSERTS_ONLY") != "" {
+		return
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSinkThroughput$", "-test.v")
 	cmd.Env = append(os.Environ(), "GOMEMLIMIT=224MiB", "CDCD_SINK_BENCH_CHILD="+dir, "CDCD_SINK_BENCH_TOPIC=bench",
 		"CDCD_SINK_BENCH_TABLE=bench", "CDCD_SINK_BENCH_PHASE=inserts", "CDCD_SINK_BENCH_CPU=")
