@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -68,6 +69,12 @@ type keyIndex struct {
 	sought, found int
 	// seeks counts every key looked up with a seek since the index opened.
 	seeks int64
+	// size is about how many keys the index holds, as its owner counts
+	// them (the table's live rows); 0: not known. getMany's choice of seek
+	// (denseLookups) uses it.
+	size int64
+	// denseRanges counts the ranges looked up with plain seeks (tests).
+	denseRanges int64
 	// sorted is getMany's list of keys to seek, kept from call to call
 	// (getMany runs on the table's loop only), and spare the held entries'
 	// memory of the last batch that ended (index_ingest.go).
@@ -312,9 +319,10 @@ func (x *keyIndex) getMany(keys [][]byte, parts []int32, found func(i int, loc l
 		slices.SortFunc(sorted, byKey) // a commit's keys come sorted (stage)
 	}
 	l6 := x.useL6Filters()
+	dense := x.denseLookups(len(sorted), l6)
 	ways := min(runtime.GOMAXPROCS(0), 4, (len(sorted)+getManyPart-1)/getManyPart)
 	if ways <= 1 {
-		if err := x.seekRange(sorted, l6); err != nil {
+		if err := x.seekRange(sorted, l6, dense); err != nil {
 			return err
 		}
 	} else {
@@ -322,7 +330,7 @@ func (x *keyIndex) getMany(keys [][]byte, parts []int32, found func(i int, loc l
 		per := (len(sorted) + ways - 1) / ways
 		for lo := 0; lo < len(sorted); lo += per {
 			hi := min(lo+per, len(sorted))
-			g.Go(func() error { return x.seekRange(sorted[lo:hi], l6) })
+			g.Go(func() error { return x.seekRange(sorted[lo:hi], l6, dense) })
 		}
 		if err := g.Wait(); err != nil {
 			return err
@@ -375,24 +383,64 @@ const getManyPart = 64
 // filters are used unless more than half of their keys were found.
 func (x *keyIndex) useL6Filters() bool { return 2*x.found <= x.sought }
 
+// denseGap is the most index keys per key looked up at which a commit's
+// lookups are dense (denseLookups): about a sixth of a data block's keys
+// (some 400 entries of a 4 KB block), so the keys looked up share blocks.
+const denseGap = 64
+
+// denseLookups reports whether n keys looked up, most of them found
+// (!l6), are dense enough in the index for plain seeks (SeekGE) rather
+// than prefix seeks. A prefix seek consults the bloom filter of every
+// table above the bottom level that may hold the key — each of the L0
+// tables an update stream leaves (a commit's batch of entries is a
+// "large batch" that pebble flushes as an L0 table of its own, up to 16
+// before a compaction) — a filter block fetched from the cache and probed
+// per key and table, and it throws away the table's position, so the
+// next key's seek starts from the index block again. A plain seek reads
+// no filter and, sought in ascending order, steps forward from where the
+// last key left each table (pebble's TrySeekUsingNext): in a table holding
+// about as many keys as the commit looks up (an L0 table of an earlier
+// commit's keys) or a few times more (the bottom level at denseGap), the
+// next key is a few entries on, in a block at hand. Sparse keys gain
+// nothing from that and would read a block in every table, and keys mostly
+// absent (new keys below the greatest, l6) are what the filters answer
+// best: those keep prefix seeks.
+func (x *keyIndex) denseLookups(n int, l6 bool) bool {
+	return !l6 && x.size > 0 && int64(n)*denseGap >= x.size
+}
+
 // seekRange looks up sorted keys with one iterator, storing a copy of each
 // present key's value in its val; l6 says whether it consults the bottom
-// level's bloom filters (useL6Filters).
-func (x *keyIndex) seekRange(sorted []indexedKey, l6 bool) error {
+// level's bloom filters (useL6Filters), dense whether it seeks without
+// filters (denseLookups).
+func (x *keyIndex) seekRange(sorted []indexedKey, l6, dense bool) error {
 	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: []byte{idxPrefixKey}, UpperBound: []byte{idxPrefixKey + 1}, UseL6Filters: l6})
 	if err != nil {
 		return err
+	}
+	if dense {
+		atomic.AddInt64(&x.denseRanges, 1)
 	}
 	buf := make([]byte, 0, 64)
 	var vals []byte // the values' copies, carved from shared chunks
 	for i := range sorted {
 		k := &sorted[i]
 		buf = append(append(buf[:0], idxPrefixKey), k.key...)
-		// SeekPrefixGE, not SeekGE: only a prefix seek consults the bloom
-		// filters (the prefix is the whole key with the default Split), so
-		// a key skips the levels that do not hold it instead of reading a
-		// data block in each.
-		if !it.SeekPrefixGE(buf) || string(it.Key()) != string(buf) {
+		// SeekPrefixGE: only a prefix seek consults the bloom filters (the
+		// prefix is the whole key with the default Split), so a key skips
+		// the levels that do not hold it instead of reading a data block in
+		// each. Dense keys seek with SeekGE (denseLookups): an absent key
+		// then lands on the next key in the index (past any deleted ones
+		// between: at most the tombstones above the bottom level, once per
+		// range, as the next seeks start from there), which the comparison
+		// below turns away.
+		var ok bool
+		if dense {
+			ok = it.SeekGE(buf)
+		} else {
+			ok = it.SeekPrefixGE(buf)
+		}
+		if !ok || string(it.Key()) != string(buf) {
 			continue
 		}
 		v := it.Value()

@@ -237,6 +237,7 @@ func BenchmarkIndexUpdates(b *testing.B) {
 			for i, id := range ids {
 				keys[i] = appendKeyInt(make([]byte, 0, 9), id)
 			}
+			x.size = next // as the sink tells it (upsert.liveRows), about
 			if err := x.getMany(keys, nil, func(int, location) error { found++; return nil }); err != nil {
 				b.Fatal(err)
 			}
@@ -343,6 +344,7 @@ func BenchmarkIndexStream(b *testing.B) {
 		start := now()
 		var lookCPU time.Duration
 		looked, found, changes := 0, 0, 0
+		live := int64(rows) // the keys the index holds, as the sink tells it (upsert.liveRows)
 		for c := 0; c < len(all); c += perCommit {
 			type kid struct {
 				id   int64
@@ -366,6 +368,15 @@ func BenchmarkIndexStream(b *testing.B) {
 			keys := make([][]byte, len(ks))
 			for i, k := range ks {
 				keys[i] = appendKeyInt(make([]byte, 0, 9), k.id)
+			}
+			x.size = live
+			for _, k := range ks {
+				switch k.kind {
+				case 'c':
+					live++
+				case 'd':
+					live--
+				}
 			}
 			seeks := x.seeks
 			t0 := now()

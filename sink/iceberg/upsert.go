@@ -91,6 +91,23 @@ func (u *upsert) loadFiles(ctx context.Context, tbl *table.Table) error {
 	return nil
 }
 
+// liveRows is about how many rows the table holds: its live data files'
+// rows less the positions their vectors or position-delete files delete
+// (the key index's size, for its choice of seek: denseLookups).
+func (u *upsert) liveRows() int64 {
+	var n int64
+	for _, df := range u.data {
+		n += df.Count()
+	}
+	for _, d := range u.dvs {
+		n -= d.Count()
+	}
+	for _, d := range u.posDeletes {
+		n -= d.Count()
+	}
+	return max(n, 0)
+}
+
 // keyFields returns the table's identifier fields in id order.
 func keyFields(sc *iceberg.Schema) ([]iceberg.NestedField, error) {
 	ids := sc.IdentifierFieldIDs
@@ -618,6 +635,7 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 			p.batch.parts[parts[i]] = st.key
 		}
 	}
+	u.idx.size = u.liveRows()
 	err = u.idx.getMany(lookup, parts, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
