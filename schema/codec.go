@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -472,15 +473,11 @@ func unscaledInt64(s string, scale int) (int64, bool) {
 // appendInt64Decimal appends v as Avro bytes: the minimal big-endian two's
 // complement, as twosComplement writes a big.Int.
 func appendInt64Decimal(dst []byte, v int64) []byte {
-	n := 8
-	for n > 1 {
-		top, next := byte(v>>(8*(n-1))), byte(v>>(8*(n-2)))
-		if (top == 0 && next&0x80 == 0) || (top == 0xff && next&0x80 != 0) {
-			n--
-			continue
-		}
-		break
-	}
+	// The fewest bytes whose top bit is v's sign: v's significant bits
+	// (of v, or of ^v when negative) and the sign bit. A load's numeric
+	// column runs this for every row; the loop that dropped a byte at a
+	// time was 2-3% of a load's producing CPU (session 17).
+	n := max(1, (bits.Len64(uint64(v^(v>>63)))+8)/8)
 	dst = appendLong(dst, int64(n))
 	for i := n - 1; i >= 0; i-- {
 		dst = append(dst, byte(v>>(8*i)))

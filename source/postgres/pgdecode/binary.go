@@ -298,6 +298,12 @@ func decodeNumeric(b []byte) (any, error) {
 
 // appendNumeric appends the text of the numeric b ("-12.50", "NaN",
 // "Infinity", "-Infinity") to dst.
+//
+// It runs for every numeric of an initial load, so it reads each digit
+// once, checking it as it goes, and writes four decimal digits at a time
+// from a table of pairs (the first group without its leading zeros);
+// appendNumericRef in the tests is the plain version it must match byte
+// for byte.
 func appendNumeric(dst, b []byte) ([]byte, error) {
 	if len(b) < 8 {
 		return dst, lengthError(">= 8", len(b))
@@ -320,16 +326,18 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 	default:
 		return dst, fmt.Errorf("%w: numeric sign %#x", ErrBadValue, sign)
 	}
+	digits := b[8:]
+	for i := 0; i < len(digits); i += 2 {
+		if d := int(binary.BigEndian.Uint16(digits[i:])); d > 9999 {
+			return dst, fmt.Errorf("%w: numeric digit %d", ErrBadValue, d)
+		}
+	}
+	// digit is the i-th base-10000 digit; 0 outside the stored ones.
 	digit := func(i int) int {
-		if i < 0 || i >= ndigits {
+		if uint(i) >= uint(ndigits) {
 			return 0
 		}
-		return int(binary.BigEndian.Uint16(b[8+2*i:]))
-	}
-	for i := 0; i < ndigits; i++ {
-		if digit(i) > 9999 {
-			return dst, fmt.Errorf("%w: numeric digit %d", ErrBadValue, digit(i))
-		}
+		return int(digits[2*i])<<8 | int(digits[2*i+1])
 	}
 	dst = slices.Grow(dst, 4*(max(weight, 0)+1)+dscale+2)
 	if sign == numericNeg {
@@ -338,7 +346,7 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 	if weight < 0 {
 		dst = append(dst, '0')
 	} else {
-		dst = strconv.AppendInt(dst, int64(digit(0)), 10)
+		dst = appendLeadingDigits4(dst, digit(0))
 		for i := 1; i <= weight; i++ {
 			dst = appendDigits4(dst, digit(i), 4)
 		}
@@ -354,14 +362,38 @@ func appendNumeric(dst, b []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// appendDigits4 appends the first n of d's four decimal digits.
+// decimalPairs is "00" to "99", each two digits.
+const decimalPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
+
+// appendDigits4 appends the first n of d's four decimal digits (d <= 9999).
 func appendDigits4(dst []byte, d, n int) []byte {
-	var g [4]byte
-	for j := 3; j >= 0; j-- {
-		g[j] = byte('0' + d%10)
-		d /= 10
-	}
+	hi, lo := (d/100)*2, (d%100)*2
+	g := [4]byte{decimalPairs[hi], decimalPairs[hi+1], decimalPairs[lo], decimalPairs[lo+1]}
 	return append(dst, g[:n]...)
+}
+
+// appendLeadingDigits4 appends d (d <= 9999) without leading zeros, as
+// strconv.AppendInt does.
+func appendLeadingDigits4(dst []byte, d int) []byte {
+	switch {
+	case d >= 1000:
+		return appendDigits4(dst, d, 4)
+	case d >= 100:
+		return append(dst, byte('0'+d/100), decimalPairs[(d%100)*2], decimalPairs[(d%100)*2+1])
+	case d >= 10:
+		return append(dst, decimalPairs[d*2], decimalPairs[d*2+1])
+	default:
+		return append(dst, byte('0'+d))
+	}
 }
 
 // decodeBits renders bit and bit varying as bit_out does ("0101").
