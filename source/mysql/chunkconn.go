@@ -293,7 +293,10 @@ func textValue(t *colType, b []byte, slab *pgdecode.Slab) (any, error) {
 			var d [20]byte
 			return slab.Text(strconv.AppendUint(d[:0], u, 10)), nil
 		}
-		n, err := strconv.ParseInt(string(b), 10, 64)
+		if n, ok := atoi(b); ok {
+			return slab.Int64(n), nil
+		}
+		n, err := strconv.ParseInt(string(b), 10, 64) // 19 digits, or not a number
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
 		}
@@ -306,6 +309,31 @@ func textValue(t *colType, b []byte, slab *pgdecode.Slab) (any, error) {
 		return slab.Float64(f), nil
 	}
 	return slabText(t, b, slab)
+}
+
+// atoi parses an integer of at most 18 digits with an optional minus sign
+// (the server's text of every integer but the longest); ok is false for
+// anything else, which strconv parses or refuses. Four of the benchmark
+// row's eight values are integers; strconv.ParseInt's generality (bases,
+// underscores, its error values) cost about 0.05 CPU-µs a row.
+func atoi(b []byte) (n int64, ok bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // noBytes is an empty value that is not NULL (slabText's nil).

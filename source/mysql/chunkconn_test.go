@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -183,6 +185,23 @@ func TestChunkLargeRow(t *testing.T) {
 		}
 		if d.own == nil || d.own.broken || d.own.pkt.Cap() > maxKeptPacket {
 			t.Fatalf("the chunk connection after the read: %+v", d.own)
+		}
+	}
+}
+
+// TestAtoi: atoi agrees with strconv.ParseInt wherever it answers, and
+// answers for every integer of up to 18 digits.
+func TestAtoi(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "123456789012345678", "-123456789012345678", "999999999999999999",
+		"1234567890123456789", "-9223372036854775808", "", "-", "+5", "1_000", "12a", " 1", "٣"} {
+		n, ok := atoi([]byte(s))
+		want, err := strconv.ParseInt(s, 10, 64)
+		digits := len(strings.TrimPrefix(s, "-"))
+		switch {
+		case ok && (err != nil || n != want):
+			t.Errorf("atoi(%q) = %d; strconv: %d, %v", s, n, want, err)
+		case !ok && err == nil && digits <= 18 && !strings.HasPrefix(s, "+"):
+			t.Errorf("atoi(%q): no answer; strconv: %d", s, want)
 		}
 	}
 }
