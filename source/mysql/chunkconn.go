@@ -22,14 +22,16 @@ import (
 // go-sql-driver made 6.7 allocations a row before cdcd saw a value (an
 // interface box per integer and double, a slice header per text), and
 // database/sql's Next and Scan were about two thirds of a chunk's read.
-// go-mysql's client streams a result's rows, in the text protocol, into
-// FieldValues it reuses (integers and doubles parsed from the server's
-// text, texts copied into buffers of their own), and each row goes
-// straight into the table model, its values in slabs. The server sends
-// the same text as to go-sql-driver, and every value not parsed by the
-// client goes through the same conversion (slabText), so the load's
-// values are the database/sql path's; read-only snapshots keep that path
-// (their reads run inside a consistent-snapshot transaction of the pool).
+// go-mysql's client connects (handshake, TLS, session settings); a
+// chunk's query is sent and its rows read on go-mysql's packet layer, and
+// each row packet converts straight into the table model, its values in
+// slabs (query, textRow; session 17: go-mysql's own result reading copied
+// each packet and each text once more and parsed every number into a
+// FieldValue first). The server sends the same text as to go-sql-driver,
+// and every value but integers and doubles goes through the same
+// conversion (slabText), so the load's values are the database/sql
+// path's; read-only snapshots keep that path (their reads run inside a
+// consistent-snapshot transaction of the pool).
 
 // chunkConn is a connection of go-mysql's client that reads chunks, one
 // at a time. After any error it is broken: its state is unknown (rows
