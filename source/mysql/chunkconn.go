@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,22 +22,24 @@ import (
 // go-sql-driver made 6.7 allocations a row before cdcd saw a value (an
 // interface box per integer and double, a slice header per text), and
 // database/sql's Next and Scan were about two thirds of a chunk's read.
-// go-mysql's client streams a result's rows, in the text protocol, into
-// FieldValues it reuses (integers and doubles parsed from the server's
-// text, texts copied into buffers of their own), and each row goes
-// straight into the table model, its values in slabs. The server sends
-// the same text as to go-sql-driver, and every value not parsed by the
-// client goes through the same conversion (slabText), so the load's
-// values are the database/sql path's; read-only snapshots keep that path
-// (their reads run inside a consistent-snapshot transaction of the pool).
+// go-mysql's client connects (handshake, TLS, session settings); a
+// chunk's query is sent and its rows read on go-mysql's packet layer, and
+// each row packet converts straight into the table model, its values in
+// slabs (query, textRow; session 17: go-mysql's own result reading copied
+// each packet and each text once more and parsed every number into a
+// FieldValue first). The server sends the same text as to go-sql-driver,
+// and every value but integers and doubles goes through the same
+// conversion (slabText), so the load's values are the database/sql
+// path's; read-only snapshots keep that path (their reads run inside a
+// consistent-snapshot transaction of the pool).
 
 // chunkConn is a connection of go-mysql's client that reads chunks, one
 // at a time. After any error it is broken: its state is unknown (rows
 // left unread), so it is closed and dialed again.
 type chunkConn struct {
 	c      *client.Conn
-	nc     net.Conn // the socket, closed when a read's context ends
-	res    gomysql.Result
+	nc     net.Conn     // the socket, closed when a read's context ends
+	pkt    bytes.Buffer // the packet being read, read into again for each
 	broken bool
 }
 
@@ -47,6 +50,10 @@ func (ci connInfo) dialChunks(ctx context.Context) (*chunkConn, error) {
 	c, err := client.ConnectWithContext(ctx, addr, ci.user, ci.password, ci.db, dialTimeout,
 		func(c *client.Conn) error {
 			c.SetTLSConfig(ci.tls)
+			// The result's framing query expects: an EOF packet after the
+			// column definitions and at the end, no query attributes.
+			c.UnsetCapability(gomysql.CLIENT_DEPRECATE_EOF)
+			c.UnsetCapability(gomysql.CLIENT_QUERY_ATTRIBUTES)
 			return c.SetCollation("utf8mb4_general_ci")
 		})
 	if err != nil {
@@ -87,25 +94,21 @@ func (cc *chunkConn) read(ctx context.Context, desc *tableDesc, name string, q s
 	values := lent
 	res := &snapshot.Chunk{Rows: rows}
 	slabs := takeSlabs(extra, n, bufs != nil)
-	err = cc.c.ExecuteSelectStreaming(query, &cc.res, func(vals []gomysql.FieldValue) error {
+	err = cc.query(query, n, func(data []byte) error {
 		if len(values) < n {
 			values = make([]any, max(want/4, 1)*n) // more rows than asked (a point chunk's keys may repeat)
 		}
 		row := values[:n:n]
 		values = values[n:]
-		for i := range row {
-			v, err := fieldValue(&desc.cols[i], &vals[i], slabs[i])
-			if err != nil {
-				return &ValueError{Table: name, Column: desc.cols[i].Name, Type: desc.cols[i].SourceType, Err: err}
+		if err := textRow(desc.cols, data, slabs, row); err != nil {
+			var ce *columnError
+			if errors.As(err, &ce) {
+				t := &desc.cols[ce.col]
+				return &ValueError{Table: name, Column: t.Name, Type: t.SourceType, Err: ce.err}
 			}
-			row[i] = v
+			return err
 		}
 		res.Rows = append(res.Rows, source.Change{Table: desc.table, Op: source.OpRead, After: row, Snapshot: true, CommitTime: now})
-		return nil
-	}, func(r *gomysql.Result) error {
-		if len(r.Fields) != n {
-			return fmt.Errorf("mysql: snapshot of %s: %d columns selected, %d returned (the table changed?)", name, n, len(r.Fields))
-		}
 		return nil
 	})
 	if err != nil {
@@ -155,43 +158,184 @@ func takeSlabs(extra any, n int, reuse bool) chunkSlabs {
 	return slabs
 }
 
-// fieldValue converts a value of go-mysql's text-protocol row of column t
-// into the table model: what scanned.value makes of go-sql-driver's value
-// for the same text (integers as int64, an unsigned BIGINT as its
-// decimal text, DOUBLE as float64, FLOAT — selected as DOUBLE — as
-// float32; every other value from its text by slabText).
-func fieldValue(t *colType, v *gomysql.FieldValue, slab *pgdecode.Slab) (any, error) {
-	switch v.Type {
-	case gomysql.FieldValueTypeNull:
-		return nil, nil
-	case gomysql.FieldValueTypeString:
-		b := v.AsString()
-		if b == nil { // an empty value in a column whose buffer never held one
-			b = noBytes
+// query sends a query (COM_QUERY) and calls row with each row packet of
+// its text-protocol result set, which n columns must make; the packet is
+// read into again for the next row, so row copies what it keeps. Rows are
+// read from the wire by go-mysql's packet layer (sequence, TLS, packets
+// of 16 MB and more) and not parsed by its client: ExecuteSelectStreaming
+// copied each packet out of a pooled buffer and each text value into a
+// FieldValue's buffer, and parsed every integer and double into a
+// FieldValue, before cdcd converted the values into the table model
+// (copying the texts a third time). textRow converts them straight from
+// the packet.
+func (cc *chunkConn) query(query string, n int, row func(data []byte) error) error {
+	defer func() {
+		if cc.pkt.Cap() > maxKeptPacket { // a large value's packet is not kept
+			cc.pkt = bytes.Buffer{}
 		}
-		return slabText(t, b, slab)
-	case gomysql.FieldValueTypeSigned:
-		if isInteger(t.Base) && !(t.Base == "bigint" && t.Unsigned) {
-			return slab.Int64(v.AsInt64()), nil
-		}
-	case gomysql.FieldValueTypeUnsigned:
-		u := v.AsUint64()
-		switch {
-		case t.Base == "bigint" && t.Unsigned:
-			var b [20]byte
-			return slab.Text(strconv.AppendUint(b[:0], u, 10)), nil
-		case isInteger(t.Base) && t.Base != "bigint":
-			return slab.Int64(int64(u)), nil // at most 2^32-1
-		}
-	case gomysql.FieldValueTypeFloat:
-		switch t.Base {
-		case "float":
-			return float32(v.AsFloat64()), nil
-		case "double":
-			return slab.Float64(v.AsFloat64()), nil
+	}()
+	c := cc.c
+	c.ResetSequence()
+	cc.pkt.Reset()
+	cc.pkt.Grow(5 + len(query))
+	buf := append(cc.pkt.AvailableBuffer(), 0, 0, 0, 0, gomysql.COM_QUERY) // the header, written by WritePacket
+	if err := c.WritePacket(append(buf, query...)); err != nil {
+		return err
+	}
+	data, err := cc.packet()
+	if err != nil {
+		return err
+	}
+	switch data[0] {
+	case gomysql.ERR_HEADER:
+		return c.HandleErrorPacket(bytes.Clone(data))
+	case gomysql.OK_HEADER, gomysql.LocalInFile_HEADER:
+		return fmt.Errorf("the query returned no result set (packet 0x%02x)", data[0])
+	}
+	cols, _, m := gomysql.LengthEncodedInt(data)
+	if m != len(data) {
+		return gomysql.ErrMalformPacket
+	}
+	if cols != uint64(n) {
+		return fmt.Errorf("%d columns selected, %d returned (the table changed?)", n, cols)
+	}
+	for range cols { // column definitions: the reader knows the columns
+		if _, err := cc.packet(); err != nil {
+			return err
 		}
 	}
-	return nil, fmt.Errorf("%w: %s as %s", errBadValue, t.Base, v.String())
+	if data, err := cc.packet(); err != nil { // the EOF after them (no CLIENT_DEPRECATE_EOF: dialChunks)
+		return err
+	} else if data[0] != gomysql.EOF_HEADER {
+		return gomysql.ErrMalformPacket
+	}
+	for {
+		data, err := cc.packet()
+		switch {
+		case err != nil:
+			return err
+		case data[0] == gomysql.ERR_HEADER:
+			return c.HandleErrorPacket(bytes.Clone(data))
+		case data[0] == gomysql.EOF_HEADER && len(data) < 0xffffff:
+			return nil // the EOF after the rows
+		}
+		if err := row(data); err != nil {
+			return err
+		}
+	}
+}
+
+// maxKeptPacket is the largest packet buffer a chunkConn keeps between
+// queries.
+const maxKeptPacket = 1 << 20
+
+// packet reads the next packet into cc.pkt; never empty.
+func (cc *chunkConn) packet() ([]byte, error) {
+	cc.pkt.Reset()
+	if err := cc.c.ReadPacketTo(&cc.pkt); err != nil {
+		return nil, err
+	}
+	if cc.pkt.Len() == 0 {
+		return nil, gomysql.ErrMalformPacket
+	}
+	return cc.pkt.Bytes(), nil
+}
+
+// columnError is a value textRow could not convert, by its column.
+type columnError struct {
+	col int
+	err error
+}
+
+func (e *columnError) Error() string { return fmt.Sprintf("column %d: %v", e.col+1, e.err) }
+
+// textRow converts a text-protocol row packet (a length-encoded string or
+// NULL, 0xfb, a column) into row, the table model of cols: integers as
+// int64 in the slab (an unsigned BIGINT as its decimal text), DOUBLE as
+// float64, everything else through slabText (what the database/sql path
+// makes of the same text). Texts are copied into the slabs, one a column:
+// data is read into again.
+func textRow(cols []colType, data []byte, slabs chunkSlabs, row []any) error {
+	pos := 0
+	for i := range cols {
+		if pos >= len(data) {
+			return gomysql.ErrMalformPacket
+		}
+		if data[pos] == 0xfb {
+			row[i], pos = nil, pos+1
+			continue
+		}
+		num, isNull, m := gomysql.LengthEncodedInt(data[pos:])
+		if isNull || m == 0 || uint64(len(data)-pos-m) < num {
+			return gomysql.ErrMalformPacket
+		}
+		b := data[pos+m : pos+m+int(num) : pos+m+int(num)]
+		pos += m + int(num)
+		v, err := textValue(&cols[i], b, slabs[i])
+		if err != nil {
+			return &columnError{col: i, err: err}
+		}
+		row[i] = v
+	}
+	if pos != len(data) {
+		return gomysql.ErrMalformPacket
+	}
+	return nil
+}
+
+// textValue converts one value's text b (not NULL) of column t.
+func textValue(t *colType, b []byte, slab *pgdecode.Slab) (any, error) {
+	switch t.Base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint", "year":
+		if t.Base == "bigint" && t.Unsigned { // its decimal text, without a ZEROFILL's zeros
+			u, err := strconv.ParseUint(string(b), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
+			}
+			var d [20]byte
+			return slab.Text(strconv.AppendUint(d[:0], u, 10)), nil
+		}
+		if n, ok := atoi(b); ok {
+			return slab.Int64(n), nil
+		}
+		n, err := strconv.ParseInt(string(b), 10, 64) // 19 digits, or not a number
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
+		}
+		return slab.Int64(n), nil
+	case "double":
+		f, err := strconv.ParseFloat(string(b), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", errBadValue, b, err)
+		}
+		return slab.Float64(f), nil
+	}
+	return slabText(t, b, slab)
+}
+
+// atoi parses an integer of at most 18 digits with an optional minus sign
+// (the server's text of every integer but the longest); ok is false for
+// anything else, which strconv parses or refuses. Four of the benchmark
+// row's eight values are integers; strconv.ParseInt's generality (bases,
+// underscores, its error values) cost about 0.05 CPU-µs a row.
+func atoi(b []byte) (n int64, ok bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // noBytes is an empty value that is not NULL (slabText's nil).
