@@ -127,6 +127,9 @@ type Iceberg struct {
 	// Mode is "upsert" (mirror the source; default) or "append" (changelog).
 	Mode string `yaml:"mode"`
 	// CommitInterval is the longest time between commits; default 10s.
+	// A table commits sooner when its buffer is full, at the end of a
+	// backlog it read, and when the source catches up with its database
+	// after a backlog (docs/internals.md, "A stream's catch-up").
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// RetryInterval is how often a paused table is looked at again (it
 	// resumes by itself once the cause is gone), a table whose commits
