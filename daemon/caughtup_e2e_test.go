@@ -14,6 +14,8 @@ import (
 
 	"github.com/cdcd-dev/cdcd/config"
 	"github.com/cdcd-dev/cdcd/daemon"
+	"github.com/cdcd-dev/cdcd/internal/mariadbserver"
+	"github.com/cdcd-dev/cdcd/internal/mariadbtest"
 	"github.com/cdcd-dev/cdcd/internal/pgtest"
 )
 
@@ -112,6 +114,105 @@ sink:
 	}
 	// After it, no backlog: ten rows wait for the interval.
 	if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, 'after' FROM generate_series($1::bigint, $1::bigint + 9) g`, rows+1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if c := sink.Commits.Load(); c != commits {
+		t.Errorf("%d commits after ten more rows with no backlog, want %d (a 4-minute interval)", c, commits)
+	}
+}
+
+// TestMySQLStreamBacklogCommittedAtCatchUp is TestStreamBacklogCommittedAtCatchUp
+// on MariaDB: the binlog reader compares its position with the binlog's
+// end (SHOW BINARY LOGS) and says when it has read past it.
+func TestMySQLStreamBacklogCommittedAtCatchUp(t *testing.T) {
+	t.Parallel()
+	srv := mariadbtest.NewServer(t, mariadbserver.Options{})
+	rootDSN := mariadbtest.NewDBOn(t, srv)
+	db, err := mariadbserver.OpenDSN(rootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE filler (id BIGINT PRIMARY KEY, pad VARCHAR(300))`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cdcd.yaml")
+	yaml := fmt.Sprintf(`pipeline: my
+data_dir: %q
+source:
+  mysql:
+    dsn: "mysql://%s:%s@%s/%s"
+    server_id: %d
+    tables: [%s.filler]
+    snapshot: never
+log:
+  partitions: 4
+sink:
+  iceberg:
+    namespace: mirror
+    commit_interval: 4m
+admin:
+  listen: "off"
+`, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, mariadbtest.ServerID(t), name)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	d, err := daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("daemon: %v", err)
+		}
+		_ = d.Close()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs)
+		}
+	}()
+	waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
+
+	resume, held := d.PauseIntake()
+	if _, err := db.Exec(`INSERT INTO filler VALUES (0, 'first')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the source never tried to append the held change")
+	}
+	// About 25 MB of binlog in transactions of 1,000 rows.
+	const rows = 100_000
+	for i := int64(0); i < rows; i += 1000 {
+		if _, err := db.Exec(`INSERT INTO filler SELECT seq, REPEAT(MD5(seq), 6) FROM seq_1_to_100000 WHERE seq BETWEEN ? AND ?`, i+1, i+1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume()
+	stop := d.SlowIntake(300 * time.Millisecond)
+	sink := d.SinkStats()[0]
+	waitFor(t, "the backlog committed", func() bool { return sink.Rows.Load() >= rows+1 }, done)
+	stop()
+	if !strings.Contains(logs.String(), "stream caught up with the server") {
+		t.Error("the source never said it caught up")
+	}
+	commits := sink.Commits.Load()
+	if _, err := db.Exec(`INSERT INTO filler SELECT seq, 'after' FROM seq_1_to_200000 WHERE seq BETWEEN ? AND ?`, rows+1, rows+10); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)

@@ -75,6 +75,10 @@ type Config struct {
 	// reconnect after a lost connection or a server restart; defaults
 	// 200ms and 30s.
 	ReconnectMin, ReconnectMax time.Duration
+	// CatchUpLag is how many bytes of binlog the stream must have been
+	// behind the server's end for its catch-up to be announced to a
+	// source.CatchUpNotifier (caughtup.go); default 16 MiB.
+	CatchUpLag int64
 }
 
 func (c *Config) defaults() {
@@ -95,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 30 * time.Second
+	}
+	if c.CatchUpLag <= 0 {
+		c.CatchUpLag = 16 << 20
 	}
 }
 

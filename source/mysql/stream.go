@@ -34,7 +34,13 @@ type streamer struct {
 	// captured table in any case (capturedNamed).
 	foldNames bool
 	byID      map[uint64]*tableVersion // table-map id → version
-	latest    map[string]*tableVersion // db.table → newest version
+	// catchUpFile and catchUpPos, when the file is set, are the server's
+	// binlog end the stream was found far behind of; nextLagCheck when to
+	// look (caughtup.go).
+	catchUpFile  string
+	catchUpPos   int64
+	nextLagCheck time.Time
+	latest       map[string]*tableVersion // db.table → newest version
 
 	// faultLogged is the reason last logged per table stopped while
 	// streaming (tablefault.go).
@@ -214,6 +220,12 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 			return dumpError(err, start)
 		}
 		if err := s.event(ctx, ev); err != nil {
+			return err
+		}
+		if err := s.maybeCaughtUp(ctx); err != nil {
+			return err
+		}
+		if err := s.maybeCheckLag(ctx); err != nil {
 			return err
 		}
 	}
