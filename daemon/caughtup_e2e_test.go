@@ -53,6 +53,8 @@ sink:
     namespace: mirror
     mode: upsert
     commit_interval: 4m
+admin:
+  listen: "off"
 `, dir, dsn, slot, slot)
 	path := filepath.Join(dir, "cdcd.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
