@@ -25,15 +25,18 @@ import (
 // as soon as the source catches up with the server, with a commit
 // interval of 4 minutes; the changes after it, with no backlog, wait for
 // the interval as before.
-func TestStreamBacklogCommittedAtCatchUp(t *testing.T) {
-	t.Parallel()
+// pgCatchUpDaemon runs a daemon that captures public.filler (created
+// with ddl's other tables) with a 4-minute commit interval, until the
+// test ends; it returns once the daemon streams.
+func pgCatchUpDaemon(t *testing.T, ddl string) (d *daemon.Daemon, conn *pgx.Conn, logs *syncBuffer, done chan error) {
+	t.Helper()
 	dsn := pgtest.NewDB(t)
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), `CREATE TABLE filler (id bigint PRIMARY KEY, pad text)`); err != nil {
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), `CREATE TABLE filler (id bigint PRIMARY KEY, pad text);`+ddl); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -64,15 +67,15 @@ admin:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	d, err := daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	logs = &syncBuffer{}
+	d, err = daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
+	done = make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && ctx.Err() == nil {
 			t.Errorf("daemon: %v", err)
@@ -80,11 +83,15 @@ admin:
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", logs)
 		}
-	}()
+	})
 	waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
+	return d, conn, logs, done
+}
 
-	// The backlog: about 30 MB of WAL written while the source is held,
-	// then read in batches spaced 300 ms apart.
+// holdIntake holds the daemon's intake and writes one change to filler,
+// returning once the source tries to append it.
+func holdIntake(t *testing.T, d *daemon.Daemon, conn *pgx.Conn) (resume func()) {
+	t.Helper()
 	resume, held := d.PauseIntake()
 	if _, err := conn.Exec(t.Context(), `INSERT INTO filler VALUES (0, 'first')`); err != nil {
 		t.Fatal(err)
@@ -94,6 +101,16 @@ admin:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the source never tried to append the held change")
 	}
+	return resume
+}
+
+func TestStreamBacklogCommittedAtCatchUp(t *testing.T) {
+	t.Parallel()
+	d, conn, logs, done := pgCatchUpDaemon(t, "")
+
+	// The backlog: about 30 MB of WAL written while the source is held,
+	// then read in batches spaced 300 ms apart.
+	resume := holdIntake(t, d, conn)
 	const rows = 100_000
 	for i := int64(0); i < rows; i += 1000 { // transactions of 1,000 rows
 		if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, repeat(md5(g::text), 4) FROM generate_series($1::bigint, $1::bigint + 999) g`, i+1); err != nil {
@@ -121,6 +138,51 @@ admin:
 	time.Sleep(3 * time.Second)
 	if c := sink.Commits.Load(); c != commits {
 		t.Errorf("%d commits after ten more rows with no backlog, want %d (a 4-minute interval)", c, commits)
+	}
+}
+
+// TestUnrelatedWALIsNoBacklog: a stream far behind the server's WAL end
+// because of WAL it does not capture (a table outside the publication
+// here; other databases on a shared server alike) announces no catch-up
+// when it gets there, and the sink keeps holding its changes for the
+// interval. (It announced one before, and on the fault suite's shared
+// server a table committed what a 2-minute interval was meant to hold.)
+func TestUnrelatedWALIsNoBacklog(t *testing.T) {
+	t.Parallel()
+	d, conn, logs, done := pgCatchUpDaemon(t, `CREATE TABLE other (id bigint, pad text)`)
+	const reached = "stream reached the server's end it was behind"
+	notes := strings.Count(logs.String(), reached) // other tests' WAL on the shared server too
+	sink := d.SinkStats()[0]
+	resume := holdIntake(t, d, conn)
+	// A little of our own (more than one append's worth), then about
+	// 60 MB of WAL the walsender skips, then five rows of ours.
+	for i := int64(0); i < 9000; i += 3000 {
+		if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, 'own' FROM generate_series($1::bigint, $1::bigint + 2999) g`, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO other SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 200000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO filler SELECT g, 'last' FROM generate_series(9001, 9005) g`); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	// Appends a second apart: the stream is behind the other table's WAL
+	// for a few lag checks.
+	stop := d.SlowIntake(time.Second)
+	defer stop()
+	waitFor(t, "the stream past the other table's WAL", func() bool {
+		l := logs.String()
+		return strings.Count(l, reached) > notes || strings.Contains(l, "stream caught up with the server")
+	}, done)
+	waitFor(t, "the changes appended", func() bool { return d.SourceStats().Events.Load() >= 9006 }, done)
+	time.Sleep(2 * time.Second)
+	if strings.Contains(logs.String(), "stream caught up with the server") {
+		t.Error("the source announced a catch-up after WAL it does not capture")
+	}
+	if n := sink.Rows.Load(); n != 0 {
+		t.Errorf("%d rows committed within a 4-minute interval, want none", n)
 	}
 }
 

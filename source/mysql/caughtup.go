@@ -19,11 +19,18 @@ import (
 // commits at once"). A stream that keeps up with a steady workload is
 // never that far behind and says nothing. The binlog holds every
 // table's transactions, not only the captured ones, so the stream's
-// position does reach the end it noted.
+// position does reach the end it noted; but a distance made of other
+// tables' (or databases') events is no backlog of ours: the catch-up is
+// announced only when the captured tables' row events read after the
+// note are at least 1/catchUpOwnShare of it.
 
 // lagCheckInterval is how often the stream compares its position with
 // the end of the server's binlog.
 const lagCheckInterval = time.Second
+
+// catchUpOwnShare: the captured tables' row events read after the note
+// must be at least 1/catchUpOwnShare of the distance noted.
+const catchUpOwnShare = 8
 
 // maybeCheckLag notes the binlog's end when the stream is CatchUpLag or
 // more behind it.
@@ -43,9 +50,10 @@ func (s *streamer) maybeCheckLag(ctx context.Context) error {
 		s.nextLagCheck = time.Now().Add(time.Minute)
 		return nil
 	}
-	if lagBytes(files, s.r.stats.BinlogFile(), s.r.stats.BinlogPos.Load()) >= s.r.cfg.CatchUpLag {
+	if behind := lagBytes(files, s.r.stats.BinlogFile(), s.r.stats.BinlogPos.Load()); behind >= s.r.cfg.CatchUpLag {
 		last := files[len(files)-1]
 		s.catchUpFile, s.catchUpPos = last.name, last.size
+		s.catchUpBehind, s.catchUpData = behind, 0
 	}
 	return nil
 }
@@ -64,6 +72,11 @@ func (s *streamer) maybeCaughtUp(ctx context.Context) error {
 	s.catchUpFile = ""
 	n, ok := s.emit.(source.CatchUpNotifier)
 	if !ok {
+		return nil
+	}
+	if s.catchUpData*catchUpOwnShare < s.catchUpBehind {
+		s.r.logger.Debug("stream reached the binlog end it was behind; mostly events it does not capture, no catch-up announced",
+			"behind_bytes", s.catchUpBehind, "own_bytes", s.catchUpData)
 		return nil
 	}
 	if err := s.maybeFlush(ctx, true); err != nil {

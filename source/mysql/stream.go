@@ -37,10 +37,13 @@ type streamer struct {
 	// catchUpFile and catchUpPos, when the file is set, are the server's
 	// binlog end the stream was found far behind of; nextLagCheck when to
 	// look (caughtup.go).
-	catchUpFile  string
-	catchUpPos   int64
-	nextLagCheck time.Time
-	latest       map[string]*tableVersion // db.table → newest version
+	catchUpFile string
+	catchUpPos  int64
+	// catchUpBehind is how far behind the stream was then, catchUpData
+	// the captured tables' row events read since (bytes).
+	catchUpBehind, catchUpData int64
+	nextLagCheck               time.Time
+	latest                     map[string]*tableVersion // db.table → newest version
 
 	// faultLogged is the reason last logged per table stopped while
 	// streaming (tablefault.go).

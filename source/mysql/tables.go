@@ -141,6 +141,9 @@ func (s *streamer) rows(ctx context.Context, h *replication.EventHeader, e *repl
 	if !v.captured {
 		return s.skipRows(imgs, typ)
 	}
+	if s.catchUpFile != "" {
+		s.catchUpData += int64(h.EventSize)
+	}
 	if !s.tx.active {
 		return fmt.Errorf("mysql: a row event for %s outside a transaction (no GTID event before it)", v.qn)
 	}

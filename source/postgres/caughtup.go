@@ -21,13 +21,24 @@ import (
 // over and tells an Emitter that listens (source.CatchUpNotifier), once a
 // backlog: while the stream keeps up with a steady workload it is never
 // that far behind, nothing is said, and the sink's commits keep their
-// interval. Unrelated WAL (other databases, tables not captured) counts
-// in the distance too: at worst a notice comes after such a burst, and
-// the sink commits what it holds once more.
+// interval.
+//
+// Unrelated WAL (other databases on the server, tables not captured)
+// counts in that distance too, but the walsender skips it and sends
+// nothing for it. So the catch-up is announced only when the stream
+// received its own changes worth at least 1/catchUpOwnShare of the
+// distance it noted: on a shared server a burst elsewhere is no backlog
+// of ours, and the sink keeps holding what its interval holds. (A row's
+// pgoutput message is about half to two thirds of its WAL; a backlog of
+// our own clears the bar many times over.)
 
 // lagCheckInterval is how often the stream compares its position with
 // the server's WAL end.
 const lagCheckInterval = time.Second
+
+// catchUpOwnShare: the stream's own changes received after the note must
+// be at least 1/catchUpOwnShare of the distance noted.
+const catchUpOwnShare = 8
 
 // maybeCheckLag notes the server's WAL end when the stream is CatchUpLag
 // or more behind it.
@@ -50,21 +61,26 @@ func (s *streamer) maybeCheckLag(ctx context.Context) error {
 		s.nextLagCheck = time.Now().Add(time.Hour)
 		return nil
 	}
-	if uint64(end) >= s.r.stats.Received.Load()+uint64(s.r.cfg.CatchUpLag) {
-		s.catchUpAt = uint64(end)
+	if at := s.r.stats.Received.Load(); uint64(end) >= at+uint64(s.r.cfg.CatchUpLag) {
+		s.catchUpAt, s.catchUpBehind, s.catchUpData = uint64(end), uint64(end)-at, 0
 	}
 	return nil
 }
 
 // maybeCaughtUp, at a keepalive whose position (sent, the walsender's) has
 // reached the end noted by maybeCheckLag, hands the batch over and
-// announces the catch-up, between transactions.
+// announces the catch-up, between transactions, when the stream's own
+// changes made the distance.
 func (s *streamer) maybeCaughtUp(ctx context.Context, sent uint64) error {
 	if s.catchUpAt == 0 || sent < s.catchUpAt || s.inTx || s.inStream {
 		return nil
 	}
 	n, ok := s.emit.(source.CatchUpNotifier)
-	if !ok {
+	if !ok || s.catchUpData*catchUpOwnShare < s.catchUpBehind {
+		if ok {
+			s.r.logger.Debug("stream reached the server's end it was behind; mostly WAL it does not capture, no catch-up announced",
+				"behind_bytes", s.catchUpBehind, "own_bytes", s.catchUpData)
+		}
 		s.catchUpAt = 0
 		return nil
 	}

@@ -58,8 +58,12 @@ type streamer struct {
 	// since nothing was last in flight (flushBatch bounds it).
 	inflightBytes int
 	// catchUpAt, when not 0, is the server's WAL end the stream was
-	// found far behind of; nextLagCheck when to look (caughtup.go).
+	// found far behind of, catchUpBehind by how much, catchUpData the
+	// XLogData bytes received since; nextLagCheck when to look
+	// (caughtup.go).
 	catchUpAt     uint64
+	catchUpBehind uint64
+	catchUpData   uint64
 	nextLagCheck  time.Time
 	nextStatus    time.Time
 	lastStatus    time.Time // when the last status was sent
@@ -499,7 +503,9 @@ func (s *streamer) copyData(ctx context.Context, data []byte) error {
 		if end > s.r.stats.Received.Load() {
 			s.r.stats.Received.Store(end)
 		}
-
+		if s.catchUpAt != 0 {
+			s.catchUpData += uint64(len(xld.WALData))
+		}
 		return s.message(ctx, uint64(xld.WALStart), xld.WALData)
 	}
 	return nil
