@@ -121,6 +121,8 @@ var (
 	_ source.Pipeliner = (*Relay)(nil)
 	_ source.Preparer  = (*Relay)(nil)
 	_ source.Holder    = (*Relay)(nil)
+
+	_ source.CatchUpNotifier = (*Relay)(nil)
 )
 
 // New returns a Relay in front of next.
@@ -254,6 +256,18 @@ func (r *Relay) Submit(ctx context.Context, batch []source.Change) error {
 		return nil
 	}
 	return p.Submit(ctx, rest)
+}
+
+// CaughtUp passes the source's catch-up on to the next Emitter
+// (source.CatchUpNotifier), so the mirror's tables commit what they hold
+// at once rather than at their interval. Submit hands the batches before
+// it to the next Emitter before it returns, so the notice comes after
+// them there too. The outbox's own targets need no notice: an event is
+// delivered before the batch that holds it is acknowledged.
+func (r *Relay) CaughtUp() {
+	if n, ok := r.next.(source.CatchUpNotifier); ok {
+		n.CaughtUp()
+	}
 }
 
 // Prepare hands batch to the next Emitter to encode ahead

@@ -71,6 +71,34 @@ func (r *recorder) Emit(_ context.Context, batch []source.Change) error {
 	return r.fail
 }
 
+// notified is a next Emitter that listens for the source's catch-up.
+type notified struct {
+	recorder
+	caughtUp int
+}
+
+func (n *notified) CaughtUp() { n.caughtUp++ }
+
+// TestRelayPassesCatchUpOn: the source's catch-up notice reaches the
+// mirror's Emitter through the relay (without it a backlog's tail waited
+// out the mirror's commit interval when an outbox was configured).
+func TestRelayPassesCatchUpOn(t *testing.T) {
+	lg := openLog(t, t.TempDir())
+	next := &notified{}
+	r := newTestRelay(t, lg, next, false, NewLogTarget(lg, log.TopicConfig{Partitions: 1}))
+	var e source.Emitter = r
+	n, ok := e.(source.CatchUpNotifier)
+	if !ok {
+		t.Fatal("the relay does not take a catch-up notice")
+	}
+	n.CaughtUp()
+	if next.caughtUp != 1 {
+		t.Fatalf("the next Emitter heard %d catch-ups, want 1", next.caughtUp)
+	}
+	// A next Emitter that does not listen is fine.
+	newTestRelay(t, lg, &recorder{}, false, NewLogTarget(lg, log.TopicConfig{Partitions: 1})).CaughtUp()
+}
+
 // readTopic returns every record of every partition of topic.
 func readTopic(t *testing.T, lg log.Log, topic string) []log.Record {
 	t.Helper()
