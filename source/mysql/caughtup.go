@@ -34,13 +34,13 @@ const catchUpOwnShare = 8
 
 // maybeCheckLag notes the binlog's end when the stream is CatchUpLag or
 // more behind it.
-func (s *streamer) maybeCheckLag(ctx context.Context) error {
-	if s.catchUpFile != "" || time.Now().Before(s.nextLagCheck) {
+func (s *streamer) maybeCheckLag(ctx context.Context, now time.Time) error {
+	if s.catchUpFile != "" || now.Before(s.nextLagCheck) {
 		return nil
 	}
-	s.nextLagCheck = time.Now().Add(lagCheckInterval)
+	s.nextLagCheck = now.Add(lagCheckInterval)
 	if _, ok := s.emit.(source.CatchUpNotifier); !ok || s.db == nil {
-		s.nextLagCheck = time.Now().Add(time.Hour)
+		s.nextLagCheck = now.Add(time.Hour)
 		return nil
 	}
 	files, err := binaryLogs(ctx, s.db)

@@ -42,13 +42,13 @@ const catchUpOwnShare = 8
 
 // maybeCheckLag notes the server's WAL end when the stream is CatchUpLag
 // or more behind it.
-func (s *streamer) maybeCheckLag(ctx context.Context) error {
-	if s.catchUpAt != 0 || time.Now().Before(s.nextLagCheck) {
+func (s *streamer) maybeCheckLag(ctx context.Context, now time.Time) error {
+	if s.catchUpAt != 0 || now.Before(s.nextLagCheck) {
 		return nil
 	}
-	s.nextLagCheck = time.Now().Add(lagCheckInterval)
+	s.nextLagCheck = now.Add(lagCheckInterval)
 	if _, ok := s.emit.(source.CatchUpNotifier); !ok {
-		s.nextLagCheck = time.Now().Add(time.Hour)
+		s.nextLagCheck = now.Add(time.Hour)
 		return nil
 	}
 	var end int64
@@ -58,7 +58,7 @@ func (s *streamer) maybeCheckLag(ctx context.Context) error {
 		}
 		// Not a reason to stop: without it the sink commits at its interval.
 		s.r.logger.Debug("cannot read the server's WAL end; catch-ups are not announced", "err", err)
-		s.nextLagCheck = time.Now().Add(time.Hour)
+		s.nextLagCheck = now.Add(time.Hour)
 		return nil
 	}
 	if at := s.r.stats.Received.Load(); uint64(end) >= at+uint64(s.r.cfg.CatchUpLag) {
