@@ -30,6 +30,10 @@ type sqlCatalog struct {
 	// file is the SQLite file (nil for PostgreSQL), checked before every
 	// commit.
 	file *catalogFile
+	// name is the catalog's name (its rows' catalog_name); postgres: the
+	// database is PostgreSQL (its placeholders are $n). For commitOn.
+	name     string
+	postgres bool
 }
 
 func (c *sqlCatalog) Close() error {
@@ -65,7 +69,7 @@ func openSQL(ctx context.Context, cfg CatalogConfig) (*sqlCatalog, error) {
 		db.Close()
 		return nil, openErr(ErrCatalog, err, "create the catalog's tables at %s: %v", safeURI(cfg.URI), err)
 	}
-	out := &sqlCatalog{Catalog: cat, db: db}
+	out := &sqlCatalog{Catalog: cat, db: db, name: cfg.Name, postgres: dialect == sqlcat.Postgres}
 	if dialect == sqlcat.SQLite {
 		if out.file, err = openCatalogFile(strings.TrimPrefix(cfg.URI, "sqlite://")); err != nil {
 			out.Close()

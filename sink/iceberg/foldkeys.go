@@ -94,6 +94,12 @@ func (u *upsert) foldByKey(buf []change) (states map[string]*keyState, keys []*k
 			}
 		}
 		st.live = st.changes[len(st.changes)-1].op() != 'd'
+		st.deleted = !st.live
+		for _, c := range st.changes[:len(st.changes)-1] {
+			// A key's earlier changes (few keys have any) are read here
+			// once, not again by oldRowIDs.
+			st.deleted = st.deleted || c.op() == 'd'
+		}
 		keys = append(keys, st)
 		lo = hi
 	}

@@ -309,7 +309,19 @@ func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props 
 		updates = append(updates, table.NewSetSnapshotRefUpdate(OffsetsTag, d.snapID, table.TagRef, -1, -1, -1))
 	}
 	sp.failpoint("before-catalog-commit")
-	newMeta, loc, err := sp.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)
+	var (
+		newMeta table.Metadata
+		loc     string
+		done    bool
+	)
+	if c, ok := sp.cat.(*sqlCatalog); ok {
+		// On the table this commit builds on, without loading it back
+		// (catalog_commit.go).
+		newMeta, loc, done, err = c.commitOn(ctx, tbl, d.wfs, reqs, updates)
+	}
+	if !done {
+		newMeta, loc, err = sp.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)
+	}
 	if err != nil {
 		return nil, catalogCommitError{err}
 	}

@@ -60,8 +60,7 @@ func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState) 
 	}
 	byFile := map[string][]*keyState{}
 	for _, st := range keys {
-		// indexed first: a new key's changes are not walked.
-		if st.indexed && st.live && !deletedInBuffer(st) {
+		if st.indexed && st.live && !st.deleted {
 			byFile[st.loc.file] = append(byFile[st.loc.file], st)
 		}
 	}
@@ -89,16 +88,6 @@ func (u *upsert) oldRowIDs(fs icebergio.IO, tbl *table.Table, keys []*keyState) 
 		}
 	}
 	return nil
-}
-
-// deletedInBuffer reports whether one of st's changes is a delete.
-func deletedInBuffer(st *keyState) bool {
-	for _, c := range st.changes {
-		if c.op() == 'd' {
-			return true
-		}
-	}
-	return false
 }
 
 // explicit is path's explicit row ids by position, read once.

@@ -274,6 +274,10 @@ type keyState struct {
 	key     []byte
 	changes []*change // in source order
 	live    bool
+	// deleted: one of changes is a delete (set by the folds, which read
+	// each change's op anyway; oldRowIDs asks it for every found key, and
+	// reading the changes again there was a cache miss a key).
+	deleted bool
 	// part is the partition of the key's changes, -1 when they are in two
 	// (set by the folds, which have each change at hand; partitionsOf).
 	part int32
@@ -390,6 +394,7 @@ func (u *upsert) foldIn(n int, ordered bool, each func(yield func(*change) error
 		}
 		st.changes = append(st.changes, c)
 		st.live = c.op() != 'd'
+		st.deleted = st.deleted || !st.live
 		return nil
 	})
 	if err != nil || spread {
@@ -620,9 +625,16 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}()
 	// Where each key's current row is, and which positions that deletes.
 	deleted := map[string][]int64{}
+	// The keys that end deleted leave the index in this pass, which reads
+	// every state anyway: a pass of their own after writeRows was a cache
+	// miss a key. Keys are distinct, so these deletes and writeRows' sets
+	// never meet at one key, and none is held yet (indexBatch.del).
 	lookup := u.lookup[:0]
 	for _, st := range keys {
 		lookup = append(lookup, st.key)
+		if !st.live {
+			p.batch.del(st.key)
+		}
 	}
 	defer func() { // kept for the next commit, pinning no key
 		clear(lookup)
@@ -657,11 +669,6 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	}
 	if err := u.writeRows(w, wfs, tbl, keys, p); err != nil {
 		return nil, err
-	}
-	for _, st := range keys {
-		if !st.live {
-			p.batch.del(st.key)
-		}
 	}
 	if err := u.writeDeletes(ctx, w, fs, wfs, tbl, deleted, p); err != nil {
 		return nil, err
