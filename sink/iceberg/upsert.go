@@ -1035,6 +1035,7 @@ func (r *rangeWriter) write(live []*keyState) (_ []writtenFile, err error) {
 	var lastCodec *rowCodec
 	var one *open
 	for at, st := range live {
+		prefetchRows(live, at) // the rows ahead: a stream's are cache misses (prefetch.go)
 		if st.direct != nil && !part.partitioned() {
 			c := lastCodec
 			if st.table != lastTable {
