@@ -211,7 +211,7 @@ func (s *streamer) loop(ctx context.Context, bs *replication.BinlogStreamer, sta
 		}
 		deadline := s.nextCheckpoint
 		if len(s.batch) > 0 {
-			if due := s.batchAt.Add(s.batchWait()); due.Before(deadline) {
+			if due := s.batchAt.Add(s.r.cfg.BatchDelay); due.Before(deadline) {
 				deadline = due
 			}
 		}
@@ -298,7 +298,7 @@ func (s *streamer) maybeFlushAt(ctx context.Context, force bool, now time.Time) 
 	if len(s.batch) == 0 && (s.arena.i > 0 || s.arena.off > 0 || s.placed > 0) {
 		s.releaseRows() // rows decoded and not emitted (watermarks, signals)
 	}
-	if n := len(s.batch); n > 0 && (force || due || s.batchFull(now)) {
+	if n := len(s.batch); n > 0 && (force || due || n >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
 		p, ok := s.emit.(source.Pipeliner)
 		var err error
 		if ok && n > 1 && !force && !due {
@@ -314,36 +314,6 @@ func (s *streamer) maybeFlushAt(ctx context.Context, force bool, now time.Time) 
 		return s.checkpoint(ctx)
 	}
 	return nil
-}
-
-// A stream reading a backlog hands over a batch when it holds BatchMax
-// changes, its oldest change having waited up to backlogBatchDelay times
-// BatchDelay: the count decides, the delay only bounds a change's wait
-// when the distance was other tables' events (caughtup.go) and the
-// captured tables' come slowly. Fewer, larger appends: a group commit (a
-// pwrite and an fdatasync per partition) was the log's largest cost a
-// streamed change (BENCHMARKS.md, session 18). The count stays BatchMax:
-// this stream's batches have no bound in bytes besides it.
-const backlogBatchDelay = 5
-
-// behind reports whether the stream reads a backlog: it was found far
-// behind the binlog's end (maybeCheckLag) and has not read up to it yet.
-// A stream that keeps up is never noted behind.
-func (s *streamer) behind() bool { return s.catchUpFile != "" }
-
-// batchFull reports whether the batch is to be handed over now: it holds
-// BatchMax changes or its oldest change waited batchWait.
-func (s *streamer) batchFull(now time.Time) bool {
-	return len(s.batch) >= s.r.cfg.BatchMax || now.Sub(s.batchAt) >= s.batchWait()
-}
-
-// batchWait is how long a batch's oldest change waits for more:
-// BatchDelay, or backlogBatchDelay times it while behind.
-func (s *streamer) batchWait() time.Duration {
-	if s.behind() {
-		return s.r.cfg.BatchDelay * backlogBatchDelay
-	}
-	return s.r.cfg.BatchDelay
 }
 
 // submitBatch submits the batch but its last change, which stays (now is
