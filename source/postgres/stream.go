@@ -180,7 +180,11 @@ func (s *streamer) loop(ctx context.Context) error {
 		}
 		deadline := s.nextStatus
 		if len(s.batch) > 0 {
-			if due := s.batchAt.Add(s.r.cfg.BatchDelay); due.Before(deadline) {
+			wait := s.r.cfg.BatchDelay
+			if s.behind() {
+				wait *= backlogBatchDelay
+			}
+			if due := s.batchAt.Add(wait); due.Before(deadline) {
 				deadline = due
 			}
 		} else if len(s.inflight) > 0 {
@@ -253,7 +257,7 @@ func (s *streamer) maybeFlushAt(ctx context.Context, force bool, now time.Time) 
 	if err := s.poll(); err != nil {
 		return err
 	}
-	if len(s.batch) > 0 && (force || len(s.batch) >= s.r.cfg.BatchMax || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= s.r.cfg.BatchDelay) {
+	if len(s.batch) > 0 && (force || s.batchFull(now)) {
 		if err := s.flushBatch(ctx); err != nil {
 			return err
 		}
@@ -262,6 +266,38 @@ func (s *streamer) maybeFlushAt(ctx context.Context, force bool, now time.Time) 
 		return s.status(ctx)
 	}
 	return nil
+}
+
+// batchFull reports whether the batch is to be handed over now: it holds
+// BatchMax changes or source.BatchBytes, or its oldest change waited
+// BatchDelay. While the stream reads a backlog (behind), a batch holds
+// up to backlogBatchMax and waits up to backlogBatchDelay instead.
+func (s *streamer) batchFull(now time.Time) bool {
+	most, wait := s.r.cfg.BatchMax, s.r.cfg.BatchDelay
+	if s.behind() {
+		most, wait = most*backlogBatchMax, wait*backlogBatchDelay
+	}
+	return len(s.batch) >= most || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= wait
+}
+
+// A stream reading a backlog hands over batches of up to backlogBatchMax
+// times BatchMax changes (still at most source.BatchBytes), and a change
+// waits up to backlogBatchDelay times BatchDelay: the count decides, the
+// delay only bounds a change's wait when the distance was WAL the stream
+// does not capture (caughtup.go) and its own changes come slowly.
+const (
+	backlogBatchMax   = 2
+	backlogBatchDelay = 5
+)
+
+// behind reports whether the stream reads a backlog: it was found far
+// behind the server's WAL end (maybeCheckLag) and has not received up to
+// it yet. Its batches then hand the log fewer, larger appends (a group
+// commit, a pwrite and an fdatasync per partition, was the log's largest
+// cost a streamed change; BENCHMARKS.md, session 18). A stream that keeps
+// up is never noted behind: its changes wait BatchDelay at most.
+func (s *streamer) behind() bool {
+	return s.catchUpAt != 0 && s.r.stats.Received.Load() < s.catchUpAt
 }
 
 // flushBatch hands the batch to the Emitter: everything up to committed
