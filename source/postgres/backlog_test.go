@@ -69,9 +69,7 @@ func TestBacklogBatchesLarger(t *testing.T) {
 			t.Fatalf("change %d is of id %d, want %d", i, id, i+1)
 		}
 	}
-	// Caught up: the stream received up to the server's end (its own
-	// changes are too little of the distance for a catch-up to be
-	// announced: the note counts from the WAL's start here).
+	// Caught up: the stream received up to the server's end.
 	for deadline := time.Now().Add(30 * time.Second); r.Stats().Received.Load() < end; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the stream received up to %X, not the end %X after 30 s", r.Stats().Received.Load(), end)

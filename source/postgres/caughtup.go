@@ -61,7 +61,12 @@ func (s *streamer) maybeCheckLag(ctx context.Context, now time.Time) error {
 		s.nextLagCheck = now.Add(time.Hour)
 		return nil
 	}
-	if at := s.r.stats.Received.Load(); uint64(end) >= at+uint64(s.r.cfg.CatchUpLag) {
+	// Before anything is received in this process, the stream stands at
+	// its start (the slot's confirmed position, where the walsender
+	// begins): counted from 0, the distance was the server's whole WAL, a
+	// note whose own share could never be met.
+	at := max(s.r.stats.Received.Load(), s.committed)
+	if uint64(end) >= at+uint64(s.r.cfg.CatchUpLag) {
 		s.catchUpAt, s.catchUpBehind, s.catchUpData = uint64(end), uint64(end)-at, 0
 	}
 	return nil
