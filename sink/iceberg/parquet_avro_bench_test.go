@@ -18,8 +18,10 @@ import (
 // allocations a row.
 func BenchmarkDataFileAvro(b *testing.B) { benchDataFileAvro(b, newFileSchema) }
 
-func benchDataFileAvro(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, error)) {
-	const fileRows = 20_000 // about a load commit's range on two cores
+// benchRowCodec is the benchmark table's file schema (with row lineage,
+// as newFS builds it) and row codec.
+func benchRowCodec(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, error)) (*fileSchema, *rowCodec) {
+	b.Helper()
 	sc, err := upsertSchema(benchTable)
 	if err != nil {
 		b.Fatal(err)
@@ -32,6 +34,12 @@ func benchDataFileAvro(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, e
 	if codec == nil {
 		b.Fatal("no codec for the benchmark table")
 	}
+	return fs, codec
+}
+
+func benchDataFileAvro(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, error)) {
+	const fileRows = 20_000 // about a load commit's range on two cores
+	fs, codec := benchRowCodec(b, newFS)
 	rng := rand.New(rand.NewPCG(1, 2))
 	rows := make([][]byte, fileRows) // no row repeats within a file (Snappy would find it)
 	for i := range rows {

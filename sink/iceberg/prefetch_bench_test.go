@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/apache/iceberg-go"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/cdcd-dev/cdcd/schema"
@@ -20,18 +19,7 @@ import (
 // prefetch asks for the rows ahead first (prefetchRows).
 func BenchmarkRangeRowsDecode(b *testing.B) {
 	const n = 200_000
-	sc, err := upsertSchema(benchTable)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs, err := newCommitFileSchema(iceberg.SchemaWithRowLineage(sc))
-	if err != nil {
-		b.Fatal(err)
-	}
-	codec := newRowCodec(benchTable, fs, nil)
-	if codec == nil {
-		b.Fatal("no codec for the benchmark table")
-	}
+	fs, codec := benchRowCodec(b, newCommitFileSchema)
 	rng := rand.New(rand.NewPCG(1, 2))
 	// The fetch order: record k of the log is key perm[k]'s.
 	perm := rng.Perm(n)
