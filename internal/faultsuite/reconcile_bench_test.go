@@ -121,7 +121,12 @@ func TestReconcileBench(t *testing.T) {
 			if code != 0 || r == nil || !r.Equal() || r.Rows != int64(rows) || r.Unchecked != 0 {
 				t.Fatalf("reconcile (%s) of an equal table: exit %d, %+v; want equal, %d rows", v.name, code, r, rows)
 			}
-			if r.RowsPerSecond <= 0 || r.SourceCPUMicrosPerRow <= 0 {
+			// The source's CPU comes from its processes' clock ticks (10 ms):
+			// at CI's 20,000 rows it is a tick or two, or none (session 18's
+			// CI5: 0.00 in a run whose reconcile was right, as COPY's own
+			// figure was in one run of five). It must be there at a size
+			// where a tick is a small part of it.
+			if r.RowsPerSecond <= 0 || r.SourceCPUMicrosPerRow < 0 || (rows >= 500_000 && r.SourceCPUMicrosPerRow == 0) {
 				t.Errorf("a figure is missing (%s): reconcile %.0f rows/s, %.2f source CPU-µs/row", v.name, r.RowsPerSecond, r.SourceCPUMicrosPerRow)
 			}
 			res.rate, res.src = r.RowsPerSecond, r.SourceCPUMicrosPerRow
