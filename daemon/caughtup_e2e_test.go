@@ -59,6 +59,15 @@ sink:
 admin:
   listen: "off"
 `, dir, dsn, slot, slot)
+	d, logs, done = runCatchUpDaemon(t, dir, yaml)
+	return d, conn, logs, done
+}
+
+// runCatchUpDaemon writes yaml as dir's config and runs a daemon on it,
+// with its log at debug level, until the test ends (then closed, its log
+// printed if the test failed); it returns once the daemon streams.
+func runCatchUpDaemon(t *testing.T, dir, yaml string) (*daemon.Daemon, *syncBuffer, chan error) {
+	t.Helper()
 	path := filepath.Join(dir, "cdcd.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,25 +76,26 @@ admin:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs = &syncBuffer{}
-	d, err = daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	logs := &syncBuffer{}
+	d, err := daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	done = make(chan error, 1)
+	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && ctx.Err() == nil {
 			t.Errorf("daemon: %v", err)
 		}
+		_ = d.Close()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", logs)
 		}
 	})
 	waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
-	return d, conn, logs, done
+	return d, logs, done
 }
 
 // holdIntake holds the daemon's intake and writes one change to filler,
@@ -206,7 +216,6 @@ func TestMySQLStreamBacklogCommittedAtCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "cdcd.yaml")
 	yaml := fmt.Sprintf(`pipeline: my
 data_dir: %q
 source:
@@ -224,32 +233,7 @@ sink:
 admin:
   listen: "off"
 `, dir, mariadbserver.ReplUser, mariadbserver.ReplPassword, srv.Addr(), name, mariadbtest.ServerID(t), name)
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	d, err := daemon.New(t.Context(), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && ctx.Err() == nil {
-			t.Errorf("daemon: %v", err)
-		}
-		_ = d.Close()
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", logs)
-		}
-	}()
-	waitFor(t, "streaming", func() bool { return d.SourceStats().Streaming.Load() }, done)
+	d, logs, done := runCatchUpDaemon(t, dir, yaml)
 
 	resume, held := d.PauseIntake()
 	if _, err := db.Exec(`INSERT INTO filler VALUES (0, 'first')`); err != nil {

@@ -47,7 +47,7 @@ func (s *streamer) maybeCheckLag(ctx context.Context, now time.Time) error {
 	if err != nil || len(files) == 0 {
 		// Not a reason to stop: without it the sink commits at its interval.
 		s.r.logger.Debug("cannot read the binlog's end; catch-ups are not announced for a minute", "err", err)
-		s.nextLagCheck = time.Now().Add(time.Minute)
+		s.nextLagCheck = now.Add(time.Minute)
 		return nil
 	}
 	if behind := lagBytes(files, s.r.stats.BinlogFile(), s.r.stats.BinlogPos.Load()); behind >= s.r.cfg.CatchUpLag {

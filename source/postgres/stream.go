@@ -180,11 +180,7 @@ func (s *streamer) loop(ctx context.Context) error {
 		}
 		deadline := s.nextStatus
 		if len(s.batch) > 0 {
-			wait := s.r.cfg.BatchDelay
-			if s.behind() {
-				wait *= backlogBatchDelay
-			}
-			if due := s.batchAt.Add(wait); due.Before(deadline) {
+			if due := s.batchAt.Add(s.batchWait()); due.Before(deadline) {
 				deadline = due
 			}
 		} else if len(s.inflight) > 0 {
@@ -273,11 +269,20 @@ func (s *streamer) maybeFlushAt(ctx context.Context, force bool, now time.Time) 
 // BatchDelay. While the stream reads a backlog (behind), a batch holds
 // up to backlogBatchMax and waits up to backlogBatchDelay instead.
 func (s *streamer) batchFull(now time.Time) bool {
-	most, wait := s.r.cfg.BatchMax, s.r.cfg.BatchDelay
+	most := s.r.cfg.BatchMax
 	if s.behind() {
-		most, wait = most*backlogBatchMax, wait*backlogBatchDelay
+		most *= backlogBatchMax
 	}
-	return len(s.batch) >= most || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= wait
+	return len(s.batch) >= most || s.batchSize >= source.BatchBytes || now.Sub(s.batchAt) >= s.batchWait()
+}
+
+// batchWait is how long a batch's oldest change may wait: BatchDelay,
+// backlogBatchDelay times it while behind.
+func (s *streamer) batchWait() time.Duration {
+	if s.behind() {
+		return s.r.cfg.BatchDelay * backlogBatchDelay
+	}
+	return s.r.cfg.BatchDelay
 }
 
 // A stream reading a backlog hands over batches of up to backlogBatchMax
