@@ -94,9 +94,10 @@ func benchRounds(rows int) int {
 // the summary and the median round's phase).
 func logRound(b *testing.B, i int, rd incRound) {
 	b.Logf("round %d (load average %s→%s, heap live %.0f MB): load %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), %.0f MB; "+
-		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s",
+		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s; %d of %d chunks refused",
 		i+1, rd.loadavg[0], rd.loadavg[1], rd.liveMB, rd.load.rate, rd.load.cpuUs, rd.load.serverUs, rd.load.peakMB,
-		rd.inc.rate, rd.inc.cpuUs, rd.netCPU(), rd.inc.serverUs, rd.netPG(), rd.inc.peakMB, rd.ratio(), rd.idle, rd.during)
+		rd.inc.rate, rd.inc.cpuUs, rd.netCPU(), rd.inc.serverUs, rd.netPG(), rd.inc.peakMB, rd.ratio(), rd.idle, rd.during,
+		rd.timings.Refused, rd.timings.Chunks)
 }
 
 // reportRounds reports the rounds' medians (peak RSS: their greatest).
@@ -115,6 +116,7 @@ func reportRounds(b *testing.B, rows int, res incrementalResult) {
 	b.ReportMetric(slices.MaxFunc(rs, byRatio).ratio(), "inc/load-max")
 	b.ReportMetric(med(func(rd incRound) float64 { return rd.inc.rate })/res.raw.rate, "inc/copy")
 	b.ReportMetric(res.raw.rate, "copy-rows/s")
+	b.ReportMetric(med(func(rd incRound) float64 { return float64(rd.timings.Refused) }), "inc-chunks-refused")
 	for _, p := range []struct {
 		name string
 		m    func(incRound) loadMeasure
@@ -172,10 +174,10 @@ func logPhase(b *testing.B, rd incRound) {
 	tm, el := rd.timings, rd.incWall.Seconds()
 	n := float64(max(tm.Chunks, 1))
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1000 / n }
-	b.Logf("median round: phase %.2f s, %d chunks; per chunk (ms): reader wait %.1f, low %.1f, read %.1f, order %.1f, high %.1f, "+
+	b.Logf("median round: phase %.2f s, %d chunks (%d refused: read for nothing); per chunk (ms): reader wait %.1f, low %.1f, read %.1f, order %.1f, high %.1f, "+
 		"high to met %.1f, engine wait %.1f; bounds %.0f ms in all; readers busy %.2f of the phase; "+
 		"rows handed over in %.0f ms (%.2f µs/row), the last at %.2f s, durable at %.2f s, done at %.2f s",
-		el, tm.Chunks, ms(tm.ReaderWait), ms(tm.Low), ms(tm.Read), ms(tm.Order), ms(tm.High), ms(tm.Meet), ms(tm.EngineWait),
+		el, tm.Chunks, tm.Refused, ms(tm.ReaderWait), ms(tm.Low), ms(tm.Read), ms(tm.Order), ms(tm.High), ms(tm.Meet), ms(tm.EngineWait),
 		tm.Bounds.Seconds()*1000, (tm.Low+tm.Read+tm.Order+tm.High).Seconds()/el,
 		rd.hand.busy.Seconds()*1000, rd.hand.busy.Seconds()*1e6/float64(max(rd.hand.rows, 1)),
 		rd.hand.last.Sub(rd.incStart).Seconds(), rd.hand.durable.Sub(rd.incStart).Seconds(), el)

@@ -122,6 +122,7 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 		}
 	}
 	if o := e.vetLocked(c); o != outcomeEmitted {
+		e.tm.refused.Add(1)
 		if c.point == nil {
 			r.cancelEpoch = c.epoch // also the ones of its epoch not started yet
 		}

@@ -31,11 +31,17 @@ type Timings struct {
 	EngineWait time.Duration
 	// Bounds is reading chunks' ends (Parallel).
 	Bounds time.Duration
+	// Refused counts the chunks whose high watermark the stream met
+	// without emitting their rows: read again (a change their read may
+	// have missed, a shape change), after a chunk before them was read
+	// again or cut, or their run stopped. Each is a chunk read for
+	// nothing.
+	Refused int64
 }
 
 // timings are an engine's Timings as they add up.
 type timings struct {
-	chunks                                            atomic.Int64
+	chunks, refused                                   atomic.Int64
 	readerWait, low, read, order, high, meet, waiting atomic.Int64
 	bounds                                            atomic.Int64
 }
@@ -52,5 +58,6 @@ func (e *Engine) Timings() Timings {
 	t := &e.tm
 	return Timings{Chunks: t.chunks.Load(), ReaderWait: time.Duration(t.readerWait.Load()), Low: time.Duration(t.low.Load()),
 		Read: time.Duration(t.read.Load()), Order: time.Duration(t.order.Load()), High: time.Duration(t.high.Load()),
-		Meet: time.Duration(t.meet.Load()), EngineWait: time.Duration(t.waiting.Load()), Bounds: time.Duration(t.bounds.Load())}
+		Meet: time.Duration(t.meet.Load()), EngineWait: time.Duration(t.waiting.Load()), Bounds: time.Duration(t.bounds.Load()),
+		Refused: t.refused.Load()}
 }

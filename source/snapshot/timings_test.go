@@ -9,7 +9,7 @@ import (
 // so (Finishing), so a source checkpoints at once rather than at its next
 // periodic status; the checkpoint that covers the chunks ends the run and
 // Finishing with it. Timings count every chunk the stream met, and the
-// readers' stages.
+// readers' stages; none refused.
 func TestFinishingAndTimings(t *testing.T) {
 	parallelReads = true
 	defer func() { parallelReads = false }()
@@ -41,6 +41,9 @@ func TestFinishingAndTimings(t *testing.T) {
 	tm := e.Timings()
 	if tm.Chunks < 10 {
 		t.Fatalf("timings count %d chunks met, want at least 10 (100 rows, 10 a chunk): %+v", tm.Chunks, tm)
+	}
+	if tm.Refused != 0 {
+		t.Fatalf("timings count %d chunks refused, want none (nothing read again): %+v", tm.Refused, tm)
 	}
 	if tm.Read <= 0 || tm.Low <= 0 || tm.High <= 0 || tm.Meet <= 0 || tm.EngineWait <= 0 {
 		t.Fatalf("a stage has no time: %+v", tm)
