@@ -158,11 +158,24 @@ type indexOptions struct {
 	// cacheSize is the index's pebble cache, from which the memtables are
 	// reserved too; default 64 MiB.
 	cacheSize int64
-	// noCompression writes blocks uncompressed (default snappy).
-	noCompression bool
+	// snappy compresses the index's blocks with snappy (pebble's
+	// default); by default they are written uncompressed (blockCompression).
+	snappy bool
 	// noIngest puts every entry through the batch (index_ingest.go).
 	noIngest bool
 }
+
+// blockCompression is the key index's block compression: none. Snappy
+// made its table files about 1.8x smaller, which the index does not need
+// (the block cache holds blocks uncompressed either way; a file is read
+// only on a miss), and cost CPU on every table written (each flush and
+// compaction compressed every block) and on every block a lookup read from
+// a file (blocks of a table just written): about 4% of the sink
+// benchmark's updates phase (BENCHMARKS.md, "The sink's cost a streamed
+// change on a large table"). Pebble notes each block's compression in the
+// block itself, so an index written with snappy reads as before, and its
+// tables are rewritten uncompressed as compactions reach them.
+func blockCompression() *sstable.CompressionProfile { return sstable.NoCompression }
 
 func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: 16 << 20}
@@ -187,9 +200,9 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	// compactions speed up scans over deleted keys; the index's lookups are
 	// prefix seeks, which a tombstone ends early.
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1
-	if o.noCompression {
+	if !o.snappy {
 		for i := range opts.Levels {
-			opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+			opts.Levels[i].Compression = blockCompression
 		}
 	}
 	opts.FS = yieldFS{vfs.Default}
