@@ -293,11 +293,21 @@ func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error
 			route()
 			table = c.Table
 		}
-		var recs []log.Record
-		paused := false
 		if p := e.preparedOf(eb, c, held); p != nil {
-			recs = e.preparedRecords(eb, tc, c, p)
-		} else if recs, paused, err = e.encode(ctx, eb, tc, c, held); err != nil {
+			// One record, its partition known: dropped before it is
+			// written, else written in its place in the list.
+			if part := p.part; last[part] != nil && c.Pos.Compare(last[part]) <= 0 {
+				e.dropped.Add(1)
+				e.used(p)
+			} else {
+				out.recs = append(out.recs, log.Record{})
+				e.preparedRecord(&out.recs[len(out.recs)-1], eb, tc, c, p)
+				nw[part] = c.Pos
+			}
+			continue
+		}
+		recs, paused, err := e.encode(ctx, eb, tc, c, held)
+		if err != nil {
 			return err
 		}
 		if paused { // c stopped its table: it and what follows are held

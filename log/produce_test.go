@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -232,5 +233,57 @@ func TestBatchBufferFitsBatch(t *testing.T) {
 	n := batch + (binary.MaxVarintLen32+binary.MaxVarintLen64)*len(recs)
 	if got, most := cap(l.spare.free[0]), (n+n/8+step-1)/step*step; got > most {
 		t.Errorf("a batch of %d bytes was built in a buffer of %d, more than %d", batch, got, most)
+	}
+}
+
+// TestRecordLimitAtItsEdge: a Produce call sizes each record once and
+// checks the limit (encodedSize > MaxRecordBytes) from that size,
+// computing encodedSize only near the limit (tooLarge): records one byte
+// either side of the limit, with 0 to 3 headers and keys of any length
+// class, are told apart exactly as encodedSize tells them; the one over
+// fails its call with ErrRecordTooLarge and appends nothing of it.
+func TestRecordLimitAtItsEdge(t *testing.T) {
+	big := make([]byte, MaxRecordBytes)
+	rec := func(encoded, headers, key int) Record {
+		r := Record{Key: big[:key]}
+		for h := range headers {
+			r.Headers = append(r.Headers, Header{Key: fmt.Sprint("h", h), Value: big[:h*100]})
+		}
+		r.Value = big[:0]
+		r.Value = big[:encoded-encodedSize(&r)]
+		if got := encodedSize(&r); got != encoded {
+			t.Fatalf("built a record of %d bytes, want %d", got, encoded)
+		}
+		return r
+	}
+	for _, headers := range []int{0, 1, 2, 3} {
+		for _, key := range []int{0, 1, 63, 64, 8191, 8192, 1 << 20} {
+			for d := -40 - 20*headers; d <= 2; d++ {
+				r := rec(MaxRecordBytes+d, headers, key)
+				if got, want := tooLarge(&r, batchedSize(&r)), d > 0; got != want {
+					t.Fatalf("%d headers, key %d: a record of encodedSize limit%+d is tooLarge=%v, want %v", headers, key, d, got, want)
+				}
+			}
+		}
+	}
+	ctx := context.Background()
+	l, err := Open(t.TempDir(), Options{CleanupInterval: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	over := rec(MaxRecordBytes+1, 2, 16)
+	over.Partition = 1
+	recs := []Record{{Key: []byte("a"), Value: []byte("b")}, over}
+	if err := l.Produce(ctx, "t", recs); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("a call with a record one byte over the limit: %v, want ErrRecordTooLarge", err)
+	}
+	for _, p := range l.Stats().Partitions {
+		if p.Topic == "t" && p.AppendedBytes != 0 {
+			t.Errorf("partition %d appended %d bytes of a refused call", p.Partition, p.AppendedBytes)
+		}
 	}
 }
