@@ -441,6 +441,8 @@ type batchRecords struct {
 	rowTailAt, rowTailEnd int
 	rowTailKey            tailKey
 	rowTailSet            bool
+	// For PostgreSQL changes (pgEnvelope): the last envelope tail made.
+	pgTail pgTail
 }
 
 // topicRecords is a batch's records of one topic.
@@ -603,11 +605,8 @@ func (e *emitter) records(b *batchRecords, tc *tableCodec, c *source.Change) ([]
 		if b.arena, err = e.binlogEnvelope(schema.AppendFrame(b.arena, tc.valueID), b, c); err != nil {
 			return nil, err
 		}
-	} else {
-		env := e.envelopeInto(c, b.now, &b.seq)
-		if b.arena, err = schema.AppendEnvelope(schema.AppendFrame(b.arena, tc.valueID), c.Table, &env); err != nil {
-			return nil, err
-		}
+	} else if b.arena, err = e.pgEnvelope(schema.AppendFrame(b.arena, tc.valueID), b, c); err != nil {
+		return nil, err
 	}
 	value := b.cut(start)
 	start = len(b.arena)
@@ -691,6 +690,106 @@ func (e *emitter) binlogEnvelope(dst []byte, b *batchRecords, c *source.Change) 
 	dst = schema.AppendLong(dst, int64(c.Binlog.Row))
 	dst = append(dst, b.rowTail[b.rowTailEnd:]...)
 	return schema.AppendPosition(dst, c.Pos), nil
+}
+
+// pgEnvelope appends the envelope of c, a change not read from a binlog,
+// to dst. A PostgreSQL change's tail (the source block, op, times, the
+// names of unchanged and absent columns) is the same for every change of
+// one table, transaction and op in a batch but for two fields, the
+// source's sequence and lsn, which hold the change's own WAL position; so
+// it is made once for a run of such changes (b.pgTail) and each change's
+// two fields are spliced in: the tail was more than half of a streamed
+// change's encoding. The bytes are AppendEnvelope's (TestPGTailSpliced).
+func (e *emitter) pgEnvelope(dst []byte, b *batchRecords, c *source.Change) ([]byte, error) {
+	lsn := cmp.Or(c.EventLSN, c.LSN)
+	if e.connector == schema.ConnectorMySQL || lsn == 0 {
+		env := e.envelopeInto(c, b.now, &b.seq)
+		return schema.AppendEnvelope(dst, c.Table, &env)
+	}
+	head := schema.Envelope{Before: c.Before, After: c.After}
+	dst, absent, err := schema.AppendEnvelopeHead(dst, c.Table, &head)
+	if err != nil {
+		return dst, err
+	}
+	k := pgTailKey{table: c.Table, txid: c.TxID, commit: c.CommitTime.UnixNano(), now: b.now, place: c.Place,
+		snapshot: c.Snapshot, op: c.Op}
+	if c.CommitTime.IsZero() {
+		k.commit = 0
+	}
+	t := &b.pgTail
+	if len(absent) > 0 || hasUnchanged(c.After) || (t.key != k || !t.set) && !e.makePGTail(t, c, b.now, k) {
+		env := e.envelopeInto(c, b.now, &b.seq)
+		return schema.AppendPosition(schema.AppendEnvelopeTail(dst, c.Table, &env, absent), c.Pos), nil
+	}
+	b.seq = appendPGSequence(b.seq[:0], c.LSN, lsn)
+	dst = append(dst, t.buf[:t.seqAt]...)
+	dst = schema.AppendPosition(schema.AppendLong(dst, 1), b.seq) // [null, string]: a string's bytes
+	dst = append(dst, t.buf[t.seqAt+1:t.lsnAt]...)
+	dst = schema.AppendLong(schema.AppendLong(dst, 1), int64(lsn)) // [null, long]
+	dst = append(dst, t.buf[t.lsnAt+1:]...)
+	return schema.AppendPosition(dst, c.Pos), nil
+}
+
+// pgTail is the tail of a run of PostgreSQL changes (pgEnvelope) with
+// null in place of the sequence, at buf[seqAt], and of the lsn, at
+// buf[lsnAt]; key is what the tail depends on besides those.
+type pgTail struct {
+	buf, probe   []byte
+	seqAt, lsnAt int
+	key          pgTailKey
+	set          bool
+}
+
+// pgTailKey is what a PostgreSQL change's envelope tail depends on but
+// the two spliced fields, the rows' unchanged and absent columns (a tail
+// that names some is not kept) and the emitter's own settings: the batch's
+// time is in it, so a tail is never taken for a later batch's.
+type pgTailKey struct {
+	table    *schema.Table
+	txid     uint64
+	commit   int64
+	now      int64
+	place    source.SnapshotPlace
+	snapshot bool
+	op       source.Op
+}
+
+// makePGTail makes t the tail of c's run, finding where the sequence and
+// the lsn lie as the first byte at which a tail with each of them set
+// differs from one with both null. It reports false (t unset) if the
+// tails are not laid out so, which the encoder's layout never does.
+func (e *emitter) makePGTail(t *pgTail, c *source.Change, now int64, k pgTailKey) bool {
+	env := e.envelopeInto(c, now, nil)
+	s := &env.Source
+	s.Sequence, s.LSN = "", 0
+	t.set = false
+	t.buf = schema.AppendEnvelopeTail(t.buf[:0], c.Table, &env, nil)
+	s.Sequence = "x"
+	t.probe = schema.AppendEnvelopeTail(t.probe[:0], c.Table, &env, nil)
+	t.seqAt = firstDiff(t.buf, t.probe)
+	if len(t.probe) != len(t.buf)+2 || t.seqAt >= len(t.buf) || t.buf[t.seqAt] != 0 {
+		return false
+	}
+	s.Sequence, s.LSN = "", 1
+	t.probe = schema.AppendEnvelopeTail(t.probe[:0], c.Table, &env, nil)
+	t.lsnAt = firstDiff(t.buf, t.probe)
+	if len(t.probe) != len(t.buf)+1 || t.lsnAt >= len(t.buf) || t.lsnAt <= t.seqAt || t.buf[t.lsnAt] != 0 {
+		return false
+	}
+	t.key, t.set = k, true
+	return true
+}
+
+// firstDiff is the index of the first byte at which a and b differ (the
+// shorter's length if one is the other's start).
+func firstDiff(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // hasUnchanged reports whether row holds a value the source did not send.

@@ -90,15 +90,35 @@ func errReplicaIdentityNothing(table string) error {
 // rowAlloc gives the stream's decoded rows their memory: rows cut from
 // chunks of values, and numbers and texts boxed from a slab
 // (pgdecode.Slab), a few allocations per chunk where a row took one per
-// value and one for itself. Like the slab, a chunk is filled once and left
-// to the collector, so a row may be kept (it keeps its chunks alive): the
-// emitter encodes a batch's rows and drops them. The changes' positions
-// are cut from chunks too (a kept position keeps its chunk of 512, 6 KB,
-// alive: the emitter keeps its newest position per partition).
+// value and one for itself. A write-once rowAlloc (the zero value) fills
+// each chunk once and leaves it to the collector, so a row may be kept (it
+// keeps its chunks alive). A reusable one (newRowAlloc(true)) keeps its
+// standard chunks and its slab's, and reset hands them out again: the
+// stream resets it once the Emitter has taken a batch and nothing else
+// refers to its rows (streamer.recycleRows); otherwise it forgets them.
+// The changes' positions are always cut from write-once chunks (a kept
+// position keeps its chunk of 512, 6 KB, alive: the emitter keeps copies of
+// its newest positions, but a log that appends after Submit returned reads
+// the records' position headers then).
 type rowAlloc struct {
 	vals   []any
 	scalar pgdecode.Slab
 	pos    []byte
+	// reuse: chunks holds the standard chunks of values cut since they
+	// were made, in order, and reset hands them out again from the first;
+	// next is the index of the next one to hand out.
+	reuse  bool
+	chunks [][]any
+	next   int
+}
+
+// newRowAlloc returns a rowAlloc, reusable (reset) when reuse is set.
+func newRowAlloc(reuse bool) rowAlloc {
+	a := rowAlloc{reuse: reuse}
+	if reuse {
+		a.scalar = *pgdecode.NewReusableSlab()
+	}
+	return a
 }
 
 const (
@@ -119,11 +139,48 @@ func (a *rowAlloc) position(commitLSN uint64, idx uint32) source.Position {
 // row returns n values, all nil, that no other row shares.
 func (a *rowAlloc) row(n int) []any {
 	if cap(a.vals)-len(a.vals) < n {
-		a.vals = make([]any, 0, max(rowChunk, n))
+		a.vals = a.chunk(n)
 	}
 	start := len(a.vals)
 	a.vals = a.vals[:start+n]
 	return a.vals[start : start+n : start+n]
+}
+
+// chunk returns an empty chunk for at least n values: a kept one after
+// reset, else a new one (kept when reusable and of the standard size; a
+// row wider than a chunk gets its own, left to the collector).
+func (a *rowAlloc) chunk(n int) []any {
+	if !a.reuse || n > rowChunk {
+		return make([]any, 0, max(rowChunk, n))
+	}
+	if a.next < len(a.chunks) {
+		a.next++
+		return a.chunks[a.next-1][:0]
+	}
+	c := make([]any, 0, rowChunk)
+	a.chunks = append(a.chunks, c)
+	a.next = len(a.chunks)
+	return c
+}
+
+// reset makes a reusable rowAlloc cut its rows and box its values from its
+// first chunks again: every row and value it gave out is overwritten by
+// the next ones. REQUIRES: nothing refers to a row or value it gave out
+// since the last reset or forget.
+func (a *rowAlloc) reset() {
+	for _, c := range a.chunks[:a.next] {
+		clear(c[:cap(c)]) // rows are handed out with every value nil
+	}
+	a.vals, a.next = nil, 0
+	a.scalar.Reset()
+}
+
+// forget leaves the chunks given out so far to whatever still refers to
+// their rows and values: a reusable rowAlloc makes new ones.
+func (a *rowAlloc) forget() {
+	if a.reuse {
+		*a = rowAlloc{reuse: true, scalar: *pgdecode.NewReusableSlab(), pos: a.pos}
+	}
 }
 
 // decodeTuple decodes a pgoutput tuple into a row (from a, when given).

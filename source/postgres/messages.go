@@ -249,6 +249,7 @@ func (s *streamer) addFault(ctx context.Context, rel *relation, op source.Op, be
 		return err
 	}
 	c.Fault = s.r.fault(ctx, rel, ve)
+	s.rowsKept = true // the pause may keep the row
 	s.r.logger.Warn("a change holds a value cdcd cannot carry; its table pauses", "table", ve.Table, "column", ve.Column,
 		"lsn", pglogrepl.LSN(c.LSN).String(), "err", ve.Err)
 	return s.add(c, nil)

@@ -36,6 +36,10 @@ type streamer struct {
 	streamXid uint32
 	row       rowMessage // the Insert, Update or Delete being handled; its slices reused
 	alloc     rowAlloc   // the decoded rows' memory
+	// rowsKept: a change since the last flush may be kept past its hand-over
+	// (a faulty row: the table's pause); the flush forgets alloc's chunks
+	// instead of reusing them (recycleRows).
+	rowsKept  bool
 	batch     []source.Change
 	batchAt   time.Time // when the oldest change in batch arrived
 	batchSize int       // the batch's row bytes (source.Change.Bytes)
@@ -92,6 +96,13 @@ func (sess *session) stream(ctx context.Context, start uint64) error {
 	// session's batches, numbered after them: confirmed only once those,
 	// and so the earlier ones, are durable.
 	s.track, _ = sess.emit.(source.Tracker)
+	// The decoded rows' chunks are written again once a batch is handed
+	// over (recycleRows), unless the Emitter delivers some changes after
+	// Emit returned (source.Holder: the outbox relay's queued events keep
+	// texts of their rows) or signal rows may become a snapshot request's
+	// strings.
+	_, holds := sess.emit.(source.Holder)
+	s.alloc = newRowAlloc(!holds && sess.cfg.Incremental.SignalTable == "")
 	args := []string{"proto_version '2'", fmt.Sprintf("publication_names '%s'", sess.cfg.Publication),
 		"binary 'true'", "messages 'true'", "streaming 'on'"}
 	if err := pglogrepl.StartReplication(ctx, sess.repl, sess.cfg.Slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
@@ -336,10 +347,47 @@ func (s *streamer) flushBatch(ctx context.Context) error {
 	s.r.stats.LastCommitted.Store(last.CommitTime.UnixMilli())
 	clear(s.batch)
 	s.batch, s.batchSize = s.batch[:0], 0
+	s.recycleRows()
 	if !tracked {
 		s.advance(committed)
 	}
 	return nil
+}
+
+// recycleRows lets the rows decoded since the last flush be written over:
+// the batch that held them is handed over, and an Emitter keeps nothing
+// of a batch after Emit or Submit returned (the load's rule, loadFree).
+// Not when something else may still refer to them — a faulty row's pause,
+// or an incremental snapshot's run, which keeps key values of the changes
+// it observes (snapshot.Engine.Observe): then the chunks are left to
+// those and new ones made. Written once, the rows and their values were
+// 354 of the 459 MB the reader allocated streaming 1.35M changes
+// (BENCHMARKS.md, session 19).
+func (s *streamer) recycleRows() {
+	if !s.alloc.reuse {
+		return
+	}
+	if s.rowsKept || s.snapshotsRunning() {
+		s.alloc.forget()
+	} else {
+		s.alloc.reset()
+	}
+	s.rowsKept = false
+}
+
+// snapshotsRunning reports whether the incremental snapshot engine has a
+// run queued or running (Progress lists those before the finished ones,
+// which have their Finished time). A run's kept values leave with it.
+func (s *streamer) snapshotsRunning() bool {
+	if s.inc == nil {
+		return false
+	}
+	for _, p := range s.inc.eng.Progress() {
+		if p.Finished.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // inflight is a position waiting for a submitted batch: lsn may be
