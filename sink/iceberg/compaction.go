@@ -160,6 +160,14 @@ func (h tableHandle) CommitMaintenance(ctx context.Context, tx *table.Transactio
 // keys in the same batch that removes the intent stored before the commit.
 func (h tableHandle) CommitRewrite(ctx context.Context, r *compactor.Rewrite) error {
 	w := h.w
+	// A stop does not cut the commit short: cancelled in the middle, the
+	// catalog's commit could land and still report the cancel, and the read
+	// back that settles it would fail on the same context, leaving the
+	// outcome unknown — the intent stays in the key index, its tag behind
+	// the table, and the next start rebuilds the whole index. Bounded like
+	// the stopping sink's final commit.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
+	defer cancel()
 	fs, err := w.tbl.FS(ctx)
 	if err != nil {
 		return err

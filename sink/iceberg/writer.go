@@ -187,7 +187,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	}
 	// Stopping: commit what was consumed, within a bounded time.
 	if len(w.buf) > 0 {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
 		defer cancel()
 		if err := w.commit(cctx); err != nil {
 			return fmt.Errorf("iceberg: final commit of %s: %w", identString(w.cfg.Ident), err)
@@ -606,6 +606,11 @@ func (w *tableWriter) failpoint(name string) {
 	failpoint.Hit("sink." + name)
 	failpoint.Hit("sink." + w.cfg.Ident[len(w.cfg.Ident)-1] + "." + name)
 }
+
+// stopCommitTimeout bounds a commit that goes on while the sink stops: the
+// final commit of what was consumed, and a compaction's commit begun before
+// the stop (CommitRewrite).
+const stopCommitTimeout = 30 * time.Second
 
 func newCommitID() string {
 	var b [16]byte
