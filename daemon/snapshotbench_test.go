@@ -94,10 +94,10 @@ func benchRounds(rows int) int {
 // the summary and the median round's phase).
 func logRound(b *testing.B, i int, rd incRound) {
 	b.Logf("round %d (load average %s→%s, heap live %.0f MB): load %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), %.0f MB; "+
-		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s; %d of %d chunks refused",
+		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s; %d of %d chunks refused (%d inconsistent, %d cut)",
 		i+1, rd.loadavg[0], rd.loadavg[1], rd.liveMB, rd.load.rate, rd.load.cpuUs, rd.load.serverUs, rd.load.peakMB,
 		rd.inc.rate, rd.inc.cpuUs, rd.netCPU(), rd.inc.serverUs, rd.netPG(), rd.inc.peakMB, rd.ratio(), rd.idle, rd.during,
-		rd.timings.Refused, rd.timings.Chunks)
+		rd.timings.Refused, rd.timings.Chunks, rd.timings.Inconsistent, rd.timings.Cut)
 }
 
 // reportRounds reports the rounds' medians (peak RSS: their greatest).
@@ -117,6 +117,8 @@ func reportRounds(b *testing.B, rows int, res incrementalResult) {
 	b.ReportMetric(med(func(rd incRound) float64 { return rd.inc.rate })/res.raw.rate, "inc/copy")
 	b.ReportMetric(res.raw.rate, "copy-rows/s")
 	b.ReportMetric(med(func(rd incRound) float64 { return float64(rd.timings.Refused) }), "inc-chunks-refused")
+	b.ReportMetric(med(func(rd incRound) float64 { return float64(rd.timings.Inconsistent) }), "inc-chunks-inconsistent")
+	b.ReportMetric(med(func(rd incRound) float64 { return float64(rd.timings.Cut) }), "inc-chunks-cut")
 	for _, p := range []struct {
 		name string
 		m    func(incRound) loadMeasure

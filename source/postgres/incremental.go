@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,7 +148,7 @@ func (d *pgDatabase) Plan(ctx context.Context, name string, _ *snapshot.Table, w
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: end plan transaction: %w", err)
 	}
-	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(snap)}, nil
+	return &snapshot.Plan{Upper: upper, Estimate: int64(est), Consistent: d.consistent(snap, nil)}, nil
 }
 
 // readTx begins the REPEATABLE READ transaction of a plan or a chunk and
@@ -193,12 +192,14 @@ func (d *pgDatabase) readTx(ctx context.Context, name string) (pgx.Tx, pgSnapsho
 }
 
 // consistent checks a read of snapshot snap: false when a transaction it
-// did not see committed before low (see xidRing).
-func (d *pgDatabase) consistent(snap pgSnapshot) func(source.Position) bool {
+// did not see committed before low having changed rows of one of
+// relations (every relation when nil: a plan's check, once a table; see
+// xidRing).
+func (d *pgDatabase) consistent(snap pgSnapshot, relations []uint32) func(source.Position) bool {
 	ring := d.ring
 	return func(low source.Position) bool {
 		lowLSN, _, err := pgpos.Parse(low)
-		return err == nil && !ring.committedBefore(snap, lowLSN)
+		return err == nil && !ring.committedBefore(snap, lowLSN, relations)
 	}
 }
 
@@ -239,7 +240,7 @@ func (d *pgDatabase) ReadChunk(ctx context.Context, name string, _ *snapshot.Tab
 // second on a connection of its own in the same snapshot (exported by the
 // first). A chunk read whole commits in its COPY's query.
 func (d *pgDatabase) readChunk(ctx context.Context, id, name string, q snapshot.ChunkQuery) (*snapshot.Chunk, error) {
-	snap, ct, rel, err := d.chunkTx(ctx, id, name)
+	snap, rels, ct, rel, err := d.chunkTx(ctx, id, name)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +276,7 @@ func (d *pgDatabase) readChunk(ctx context.Context, id, name string, q snapshot.
 			return nil, queryError(name, q.Where, err)
 		}
 	}
-	res.Consistent = d.consistent(snap)
+	res.Consistent = d.consistent(snap, rels)
 	return res, nil
 }
 
@@ -639,86 +640,6 @@ func (d *pgDatabase) WriteWatermark(ctx context.Context, id string) error {
 		return fmt.Errorf("postgres: write watermark: %w", err)
 	}
 	return nil
-}
-
-// xidRing remembers the commit LSNs of the newest transactions the stream
-// delivered (ringSize of them), so a chunk can tell whether a transaction
-// its read did not see committed before its low watermark. That happens
-// when a transaction's commit record is flushed (and decoded) before the
-// transaction leaves the proc array, where new snapshots stop seeing it as
-// in progress: a short window, longer under synchronous replication. Such
-// a transaction is either in the snapshot's in-progress list or, when no
-// newer transaction had completed, at or after the snapshot's xmax, where
-// the list does not show it (PostgreSQL's snapshots stop listing at xmax);
-// the ring keeps each entry's running maximum xid for the second check. A
-// transaction in the list that waits while more than ringSize others
-// commit is beyond the check. The stream adds; a plan's check reads it
-// from the engine's goroutine.
-type xidRing struct {
-	mu      sync.Mutex
-	entries []ringEntry // in commit order from next (once full)
-	lsns    map[uint32]uint64
-	next    int
-	max     uint32 // the newest xid added (xids compared modulo 2^32)
-}
-
-// ringEntry is a delivered commit and the newest xid delivered up to it.
-type ringEntry struct {
-	xid, max uint32
-	lsn      uint64
-}
-
-const ringSize = 1 << 16
-
-func newXidRing() *xidRing {
-	return &xidRing{entries: make([]ringEntry, 0, ringSize), lsns: make(map[uint32]uint64, ringSize)}
-}
-
-// xidAfter reports whether a is a newer xid than b (modulo 2^32, as
-// PostgreSQL compares them).
-func xidAfter(a, b uint32) bool { return int32(a-b) > 0 }
-
-// add records a transaction's commit.
-func (x *xidRing) add(xid uint32, lsn uint64) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if len(x.entries) == 0 || xidAfter(xid, x.max) {
-		x.max = xid
-	}
-	e := ringEntry{xid: xid, max: x.max, lsn: lsn}
-	if len(x.entries) < ringSize {
-		x.entries = append(x.entries, e)
-	} else {
-		if old := x.entries[x.next]; x.lsns[old.xid] <= lsn {
-			delete(x.lsns, old.xid)
-		}
-		x.entries[x.next] = e
-		x.next = (x.next + 1) % ringSize
-	}
-	x.lsns[xid] = lsn
-}
-
-// committedBefore reports whether a transaction the snapshot does not see
-// committed before lsn: one of its in-progress xids, or one at or after
-// its xmax.
-func (x *xidRing) committedBefore(snap pgSnapshot, lsn uint64) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for xid := range snap.xip {
-		if c, ok := x.lsns[xid]; ok && c < lsn {
-			return true
-		}
-	}
-	// The newest entry before lsn: few entries come after it (those
-	// delivered since the low watermark).
-	n := len(x.entries)
-	for i := range n {
-		e := x.entries[(x.next+n-1-i)%n]
-		if e.lsn < lsn {
-			return e.max == snap.xmax || xidAfter(e.max, snap.xmax)
-		}
-	}
-	return false
 }
 
 // keyFuncs builds the key order, text and parser of a table's key for the

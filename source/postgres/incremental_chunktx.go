@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,12 +59,14 @@ func (d *pgDatabase) ReadChunkAfterLow(ctx context.Context, id, name string, _ *
 
 // versionSQL selects, for the table named by $1 (schema) and $2 (table),
 // the snapshot of the transaction (its first query takes it), the table's
-// oid and its catalog version (see above). A chunk runs it as the prepared
-// statement versionStmt.
+// oid, its catalog version (see above) and the other relations whose
+// changes the chunk's consistency check asks about (chunkRelations). A
+// chunk runs it as the prepared statement versionStmt.
 const versionSQL = `SELECT pg_current_snapshot()::text, c.oid::text, format('%s %s %s/%s/%s', c.xmin, c.relfilenode,
 	(SELECT string_agg(a.attnum::text || ':' || a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0),
 	(SELECT string_agg(i.indexrelid::text || ':' || i.xmin::text, ',' ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = c.oid),
-	(SELECT string_agg(f.oid::text || ':' || f.xmin::text, ',' ORDER BY f.oid) FROM pg_attrdef f WHERE f.adrelid = c.oid))
+	(SELECT string_agg(f.oid::text || ':' || f.xmin::text, ',' ORDER BY f.oid) FROM pg_attrdef f WHERE f.adrelid = c.oid)),
+	(SELECT string_agg(p.relid::oid::text, ',') FROM (SELECT relid FROM pg_partition_tree(c.oid) UNION SELECT relid FROM pg_partition_ancestors(c.oid)) p)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`
 
 // versionStmt is the name of versionSQL prepared on a chunk connection
@@ -91,11 +94,12 @@ func (d *pgDatabase) prepareVersion(ctx context.Context) error {
 // chunkTx writes a chunk's low watermark carrying id (none when id is
 // empty) and begins the chunk's REPEATABLE READ transaction on d.conn, in
 // one round trip (see above), and returns the transaction's snapshot and
-// the table's description. The transaction is left open: the caller ends
-// it (COMMIT or rollback).
-func (d *pgDatabase) chunkTx(ctx context.Context, id, name string) (pgSnapshot, *catalogTable, *relation, error) {
+// the table's description, and the relations whose changes can make the
+// read stale (chunkRelations). The transaction is left open: the caller
+// ends it (COMMIT or rollback).
+func (d *pgDatabase) chunkTx(ctx context.Context, id, name string) (pgSnapshot, []uint32, *catalogTable, *relation, error) {
 	if err := d.prepareVersion(ctx); err != nil {
-		return pgSnapshot{}, nil, nil, err
+		return pgSnapshot{}, nil, nil, nil, err
 	}
 	sch, tbl := splitTable(name)
 	var b strings.Builder
@@ -108,40 +112,70 @@ func (d *pgDatabase) chunkTx(ctx context.Context, id, name string) (pgSnapshot, 
 	results, err := d.conn.PgConn().Exec(ctx, b.String()).ReadAll()
 	if err != nil {
 		d.rollback(ctx)
-		return pgSnapshot{}, nil, nil, queryError(name, "", err)
+		return pgSnapshot{}, nil, nil, nil, queryError(name, "", err)
 	}
 	last := results[len(results)-1]
-	if len(last.Rows) != 1 || len(last.Rows[0]) != 3 {
+	if len(last.Rows) != 1 || len(last.Rows[0]) != 4 {
 		d.rollback(ctx)
-		return pgSnapshot{}, nil, nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, &TableError{Table: name,
+		return pgSnapshot{}, nil, nil, nil, fmt.Errorf("%w: %w", snapshot.ErrTableGone, &TableError{Table: name,
 			Err: fmt.Errorf("was dropped while a chunk was read; check source.postgres.tables (%w)", errNoTable)})
 	}
 	row := last.Rows[0]
 	snap, err := parseSnapshot(string(row[0]))
 	if err != nil {
 		d.rollback(ctx)
-		return pgSnapshot{}, nil, nil, err
+		return pgSnapshot{}, nil, nil, nil, err
 	}
 	oid, err := strconv.ParseUint(string(row[1]), 10, 32)
 	if err != nil {
 		d.rollback(ctx)
-		return pgSnapshot{}, nil, nil, fmt.Errorf("postgres: the oid of %s: %w", name, err)
+		return pgSnapshot{}, nil, nil, nil, fmt.Errorf("postgres: the oid of %s: %w", name, err)
+	}
+	rels, err := chunkRelations(uint32(oid), string(row[3]))
+	if err != nil {
+		d.rollback(ctx)
+		return pgSnapshot{}, nil, nil, nil, err
 	}
 	version := string(row[1]) + " " + string(row[2])
 	if c := d.descs[name]; c != nil && c.version == version {
-		return snap, c.ct, c.rel, nil
+		return snap, rels, c.ct, c.rel, nil
 	}
 	delete(d.descs, name)
 	ct, rel, err := d.describeInTx(ctx, name, uint32(oid))
 	if err != nil {
 		d.rollback(ctx)
-		return pgSnapshot{}, nil, nil, err
+		return pgSnapshot{}, nil, nil, nil, err
 	}
 	if d.descs == nil {
 		d.descs = map[string]*chunkDesc{}
 	}
 	d.descs[name] = &chunkDesc{version: version, ct: ct, rel: rel}
-	return snap, ct, rel, nil
+	return snap, rels, ct, rel, nil
+}
+
+// chunkRelations returns the relations whose row changes can make a read
+// of table oid stale: the table, and with declarative partitioning the
+// rest of its partition tree, as listed (comma-separated oids of
+// pg_partition_tree and pg_partition_ancestors) in the chunk's snapshot.
+// A partitioned table's chunk reads its partitions' rows, whose changes
+// pgoutput names by the partition's oid; a partition's changes come under
+// its root's with publish_via_partition_root. An inheritance parent is
+// read ONLY (catalogTable.from), so its children are not asked about.
+func chunkRelations(oid uint32, tree string) ([]uint32, error) {
+	rels := []uint32{oid}
+	if tree == "" {
+		return rels, nil
+	}
+	for f := range strings.SplitSeq(tree, ",") {
+		v, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: the partition tree of table %d: %q: %w", oid, tree, err)
+		}
+		if r := uint32(v); !slices.Contains(rels, r) {
+			rels = append(rels, r)
+		}
+	}
+	return rels, nil
 }
 
 // describeInTx describes table oid (name) in the open transaction.

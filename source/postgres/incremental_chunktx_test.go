@@ -36,7 +36,7 @@ func TestLowWatermarkCommitsBeforeRead(t *testing.T) {
 	d, conn := testDatabase(t, e, r)
 
 	const id = "low:test-1"
-	snap, _, _, err := d.chunkTx(ctx, id, "public.lw")
+	snap, _, _, _, err := d.chunkTx(ctx, id, "public.lw")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestXidRingCommittedBefore(t *testing.T) {
 	ring := newXidRing()
 	for i, xid := range []uint32{100, 103, 101, 104} { // commit order, not xid order
-		ring.add(xid, uint64(1000+10*i)) // LSNs 1000, 1010, 1020, 1030
+		ring.add(xid, uint64(1000+10*i), []uint32{7}) // LSNs 1000, 1010, 1020, 1030; all on relation 7
 	}
 	for _, c := range []struct {
 		name string
@@ -32,22 +32,27 @@ func TestXidRingCommittedBefore(t *testing.T) {
 		{"the newest before low below xmax", pgSnapshot{xmax: 104, xip: map[uint32]bool{}}, 1025, false},
 		{"nothing before low", pgSnapshot{xmax: 90, xip: map[uint32]bool{}}, 1000, false},
 	} {
-		if got := ring.committedBefore(c.snap, c.low); got != c.want {
+		if got := ring.committedBefore(c.snap, c.low, nil); got != c.want {
 			t.Errorf("%s: committedBefore = %v, want %v", c.name, got, c.want)
+		}
+		if got := ring.committedBefore(c.snap, c.low, []uint32{7}); got != c.want {
+			t.Errorf("%s, asking about its relation: committedBefore = %v, want %v", c.name, got, c.want)
 		}
 	}
 	// Across the xid space's end and once the ring has wrapped.
 	ring = newXidRing()
 	base := uint32(0xffff0000)
 	for i := range uint32(ringSize + 10) {
-		ring.add(base+i, uint64(i+1))
+		ring.add(base+i, uint64(i+1), []uint32{7, 8})
 	}
 	newest := base + ringSize + 9 // wrapped past 2^32
-	if !ring.committedBefore(pgSnapshot{xmax: newest, xip: map[uint32]bool{}}, ringSize+11) {
-		t.Error("a transaction at xmax past the wrap was not caught")
-	}
-	if ring.committedBefore(pgSnapshot{xmax: newest + 1, xip: map[uint32]bool{}}, ringSize+11) {
-		t.Error("every transaction below xmax past the wrap: want consistent")
+	for _, rels := range [][]uint32{nil, {8}} {
+		if !ring.committedBefore(pgSnapshot{xmax: newest, xip: map[uint32]bool{}}, ringSize+11, rels) {
+			t.Errorf("relations %v: a transaction at xmax past the wrap was not caught", rels)
+		}
+		if ring.committedBefore(pgSnapshot{xmax: newest + 1, xip: map[uint32]bool{}}, ringSize+11, rels) {
+			t.Errorf("relations %v: every transaction below xmax past the wrap: want consistent", rels)
+		}
 	}
 }
 
@@ -76,8 +81,8 @@ func TestSnapshotOmitsNewestRunning(t *testing.T) {
 		t.Fatalf("snapshot %s: the running transaction %d is neither in progress nor at or after xmax", text, xid)
 	}
 	ring := newXidRing()
-	ring.add(x, 10) // as if its commit were decoded before the low watermark
-	if !ring.committedBefore(snap, 20) {
+	ring.add(x, 10, []uint32{1}) // as if its commit were decoded before the low watermark
+	if !ring.committedBefore(snap, 20, nil) {
 		t.Fatalf("snapshot %s: a chunk read by it would be taken as consistent though transaction %d is invisible to it", text, xid)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,9 @@ type incStream struct {
 	eng    *snapshot.Engine
 	ring   *xidRing
 	signal map[*schema.Table]bool // table versions: is it the signal table?
+	// changed are the relations the transaction being decoded changed
+	// rows of (touched), for the ring.
+	changed []uint32
 
 	// synced is when a chunk last had the batch flushed next (syncEvery).
 	synced time.Time
@@ -143,19 +147,44 @@ func (in *incStream) err() error {
 	return in.failed
 }
 
+// begin starts a transaction's record of the relations it changed.
+func (in *incStream) begin() {
+	if in != nil {
+		in.changed = in.changed[:0]
+	}
+}
+
+// touched records that the transaction being decoded changed rows of
+// relation rel (a row change's or a truncate's relation id: the pg_class
+// oid pgoutput names, a partition's own or, with publish_via_partition_root,
+// its root's), whether or not the pipeline captures it.
+func (in *incStream) touched(rel uint32) {
+	if in == nil {
+		return
+	}
+	if n := len(in.changed); n > 0 && in.changed[n-1] == rel || slices.Contains(in.changed, rel) {
+		return
+	}
+	in.changed = append(in.changed, rel)
+}
+
 // committed records a transaction's commit for the consistency check,
-// when the stream delivered a change of it (the streamer's s.tx, the
-// transaction committing, counts them: rows, truncates, its logical
-// messages). One that delivered none (the chunks' own watermarks, each a
-// transaction holding only a message the stream takes out) changed no row
-// a chunk reads, so a chunk's snapshot that misses it is not stale. Each
+// with the relations whose rows it changed (touched). One that changed no
+// row (the chunks' own watermarks, each a transaction holding only a
+// message the stream takes out; a transaction of other logical messages
+// or DDL only) cannot make a chunk's read stale, and is not recorded. Each
 // was recorded once, and three readers' watermarks a few milliseconds
 // apart made chunks fail the check and be read again, with the chunks
-// read after them (BENCHMARKS.md, session 19).
+// read after them (BENCHMARKS.md, session 19). The relations let a chunk
+// ask only about its own table's (session 20).
 func (in *incStream) committed(xid uint32, lsn uint64) {
-	if in != nil && in.s.tx.next > 0 {
-		in.ring.add(xid, lsn)
+	if in == nil {
+		return
 	}
+	if len(in.changed) > 0 {
+		in.ring.add(xid, lsn, in.changed)
+	}
+	in.changed = in.changed[:0]
 }
 
 // message handles a logical decoding message; true when it was a

@@ -81,6 +81,7 @@ func (s *streamer) message(ctx context.Context, lsn uint64, data []byte) error {
 func (s *streamer) streamCommit(ctx context.Context, m *pglogrepl.StreamCommitMessageV2) error {
 	s.tx = txState{xid: m.Xid, commitLSN: uint64(m.CommitLSN), commitTime: m.CommitTime, alloc: &s.alloc}
 	s.inTx = true
+	s.inc.begin()
 	spilled, began := s.spill.Bytes(), time.Now()
 	err := s.spill.Replay(m.Xid, func(lsn uint64, data []byte, aborted map[uint32]bool) error {
 		s.tx.lsn = lsn
@@ -124,6 +125,7 @@ func (s *streamer) apply(ctx context.Context, m pglogrepl.Message, aborted map[u
 	case *pglogrepl.BeginMessage:
 		s.tx = txState{xid: m.Xid, commitLSN: uint64(m.FinalLSN), commitTime: m.CommitTime, alloc: &s.alloc}
 		s.inTx = true
+		s.inc.begin()
 		s.lastData = time.Now()
 	case *pglogrepl.CommitMessage:
 		s.inTx = false
@@ -172,6 +174,7 @@ func (s *streamer) rowChange(ctx context.Context, data []byte, streamed bool, ab
 	if streamed && aborted[m.xid] {
 		return nil
 	}
+	s.inc.touched(m.rel)
 	switch m.op {
 	case 'I':
 		return s.insert(ctx, m)
@@ -258,6 +261,7 @@ func (s *streamer) addFault(ctx context.Context, rel *relation, op source.Op, be
 // truncate emits one truncate per captured table, in the statement's order.
 func (s *streamer) truncate(m *pglogrepl.TruncateMessage) error {
 	for _, id := range m.RelationIDs {
+		s.inc.touched(id)
 		rel, err := s.rel(id)
 		if rel == nil {
 			if err := s.skipChange(err); err != nil {

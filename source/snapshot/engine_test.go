@@ -571,8 +571,9 @@ func TestReadAheadCancelledWithRetry(t *testing.T) {
 	if want := []string{"-", "3", "6", "3", "6"}; !slices.Equal(after, want) {
 		t.Fatalf("reads after %v, want %v", after, want)
 	}
-	if tm := e.Timings(); tm.Refused != 2 {
-		t.Fatalf("timings count %d chunks refused, want 2 (4-6 read again, 7-9 after it): %+v", tm.Refused, tm)
+	if tm := e.Timings(); tm.Refused != 2 || tm.Inconsistent != 1 || tm.Cut != 0 {
+		t.Fatalf("timings count %d chunks refused (%d inconsistent, %d cut), want 2 (4-6 read again, 7-9 after it), 1 and 0: %+v",
+			tm.Refused, tm.Inconsistent, tm.Cut, tm)
 	}
 }
 

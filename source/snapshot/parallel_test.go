@@ -278,6 +278,11 @@ func TestRoughEndsCutChunks(t *testing.T) {
 	if db.cutReads == 0 {
 		t.Error("no range chunk was cut at its Limit")
 	}
+	// A cut read is counted when it is emitted (a cut read that is refused
+	// is not a cut); the refused after a cut are not inconsistent.
+	if tm := e.Timings(); tm.Cut == 0 || tm.Cut > int64(db.cutReads) || tm.Inconsistent > 3 || tm.Refused < tm.Cut+tm.Inconsistent {
+		t.Errorf("timings: %d cut (of %d cut reads), %d inconsistent (of 3 bad reads), %d refused", tm.Cut, db.cutReads, tm.Inconsistent, tm.Refused)
+	}
 	seen := map[int64]bool{}
 	var prev int64
 	for _, c := range rows {

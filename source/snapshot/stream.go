@@ -200,6 +200,7 @@ func (e *Engine) highLocked(c *chunk, pos source.Position) []source.Change {
 	r.readRows += em.rows
 	r.emitted = append(r.emitted, em)
 	if cut {
+		e.tm.cut.Add(1)
 		c.done <- outcomeCut
 	} else {
 		c.done <- outcomeEmitted
@@ -216,6 +217,7 @@ func (e *Engine) vetLocked(c *chunk) outcome {
 	case c.res == nil || !c.lowSeen || c.point == nil && c.epoch == r.cancelEpoch:
 		return outcomeRetry
 	case c.res.Consistent != nil && !c.res.Consistent(c.low):
+		e.tm.inconsistent.Add(1)
 		e.logger.Info("chunk read again: a change the stream delivered before its low watermark was not visible to its read",
 			"table", r.rec.Table)
 		return outcomeRetry

@@ -37,11 +37,19 @@ type Timings struct {
 	// again or cut, or their run stopped. Each is a chunk read for
 	// nothing.
 	Refused int64
+	// Inconsistent counts the chunks of Refused that failed the
+	// consistency check (Chunk.Consistent): a transaction their read did
+	// not see was delivered before their low watermark.
+	Inconsistent int64
+	// Cut counts the chunks emitted cut (their read stopped at its cap
+	// before their range's end: more rows than the range's ends placed),
+	// each refusing the chunks read ahead after it.
+	Cut int64
 }
 
 // timings are an engine's Timings as they add up.
 type timings struct {
-	chunks, refused                                   atomic.Int64
+	chunks, refused, inconsistent, cut                atomic.Int64
 	readerWait, low, read, order, high, meet, waiting atomic.Int64
 	bounds                                            atomic.Int64
 }
@@ -59,5 +67,5 @@ func (e *Engine) Timings() Timings {
 	return Timings{Chunks: t.chunks.Load(), ReaderWait: time.Duration(t.readerWait.Load()), Low: time.Duration(t.low.Load()),
 		Read: time.Duration(t.read.Load()), Order: time.Duration(t.order.Load()), High: time.Duration(t.high.Load()),
 		Meet: time.Duration(t.meet.Load()), EngineWait: time.Duration(t.waiting.Load()), Bounds: time.Duration(t.bounds.Load()),
-		Refused: t.refused.Load()}
+		Refused: t.refused.Load(), Inconsistent: t.inconsistent.Load(), Cut: t.cut.Load()}
 }
