@@ -1,0 +1,256 @@
+package pgdecode
+
+import (
+	"encoding/binary"
+	"math"
+	"math/bits"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// COPY binary → Avro, without the Go value (session 20).
+//
+// An initial load decoded every field into a Go value (boxed in an
+// interface, from the batch's slab) and the Emitter's Prepare encoded
+// that value into Avro again, through two type switches a column. An
+// AvroFunc writes the Avro straight from the binary form for the load's
+// common types. Its contract is exactness: for every input it either
+// writes byte for byte what schema's encoding of Decode's value for the
+// type's column writes (appendValue, the body without a union branch), or
+// refuses (ok false) and the caller takes the decode path, which also
+// reports what is wrong with a malformed value. TestAvroMatchesDecode and
+// FuzzAvro hold every AvroFunc to Decode followed by schema's encoding.
+
+// AvroFunc appends the Avro body of one non-NULL binary value to dst;
+// ok false (dst then holds garbage past its old length, which the
+// caller cuts) when it cannot write it exactly as schema's encoding of
+// the decoded value would.
+type AvroFunc func(dst, b []byte) (_ []byte, ok bool)
+
+// avroFunc returns the AvroFunc for t's column, nil when there is none:
+// only types whose decode and encode are plain enough to match exactly.
+func avroFunc(oid uint32, c *schema.Column) AvroFunc {
+	switch oid {
+	case oidBool:
+		return avroBool
+	case oidInt2:
+		return avroInt2
+	case oidInt4:
+		return avroInt4
+	case oidInt8:
+		return avroInt8
+	case oidFloat4:
+		return avroFloat4
+	case oidFloat8:
+		return avroFloat8
+	case oidText, oidVarchar, oidBPChar, oidName, oidJSON, oidBytea:
+		return avroString
+	case oidJSONB:
+		return avroVersioned
+	case oidUUID:
+		return avroUUID
+	case oidDate:
+		return avroDate
+	case oidTimestamp, oidTimestampTZ:
+		return avroTimestamp
+	case oidNumeric:
+		if c.Precision == 0 {
+			return avroNumericText
+		}
+		scale := c.Scale
+		return func(dst, b []byte) ([]byte, bool) { return avroNumericDecimal(dst, b, scale) }
+	}
+	return nil
+}
+
+func avroBool(dst, b []byte) ([]byte, bool) {
+	if len(b) != 1 {
+		return dst, false
+	}
+	if b[0] != 0 {
+		return append(dst, 1), true
+	}
+	return append(dst, 0), true
+}
+
+func avroInt2(dst, b []byte) ([]byte, bool) {
+	if len(b) != 2 {
+		return dst, false
+	}
+	return schema.AppendLong(dst, int64(int16(binary.BigEndian.Uint16(b)))), true
+}
+
+func avroInt4(dst, b []byte) ([]byte, bool) {
+	if len(b) != 4 {
+		return dst, false
+	}
+	return schema.AppendLong(dst, int64(int32(binary.BigEndian.Uint32(b)))), true
+}
+
+func avroInt8(dst, b []byte) ([]byte, bool) {
+	if len(b) != 8 {
+		return dst, false
+	}
+	return schema.AppendLong(dst, int64(binary.BigEndian.Uint64(b))), true
+}
+
+// avroFloat4 and avroFloat8 turn the big-endian IEEE bits into Avro's
+// little-endian ones: the same bits, NaN payloads and -0 included.
+func avroFloat4(dst, b []byte) ([]byte, bool) {
+	if len(b) != 4 {
+		return dst, false
+	}
+	return binary.LittleEndian.AppendUint32(dst, binary.BigEndian.Uint32(b)), true
+}
+
+func avroFloat8(dst, b []byte) ([]byte, bool) {
+	if len(b) != 8 {
+		return dst, false
+	}
+	return binary.LittleEndian.AppendUint64(dst, binary.BigEndian.Uint64(b)), true
+}
+
+// avroString writes text (and bytea, json) as it is: an Avro string or
+// bytes is its length and its bytes.
+func avroString(dst, b []byte) ([]byte, bool) {
+	return append(schema.AppendLong(dst, int64(len(b))), b...), true
+}
+
+// avroVersioned writes jsonb's text after its version byte 1.
+func avroVersioned(dst, b []byte) ([]byte, bool) {
+	if len(b) < 1 || b[0] != 1 {
+		return dst, false
+	}
+	return avroString(dst, b[1:])
+}
+
+// avroUUID writes the canonical 36-character text (schema.FormatUUID).
+func avroUUID(dst, b []byte) ([]byte, bool) {
+	if len(b) != 16 {
+		return dst, false
+	}
+	const hex = "0123456789abcdef"
+	dst = append(dst, 72) // Avro long 36
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hex[c>>4], hex[c&15])
+	}
+	return dst, true
+}
+
+func avroDate(dst, b []byte) ([]byte, bool) {
+	d, err := readDate(b)
+	if err != nil {
+		return dst, false
+	}
+	return schema.AppendLong(dst, int64(d)), true
+}
+
+func avroTimestamp(dst, b []byte) ([]byte, bool) {
+	t, err := readTimestamp(b)
+	if err != nil {
+		return dst, false
+	}
+	return schema.AppendLong(dst, t), true
+}
+
+// avroNumericText writes an unconstrained numeric as its exact text
+// (NaN and ±Infinity included): the text is written in place after one
+// byte for its length, which is moved when it takes more.
+func avroNumericText(dst, b []byte) ([]byte, bool) {
+	at := len(dst)
+	dst = append(dst, 0)
+	dst, err := appendNumeric(dst, b)
+	if err != nil {
+		return dst, false
+	}
+	n := len(dst) - at - 1
+	if n < 64 { // a one-byte Avro long
+		dst[at] = byte(n << 1)
+		return dst, true
+	}
+	var lb [binary.MaxVarintLen64]byte
+	l := schema.AppendLong(lb[:0], int64(n))
+	dst = append(dst, l[1:]...)             // room for the longer length
+	copy(dst[at+len(l):], dst[at+1:at+1+n]) // the text, moved up
+	copy(dst[at:], l)
+	return dst, true
+}
+
+// avroNumericDecimal writes a numeric of a column with a precision as the
+// Avro decimal of its unscaled value at scale: what schema's encoding of
+// the decoded text writes when that value fits an int64. The decoded text
+// carries dscale fractional digits; a nonzero one past scale (an error in
+// the encoding), NaN and ±Infinity (refused by a decimal), a value past
+// int64 (the encoding's big.Int path) and a malformed value are refused.
+func avroNumericDecimal(dst, b []byte, scale int) ([]byte, bool) {
+	if len(b) < 8 {
+		return dst, false
+	}
+	ndigits := int(int16(binary.BigEndian.Uint16(b)))
+	weight := int(int16(binary.BigEndian.Uint16(b[2:])))
+	sign := binary.BigEndian.Uint16(b[4:])
+	dscale := int(int16(binary.BigEndian.Uint16(b[6:])))
+	if ndigits < 0 || dscale < 0 || len(b) != 8+2*ndigits || (sign != numericPos && sign != numericNeg) {
+		return dst, false
+	}
+	digits := b[8:]
+	for i := 0; i < len(digits); i += 2 {
+		if binary.BigEndian.Uint16(digits[i:]) > 9999 {
+			return dst, false
+		}
+	}
+	digit := func(i int) uint64 {
+		if uint(i) >= uint(ndigits) {
+			return 0
+		}
+		return uint64(digits[2*i])<<8 | uint64(digits[2*i+1])
+	}
+	// The integer part: base-10000 digits 0..weight.
+	var v uint64
+	for i := 0; i <= weight; i++ {
+		hi, lo := bits.Mul64(v, 10000)
+		if hi != 0 {
+			return dst, false
+		}
+		var c uint64
+		if v, c = bits.Add64(lo, digit(i), 0); c != 0 {
+			return dst, false
+		}
+	}
+	// The fractional digits the text carries (dscale of them), one at a
+	// time: those up to scale scale v, those past it must be zero.
+	for j := 1; j <= max(dscale, scale); j++ {
+		var d uint64
+		if j <= dscale {
+			g := digit(weight + (j+3)/4)  // the base-10000 digit holding the j-th decimal place
+			d = g / pow10[3-(j-1)%4] % 10 // its place within the four
+		}
+		if j > scale {
+			if d != 0 {
+				return dst, false
+			}
+			continue
+		}
+		hi, lo := bits.Mul64(v, 10)
+		if hi != 0 {
+			return dst, false
+		}
+		var c uint64
+		if v, c = bits.Add64(lo, d, 0); c != 0 {
+			return dst, false
+		}
+	}
+	if v > math.MaxInt64 {
+		return dst, false
+	}
+	u := int64(v)
+	if sign == numericNeg {
+		u = -u
+	}
+	return schema.AppendInt64Decimal(dst, u), true
+}
+
+var pow10 = [4]uint64{1, 10, 100, 1000}

@@ -1,0 +1,101 @@
+package postgres
+
+import (
+	"github.com/cdcd-dev/cdcd/schema"
+	"github.com/cdcd-dev/cdcd/source"
+	"github.com/cdcd-dev/cdcd/source/postgres/pgdecode"
+)
+
+// A loaded row's Avro from its COPY fields (session 20).
+//
+// An Emitter that prepares rows (source.Preparer) encoded each loaded row
+// from its decoded values: schema.AppendKey and AppendEnvelopeHead, two
+// type switches and a type assertion a column, the numeric's text parsed
+// back into its unscaled integer. The load's worker now writes those
+// bytes from the COPY fields (pgdecode.AvroFunc, column by column) into
+// the batch's arena and hands them over in Change.Avro; Prepare copies
+// them. A column of a type without an AvroFunc is encoded from its
+// decoded value (schema.AppendField). A row with a value an AvroFunc
+// refuses (NULL in a NOT NULL column, a constrained numeric's NaN or a
+// value past int64, a value the decode refuses) or with a fault carries
+// none and is encoded from After as before.
+
+// rowTranscoder writes the Avro of one relation's rows.
+type rowTranscoder struct {
+	table *schema.Table
+	// avro is a column's AvroFunc; nil for a column encoded from its
+	// decoded value (a type without one).
+	avro []pgdecode.AvroFunc
+}
+
+// transcoder returns r's row transcoder; nil when no column has an
+// AvroFunc, or text must be checked to be UTF-8 (decode does that). A
+// column whose table column is not its type's (a version that differs)
+// is encoded from its value.
+func (r *relation) transcoder() *rowTranscoder {
+	if r.checkUTF8 || len(r.types) != len(r.table.Columns) || len(r.table.Key) == 0 {
+		return nil
+	}
+	x := &rowTranscoder{table: r.table, avro: make([]pgdecode.AvroFunc, len(r.types))}
+	some := false
+	for i, t := range r.types {
+		c := &r.table.Columns[i]
+		if t.Avro == nil || t.Text || c.Kind != t.Col.Kind || c.Precision != t.Col.Precision || c.Scale != t.Col.Scale ||
+			c.Elem != nil || t.Col.Elem != nil {
+			continue
+		}
+		x.avro[i], some = t.Avro, true
+	}
+	if !some {
+		return nil
+	}
+	return x
+}
+
+// appendRow appends the key record's body and the envelope's before
+// (null) and after of the row whose COPY fields (nil: NULL) are fields and
+// whose decoded values are row, and returns where the after part starts;
+// ok false, and dst cut back, when some value cannot be written exactly as
+// schema.AppendKey and AppendEnvelopeHead write row.
+func (x *rowTranscoder) appendRow(dst []byte, fields [][]byte, row []any) (_ []byte, mid int, ok bool) {
+	start := len(dst)
+	if len(fields) != len(x.avro) || len(row) != len(x.avro) {
+		return dst, 0, false
+	}
+	for _, i := range x.table.Key {
+		if dst, ok = x.appendColumn(dst, i, fields[i], row[i]); !ok {
+			return dst[:start], 0, false
+		}
+	}
+	mid = len(dst)
+	dst = append(dst, 0, 2) // before: null; after: the record's branch
+	for i, f := range fields {
+		if dst, ok = x.appendColumn(dst, i, f, row[i]); !ok {
+			return dst[:start], 0, false
+		}
+	}
+	return dst, mid - start, true
+}
+
+// appendColumn writes column i's value (f from the COPY, v decoded) as
+// schema's encoding does for a key or row field: a union with null when
+// the column is nullable.
+func (x *rowTranscoder) appendColumn(dst []byte, i int, f []byte, v any) ([]byte, bool) {
+	c := &x.table.Columns[i]
+	if x.avro[i] == nil {
+		if schema.IsUnchanged(v) {
+			return dst, false
+		}
+		dst, err := schema.AppendField(dst, c, v)
+		return dst, err == nil
+	}
+	switch {
+	case f == nil:
+		return append(dst, 0), c.Nullable // NOT NULL without a value: the encoding's error
+	case len(f) > source.MaxChangeBytes:
+		return dst, false // decode refuses it before copying
+	case c.Nullable:
+		dst = append(dst, 2)
+	}
+	return x.avro[i](dst, f)
+}
