@@ -582,6 +582,9 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		if x != nil && fault == nil && len(batch) <= len(buf.avro) {
 			at := len(avro)
 			if out, mid, ok := x.appendRow(avro, fields[:min(q.ncols, len(fields))], row); ok {
+				if want := (len(out) - at) * r.loadBatch() * 5 / 4; cap(out) < want { // room for the batch, sized from this row: no growing
+					out = append(make([]byte, 0, want), out...)
+				}
 				avro = out
 				a := &buf.avro[len(batch)-1]
 				a.Bytes, a.Mid = avro[at:len(avro):len(avro)], mid

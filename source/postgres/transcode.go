@@ -26,6 +26,9 @@ type rowTranscoder struct {
 	// avro is a column's AvroFunc; nil for a column encoded from its
 	// decoded value (a type without one).
 	avro []pgdecode.AvroFunc
+	// nullable is a column's Nullable: read a row's every column, from
+	// here rather than from the table's large Column structs.
+	nullable []bool
 }
 
 // transcoder returns r's row transcoder; nil when no column has an
@@ -36,10 +39,11 @@ func (r *relation) transcoder() *rowTranscoder {
 	if r.checkUTF8 || len(r.types) != len(r.table.Columns) || len(r.table.Key) == 0 {
 		return nil
 	}
-	x := &rowTranscoder{table: r.table, avro: make([]pgdecode.AvroFunc, len(r.types))}
+	x := &rowTranscoder{table: r.table, avro: make([]pgdecode.AvroFunc, len(r.types)), nullable: make([]bool, len(r.types))}
 	some := false
 	for i, t := range r.types {
 		c := &r.table.Columns[i]
+		x.nullable[i] = c.Nullable
 		if t.Avro == nil || t.Text || c.Kind != t.Col.Kind || c.Precision != t.Col.Precision || c.Scale != t.Col.Scale ||
 			c.Elem != nil || t.Col.Elem != nil {
 			continue
@@ -81,21 +85,21 @@ func (x *rowTranscoder) appendRow(dst []byte, fields [][]byte, row []any) (_ []b
 // schema's encoding does for a key or row field: a union with null when
 // the column is nullable.
 func (x *rowTranscoder) appendColumn(dst []byte, i int, f []byte, v any) ([]byte, bool) {
-	c := &x.table.Columns[i]
-	if x.avro[i] == nil {
+	avro, nullable := x.avro[i], x.nullable[i]
+	if avro == nil {
 		if schema.IsUnchanged(v) {
 			return dst, false
 		}
-		dst, err := schema.AppendField(dst, c, v)
+		dst, err := schema.AppendField(dst, &x.table.Columns[i], v)
 		return dst, err == nil
 	}
 	switch {
 	case f == nil:
-		return append(dst, 0), c.Nullable // NOT NULL without a value: the encoding's error
+		return append(dst, 0), nullable // NOT NULL without a value: the encoding's error
 	case len(f) > source.MaxChangeBytes:
 		return dst, false // decode refuses it before copying
-	case c.Nullable:
+	case nullable:
 		dst = append(dst, 2)
 	}
-	return x.avro[i](dst, f)
+	return avro(dst, f)
 }

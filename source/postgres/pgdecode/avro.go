@@ -208,40 +208,46 @@ func avroNumericDecimal(dst, b []byte, scale int) ([]byte, bool) {
 		}
 		return uint64(digits[2*i])<<8 | uint64(digits[2*i+1])
 	}
+	// mulAdd is v*m + d, ok false past uint64.
+	mulAdd := func(v, m, d uint64) (uint64, bool) {
+		hi, lo := bits.Mul64(v, m)
+		sum, c := bits.Add64(lo, d, 0)
+		return sum, hi == 0 && c == 0
+	}
 	// The integer part: base-10000 digits 0..weight.
 	var v uint64
-	for i := 0; i <= weight; i++ {
-		hi, lo := bits.Mul64(v, 10000)
-		if hi != 0 {
-			return dst, false
-		}
-		var c uint64
-		if v, c = bits.Add64(lo, digit(i), 0); c != 0 {
-			return dst, false
-		}
+	ok := true
+	for i := 0; i <= weight && ok; i++ {
+		v, ok = mulAdd(v, 10000, digit(i))
 	}
-	// The fractional digits the text carries (dscale of them), one at a
-	// time: those up to scale scale v, those past it must be zero.
-	for j := 1; j <= max(dscale, scale); j++ {
-		var d uint64
-		if j <= dscale {
-			g := digit(weight + (j+3)/4)  // the base-10000 digit holding the j-th decimal place
-			d = g / pow10[3-(j-1)%4] % 10 // its place within the four
-		}
-		if j > scale {
-			if d != 0 {
-				return dst, false
-			}
-			continue
-		}
-		hi, lo := bits.Mul64(v, 10)
-		if hi != 0 {
+	// The fractional digits the text carries (dscale of them) up to scale,
+	// four at a time: fractional group k holds decimal places 4k-3..4k.
+	take := min(dscale, scale)
+	for k := 1; 4*(k-1) < take && ok; k++ {
+		g, n := digit(weight+k), min(4, take-4*(k-1))
+		v, ok = mulAdd(v, pow10[n], g/pow10[4-n])
+	}
+	if !ok {
+		return dst, false
+	}
+	if p, fits := pow10Of(scale - take); fits {
+		if v, ok = mulAdd(v, p, 0); !ok {
 			return dst, false
 		}
-		var c uint64
-		if v, c = bits.Add64(lo, d, 0); c != 0 {
+	} else if v != 0 {
+		return dst, false
+	}
+	// The text's places past scale (scale+1..dscale) must be zeros: the
+	// encoding refuses a value it would have to round.
+	for j := scale + 1; j <= dscale; {
+		k := (j + 3) / 4 // the group holding place j
+		last := min(dscale, 4*k)
+		g := digit(weight + k)
+		// places j..last of the group: drop those after last, keep last-j+1.
+		if g/pow10[4*k-last]%pow10[last-j+1] != 0 {
 			return dst, false
 		}
+		j = last + 1
 	}
 	if v > math.MaxInt64 {
 		return dst, false
@@ -253,4 +259,16 @@ func avroNumericDecimal(dst, b []byte, scale int) ([]byte, bool) {
 	return schema.AppendInt64Decimal(dst, u), true
 }
 
-var pow10 = [4]uint64{1, 10, 100, 1000}
+var pow10 = [5]uint64{1, 10, 100, 1000, 10000}
+
+// pow10Of is 10^n; fits false past uint64.
+func pow10Of(n int) (_ uint64, fits bool) {
+	p := uint64(1)
+	for ; n > 0; n-- {
+		if p > math.MaxUint64/10 {
+			return 0, false
+		}
+		p *= 10
+	}
+	return p, true
+}
