@@ -96,9 +96,6 @@ type emitter struct {
 	// prepFree holds Prepare's slabs that Submit has used up (nil: none
 	// are reused; prepare.go).
 	prepFree chan *prepSlab
-	// clock, when set, stands in for time.Now as the envelopes' ts_ms,
-	// ts_us and ts_ns (tests that compare two emitters' records).
-	clock func() time.Time
 }
 
 var (
@@ -239,9 +236,6 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error {
 	eb := e.encodeBuf()
 	eb.now = time.Now().UnixNano() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
-	if e.clock != nil {
-		eb.now = e.clock().UnixNano()
-	}
 	eb.tailSet, eb.rowTailSet, eb.txidText = false, false, nil
 	newest := map[string][]source.Position{}
 	// What a change's table decides, kept while the changes are of one

@@ -103,24 +103,16 @@ func (e *emitter) Prepare(batch []source.Change) {
 			continue
 		}
 		start := len(arena)
-		var mid int
-		if a := c.Avro; a != nil {
-			// The source wrote the row's Avro from the wire (a load's COPY
-			// binary): the same bytes, without the values' type switches.
-			arena = append(arena, a.Bytes...)
-			mid = start + a.Mid
-		} else {
-			var err error
-			if arena, err = schema.AppendKey(arena, c.Table, c.After); err != nil {
-				arena = arena[:start]
-				continue
-			}
-			mid = len(arena)
-			env.After = c.After
-			if arena, _, err = schema.AppendEnvelopeHead(arena, c.Table, &env); err != nil {
-				arena = arena[:start]
-				continue
-			}
+		var err error
+		if arena, err = schema.AppendKey(arena, c.Table, c.After); err != nil {
+			arena = arena[:start]
+			continue
+		}
+		mid := len(arena)
+		env.After = c.After
+		if arena, _, err = schema.AppendEnvelopeHead(arena, c.Table, &env); err != nil {
+			arena = arena[:start]
+			continue
 		}
 		if want := (len(arena) + len(arena)/4) * len(batch); i == 0 && len(batch) > 1 && cap(arena) < want { // size the rest like the first
 			arena = append(make([]byte, 0, want), arena...)

@@ -97,20 +97,6 @@ type Change struct {
 	// and only while Table has the shape it was made with; a source that
 	// changes After must clear it.
 	Prepared any
-	// Avro, when set, is the row's Avro written by the source straight
-	// from the wire (a PostgreSQL load's COPY binary): byte for byte what
-	// schema.AppendKey and schema.AppendEnvelopeHead write for Table and
-	// After. A Preparer may take it instead of encoding After; a source
-	// that changes After or Table must clear it.
-	Avro *AvroRow
-}
-
-// AvroRow is a row's Avro made by its source (Change.Avro).
-type AvroRow struct {
-	// Bytes is the key record's body [0, Mid) and the envelope's before
-	// and after [Mid, len), without frames.
-	Bytes []byte
-	Mid   int
 }
 
 // Message is a logical decoding message delivered as a change.

@@ -298,11 +298,6 @@ type loadBuf struct {
 	changes []source.Change
 	values  []any
 	slab    *pgdecode.Slab
-	// The rows' Avro written from their COPY fields (transcode.go), for a
-	// Preparer: a row's Change.Avro points into avro, its bytes into
-	// avroArena.
-	avro      []source.AvroRow
-	avroArena []byte
 }
 
 // loadFree is a load's free list of buffers; a buffered channel, not a
@@ -328,7 +323,6 @@ func (f loadFree) get(n, cols int) *loadBuf {
 	case b := <-f.ch:
 		if cap(b.changes) >= n && len(b.values) >= n*cols {
 			b.slab.Reset()
-			b.avroArena = b.avroArena[:0]
 			return b
 		}
 	default:
@@ -337,7 +331,7 @@ func (f loadFree) get(n, cols int) *loadBuf {
 	if f.reuse {
 		slab = pgdecode.NewReusableSlab()
 	}
-	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: slab, avro: make([]source.AvroRow, n)}
+	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: slab}
 }
 
 // put recycles b, or drops it when the list is full. Not cleared (that
@@ -524,19 +518,13 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		values []any          // the batch's rows, n values each
 		arena  []byte         // the batch's positions
 		scalar *pgdecode.Slab // the batch's numbers and texts
-		avro   []byte         // the batch's rows' Avro
 	)
-	// A Preparer takes the rows' Avro written from their COPY fields.
-	var x *rowTranscoder
-	if prep != nil {
-		x = rel.transcoder()
-	}
 	prefix := pgpos.New(cp-1, uint32(seq))
 	// A buffer is taken when a row needs one, not after each send: a chunk
 	// ends with a send, and a buffer taken then went unused to the
 	// collector — one 4 MB allocation a chunk, most of the load's.
 	send := func() error {
-		buf.changes, buf.avroArena, size = batch, avro, 0
+		buf.changes, size = batch, 0
 		if prep != nil {
 			prep.Prepare(batch)
 		}
@@ -551,7 +539,7 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if buf == nil {
 			buf = free.get(r.loadBatch(), n)
-			batch, values, scalar, avro = buf.changes, buf.values, buf.slab, buf.avroArena[:0]
+			batch, values, scalar = buf.changes, buf.values, buf.slab
 			arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
 		}
 		i := len(batch)
@@ -579,18 +567,6 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
 			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started, Fault: fault,
 		})
-		if x != nil && fault == nil && len(batch) <= len(buf.avro) {
-			at := len(avro)
-			if out, mid, ok := x.appendRow(avro, fields[:min(q.ncols, len(fields))], row); ok {
-				if want := (len(out) - at) * r.loadBatch() * 5 / 4; cap(out) < want { // room for the batch, sized from this row: no growing
-					out = append(make([]byte, 0, want), out...)
-				}
-				avro = out
-				a := &buf.avro[len(batch)-1]
-				a.Bytes, a.Mid = avro[at:len(avro):len(avro)], mid
-				batch[len(batch)-1].Avro = a
-			}
-		}
 		for _, f := range fields {
 			size += len(f)
 		}

@@ -88,10 +88,6 @@ type Type struct {
 	// Text: the type has no binary send function, so pgoutput sends it as
 	// text and the snapshot selects it cast to text.
 	Text bool
-	// Avro, when set, writes a binary value's Avro straight from its bytes
-	// as schema's encoding of Decode's value would (avro.go); the initial
-	// load's common types.
-	Avro AvroFunc
 }
 
 // Builtin maps the built-in scalar types. ok is false for other OIDs.
@@ -186,7 +182,6 @@ func Builtin(oid uint32, typmod int32, moneyScale func() (int, error)) (t *Type,
 	default:
 		return nil, false, nil
 	}
-	t.Avro = avroFunc(oid, c)
 	return t, true, nil
 }
 
