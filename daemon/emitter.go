@@ -96,9 +96,6 @@ type emitter struct {
 	// prepFree holds Prepare's slabs that Submit has used up (nil: none
 	// are reused; prepare.go).
 	prepFree chan *prepSlab
-	// clock, when set, stands in for time.Now as the envelopes' ts_ms,
-	// ts_us and ts_ns (tests that compare two emitters' records).
-	clock func() time.Time
 }
 
 var (
@@ -198,14 +195,6 @@ func (e *emitter) Emit(ctx context.Context, batch []source.Change) error {
 	return e.Sync(ctx)
 }
 
-// nowNanos is the envelopes' time now (clock's, when set).
-func (e *emitter) nowNanos() int64 {
-	if e.clock != nil {
-		return e.clock().UnixNano()
-	}
-	return time.Now().UnixNano()
-}
-
 // Sync returns once every submitted batch is durable.
 func (e *emitter) Sync(ctx context.Context) error {
 	e.mu.Lock()
@@ -246,7 +235,7 @@ func (e *emitter) Submit(ctx context.Context, batch []source.Change) error {
 // submitLocked is Submit under mu.
 func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error {
 	eb := e.encodeBuf()
-	eb.now = e.nowNanos() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
+	eb.now = time.Now().UnixNano() // the envelopes' ts_ms, ts_us, ts_ns: when the batch was encoded
 	eb.tailSet, eb.rowTailSet, eb.txidText = false, false, nil
 	newest := map[string][]source.Position{}
 	// What a change's table decides, kept while the changes are of one
@@ -273,11 +262,6 @@ func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error
 		out = eb.list(topic, len(batch))
 	}
 	for i := range batch {
-		if e.masker != nil { // Prepare took nothing: every row is encoded from its values
-			if err := decodeLazy(&batch[i]); err != nil {
-				return err
-			}
-		}
 		c, err := e.masked(&batch[i]) // before encoding: masked values never reach the log
 		if err != nil {
 			return err
@@ -321,9 +305,6 @@ func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error
 				nw[part] = c.Pos
 			}
 			continue
-		}
-		if err := decodeLazy(c); err != nil { // a row not taken as prepared is encoded from its values
-			return err
 		}
 		recs, paused, err := e.encode(ctx, eb, tc, c, held)
 		if err != nil {

@@ -410,12 +410,6 @@ func (in *intake) Prepare(batch []source.Change) {
 	}
 }
 
-// TakesLazyRows passes the emitter's ability on (source.LazyTaker).
-func (in *intake) TakesLazyRows() bool {
-	lt, ok := in.next.(source.LazyTaker)
-	return ok && lt.TakesLazyRows()
-}
-
 // Sync returns once every submitted batch is durable.
 func (in *intake) Sync(ctx context.Context) error {
 	p, ok := in.next.(source.Pipeliner)

@@ -267,7 +267,7 @@ func (e *emitter) heldRecord(tc *tableCodec, c *source.Change) (log.Record, *sou
 		r, err := e.faultRecord(c, c.Fault)
 		return r, c.Fault, err
 	}
-	env := e.envelope(c, e.nowNanos())
+	env := e.envelope(c, time.Now().UnixNano())
 	value, err := schema.AppendEnvelope(nil, c.Table, &env)
 	var key []byte
 	if row := rowOf(c); row != nil && err == nil {

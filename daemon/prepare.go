@@ -103,24 +103,16 @@ func (e *emitter) Prepare(batch []source.Change) {
 			continue
 		}
 		start := len(arena)
-		var mid int
-		if a := c.Avro; a != nil {
-			// The source wrote the row's Avro from the wire (a load's COPY
-			// binary): the same bytes, without the values' type switches.
-			arena = append(arena, a.Bytes...)
-			mid = start + a.Mid
-		} else {
-			var err error
-			if arena, err = schema.AppendKey(arena, c.Table, c.After); err != nil {
-				arena = arena[:start]
-				continue
-			}
-			mid = len(arena)
-			env.After = c.After
-			if arena, _, err = schema.AppendEnvelopeHead(arena, c.Table, &env); err != nil {
-				arena = arena[:start]
-				continue
-			}
+		var err error
+		if arena, err = schema.AppendKey(arena, c.Table, c.After); err != nil {
+			arena = arena[:start]
+			continue
+		}
+		mid := len(arena)
+		env.After = c.After
+		if arena, _, err = schema.AppendEnvelopeHead(arena, c.Table, &env); err != nil {
+			arena = arena[:start]
+			continue
 		}
 		if want := (len(arena) + len(arena)/4) * len(batch); i == 0 && len(batch) > 1 && cap(arena) < want { // size the rest like the first
 			arena = append(make([]byte, 0, want), arena...)
@@ -138,7 +130,7 @@ func (e *emitter) Prepare(batch []source.Change) {
 // preparable reports whether c is a row Prepare encodes: a snapshot's read
 // with no value left to the sink (schema.Unchanged), no fault, no reset.
 func preparable(c *source.Change) bool {
-	if c.Op != source.OpRead || c.Table == nil || c.After == nil && !lazyRow(c) || c.Before != nil || c.Fault != nil || c.Reset != "" || c.KeyChange {
+	if c.Op != source.OpRead || c.Table == nil || c.After == nil || c.Before != nil || c.Fault != nil || c.Reset != "" || c.KeyChange {
 		return false
 	}
 	for _, v := range c.After {
@@ -154,11 +146,8 @@ func preparable(c *source.Change) bool {
 // question a value (session 19). The sizes are source.RowBytes's
 // (TestPreparableWithin holds the two to each other).
 func preparableWithin(c *source.Change, limit int) bool {
-	if c.Op != source.OpRead || c.Table == nil || c.Before != nil || c.Fault != nil || c.Reset != "" || c.KeyChange {
+	if c.Op != source.OpRead || c.Table == nil || c.After == nil || c.Before != nil || c.Fault != nil || c.Reset != "" || c.KeyChange {
 		return false
-	}
-	if c.After == nil {
-		return lazyRow(c) && c.Avro.Size <= limit // its size counted as below by its source
 	}
 	n := 0
 	if c.Message != nil {
@@ -287,25 +276,4 @@ func commitNanos(c *source.Change) int64 {
 		return 0
 	}
 	return c.CommitTime.UnixNano()
-}
-
-// lazyRow reports whether c is a row handed over without its values
-// (source.LazyTaker): After nil, its Avro and a decoder set.
-func lazyRow(c *source.Change) bool {
-	return c.After == nil && c.Avro != nil && c.Avro.Lazy != nil
-}
-
-// TakesLazyRows implements source.LazyTaker: Prepare encodes a lazy row
-// from its Avro, and Submit decodes one before any path that reads its
-// values (decodeLazy).
-func (e *emitter) TakesLazyRows() bool { return true }
-
-var _ source.LazyTaker = (*emitter)(nil)
-
-// decodeLazy gives a lazy row its values.
-func decodeLazy(c *source.Change) error {
-	if !lazyRow(c) {
-		return nil
-	}
-	return c.Avro.Lazy.Decode(c)
 }

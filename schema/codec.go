@@ -573,14 +573,3 @@ func (s *SourceInfo) CommitLSN() uint64 {
 	}
 	return s.LSN
 }
-
-// AppendInt64Decimal appends v, a decimal's unscaled value, as the Avro
-// bytes of a decimal column (the minimal big-endian two's complement):
-// what the encoding of a Decimal column with a precision writes for a
-// value whose unscaled integer fits an int64. For a source's transcoder.
-func AppendInt64Decimal(dst []byte, v int64) []byte { return appendInt64Decimal(dst, v) }
-
-// AppendField appends v as the Avro of a key or row field of column c
-// (a union with null when c is nullable), as AppendKey and
-// AppendEnvelopeHead write each value of a row without unchanged ones.
-func AppendField(dst []byte, c *Column, v any) ([]byte, error) { return appendColumn(dst, c, false, v) }

@@ -97,41 +97,6 @@ type Change struct {
 	// and only while Table has the shape it was made with; a source that
 	// changes After must clear it.
 	Prepared any
-	// Avro, when set, is the row's Avro written by the source straight
-	// from the wire (a PostgreSQL load's COPY binary): byte for byte what
-	// schema.AppendKey and schema.AppendEnvelopeHead write for Table and
-	// After. A Preparer may take it instead of encoding After; a source
-	// that changes After or Table must clear it.
-	Avro *AvroRow
-}
-
-// AvroRow is a row's Avro made by its source (Change.Avro).
-type AvroRow struct {
-	// Bytes is the key record's body [0, Mid) and the envelope's before
-	// and after [Mid, len), without frames.
-	Bytes []byte
-	Mid   int
-	// Lazy, when set, is how the row's values are had: the change's After
-	// is nil (only for an Emitter that is a LazyTaker) until Lazy.Decode
-	// fills it. Size is then RowBytes of those values.
-	Lazy RowDecoder
-	Size int
-}
-
-// RowDecoder decodes a lazily read row (AvroRow.Lazy).
-type RowDecoder interface {
-	// Decode fills c.After; c is the change whose AvroRow this is.
-	// Called at most once, before the batch is handed back (Emit or
-	// Submit returned).
-	Decode(c *Change) error
-}
-
-// LazyTaker is an optional ability of an Emitter (found by type
-// assertion): it takes snapshot rows whose After is nil and whose Avro
-// carries a Lazy decoder, which it calls before anything reads After
-// (Preparer encodes such rows from their Avro alone).
-type LazyTaker interface {
-	TakesLazyRows() bool
 }
 
 // Message is a logical decoding message delivered as a change.

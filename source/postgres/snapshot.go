@@ -298,16 +298,6 @@ type loadBuf struct {
 	changes []source.Change
 	values  []any
 	slab    *pgdecode.Slab
-	// The rows' Avro written from their COPY fields (transcode.go), for a
-	// Preparer: a row's Change.Avro points into avro, its bytes into
-	// avroArena.
-	avro      []source.AvroRow
-	avroArena []byte
-	// The lazy rows' decoders and COPY fields (lazy.go), and the
-	// relation they decode with.
-	lazy []lazyRow
-	raw  []byte
-	rel  *relation
 }
 
 // loadFree is a load's free list of buffers; a buffered channel, not a
@@ -333,7 +323,6 @@ func (f loadFree) get(n, cols int) *loadBuf {
 	case b := <-f.ch:
 		if cap(b.changes) >= n && len(b.values) >= n*cols {
 			b.slab.Reset()
-			b.avroArena = b.avroArena[:0]
 			return b
 		}
 	default:
@@ -342,8 +331,7 @@ func (f loadFree) get(n, cols int) *loadBuf {
 	if f.reuse {
 		slab = pgdecode.NewReusableSlab()
 	}
-	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: slab, avro: make([]source.AvroRow, n),
-		lazy: make([]lazyRow, n)}
+	return &loadBuf{changes: make([]source.Change, 0, n), values: make([]any, n*cols), slab: slab}
 }
 
 // put recycles b, or drops it when the list is full. Not cleared (that
@@ -530,23 +518,13 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 		values []any          // the batch's rows, n values each
 		arena  []byte         // the batch's positions
 		scalar *pgdecode.Slab // the batch's numbers and texts
-		avro   []byte         // the batch's rows' Avro
 	)
-	// A Preparer takes the rows' Avro written from their COPY fields; a
-	// LazyTaker the rows without their values when all of them transcode.
-	var x *rowTranscoder
-	lazy := false
-	if prep != nil {
-		x = rel.transcoder()
-		lt, ok := prep.(source.LazyTaker)
-		lazy = x != nil && x.full && ok && lt.TakesLazyRows()
-	}
 	prefix := pgpos.New(cp-1, uint32(seq))
 	// A buffer is taken when a row needs one, not after each send: a chunk
 	// ends with a send, and a buffer taken then went unused to the
 	// collector — one 4 MB allocation a chunk, most of the load's.
 	send := func() error {
-		buf.changes, buf.avroArena, size = batch, avro, 0
+		buf.changes, size = batch, 0
 		if prep != nil {
 			prep.Prepare(batch)
 		}
@@ -561,45 +539,21 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 	p := &pgdecode.CopyParser{Row: func(fields [][]byte) error {
 		if buf == nil {
 			buf = free.get(r.loadBatch(), n)
-			batch, values, scalar, avro = buf.changes, buf.values, buf.slab, buf.avroArena[:0]
-			buf.rel, buf.raw = rel, buf.raw[:0]
+			batch, values, scalar = buf.changes, buf.values, buf.slab
 			arena = make([]byte, 0, r.loadBatch()*(len(prefix)+8*len(q.parts)+4))
 		}
 		i := len(batch)
 		row := values[i*n : (i+1)*n : (i+1)*n]
-		data := fields[:min(q.ncols, len(fields))]
-		// A row whose every value transcodes goes to a LazyTaker without
-		// its values: its Avro, and its fields to decode them from if the
-		// Emitter needs them (lazy.go).
-		var a *source.AvroRow
-		if lazy && i < len(buf.avro) {
-			if out, mid, ok := x.appendRow(avro, data, nil); ok {
-				at := len(avro)
-				avro = x.presize(out, at, r.loadBatch())
-				a = &buf.avro[i]
-				lz := &buf.lazy[i]
-				buf.raw, lz.raw = appendRaw(buf.raw, data)
-				lz.buf, lz.row = buf, row
-				*a = source.AvroRow{Bytes: avro[at:len(avro):len(avro)], Mid: mid, Lazy: lz, Size: x.size(data)}
-				for _, part := range q.parts { // the values the chunk's order needs
-					if part.native {
-						row[part.col], _ = rel.decodeValue(part.col, data[part.col], scalar)
-					}
-				}
-			}
-		}
 		var fault *source.Fault
-		if a == nil {
-			if err := decodeFieldsInto(rel, data, row, scalar); err != nil {
-				ve := asValueError(err)
-				if ve == nil {
-					return err
-				}
-				// The load goes on; the emitter pauses the table at this row.
-				fault = r.fault(ctx, rel, ve)
-				r.logger.Warn("a row of the initial load holds a value cdcd cannot carry; its table pauses", "table", ve.Table,
-					"column", ve.Column, "err", ve.Err)
+		if err := decodeFieldsInto(rel, fields[:min(q.ncols, len(fields))], row, scalar); err != nil {
+			ve := asValueError(err)
+			if ve == nil {
+				return err
 			}
+			// The load goes on; the emitter pauses the table at this row.
+			fault = r.fault(ctx, rel, ve)
+			r.logger.Warn("a row of the initial load holds a value cdcd cannot carry; its table pauses", "table", ve.Table,
+				"column", ve.Column, "err", ve.Err)
 		}
 		start := len(arena)
 		arena = append(arena, prefix...)
@@ -609,22 +563,10 @@ func (r *Reader) copyChunk(ctx context.Context, conn *pgx.Conn, q chunkQuery, re
 				return err
 			}
 		}
-		c := source.Change{
+		batch = append(batch, source.Change{
 			Table: rel.table, Op: source.OpRead, After: row, Snapshot: true,
 			Pos: source.Position(arena[start:len(arena):len(arena)]), LSN: cp, CommitTime: started, Fault: fault,
-		}
-		if a != nil {
-			c.After, c.Avro = nil, a
-		} else if x != nil && fault == nil && i < len(buf.avro) {
-			at := len(avro)
-			if out, mid, ok := x.appendRow(avro, data, row); ok {
-				avro = x.presize(out, at, r.loadBatch())
-				a := &buf.avro[i]
-				*a = source.AvroRow{Bytes: avro[at:len(avro):len(avro)], Mid: mid}
-				c.Avro = a
-			}
-		}
-		batch = append(batch, c)
+		})
 		for _, f := range fields {
 			size += len(f)
 		}

@@ -88,12 +88,6 @@ type Type struct {
 	// Text: the type has no binary send function, so pgoutput sends it as
 	// text and the snapshot selects it cast to text.
 	Text bool
-	// Avro, when set, writes a binary value's Avro straight from its bytes
-	// as schema's encoding of Decode's value would (avro.go); the initial
-	// load's common types.
-	Avro AvroFunc
-	// versioned: the binary form has a version byte before the text (jsonb).
-	versioned bool
 }
 
 // Builtin maps the built-in scalar types. ok is false for other OIDs.
@@ -188,7 +182,6 @@ func Builtin(oid uint32, typmod int32, moneyScale func() (int, error)) (t *Type,
 	default:
 		return nil, false, nil
 	}
-	t.Avro, t.versioned = avroFunc(oid, c), oid == oidJSONB || oid == oidJSONPath
 	return t, true, nil
 }
 
