@@ -163,6 +163,18 @@ type indexOptions struct {
 	snappy bool
 	// noIngest puts every entry through the batch (index_ingest.go).
 	noIngest bool
+	// columnar writes pebble's columnar blocks (format major version
+	// FormatColumnarBlocks, TableFormatPebblev5) instead of the row blocks
+	// of the index's default format (13, TableFormatPebblev3). An
+	// experiment: the ratchet is one-way (an index opened so can no longer
+	// be opened with the default), and at a 5M-key index it did not pay
+	// (BENCHMARKS.md, "The key index at 5M keys").
+	columnar bool
+	// memTableSize, blockSize and l0Compaction are experiments too (0:
+	// the defaults, 16 MiB, pebble's 4 KiB blocks, 16 L0 tables).
+	memTableSize uint64
+	blockSize    int
+	l0Compaction int
 }
 
 // blockCompression is the key index's block compression: none. Snappy
@@ -178,7 +190,15 @@ type indexOptions struct {
 func blockCompression() *sstable.CompressionProfile { return sstable.NoCompression }
 
 func openIndex(dir string, o indexOptions) (*keyIndex, error) {
-	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: 16 << 20}
+	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: cmp.Or(o.memTableSize, 16<<20)}
+	if o.columnar {
+		opts.FormatMajorVersion = pebble.FormatColumnarBlocks
+	}
+	if o.blockSize > 0 {
+		for i := range opts.Levels {
+			opts.Levels[i].BlockSize = o.blockSize
+		}
+	}
 	// Bloom filters: most lookups are for new keys (inserts), which then
 	// cost no block reads.
 	for i := range opts.Levels {
@@ -190,7 +210,8 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	// pebble's default of 4 L0 tables per compaction each L0 compaction
 	// rewrote much of Lbase. 16 L0 tables per compaction keeps write
 	// amplification near 3 at a 20M-key index (BENCHMARKS.md).
-	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = 16, 32
+	l0 := cmp.Or(o.l0Compaction, 16)
+	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = l0, 2*l0
 	// No tombstone-density compactions: a flush of a stream's deletes (a
 	// third of its entries in cdcd bench's streaming phase) makes the L0
 	// table "tombstone-dense", and pebble then compacted it at once with
