@@ -116,7 +116,7 @@ func TestSinkBenchIndexMetrics(t *testing.T) {
 
 // benchIndexOptions reads the key index's experiment options for the sink
 // benchmark's children from CDCD_SINK_BENCH_INDEX_OPTS, e.g.
-// "cache=32,mem=32,block=1024,l0=8,columnar=1" (sizes in MiB, block in bytes).
+// "cache=32,mem=32,block=1024,l0=8,columnar=1,dense=1048576" (sizes in MiB, block in bytes).
 func benchIndexOptions(t *testing.T) indexOptions {
 	var o indexOptions
 	for _, f := range strings.Split(os.Getenv("CDCD_SINK_BENCH_INDEX_OPTS"), ",") {
@@ -137,6 +137,8 @@ func benchIndexOptions(t *testing.T) indexOptions {
 			o.blockSize = n
 		case "l0":
 			o.l0Compaction = n
+		case "dense":
+			o.denseGap = int64(n)
 		case "columnar":
 			o.columnar = n != 0
 		default:

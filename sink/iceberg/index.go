@@ -75,6 +75,9 @@ type keyIndex struct {
 	size int64
 	// denseRanges counts the ranges looked up with plain seeks (tests).
 	denseRanges int64
+	// denseGap is denseLookups' gap: the const denseGap unless an
+	// experiment set indexOptions.denseGap.
+	denseGap int64
 	// sorted is getMany's list of keys to seek, kept from call to call
 	// (getMany runs on the table's loop only), and spare the held entries'
 	// memory of the last batch that ended (index_ingest.go).
@@ -175,6 +178,8 @@ type indexOptions struct {
 	memTableSize uint64
 	blockSize    int
 	l0Compaction int
+	// denseGap overrides the const denseGap (denseLookups): an experiment.
+	denseGap int64
 }
 
 // blockCompression is the key index's block compression: none. Snappy
@@ -237,7 +242,8 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 		db.Close()
 		return nil, err
 	}
-	x := &keyIndex{db: db, dir: dir, opts: opts, noIngest: o.noIngest, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1}
+	x := &keyIndex{db: db, dir: dir, opts: opts, noIngest: o.noIngest, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1,
+		denseGap: cmp.Or(o.denseGap, denseGap)}
 	if err := x.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -418,9 +424,15 @@ const getManyPart = 64
 func (x *keyIndex) useL6Filters() bool { return 2*x.found <= x.sought }
 
 // denseGap is the most index keys per key looked up at which a commit's
-// lookups are dense (denseLookups): about a sixth of a data block's keys
-// (some 400 entries of a 4 KB block), so the keys looked up share blocks.
-const denseGap = 64
+// lookups are dense (denseLookups): about one key a data block (some 240
+// entries of a 4 KB block), so a plain seek steps to the next key's block
+// in the bottom level and past a few entries in each L0 table, where a
+// prefix seek probes every L0 table's filter and starts each table again
+// from its index block. 64 (session 17) left a 5M-row table's commits of
+// 50,000 updates (a key every 100) on prefix seeks: 256 takes them dense,
+// 15.41 -> 12.94 CPU-us a change in the sink benchmark's updates phase at
+// 5M keys (BENCHMARKS.md, "The key index at 5M keys").
+const denseGap = 256
 
 // denseLookups reports whether n keys looked up, most of them found
 // (!l6), are dense enough in the index for plain seeks (SeekGE) rather
@@ -440,7 +452,7 @@ const denseGap = 64
 // absent (new keys below the greatest, l6) are what the filters answer
 // best: those keep prefix seeks.
 func (x *keyIndex) denseLookups(n int, l6 bool) bool {
-	return !l6 && x.size > 0 && int64(n)*denseGap >= x.size
+	return !l6 && x.size > 0 && int64(n)*cmp.Or(x.denseGap, denseGap) >= x.size
 }
 
 // seekRange looks up sorted keys with one iterator, storing a copy of each

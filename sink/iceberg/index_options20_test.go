@@ -13,8 +13,10 @@ import (
 // TestIndexOptionsExperiments: the key index's experiment options (the
 // sink benchmark's CDCD_SINK_BENCH_INDEX_OPTS) reach pebble, and the
 // defaults stay what every existing index was written with: format major
-// version 13 (row blocks: TableFormatPebblev2), 16 MiB memtables, 16 L0 tables a compaction.
-// An index written with columnar blocks holds tables of
+// version 13 (row blocks: TableFormatPebblev2), 16 MiB memtables, 16 L0
+// tables a compaction; and a commit of 50,000 keys in a 5M-key index (a
+// key every 100) is looked up with plain seeks (denseGap 256), one of
+// 10,000 (every 500) with prefix seeks. An index written with columnar blocks holds tables of
 // TableFormatPebblev5 and reads every entry back (ingested ones too).
 // Fails if a default moves or a knob is dropped on the way to pebble.
 func TestIndexOptionsExperiments(t *testing.T) {
@@ -92,6 +94,11 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	if x.opts.MemTableSize != 16<<20 || x.opts.L0CompactionThreshold != 16 || x.opts.L0StopWritesThreshold != 32 || x.opts.Levels[0].BlockSize != 4096 {
 		t.Errorf("defaults: memtable %d, L0 %d/%d, block %d", x.opts.MemTableSize, x.opts.L0CompactionThreshold, x.opts.L0StopWritesThreshold, x.opts.Levels[0].BlockSize)
 	}
+	x.size = 5_000_000
+	if x.denseLookups(10_000, false) || !x.denseLookups(50_000, false) {
+		t.Errorf("default denseGap %d: 10,000 keys of 5M dense %v, 50,000 %v; want false, true", x.denseGap, x.denseLookups(10_000, false), x.denseLookups(50_000, false))
+	}
+	x.size = 0
 	fill(x)
 	for f := range formats(x) {
 		if f >= sstable.TableFormatPebblev5 {
@@ -100,7 +107,7 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	}
 	x.close()
 
-	x, err = openIndex(t.TempDir(), indexOptions{columnar: true, memTableSize: 32 << 20, blockSize: 1024, l0Compaction: 8})
+	x, err = openIndex(t.TempDir(), indexOptions{columnar: true, memTableSize: 32 << 20, blockSize: 1024, l0Compaction: 8, denseGap: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +118,11 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	if x.opts.MemTableSize != 32<<20 || x.opts.L0CompactionThreshold != 8 || x.opts.L0StopWritesThreshold != 16 || x.opts.Levels[6].BlockSize != 1024 {
 		t.Errorf("knobs: memtable %d, L0 %d/%d, block %d", x.opts.MemTableSize, x.opts.L0CompactionThreshold, x.opts.L0StopWritesThreshold, x.opts.Levels[6].BlockSize)
 	}
+	x.size = 5_000_000
+	if !x.denseLookups(10_000, false) {
+		t.Errorf("denseGap 1<<20: 10,000 keys of 5M not dense")
+	}
+	x.size = 0
 	fill(x)
 	if n := formats(x); n[sstable.TableFormatPebblev5] == 0 || len(n) != 1 {
 		t.Errorf("columnar tables: %v, want Pebblev5 only", n)
