@@ -424,15 +424,14 @@ const getManyPart = 64
 func (x *keyIndex) useL6Filters() bool { return 2*x.found <= x.sought }
 
 // denseGap is the most index keys per key looked up at which a commit's
-// lookups are dense (denseLookups): about one key a data block (some 240
-// entries of a 4 KB block), so a plain seek steps to the next key's block
-// in the bottom level and past a few entries in each L0 table, where a
-// prefix seek probes every L0 table's filter and starts each table again
-// from its index block. 64 (session 17) left a 5M-row table's commits of
-// 50,000 updates (a key every 100) on prefix seeks: 256 takes them dense,
-// 15.41 -> 12.94 CPU-us a change in the sink benchmark's updates phase at
-// 5M keys (BENCHMARKS.md, "The key index at 5M keys").
-const denseGap = 256
+// lookups are dense (denseLookups): about a sixth of a data block's keys
+// (some 400 entries of a 4 KB block), so the keys looked up share blocks.
+// 256 (session 20, a 5M-row table's commits of a key every 100 taken
+// dense) measured -16% in four loaded pairs and nothing in five quieter
+// ones (BENCHMARKS.md, "The key index at 5M keys"): not resolved, so 64
+// stays; the sink benchmark's dense=N knob (indexOptions.denseGap) tries
+// others.
+const denseGap = 64
 
 // denseLookups reports whether n keys looked up, most of them found
 // (!l6), are dense enough in the index for plain seeks (SeekGE) rather

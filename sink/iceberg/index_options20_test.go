@@ -15,8 +15,8 @@ import (
 // defaults stay what every existing index was written with: format major
 // version 13 (row blocks: TableFormatPebblev2), 16 MiB memtables, 16 L0
 // tables a compaction; and a commit of 50,000 keys in a 5M-key index (a
-// key every 100) is looked up with plain seeks (denseGap 256), one of
-// 10,000 (every 500) with prefix seeks. An index written with columnar blocks holds tables of
+// key every 100) is looked up with prefix seeks (denseGap 64), one of
+// 80,000 with plain seeks; the dense=N knob makes 10,000 dense. An index written with columnar blocks holds tables of
 // TableFormatPebblev5 and reads every entry back (ingested ones too).
 // Fails if a default moves or a knob is dropped on the way to pebble.
 func TestIndexOptionsExperiments(t *testing.T) {
@@ -95,8 +95,8 @@ func TestIndexOptionsExperiments(t *testing.T) {
 		t.Errorf("defaults: memtable %d, L0 %d/%d, block %d", x.opts.MemTableSize, x.opts.L0CompactionThreshold, x.opts.L0StopWritesThreshold, x.opts.Levels[0].BlockSize)
 	}
 	x.size = 5_000_000
-	if x.denseLookups(10_000, false) || !x.denseLookups(50_000, false) {
-		t.Errorf("default denseGap %d: 10,000 keys of 5M dense %v, 50,000 %v; want false, true", x.denseGap, x.denseLookups(10_000, false), x.denseLookups(50_000, false))
+	if x.denseLookups(50_000, false) || !x.denseLookups(80_000, false) {
+		t.Errorf("default denseGap %d: 50,000 keys of 5M dense %v, 80,000 %v; want false, true", x.denseGap, x.denseLookups(50_000, false), x.denseLookups(80_000, false))
 	}
 	x.size = 0
 	fill(x)
