@@ -113,3 +113,37 @@ func TestSinkBenchIndexMetrics(t *testing.T) {
 	defer x.close()
 	t.Logf("%s", x.db.Metrics())
 }
+
+// benchIndexOptions reads the key index's experiment options for the sink
+// benchmark's children from CDCD_SINK_BENCH_INDEX_OPTS, e.g.
+// "cache=32,mem=32,block=1024,l0=8,columnar=1,dense=1048576" (sizes in MiB, block in bytes).
+func benchIndexOptions(t *testing.T) indexOptions {
+	var o indexOptions
+	for _, f := range strings.Split(os.Getenv("CDCD_SINK_BENCH_INDEX_OPTS"), ",") {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("CDCD_SINK_BENCH_INDEX_OPTS: %s: %v", f, err)
+		}
+		switch k {
+		case "cache":
+			o.cacheSize = int64(n) << 20
+		case "mem":
+			o.memTableSize = uint64(n) << 20
+		case "block":
+			o.blockSize = n
+		case "l0":
+			o.l0Compaction = n
+		case "dense":
+			o.denseGap = int64(n)
+		case "columnar":
+			o.columnar = n != 0
+		default:
+			t.Fatalf("CDCD_SINK_BENCH_INDEX_OPTS: unknown %s", k)
+		}
+	}
+	return o
+}

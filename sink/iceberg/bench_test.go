@@ -321,6 +321,7 @@ func sinkBenchChild(t *testing.T) {
 	start := now()
 	s := New(Config{Pipeline: "bench", Group: "g", Tables: []TableConfig{{Topic: topic, Ident: table.Identifier{"b", name}}},
 		CommitInterval: 2 * time.Second, IndexDir: filepath.Join(dir, "index")}, cat, lg, reg, slog.New(slog.DiscardHandler))
+	s.tune.index = benchIndexOptions(t)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(sctx) }()

@@ -75,6 +75,9 @@ type keyIndex struct {
 	size int64
 	// denseRanges counts the ranges looked up with plain seeks (tests).
 	denseRanges int64
+	// denseGap is denseLookups' gap: the const denseGap unless an
+	// experiment set indexOptions.denseGap.
+	denseGap int64
 	// sorted is getMany's list of keys to seek, kept from call to call
 	// (getMany runs on the table's loop only), and spare the held entries'
 	// memory of the last batch that ended (index_ingest.go).
@@ -163,6 +166,20 @@ type indexOptions struct {
 	snappy bool
 	// noIngest puts every entry through the batch (index_ingest.go).
 	noIngest bool
+	// columnar writes pebble's columnar blocks (format major version
+	// FormatColumnarBlocks, TableFormatPebblev5) instead of the row blocks
+	// of the index's default format (13, TableFormatPebblev3). An
+	// experiment: the ratchet is one-way (an index opened so can no longer
+	// be opened with the default), and at a 5M-key index it did not pay
+	// (BENCHMARKS.md, "The key index at 5M keys").
+	columnar bool
+	// memTableSize, blockSize and l0Compaction are experiments too (0:
+	// the defaults, 16 MiB, pebble's 4 KiB blocks, 16 L0 tables).
+	memTableSize uint64
+	blockSize    int
+	l0Compaction int
+	// denseGap overrides the const denseGap (denseLookups): an experiment.
+	denseGap int64
 }
 
 // blockCompression is the key index's block compression: none. Snappy
@@ -178,7 +195,15 @@ type indexOptions struct {
 func blockCompression() *sstable.CompressionProfile { return sstable.NoCompression }
 
 func openIndex(dir string, o indexOptions) (*keyIndex, error) {
-	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: 16 << 20}
+	opts := &pebble.Options{Logger: quietLogger{}, CacheSize: cmp.Or(o.cacheSize, 64<<20), MemTableSize: cmp.Or(o.memTableSize, 16<<20)}
+	if o.columnar {
+		opts.FormatMajorVersion = pebble.FormatColumnarBlocks
+	}
+	if o.blockSize > 0 {
+		for i := range opts.Levels {
+			opts.Levels[i].BlockSize = o.blockSize
+		}
+	}
 	// Bloom filters: most lookups are for new keys (inserts), which then
 	// cost no block reads.
 	for i := range opts.Levels {
@@ -190,7 +215,8 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	// pebble's default of 4 L0 tables per compaction each L0 compaction
 	// rewrote much of Lbase. 16 L0 tables per compaction keeps write
 	// amplification near 3 at a 20M-key index (BENCHMARKS.md).
-	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = 16, 32
+	l0 := cmp.Or(o.l0Compaction, 16)
+	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = l0, 2*l0
 	// No tombstone-density compactions: a flush of a stream's deletes (a
 	// third of its entries in cdcd bench's streaming phase) makes the L0
 	// table "tombstone-dense", and pebble then compacted it at once with
@@ -216,7 +242,8 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 		db.Close()
 		return nil, err
 	}
-	x := &keyIndex{db: db, dir: dir, opts: opts, noIngest: o.noIngest, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1}
+	x := &keyIndex{db: db, dir: dir, opts: opts, noIngest: o.noIngest, ids: map[string]uint32{}, paths: map[uint32]string{}, nextID: 1,
+		denseGap: cmp.Or(o.denseGap, denseGap)}
 	if err := x.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -399,6 +426,11 @@ func (x *keyIndex) useL6Filters() bool { return 2*x.found <= x.sought }
 // denseGap is the most index keys per key looked up at which a commit's
 // lookups are dense (denseLookups): about a sixth of a data block's keys
 // (some 400 entries of a 4 KB block), so the keys looked up share blocks.
+// 256 (session 20, a 5M-row table's commits of a key every 100 taken
+// dense) measured -16% in four loaded pairs and nothing in five quieter
+// ones (BENCHMARKS.md, "The key index at 5M keys"): not resolved, so 64
+// stays; the sink benchmark's dense=N knob (indexOptions.denseGap) tries
+// others.
 const denseGap = 64
 
 // denseLookups reports whether n keys looked up, most of them found
@@ -419,7 +451,7 @@ const denseGap = 64
 // absent (new keys below the greatest, l6) are what the filters answer
 // best: those keep prefix seeks.
 func (x *keyIndex) denseLookups(n int, l6 bool) bool {
-	return !l6 && x.size > 0 && int64(n)*denseGap >= x.size
+	return !l6 && x.size > 0 && int64(n)*cmp.Or(x.denseGap, denseGap) >= x.size
 }
 
 // seekRange looks up sorted keys with one iterator, storing a copy of each
