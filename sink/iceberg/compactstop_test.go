@@ -4,6 +4,9 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
 )
 
 // TestCompactionCommitOutlivesStop: a stop (the writer's context cancelled)
@@ -69,7 +72,17 @@ func TestCompactionCommitOutlivesStop(t *testing.T) {
 	}
 	dir := w.s.cfg.IndexDir
 	w.close()
-	tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
+	_, chk := verifyIndexOf(t, cat, w.cfg.Ident, dir)
+	if len(chk.Problems) > 0 || chk.LiveRows != int64(len(want)) {
+		t.Fatalf("after a compaction committed across a stop: %+v, want %d rows and no problems", chk, len(want))
+	}
+}
+
+// verifyIndexOf loads the table ident from cat and runs VerifyIndex on the
+// key index under dir (the sink stopped).
+func verifyIndexOf(t *testing.T, cat catalog.Catalog, ident table.Identifier, dir string) (*table.Table, *IndexCheck) {
+	t.Helper()
+	tbl, err := cat.LoadTable(t.Context(), ident)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +90,5 @@ func TestCompactionCommitOutlivesStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(chk.Problems) > 0 || chk.LiveRows != int64(len(want)) {
-		t.Fatalf("after a compaction committed across a stop: %+v, want %d rows and no problems", chk, len(want))
-	}
+	return tbl, chk
 }

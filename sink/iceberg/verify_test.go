@@ -36,14 +36,7 @@ func TestVerifyIndex(t *testing.T) {
 			}
 			dir := w.s.cfg.IndexDir
 			w.close()
-			tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
-			if err != nil {
-				t.Fatal(err)
-			}
-			chk, err := VerifyIndex(t.Context(), tbl, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tbl, chk := verifyIndexOf(t, cat, w.cfg.Ident, dir)
 			if len(chk.Problems) > 0 || chk.LiveRows != int64(len(want)) || chk.IndexKeys != chk.LiveRows || chk.IndexSnapshot != chk.TableSnapshot {
 				t.Fatalf("a sound index: %+v, want %d rows and no problems", chk, len(want))
 			}

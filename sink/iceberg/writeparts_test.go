@@ -117,14 +117,7 @@ func TestWriteRowsInKeyRanges(t *testing.T) {
 			if version == 3 {
 				checkInvariants(t, cat, w.cfg.Ident)
 			}
-			tbl, err := cat.LoadTable(t.Context(), w.cfg.Ident)
-			if err != nil {
-				t.Fatal(err)
-			}
-			chk, err := VerifyIndex(t.Context(), tbl, dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, chk := verifyIndexOf(t, cat, w.cfg.Ident, dir)
 			if len(chk.Problems) > 0 || chk.LiveRows != int64(len(want)) || chk.IndexKeys != chk.LiveRows {
 				t.Fatalf("the index: %+v, want %d rows and no problems", chk, len(want))
 			}
