@@ -34,7 +34,7 @@ type snapshotPhase struct {
 // kills.
 const (
 	snapshotChunkRows     = 200
-	snapshotRowsPerSecond = 1500
+	snapshotRowsPerSecond = 700
 )
 
 func newSnapshotPhase(s suite, bin, cfgPath string, kills int) *snapshotPhase {
