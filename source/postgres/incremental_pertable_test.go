@@ -273,17 +273,7 @@ func TestIncrementalBusyOtherTable(t *testing.T) {
 	for commits.Load() < 10 {
 		time.Sleep(time.Millisecond)
 	}
-	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.quiet", Origin: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if p := r.Snapshots().Progress(); len(p) > 0 && !p[0].Finished.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not done: %+v", r.Snapshots().Progress())
-		}
-	}
+	snapshotTable(t, r, "public.quiet")
 	tm := r.Snapshots().Timings()
 	t.Logf("%d chunks, %d refused, %d commits to the other table", tm.Chunks, tm.Refused, commits.Load())
 	if tm.Refused != 0 {

@@ -56,17 +56,7 @@ func TestIncrementalNoChunkRefused(t *testing.T) {
 	_, r := e.startReader(t, []string{"quiet"}, false, m, func(c *Config) {
 		c.Incremental.ChunkRows = 64 // about 600 chunks: the watermarks a few milliseconds apart
 	})
-	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.quiet", Origin: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if p := r.Snapshots().Progress(); len(p) > 0 && !p[0].Finished.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not done: %+v", r.Snapshots().Progress())
-		}
-	}
+	snapshotTable(t, r, "public.quiet")
 	tm := r.Snapshots().Timings()
 	t.Logf("%d chunks, %d refused", tm.Chunks, tm.Refused)
 	if tm.Refused != 0 {
@@ -74,5 +64,22 @@ func TestIncrementalNoChunkRefused(t *testing.T) {
 	}
 	if got := len(m.state("public.quiet")); got != 40000 {
 		t.Errorf("the mirror holds %d rows, want 40000", got)
+	}
+}
+
+// snapshotTable requests an incremental snapshot of table from r's engine
+// and waits (90 s at most) until it has finished.
+func snapshotTable(t *testing.T, r *Reader, table string) {
+	t.Helper()
+	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: table, Origin: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if p := r.Snapshots().Progress(); len(p) > 0 && !p[0].Finished.IsZero() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot of %s not done: %+v", table, r.Snapshots().Progress())
+		}
 	}
 }
