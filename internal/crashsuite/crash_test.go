@@ -341,8 +341,8 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 			}
 			armed = fmt.Sprintf("sink.%s@%d", p, 1+rng.IntN(3))
 		}
-		if phase.replaceNow(i) {
-			armed = "" // the request needs a daemon that answers
+		if phase.quietStart(i) {
+			armed = "" // the request needs a daemon that answers; the next kill waits for the snapshot
 		}
 		c = cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 		if phase.replaceNow(i) {

@@ -105,13 +105,24 @@ func (p *snapshotPhase) begin(t *testing.T, c *cdcdtest.Child) {
 }
 
 // waitSnapshot, before the kill after the one that added a table and the
-// one that requested a snapshot, waits until a snapshot has rows read and
-// is still running, so that kill lands mid-snapshot, and reports whether
-// it found one (not when the daemon died at its failpoint first, or the
-// snapshots ended before a poll saw them).
+// one that requested a snapshot, waits until that table's snapshot has
+// rows read and is still running, so that kill lands mid-snapshot, and
+// reports whether it found one (not when the daemon died first, or the
+// snapshot ended before a poll saw it). Another table's snapshot does not
+// do: a start may queue others first (an initial load resumed, a
+// column's type changed), and a kill in those is not one the check
+// counts (CI once saw every kill land in them, seed 1796519548166516058).
 func (p *snapshotPhase) waitSnapshot(t *testing.T, kill int, c *cdcdtest.Child) bool {
 	t.Helper()
-	if !p.on || kill != p.addAt+1 && kill != p.replaceAt+1 {
+	var table string
+	switch {
+	case !p.on:
+		return false
+	case kill == p.addAt+1:
+		table = "public." + p.added
+	case kill == p.replaceAt+1:
+		table = "public." + p.replaced
+	default:
 		return false
 	}
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !c.Exited(); time.Sleep(20 * time.Millisecond) {
@@ -119,21 +130,31 @@ func (p *snapshotPhase) waitSnapshot(t *testing.T, kill int, c *cdcdtest.Child) 
 		if err != nil {
 			continue
 		}
-		unfinished := 0
+		seen, open := false, false
 		for _, s := range st.Snapshots {
+			if s.Table != table {
+				continue
+			}
+			seen = true
 			if s.Finished.IsZero() {
-				unfinished++
+				open = true
 				if s.State == "running" && s.Rows > 0 {
 					return true
 				}
 			}
 		}
-		if len(st.Snapshots) > 0 && unfinished == 0 {
+		if seen && !open {
 			return false // over before a poll saw it running
 		}
 	}
 	return false
 }
+
+// quietStart says whether the start after kill arms no failpoint: the
+// starts that add the table and request the replacing snapshot, so the
+// next kill can wait for that snapshot instead of a failpoint firing
+// before it runs.
+func (p *snapshotPhase) quietStart(kill int) bool { return p.addNow(kill) || p.replaceNow(kill) }
 
 // settled reports whether no snapshot is queued or running; a failed one
 // fails the test.
