@@ -33,7 +33,13 @@ import (
 // daemon's emitter into the embedded log, against the initial load (COPY
 // chunks in the slot's exported snapshot) and COPY ... TO STDOUT (FORMAT
 // binary) of the same table, in the same run. Issue 17's goal is an
-// incremental rate of at least 0.8 of the initial load's.
+// incremental rate of at least 0.8 of the initial load's. Both are
+// measured alone (no writer beside either); a second snapshot beside a
+// writer measures the streaming lag a snapshot adds (until session 21 the
+// one snapshot ran beside the writer, whose one-row transactions, one log
+// sync each, cost it about 0.5 CPU-µs a row the load did not pay:
+// BENCHMARKS.md, "The incremental benchmark like for like (lead, session
+// 21)").
 //
 // One (load, incremental) pair on this shared machine spread 0.52–1.27
 // (session 14), so the run is CDCD_BENCH_ROUNDS rounds (default 5; one
@@ -54,6 +60,9 @@ import (
 // CDCD_BENCH_SAMPLE the share of pages sampled for the chunks' ends
 // (postgres.IncrementalConfig.SamplePercent; -1: every key read through
 // the index, as before session 7);
+// CDCD_BENCH_PG_PROCS=1 logs each phase's PostgreSQL CPU by process;
+// CDCD_BENCH_IDLE_CPU=file profiles the stream beside the writer before
+// the second snapshot;
 // CDCD_BENCH_PREPARE=0 has the chunks' rows encoded on the stream's
 // goroutine rather than ahead (the baseline of source.Preparer);
 // CDCD_BENCH_INC_CPU=file profiles the first round's snapshot,
@@ -94,10 +103,11 @@ func benchRounds(rows int) int {
 // the summary and the median round's phase).
 func logRound(b *testing.B, i int, rd incRound) {
 	b.Logf("round %d (load average %s→%s, heap live %.0f MB): load %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), %.0f MB; "+
-		"inc %.0f rows/s, %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; inc/load %.2f; lag %s → %s; %d of %d chunks refused (%d inconsistent, %d cut)",
+		"inc %.0f rows/s, %.2f CPU-µs/row (PostgreSQL %.2f), %.0f MB; inc/load %.2f; %d of %d chunks refused (%d inconsistent, %d cut); "+
+		"beside the writer: %.0f rows/s (%.2f of the load), %.2f (net %.2f) CPU-µs/row (PostgreSQL %.2f, net %.2f), %.0f MB; lag %s → %s",
 		i+1, rd.loadavg[0], rd.loadavg[1], rd.liveMB, rd.load.rate, rd.load.cpuUs, rd.load.serverUs, rd.load.peakMB,
-		rd.inc.rate, rd.inc.cpuUs, rd.netCPU(), rd.inc.serverUs, rd.netPG(), rd.inc.peakMB, rd.ratio(), rd.idle, rd.during,
-		rd.timings.Refused, rd.timings.Chunks, rd.timings.Inconsistent, rd.timings.Cut)
+		rd.inc.rate, rd.inc.cpuUs, rd.inc.serverUs, rd.inc.peakMB, rd.ratio(), rd.timings.Refused, rd.timings.Chunks, rd.timings.Inconsistent, rd.timings.Cut,
+		rd.incWriter.rate, rd.writerRatio(), rd.incWriter.cpuUs, rd.netCPU(), rd.incWriter.serverUs, rd.netPG(), rd.incWriter.peakMB, rd.idle, rd.during)
 }
 
 // reportRounds reports the rounds' medians (peak RSS: their greatest).
@@ -129,6 +139,9 @@ func reportRounds(b *testing.B, rows int, res incrementalResult) {
 		b.ReportMetric(p.m(rs[0]).peakMB, p.name+"-peak-MB")
 		b.ReportMetric(peak(func(rd incRound) float64 { return p.m(rd).peakMB }), p.name+"-peak-MB-max")
 	}
+	b.ReportMetric(med(incRound.writerRatio), "inc-writer/load")
+	b.ReportMetric(med(func(rd incRound) float64 { return rd.incWriter.cpuUs }), "inc-writer-cpu-µs/row")
+	b.ReportMetric(peak(func(rd incRound) float64 { return rd.incWriter.peakMB }), "inc-writer-peak-MB-max")
 	b.ReportMetric(med(incRound.netCPU), "inc-net-cpu-µs/row")
 	b.ReportMetric(med(incRound.netPG), "inc-net-pg-cpu-µs/row")
 	b.ReportMetric(med(func(rd incRound) float64 { return rd.during.max.Seconds() * 1000 }), "lag-max-ms")
@@ -145,7 +158,8 @@ func reportRounds(b *testing.B, rows int, res incrementalResult) {
 		ratios[i] = strconv.FormatFloat(rd.ratio(), 'f', 2, 64)
 	}
 	b.Logf("%d rounds: incremental / initial load %v, median %.2f; peak RSS of the first round %.0f MB, of any %.0f MB", len(rs), ratios, med(incRound.ratio),
-		max(rs[0].load.peakMB, rs[0].inc.peakMB), max(peak(func(rd incRound) float64 { return rd.load.peakMB }), peak(func(rd incRound) float64 { return rd.inc.peakMB })))
+		max(rs[0].load.peakMB, rs[0].inc.peakMB, rs[0].incWriter.peakMB), max(peak(func(rd incRound) float64 { return rd.load.peakMB }), peak(func(rd incRound) float64 { return rd.inc.peakMB }),
+			peak(func(rd incRound) float64 { return rd.incWriter.peakMB })))
 }
 
 func byRatio(a, b incRound) int { return cmp.Compare(a.ratio(), b.ratio()) }
@@ -199,7 +213,7 @@ func TestIncrementalBenchShort(t *testing.T) {
 		t.Errorf("copy: a figure is not positive: %+v", res.raw)
 	}
 	for i, rd := range res.rounds {
-		for name, m := range map[string]loadMeasure{"load": rd.load, "incremental": rd.inc} {
+		for name, m := range map[string]loadMeasure{"load": rd.load, "incremental": rd.inc, "incremental beside the writer": rd.incWriter} {
 			if m.rate <= 0 || m.cpuUs <= 0 || m.peakMB <= 0 {
 				t.Errorf("round %d %s: a figure is not positive: %+v", i+1, name, m)
 			}
@@ -210,8 +224,8 @@ func TestIncrementalBenchShort(t *testing.T) {
 		if rd.during.n == 0 || rd.idle.n == 0 {
 			t.Errorf("round %d: streamed changes measured: %d without the snapshot, %d while it ran; want some of both", i+1, rd.idle.n, rd.during.n)
 		}
-		t.Logf("round %d: load %.0f rows/s, incremental %.0f rows/s (%.2f of the load, %.2f CPU-µs/row); lag without a snapshot %s, while it ran %s",
-			i+1, rd.load.rate, rd.inc.rate, rd.ratio(), rd.inc.cpuUs, rd.idle, rd.during)
+		t.Logf("round %d: load %.0f rows/s, incremental %.0f rows/s (%.2f of the load, %.2f CPU-µs/row), beside the writer %.0f rows/s; lag without a snapshot %s, while it ran %s",
+			i+1, rd.load.rate, rd.inc.rate, rd.ratio(), rd.inc.cpuUs, rd.incWriter.rate, rd.idle, rd.during)
 	}
 	if m := median(res.rounds, incRound.ratio); m <= 0 {
 		t.Errorf("median inc/load %.2f, want positive", m)
@@ -223,14 +237,18 @@ type incrementalResult struct {
 	rounds []incRound
 }
 
-// incRound is one round: an initial load, then an incremental snapshot.
+// incRound is one round: an initial load, then an incremental snapshot of
+// the same table alone (its rate, against the load's: neither runs beside
+// a writer), then another while a writer changes another table (the lag
+// the snapshot adds to the writer's changes, and its rate beside them).
 type incRound struct {
 	load, inc    loadMeasure
-	idle, during lagStats // streamed changes' wait before the snapshot, and while it ran
-	// bg is what the lag probe (its backend, the walsender decoding its
-	// rows, cdcd streaming them into the log) costs without a snapshot, in
-	// CPU-seconds a second: the incremental phase's figures include it, the
-	// load's do not.
+	incWriter    loadMeasure // the snapshot beside the writer
+	idle, during lagStats    // the writer's changes' wait before that snapshot, and while it ran
+	// bg is what the writer (its backend, the walsender decoding its rows,
+	// cdcd streaming them into the log, one transaction and so one log
+	// sync a row) costs without a snapshot, in CPU-seconds a second:
+	// incWriter's figures include it, the load's and inc's do not.
 	bg struct{ cdcd, pg float64 }
 	// The incremental phase: its start and length, the engine's timings,
 	// the stream's hand-over of the chunks' rows.
@@ -248,10 +266,13 @@ type incRound struct {
 
 func (rd incRound) ratio() float64 { return rd.inc.rate / rd.load.rate }
 
-// netCPU and netPG are the incremental phase's CPU-µs a row net of the
-// probe's and the stream's as measured without a snapshot.
-func (rd incRound) netCPU() float64 { return rd.inc.cpuUs - rd.bg.cdcd*1e6/rd.inc.rate }
-func (rd incRound) netPG() float64  { return rd.inc.serverUs - rd.bg.pg*1e6/rd.inc.rate }
+// writerRatio is the snapshot's rate beside the writer against the load's.
+func (rd incRound) writerRatio() float64 { return rd.incWriter.rate / rd.load.rate }
+
+// netCPU and netPG are the CPU-µs a row of the snapshot beside the writer
+// net of the writer's and the stream's as measured without a snapshot.
+func (rd incRound) netCPU() float64 { return rd.incWriter.cpuUs - rd.bg.cdcd*1e6/rd.incWriter.rate }
+func (rd incRound) netPG() float64  { return rd.incWriter.serverUs - rd.bg.pg*1e6/rd.incWriter.rate }
 
 // liveHeapMB is the heap live at the last collection, in MB.
 func liveHeapMB() float64 {
@@ -303,13 +324,27 @@ func (h heapUse) since(before heapUse) heapUse {
 }
 
 // measureIncremental makes the benchmark table, measures COPY of it once,
-// then rounds times the initial load and an incremental snapshot (with a
-// writer changing another table, whose changes' wait in the stream is the
-// lag the snapshot adds), each phase on a slot, publication, log and
-// reader of its own. Only one round is profiled (CDCD_BENCH_PROFILE_ROUND).
+// then rounds times the initial load and two incremental snapshots: the
+// first alone, as the load ran (the rate compared with the load's), the
+// second beside a writer changing another table (whose changes' wait in
+// the stream is the lag the snapshot adds; its rate, which pays for the
+// writer's transactions too, is reported beside). Each phase runs on a
+// slot, publication, log and reader of its own (the two snapshots share
+// theirs). Only one round is profiled (CDCD_BENCH_PROFILE_ROUND).
 func measureIncremental(tb testing.TB, rows, chunk, rounds int) incrementalResult {
 	ctx := tb.Context()
-	dsn, conn := benchDB(tb, benchTable+"; "+fmt.Sprintf(benchRows, 1, rows)+"; ANALYZE bench; CREATE TABLE beat (id int PRIMARY KEY, at timestamptz)")
+	dsn, conn := benchDB(tb, benchTable+"; "+fmt.Sprintf(benchRows, 1, rows)+"; CREATE TABLE beat (id int PRIMARY KEY, at timestamptz)")
+	// Vacuumed, as a table that has been in use is: autovacuum would
+	// otherwise vacuum the million new rows about a minute in, inside
+	// whichever phase runs then (seen: 0.55 PostgreSQL CPU-µs a row in
+	// one). CDCD_BENCH_NO_VACUUM=1 only analyzes, as before session 21.
+	if os.Getenv("CDCD_BENCH_NO_VACUUM") == "" {
+		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) bench"); err != nil {
+			tb.Fatal(err)
+		}
+	} else if _, err := conn.Exec(ctx, "ANALYZE bench"); err != nil {
+		tb.Fatal(err)
+	}
 	var res incrementalResult
 	var err error
 	server := serverCPU(tb, conn)
@@ -351,7 +386,9 @@ func measureLoadRound(tb testing.TB, dsn string, conn *pgx.Conn, server pgCPU, r
 	stop := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_LOAD_CPU"))
 	h0 := readHeapUse()
 	var err error
+	procs0 := readPGProcs(server.postmaster)
 	rd.load, err = server.measure(rows, func() error { return loadUntilStreaming(ctx, r, e) })
+	logPGProcs(tb, "load", rows, procs0, readPGProcs(server.postmaster))
 	rd.loadHeap = readHeapUse().since(h0)
 	stop()
 	if err != nil {
@@ -390,22 +427,7 @@ func measureIncRound(tb testing.TB, dsn string, conn *pgx.Conn, server pgCPU, ro
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	beat := startBeat(ctx, dsn)
-	lag.on.Store(true)
-	cpu0, pg0, t0 := selfCPU(), server.used(), time.Now()
-	time.Sleep(2 * time.Second) // the stream's lag without a snapshot, and its cost (a measurement, not a wait)
-	rd.idle, _ = lag.take()
-	el := time.Since(t0).Seconds()
-	rd.bg.cdcd, rd.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
-	debug.FreeOSMemory()
-	stop := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_INC_CPU"))
-	before := e.produced.Load()
-	heap := profileIf(profile, "CDCD_BENCH_INC_HEAP")
-	heapProfile(tb, heap, ".0")
-	h0 := readHeapUse()
-	rd.incStart = time.Now()
-	var err error
-	rd.inc, err = server.measure(rows, func() error {
+	snap := func() error {
 		if err := r.Snapshots().Submit(ctx, snapshot.Request{Table: "public.bench", Origin: "bench"}); err != nil {
 			return err
 		}
@@ -417,25 +439,71 @@ func measureIncRound(tb testing.TB, dsn string, conn *pgx.Conn, server pgCPU, ro
 				return fmt.Errorf("reader stopped: %w", err)
 			case <-tick.C:
 			}
-			if p := r.Snapshots().Progress(); len(p) == 1 && !p[0].Finished.IsZero() {
+			if allFinished(r.Snapshots().Progress()) {
 				return nil
 			}
 		}
-	})
+	}
+	// The rate: the snapshot alone, as the load ran (no writer).
+	lag.on.Store(true) // the hand-over's figures
+	debug.FreeOSMemory()
+	stop := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_INC_CPU"))
+	before := e.produced.Load()
+	heap := profileIf(profile, "CDCD_BENCH_INC_HEAP")
+	heapProfile(tb, heap, ".0")
+	h0 := readHeapUse()
+	rd.incStart = time.Now()
+	procs0 := readPGProcs(server.postmaster)
+	var err error
+	rd.inc, err = server.measure(rows, snap)
 	rd.incWall = time.Since(rd.incStart)
+	logPGProcs(tb, "inc", rows, procs0, readPGProcs(server.postmaster))
 	rd.incHeap = readHeapUse().since(h0)
 	heapProfile(tb, heap, ".1")
 	rd.timings = r.Snapshots().Timings()
-	rd.during, rd.hand = lag.take()
-	lag.on.Store(false)
+	_, rd.hand = lag.take()
 	stop()
-	beat()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if n := e.produced.Load() - before; n < int64(rows) {
 		tb.Fatalf("the emitter appended %d records, want at least %d", n, rows)
 	}
+	// The lag: a writer's changes streamed without a snapshot, then while
+	// the table is read again.
+	beat := startBeat(ctx, dsn)
+	defer beat()
+	stopIdle := cpuProfile(tb, profileIf(profile, "CDCD_BENCH_IDLE_CPU"))
+	cpu0, pg0, t0 := selfCPU(), server.used(), time.Now()
+	time.Sleep(2 * time.Second) // the stream's lag without a snapshot, and its cost (a measurement, not a wait)
+	rd.idle, _ = lag.take()
+	stopIdle()
+	el := time.Since(t0).Seconds()
+	rd.bg.cdcd, rd.bg.pg = (selfCPU()-cpu0).Seconds()/el, (server.used()-pg0).Seconds()/el
+	debug.FreeOSMemory()
+	before = e.produced.Load()
+	procs0 = readPGProcs(server.postmaster)
+	rd.incWriter, err = server.measure(rows, snap)
+	logPGProcs(tb, "inc beside the writer", rows, procs0, readPGProcs(server.postmaster))
+	rd.during, _ = lag.take()
+	lag.on.Store(false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if n := e.produced.Load() - before; n < int64(rows) {
+		tb.Fatalf("the emitter appended %d records while the writer ran, want at least %d", n, rows)
+	}
+}
+
+// allFinished says whether every snapshot run listed has finished (and
+// some is listed).
+func allFinished(p []snapshot.Progress) bool {
+	for _, x := range p {
+		if x.Finished.IsZero() {
+			return false
+		}
+	}
+	return len(p) > 0
 }
 
 // startBeat inserts a row into beat every 10 ms (its commit time in it)
