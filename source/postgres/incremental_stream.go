@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,8 +37,8 @@ type IncrementalConfig struct {
 	// (range chunks are read Ahead at once instead).
 	SplitRows int
 	// Ahead is how many range chunks are read at once, each on a
-	// connection of its own between watermarks of its own; default 3
-	// (snapshot.Config.Ahead).
+	// connection of its own between watermarks of its own; default 2
+	// (defaultAhead).
 	Ahead int
 	// SamplePercent is the share of a table's pages (TABLESAMPLE SYSTEM)
 	// whose keys place the range chunks' ends; default (0): chosen from
@@ -58,9 +59,24 @@ type IncrementalConfig struct {
 // Resume, Progress.
 func (r *Reader) Snapshots() *snapshot.Engine { return r.inc }
 
+// defaultAhead is IncrementalConfig.Ahead's default: two chunks read at
+// once, where the engine's default (MariaDB's) is three. Each reader is a
+// backend process of its own, and a fresh backend's index scans touch
+// every page of shared_buffers once, a page fault each in that process
+// (the load's COPY reads through a small ring of buffers instead): on the
+// benchmark's machine, where a fault cost about 13 CPU-µs, a third reader
+// cost the first snapshot about 0.1 PostgreSQL CPU-µs a row of a 1M-row
+// table for no gain in rate. Two readers against three, eight alternated
+// pairs: incremental / initial load higher in six, median 0.85 against
+// 0.79, and the snapshot's peak RSS lower (BENCHMARKS.md, "The
+// incremental benchmark like for like (lead, session 21)"). MariaDB's
+// readers are threads of one process, sharing its page tables.
+const defaultAhead = 2
+
 func newEngine(cfg Config, state State, logger *slog.Logger) *snapshot.Engine {
 	return snapshot.New(snapshot.Config{StateKey: "postgres/" + cfg.Slot + "/incremental",
-		ChunkRows: cfg.Incremental.ChunkRows, MaxRowsPerSecond: cfg.Incremental.MaxRowsPerSecond, Ahead: cfg.Incremental.Ahead}, state, logger)
+		ChunkRows: cfg.Incremental.ChunkRows, MaxRowsPerSecond: cfg.Incremental.MaxRowsPerSecond,
+		Ahead: cmp.Or(cfg.Incremental.Ahead, defaultAhead)}, state, logger)
 }
 
 // incStream is the stream's side of incremental snapshots: watermarks,
