@@ -214,20 +214,71 @@ func newPQWriter(plan *pqPlan, out io.Writer) *pqWriter {
 	return w
 }
 
+// pqKeep bounds what a pooled writer keeps for the next file: its
+// buffers' capacity in all (pages, chunks, scratch). A writer that held
+// more (a row group of wide values, a page of one large value) gives its
+// largest buffers up first. So the pool holds at most pqKeep a writer
+// that was in use at once (maxWriteParts a table being written), however
+// large the files were: before this bound a writer kept each column's
+// chunk up to 16 MiB (and its page buffer, whatever one value had grown
+// it to), so a pooled writer of many columns could keep a row group of
+// every one, tens of MB, alive until two collections had passed.
+const pqKeep = 8 << 20
+
+// pqChunkKeep bounds a column chunk's buffer kept from one row group to
+// the next within a file (a row group's chunk is written out whole by
+// flushRowGroup and its buffer reused): one row group of large values
+// does not hold its memory for the rest of the file.
+const pqChunkKeep = 8 << 20
+
 // release hands the writer's buffers back for another file.
 func (w *pqWriter) release() {
 	if w == nil {
 		return
 	}
 	w.out, w.plan, w.groups = nil, nil, nil
+	w.trim()
+	pqWriters.Put(w)
+}
+
+// trim gives up what release must not keep (pqKeep).
+func (w *pqWriter) trim() {
+	kept := cap(w.comp) + cap(w.levels)
+	if kept > pqKeep/2 {
+		w.comp, w.levels, kept = nil, nil, 0
+	}
 	for i := range w.cols {
 		c := &w.cols[i]
 		c.mins, c.maxs, c.statMin, c.statMax = nil, nil, nil, nil // handed to a footer
-		if cap(c.chunk) > 16<<20 {
-			c.chunk = nil // a file of large values: do not keep its memory
+		c.firstRows, c.pageOffs, c.pageSizes = nil, nil, nil
+		if cap(c.vals) > 2*pqPageSize {
+			c.vals = nil // a page of one large value
 		}
+		if cap(c.defs) > 2*pqPageSize {
+			c.defs = nil
+		}
+		if kept+cap(c.vals)+cap(c.defs) > pqKeep {
+			c.vals, c.defs = nil, nil
+		}
+		kept += cap(c.vals) + cap(c.defs)
 	}
-	pqWriters.Put(w)
+	for i := range w.cols { // chunks last: the pages' buffers are the ones every file needs
+		c := &w.cols[i]
+		if kept+cap(c.chunk) > pqKeep {
+			c.chunk = nil
+		}
+		kept += cap(c.chunk)
+	}
+}
+
+// pqKept is the bytes a writer's buffers hold (tests: trim's bound).
+func (w *pqWriter) pqKept() int {
+	n := cap(w.comp) + cap(w.levels)
+	for i := range w.cols {
+		c := &w.cols[i]
+		n += cap(c.vals) + cap(c.defs) + cap(c.chunk) + 8*(cap(c.firstRows)+cap(c.pageOffs)) + 4*cap(c.pageSizes)
+	}
+	return n
 }
 
 func (c *pqCol) resetPage() {
@@ -566,6 +617,9 @@ func (w *pqWriter) flushRowGroup(rows int) error {
 		}
 		w.write(c.chunk)
 		c.resetChunk()
+		if cap(c.chunk) > pqChunkKeep {
+			c.chunk = nil
+		}
 	}
 	w.groups = append(w.groups, g)
 	return w.err

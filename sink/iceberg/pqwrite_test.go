@@ -290,3 +290,74 @@ func sameRow(a, b parquet.Row) bool {
 	}
 	return true
 }
+
+// TestPQWriterKeepsBounded: a writer that wrote a file of large values
+// (pages of one value, row groups' chunks of MBs) keeps at most pqKeep of
+// its buffers for the next file, a chunk over pqChunkKeep is not kept
+// from one row group to the next, and a writer of ordinary files keeps
+// its page buffers (the reuse the pool is for).
+func TestPQWriterKeepsBounded(t *testing.T) {
+	fields := []iceberg.NestedField{{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true}}
+	for i := range 5 {
+		fields = append(fields, iceberg.NestedField{ID: i + 2, Name: fmt.Sprint("c", i), Type: iceberg.PrimitiveTypes.Binary})
+	}
+	fs, err := newCommitFileSchema(iceberg.NewSchema(0, fields...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.plan == nil {
+		t.Fatal("no pqWriter plan")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	write := func(rows, size int) *pqWriter {
+		d := newDataFileWriter(fs)
+		for i := range rows {
+			row := []any{int64(i)}
+			for range 5 {
+				v := make([]byte, size)
+				for j := range v {
+					v[j] = byte(rng.Uint32()) // incompressible
+				}
+				row = append(row, v)
+			}
+			if err := d.add(row); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.writePending(); err != nil {
+			t.Fatal(err)
+		}
+		w := d.pw
+		if err := w.close(d.groupRows); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	big := write(24, 256<<10) // a chunk of 6 MiB a column
+	if got := big.pqKept(); got < 3*pqKeep {
+		t.Fatalf("the writer of large values holds %d bytes before trim, want the file's tens of MB", got)
+	}
+	big.trim()
+	if got := big.pqKept(); got > pqKeep {
+		t.Errorf("a writer keeps %d bytes after trim, want <= %d", got, pqKeep)
+	}
+	huge := write(12, 1<<20) // a chunk of 12 MiB a column
+	for i := range huge.cols {
+		if c := cap(huge.cols[i].chunk); c > pqChunkKeep {
+			t.Errorf("column %d keeps a chunk of %d bytes after its row group, want <= %d", i, c, pqChunkKeep)
+		}
+	}
+	small := write(20_000, 16)
+	had := 0
+	for i := range small.cols {
+		had += cap(small.cols[i].vals)
+	}
+	small.trim()
+	kept := 0
+	for i := range small.cols {
+		kept += cap(small.cols[i].vals)
+	}
+	if kept != had || kept == 0 {
+		t.Errorf("an ordinary file's writer keeps %d bytes of page buffers of %d", kept, had)
+	}
+}
