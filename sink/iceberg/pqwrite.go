@@ -150,6 +150,7 @@ type pqWriter struct {
 	enc    *thrift.Encoder
 	comp   []byte // compressed values' scratch
 	levels []byte // encoded definition levels' scratch
+	rowAt  []int  // each column's len(vals) at the open row's start (beginRow)
 }
 
 // pqGroup is a written row group and its columns' indexes.
@@ -692,4 +693,148 @@ func (w *pqWriter) encode(v any) int {
 	n := w.hdr.Len()
 	w.write(w.hdr.Bytes())
 	return n
+}
+
+// Rows decoded straight into the page buffers (rowCodec.decodePQ): the
+// codec appends each leaf's definition level and PLAIN bytes to its
+// column's open page as it reads the Avro, with no parquet.Value between;
+// the row is then committed (endRow: the value and null counts, the page
+// bounds, the page cut) or, when a later column fails to decode, undone
+// (undoRow: every column cut back to the lengths beginRow saved). The
+// bounds are only ever updated by endRow, from the values the whole row
+// appended, so an undone row leaves no trace in them (a byte array's
+// bound is an offset into vals, which an undone row's bytes never back).
+
+// beginRow saves each column's page length before a row is appended.
+func (w *pqWriter) beginRow() {
+	if cap(w.rowAt) < len(w.cols) {
+		w.rowAt = make([]int, len(w.cols))
+	}
+	w.rowAt = w.rowAt[:len(w.cols)]
+	for i := range w.cols {
+		w.rowAt[i] = len(w.cols[i].vals)
+	}
+}
+
+// undoRow cuts every column back to where beginRow found it.
+func (w *pqWriter) undoRow() {
+	for i := range w.cols {
+		c := &w.cols[i]
+		c.vals = c.vals[:w.rowAt[i]]
+		if !c.leaf.required {
+			c.defs = c.defs[:c.n]
+		}
+	}
+}
+
+// endRow commits the row appended since beginRow (one value a column):
+// counts it, bounds the pages by its values, cuts the full pages.
+func (w *pqWriter) endRow() error {
+	for i := range w.cols {
+		c := &w.cols[i]
+		at := w.rowAt[i]
+		if !c.leaf.required {
+			if len(c.defs) != c.n+1 {
+				return w.rowLenError(c, len(c.defs)-c.n)
+			}
+			if c.defs[c.n] == 0 {
+				c.n++
+				c.nulls++
+				if len(c.vals) != at {
+					return w.rowLenError(c, len(c.vals)-at)
+				}
+				continue
+			}
+		}
+		c.n++
+		v := c.vals[at:]
+		switch c.leaf.kind {
+		case parquet.Int64:
+			if len(v) != 8 {
+				return w.rowLenError(c, len(v))
+			}
+			c.boundInt(int64(binary.LittleEndian.Uint64(v)))
+		case parquet.Int32:
+			if len(v) != 4 {
+				return w.rowLenError(c, len(v))
+			}
+			c.boundInt(int64(int32(binary.LittleEndian.Uint32(v))))
+		case parquet.ByteArray:
+			if len(v) < 4 || int(binary.LittleEndian.Uint32(v)) != len(v)-4 {
+				return w.rowLenError(c, len(v))
+			}
+			c.unencodedLen += int64(len(v) - 4)
+			c.boundBytes(at+4, len(c.vals))
+		case parquet.Double:
+			if len(v) != 8 {
+				return w.rowLenError(c, len(v))
+			}
+			c.boundFloat(math.Float64frombits(binary.LittleEndian.Uint64(v)))
+		case parquet.Float:
+			if len(v) != 4 {
+				return w.rowLenError(c, len(v))
+			}
+			c.boundFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(v))))
+		case parquet.Boolean:
+			if len(v) != 1 {
+				return w.rowLenError(c, len(v))
+			}
+			c.boundInt(int64(v[0]))
+		}
+		if len(c.vals)+len(c.defs) >= pqPageSize {
+			w.cutPage(c)
+		}
+	}
+	return nil
+}
+
+// rowLenError: a row's value is not one value of its column's kind (a
+// bug of the codec). The columns before it are committed: the file is
+// failed (w.err), it cannot be finished.
+func (w *pqWriter) rowLenError(c *pqCol, n int) error {
+	err := fmt.Errorf("iceberg: parquet column %q: %d bytes of %v in a row", c.leaf.path[0], n, c.leaf.kind)
+	if w.err == nil {
+		w.err = err
+	}
+	return err
+}
+
+// appendValue appends v (its level and PLAIN bytes; no bounds, no count:
+// endRow) to column leaf's open page within a row (beginRow).
+func (w *pqWriter) appendValue(leaf int, v parquet.Value) error {
+	c := &w.cols[leaf]
+	if v.IsNull() {
+		if c.leaf.required {
+			return fmt.Errorf("iceberg: column %q is required but the value is NULL", c.leaf.path[0])
+		}
+		c.defs = append(c.defs, 0)
+		return nil
+	}
+	if v.Kind() != c.leaf.kind {
+		return fmt.Errorf("%w: %v in %q (%v)", errPQValue, v.Kind(), c.leaf.path[0], c.leaf.kind)
+	}
+	if !c.leaf.required {
+		c.defs = append(c.defs, 1)
+	}
+	switch c.leaf.kind {
+	case parquet.Int64:
+		c.vals = binary.LittleEndian.AppendUint64(c.vals, uint64(v.Int64()))
+	case parquet.Int32:
+		c.vals = binary.LittleEndian.AppendUint32(c.vals, uint32(v.Int32()))
+	case parquet.ByteArray:
+		b := v.ByteArray()
+		c.vals = binary.LittleEndian.AppendUint32(c.vals, uint32(len(b)))
+		c.vals = append(c.vals, b...)
+	case parquet.Double:
+		c.vals = binary.LittleEndian.AppendUint64(c.vals, math.Float64bits(v.Double()))
+	case parquet.Float:
+		c.vals = binary.LittleEndian.AppendUint32(c.vals, math.Float32bits(v.Float()))
+	case parquet.Boolean:
+		x := byte(0)
+		if v.Boolean() {
+			x = 1
+		}
+		c.vals = append(c.vals, x)
+	}
+	return nil
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // pqKindsSchema has a column of every kind pqWriter writes, optional and
@@ -289,6 +291,227 @@ func sameRow(a, b parquet.Row) bool {
 		}
 	}
 	return true
+}
+
+// TestPQWriterDirectRows: rows the codec decodes straight into pqWriter's
+// pages (decodePQ), mixed with runs of rows that take the generic path
+// (as the sink's rows with unchanged TOASTed values do) and with rows
+// that first fail to decode part way (an after-image of extreme values,
+// which would widen every bound, cut short or with a byte too many) and
+// then take the generic path (upsert's fallback), make the file that
+// parquet-go's writer makes of the same rows, all by the generic path:
+// arrow-go and parquet-go read the same values row by row in the order
+// added (the key index's positions), and iceberg-go derives the same
+// record, value, null and NaN counts and lower and upper bounds. Into the
+// table's own schema and into an evolved one (columns the version lacks,
+// with and without a default, widened types, a column read past); 7 rows,
+// 3,000, and two row groups of several pages.
+func TestPQWriterDirectRows(t *testing.T) {
+	own, err := upsertSchema(codecTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evolved := iceberg.NewSchemaWithIdentifiers(1, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+		iceberg.NestedField{ID: 2, Name: "b", Type: iceberg.PrimitiveTypes.Bool},
+		iceberg.NestedField{ID: 3, Name: "i16", Type: iceberg.PrimitiveTypes.Int64},
+		iceberg.NestedField{ID: 4, Name: "i32", Type: iceberg.PrimitiveTypes.Int64},
+		iceberg.NestedField{ID: 5, Name: "f32", Type: iceberg.PrimitiveTypes.Float64},
+		iceberg.NestedField{ID: 6, Name: "f64", Type: iceberg.PrimitiveTypes.Float64},
+		iceberg.NestedField{ID: 7, Name: "d", Type: iceberg.DecimalTypeOf(18, 2)},
+		iceberg.NestedField{ID: 8, Name: "d9", Type: iceberg.DecimalTypeOf(14, 3)},
+		iceberg.NestedField{ID: 9, Name: "num", Type: iceberg.PrimitiveTypes.String},
+		// "s" is not in the file: read past.
+		iceberg.NestedField{ID: 11, Name: "j", Type: iceberg.PrimitiveTypes.String},
+		iceberg.NestedField{ID: 12, Name: "bin", Type: iceberg.PrimitiveTypes.Binary},
+		iceberg.NestedField{ID: 13, Name: "day", Type: iceberg.PrimitiveTypes.Date},
+		iceberg.NestedField{ID: 14, Name: "t", Type: iceberg.PrimitiveTypes.Time},
+		iceberg.NestedField{ID: 15, Name: "ts", Type: iceberg.PrimitiveTypes.Timestamp},
+		iceberg.NestedField{ID: 16, Name: "tz", Type: iceberg.PrimitiveTypes.TimestampTz},
+		iceberg.NestedField{ID: 17, Name: "later", Type: iceberg.PrimitiveTypes.String},
+		iceberg.NestedField{ID: 18, Name: "later_def", Type: iceberg.PrimitiveTypes.Int32},
+	)
+	// The bait: every value at or beyond the random rows' extremes.
+	bait := afterImage(t, codecTable, &schema.Envelope{Op: 'c', Source: schema.SourceInfo{Position: []byte("p")}, After: []any{
+		int64(math.MaxInt64), true, int64(math.MaxInt16), int64(math.MinInt32), float32(math.Inf(-1)), 1e300,
+		"-9999999999.99", "999999.999", "~~~~", strings.Repeat("\U0010FFFF", 40), "~", bytes.Repeat([]byte{0xff}, 40),
+		int32(math.MaxInt32), int64(86_399_999_999), int64(math.MinInt64), int64(math.MaxInt64),
+	}})
+	for _, sc := range []*iceberg.Schema{own, evolved} {
+		defaults := make([]any, len(sc.Fields()))
+		if sc == evolved {
+			defaults[len(defaults)-1] = int32(42)
+		}
+		for _, n := range []int{7, 3000, rowGroupRows + 1500} {
+			t.Run(fmt.Sprintf("schema%d/%d", sc.ID, n), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(n), 21))
+				afters := make([][]byte, n)
+				vals := make([][]any, n) // Iceberg field order, for the generic path
+				for i := range afters {
+					env := &schema.Envelope{Op: 'c', After: randomCodecRow(rng, int64(i)), Source: schema.SourceInfo{Position: []byte("p")}}
+					body, err := schema.AppendEnvelope(nil, codecTable, env)
+					if err != nil {
+						t.Fatal(err)
+					}
+					info, err := schema.ScanEnvelope(codecTable, body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					afters[i] = info.After
+					dec, err := schema.DecodeEnvelope(codecTable, body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					v := make([]any, len(sc.Fields()))
+					for fi, f := range sc.Fields() {
+						if ci := codecTable.ColumnIndex(f.Name); ci >= 0 {
+							v[fi] = dec.After[ci]
+						} else {
+							v[fi] = defaults[fi]
+						}
+					}
+					vals[i] = v
+				}
+				fileSchema := func(on bool) *fileSchema {
+					defer func(was bool) { pqWriterOn = was }(pqWriterOn)
+					pqWriterOn = on
+					fs, err := newCommitFileSchema(sc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if (fs.plan != nil) != on {
+						t.Fatalf("pqWriter on %v: plan %v", on, fs.plan != nil)
+					}
+					return fs
+				}
+
+				oldFS := fileSchema(false)
+				d := newDataFileWriter(oldFS)
+				for i := range vals {
+					if err := d.add(vals[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				old := append([]byte(nil), closed(t, d)...)
+
+				fs := fileSchema(true)
+				c := newRowCodec(codecTable, fs, defaults)
+				if c == nil {
+					t.Fatal("no codec")
+				}
+				d = newDataFileWriter(fs)
+				direct, generic, failed := 0, 0, 0
+				for i := range afters {
+					switch {
+					case i%50 >= 20 && i%50 < 25: // a run of generic rows
+						if err := d.add(vals[i]); err != nil {
+							t.Fatal(err)
+						}
+						generic++
+						continue
+					case i%7 == 3:
+						cut := bait[:len(bait)-1-rng.IntN(len(bait)/2)]
+						if i%21 == 3 {
+							cut = append(bait[:len(bait):len(bait)], 0) // a byte too many
+						}
+						if err := d.addAvro(c, cut); err == nil {
+							t.Fatalf("row %d: the bait cut to %d of %d bytes decoded", i, len(cut), len(bait))
+						}
+						if d.pw.err != nil {
+							t.Fatalf("row %d: an undone row failed the file: %v", i, d.pw.err)
+						}
+						if err := d.add(vals[i]); err != nil { // the fallback
+							t.Fatal(err)
+						}
+						failed++
+						continue
+					}
+					if err := d.addAvro(c, afters[i]); err != nil {
+						t.Fatalf("row %d: %v", i, err)
+					}
+					direct++
+				}
+				if d.rows != int64(n) {
+					t.Fatalf("%d rows written, want %d", d.rows, n)
+				}
+				if n >= 3000 && (direct == 0 || generic == 0 || failed == 0) {
+					t.Fatalf("direct %d, generic %d, failed then generic %d: want each", direct, generic, failed)
+				}
+				new := append([]byte(nil), closed(t, d)...)
+
+				pf, err := file.NewParquetReader(bytes.NewReader(new))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := pf.NumRowGroups(), (n+rowGroupRows-1)/rowGroupRows; got != want {
+					t.Errorf("%d row groups, want %d", got, want)
+				}
+				if n > rowGroupRows {
+					pr, err := pf.RowGroup(0).GetColumnPageReader(pf.MetaData().Schema.ColumnIndexByName("j"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					pages := 0
+					for pr.Next() {
+						pages++
+					}
+					if pages < 2 {
+						t.Errorf("column j: %d page(s) in row group 0, want several", pages)
+					}
+				}
+
+				ov, nv := arrowValues(t, old), arrowValues(t, new)
+				if len(nv) != len(sc.Fields()) {
+					t.Fatalf("arrow-go read %d columns, want %d", len(nv), len(sc.Fields()))
+				}
+				for name, want := range ov {
+					got := nv[name]
+					if len(got) != n || len(want) != n {
+						t.Fatalf("column %s: %d values (parquet-go's file %d), want %d", name, len(got), len(want), n)
+					}
+					for i := range want {
+						if got[i] != want[i] {
+							t.Fatalf("column %s row %d: %q, parquet-go's file has %q", name, i, got[i], want[i])
+						}
+					}
+				}
+				orows, nrows := parquetGoRows(t, old), parquetGoRows(t, new)
+				if len(nrows) != n || len(orows) != n {
+					t.Fatalf("parquet-go read %d rows (%d of its own file), want %d", len(nrows), len(orows), n)
+				}
+				for i := range orows {
+					if !sameRow(orows[i], nrows[i]) {
+						t.Fatalf("row %d: parquet-go reads %v, in its own file %v", i, nrows[i], orows[i])
+					}
+				}
+
+				odf, ndf := pqDataFile(t, sc, old), pqDataFile(t, sc, new)
+				if odf.Count() != ndf.Count() || ndf.Count() != int64(n) {
+					t.Errorf("record count %d, parquet-go's %d, want %d", ndf.Count(), odf.Count(), n)
+				}
+				for what, pair := range map[string][2]map[int]int64{
+					"value counts": {odf.ValueCounts(), ndf.ValueCounts()},
+					"null counts":  {odf.NullValueCounts(), ndf.NullValueCounts()},
+					"NaN counts":   {odf.NaNValueCounts(), ndf.NaNValueCounts()},
+				} {
+					if !maps.Equal(pair[0], pair[1]) {
+						t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
+					}
+				}
+				for what, pair := range map[string][2]map[int][]byte{
+					"lower bounds": {odf.LowerBoundValues(), ndf.LowerBoundValues()},
+					"upper bounds": {odf.UpperBoundValues(), ndf.UpperBoundValues()},
+				} {
+					if !maps.EqualFunc(pair[0], pair[1], bytes.Equal) {
+						t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
+					}
+				}
+				if len(odf.LowerBoundValues()) < 10 {
+					t.Errorf("only %d lower bounds", len(odf.LowerBoundValues()))
+				}
+			})
+		}
+	}
 }
 
 // TestPQWriterKeepsBounded: a writer that wrote a file of large values
