@@ -40,6 +40,18 @@ type rowCodec struct {
 	// constBytes the bytes of their byte-array values, the same each row.
 	constLeaves []int
 	constBytes  int
+	// pqConsts are consts as pqWriter's pages take them (decodePQ): the
+	// level and PLAIN bytes of each, made once; noPQ when fs has no plan
+	// or a const is not of its leaf's kind (decodeInto only).
+	pqConsts []pqConst
+	noPQ     bool
+}
+
+// pqConst is a const leaf's value for pqWriter's pages.
+type pqConst struct {
+	leaf  int
+	def   int8 // -1: required (no level); else the level
+	plain []byte
 }
 
 // codecColumn is how one Avro column becomes its Parquet value.
@@ -130,7 +142,52 @@ func newRowCodec(t *schema.Table, fs *fileSchema, defaults []any) *rowCodec {
 			}
 		}
 	}
+	c.noPQ = fs.plan == nil
+	for _, li := range c.constLeaves {
+		if c.noPQ {
+			break
+		}
+		pc, ok := newPQConst(&fs.plan.leaves[li], li, c.consts[li])
+		c.pqConsts = append(c.pqConsts, pc)
+		c.noPQ = !ok
+	}
 	return c
+}
+
+// newPQConst is v as the pages of leaf take it; false when they cannot
+// (a NULL in a required column, a value of another kind).
+func newPQConst(leaf *pqLeaf, li int, v parquet.Value) (pqConst, bool) {
+	pc := pqConst{leaf: li, def: -1}
+	if v.IsNull() {
+		pc.def = 0
+		return pc, !leaf.required
+	}
+	if !leaf.required {
+		pc.def = 1
+	}
+	switch k := v.Kind(); {
+	case k != leaf.kind:
+		return pc, false
+	case k == parquet.Int64:
+		pc.plain = binary.LittleEndian.AppendUint64(nil, uint64(v.Int64()))
+	case k == parquet.Int32:
+		pc.plain = binary.LittleEndian.AppendUint32(nil, uint32(v.Int32()))
+	case k == parquet.ByteArray:
+		pc.plain = binary.LittleEndian.AppendUint32(nil, uint32(len(v.ByteArray())))
+		pc.plain = append(pc.plain, v.ByteArray()...)
+	case k == parquet.Double:
+		pc.plain = binary.LittleEndian.AppendUint64(nil, math.Float64bits(v.Double()))
+	case k == parquet.Float:
+		pc.plain = binary.LittleEndian.AppendUint32(nil, math.Float32bits(v.Float()))
+	case k == parquet.Boolean:
+		pc.plain = []byte{0}
+		if v.Boolean() {
+			pc.plain[0] = 1
+		}
+	default:
+		return pc, false
+	}
+	return pc, true
 }
 
 // convOf is how a value of source column col goes into an Iceberg column
@@ -435,9 +492,156 @@ func avroBytes(b []byte) ([]byte, []byte, error) {
 	return b[n:], b[:n:n], nil
 }
 
+// decodePQ is decodeInto straight into pqWriter's open pages (its
+// columns' PLAIN bytes and levels; pqwrite.go, beginRow): no parquet.Value
+// between, except for the rarer conversions (col.value) and the columns
+// the version lacks (consts). A row that fails to decode is undone whole:
+// no column keeps any of it, no bound saw it.
+func (c *rowCodec) decodePQ(row []byte, w *pqWriter) error {
+	w.beginRow()
+	if err := c.appendPQ(row, w); err != nil {
+		w.undoRow()
+		return err
+	}
+	return w.endRow()
+}
+
+// appendPQ appends the row's values to w's columns (decodePQ).
+func (c *rowCodec) appendPQ(row []byte, w *pqWriter) error {
+	b, branch, err := avroLong(row)
+	if err != nil {
+		return err
+	}
+	if branch != 1 {
+		return errors.New("the change has no after-image")
+	}
+	cols := w.cols
+	for i := range c.src {
+		col := &c.src[i]
+		if col.nullable {
+			if len(b) == 0 {
+				return errAvroShort
+			}
+			switch b[0] { // the union's branch: zigzag 0 or 1, one byte
+			case 0:
+				b = b[1:]
+				if col.skip {
+					continue
+				}
+				if col.required {
+					return fmt.Errorf("column %q is required but the value is NULL", col.name)
+				}
+				pc := &cols[col.leaf]
+				pc.defs = append(pc.defs, 0)
+				continue
+			case 2:
+				b = b[1:]
+			default:
+				return fmt.Errorf("column %q: bad union index byte %#x", col.name, b[0])
+			}
+		}
+		if col.skip {
+			if b, _, err = col.skipValue(b); err != nil {
+				return err
+			}
+			continue
+		}
+		pc := &cols[col.leaf]
+		switch {
+		case col.conv == convInt64:
+			var n int64
+			if b, n, err = avroLong(b); err != nil {
+				return err
+			}
+			pc.vals = binary.LittleEndian.AppendUint64(pc.vals, uint64(n))
+		case col.conv == convBytes:
+			var x []byte
+			if b, x, err = avroBytes(b); err != nil {
+				return err
+			}
+			if len(x) > maxUpperBound {
+				if err := checkBoundable(x); err != nil {
+					return (&pqColumn{name: col.name}).valueError(err)
+				}
+			}
+			pc.vals = binary.LittleEndian.AppendUint32(pc.vals, uint32(len(x)))
+			pc.vals = append(pc.vals, x...)
+		case col.conv == convFloat64 && len(b) >= 8:
+			// Avro's double and Parquet's PLAIN double are both the
+			// IEEE 754 bits, little-endian.
+			pc.vals = append(pc.vals, b[:8]...)
+			b = b[8:]
+		case col.conv == convBool && len(b) >= 1 && b[0] <= 1:
+			pc.vals = append(pc.vals, b[0])
+			b = b[1:]
+		case col.conv == convDecimal64:
+			var x []byte
+			if b, x, err = avroBytes(b); err != nil {
+				return err
+			}
+			n, ok := unscaledBytes(x)
+			if !ok {
+				return fmt.Errorf("column %q: decimal of %d bytes does not fit its column", col.name, len(x))
+			}
+			pc.vals = binary.LittleEndian.AppendUint64(pc.vals, uint64(n))
+		default:
+			var v parquet.Value
+			if b, v, err = col.value(b); err != nil {
+				return err
+			}
+			if err := w.appendValue(col.leaf, v); err != nil {
+				return err
+			}
+			continue
+		}
+		if col.def != 0 {
+			pc.defs = append(pc.defs, 1)
+		}
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d trailing bytes after the row", len(b))
+	}
+	for i := range c.pqConsts {
+		k := &c.pqConsts[i]
+		pc := &cols[k.leaf]
+		if k.def >= 0 {
+			pc.defs = append(pc.defs, byte(k.def))
+		}
+		pc.vals = append(pc.vals, k.plain...)
+	}
+	return nil
+}
+
+// pqDirectOn: rows the codec decodes go straight into pqWriter's pages
+// (decodePQ) rather than through the batches of parquet.Values (a
+// variable for tests and benchmarks that compare the two).
+var pqDirectOn = true
+
 // addAvro writes one row decoded by c from an after-image (rowCodec). Its
 // byte-array values alias row until the row is handed to parquet-go.
+// With pqWriter, the row goes straight into its pages (decodePQ), after
+// the rows pending before it, so the file's rows stay in the order added
+// (the key index records their positions).
 func (d *dataFileWriter) addAvro(c *rowCodec, row []byte) error {
+	if d.pw != nil && pqDirectOn && !c.noPQ {
+		if d.npending > 0 {
+			if err := d.writePending(); err != nil {
+				return err
+			}
+		}
+		if err := c.decodePQ(row, d.pw); err != nil {
+			return err
+		}
+		d.rows++
+		if d.groupRows++; d.groupRows >= rowGroupRows {
+			rows := d.groupRows
+			d.groupRows = 0
+			if err := d.pw.flushRowGroup(rows); err != nil {
+				return fmt.Errorf("iceberg: write parquet row group: %w", err)
+			}
+		}
+		return nil
+	}
 	n, err := c.decodeInto(row, d.pending)
 	if err != nil {
 		d.dropRow()

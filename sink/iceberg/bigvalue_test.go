@@ -142,7 +142,7 @@ func TestBoundedFileStatistics(t *testing.T) {
 	if err := d.writePending(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.w.Close(); err != nil {
+	if err := d.close(); err != nil {
 		t.Fatal(err)
 	}
 	data := d.buf.Bytes()

@@ -55,6 +55,9 @@ type fileSchema struct {
 	pq    *parquet.Schema
 	cols  []pqColumn // in Iceberg field order
 	order []int      // indexes into cols in leaf order, the order parquet-go wants a row's values in
+	// plan, when set, writes the files with pqWriter instead of
+	// parquet-go's writer (commit files of flat primitive columns).
+	plan *pqPlan
 }
 
 // newFileSchema is the schema of sc's Parquet files compressed with
@@ -66,9 +69,21 @@ func newFileSchema(sc *iceberg.Schema) (*fileSchema, error) {
 
 // newCommitFileSchema is the schema of a commit's data files, compressed
 // with Snappy's fast encoder (commitCodec).
+// Their columns all flat primitives, pqWriter writes them (pqwrite.go).
 func newCommitFileSchema(sc *iceberg.Schema) (*fileSchema, error) {
-	return newFileSchemaCodec(sc, &commitCodec{})
+	fs, err := newFileSchemaCodec(sc, &commitCodec{})
+	if err != nil || !pqWriterOn {
+		return fs, err
+	}
+	if fs.plan, err = newPQPlan(fs); err != nil {
+		return nil, err
+	}
+	return fs, nil
 }
+
+// pqWriterOn: commit files are written by pqWriter where it can (a
+// variable for tests and benchmarks that compare with parquet-go's).
+var pqWriterOn = true
 
 // commitCodec writes Snappy's block format with s2's standard encoder,
 // which any Snappy decoder reads, instead of the "better" encoder of
@@ -503,6 +518,7 @@ type dataFileWriter struct {
 	tail *tailWriter
 	path string
 	w    *parquet.Writer
+	pw   *pqWriter // instead of w: fs.plan's files
 	rows int64
 	// Rows go to parquet-go a column at a time: pending[leaf] holds the
 	// values of leaf column leaf of the npending rows not yet handed over,
@@ -569,13 +585,19 @@ func newDataFileWriter(fs *fileSchema) *dataFileWriter {
 
 // open starts the Parquet writer into out and the column batches.
 func (d *dataFileWriter) open(out io.Writer) {
-	d.w = parquet.NewWriter(out, append([]parquet.WriterOption{d.fs.pq}, writerOptions...)...)
-	d.cols = d.w.ColumnWriters()
-	d.pending = make([][]parquet.Value, len(d.cols))
+	n := len(d.fs.cols)
+	if d.fs.plan != nil {
+		d.pw = newPQWriter(d.fs.plan, out)
+	} else {
+		d.w = parquet.NewWriter(out, append([]parquet.WriterOption{d.fs.pq}, writerOptions...)...)
+		d.cols = d.w.ColumnWriters()
+		n = len(d.cols)
+	}
+	d.pending = make([][]parquet.Value, n)
 	for i := range d.pending {
 		d.pending[i] = make([]parquet.Value, 0, writeBatchRows)
 	}
-	d.starts = make([]int, len(d.cols))
+	d.starts = make([]int, n)
 }
 
 // streamDataFile creates path and writes the file into it as rows come.
@@ -592,6 +614,8 @@ func streamDataFile(fs *fileSchema, wfs icebergio.WriteFileIO, path string) (*da
 
 // abort gives up a streamed file and removes it.
 func (d *dataFileWriter) abort(wfs icebergio.WriteFileIO) {
+	d.pw.release()
+	d.pw = nil
 	if d.out != nil {
 		_ = d.out.Close()
 		_ = wfs.Remove(d.path)
@@ -707,7 +731,12 @@ func (d *dataFileWriter) writePending() error {
 		return nil
 	}
 	for leaf, p := range d.pending {
-		_, err := d.cols[leaf].WriteRowValues(p)
+		var err error
+		if d.pw != nil {
+			err = d.pw.writeBatch(leaf, p)
+		} else {
+			_, err = d.cols[leaf].WriteRowValues(p)
+		}
 		d.pending[leaf] = p[:0]
 		if err != nil {
 			return fmt.Errorf("iceberg: write parquet column %d: %w", leaf, err)
@@ -716,7 +745,14 @@ func (d *dataFileWriter) writePending() error {
 	d.groupRows += d.npending
 	d.npending, d.pendingBytes = 0, 0
 	if d.groupRows >= rowGroupRows {
+		rows := d.groupRows
 		d.groupRows = 0
+		if d.pw != nil {
+			if err := d.pw.flushRowGroup(rows); err != nil {
+				return fmt.Errorf("iceberg: write parquet row group: %w", err)
+			}
+			return nil
+		}
 		if err := d.w.Flush(); err != nil {
 			return fmt.Errorf("iceberg: write parquet row group: %w", err)
 		}
@@ -749,7 +785,7 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 		d.abort(wfs)
 		return nil, err
 	}
-	if err := d.w.Close(); err != nil {
+	if err := d.close(); err != nil {
 		d.abort(wfs)
 		return nil, fmt.Errorf("iceberg: close parquet: %w", err)
 	}
@@ -814,6 +850,18 @@ func (d *dataFileWriter) finishAs(wfs icebergio.WriteFileIO, path string, tbl *t
 		args.SortOrderID = tbl.SortOrder().OrderID()
 	}
 	return table.DataFileFromMetadata(args)
+}
+
+// close writes the rest of the file: the last row group, the footer.
+func (d *dataFileWriter) close() error {
+	if d.pw == nil {
+		return d.w.Close()
+	}
+	err := d.pw.close(d.groupRows)
+	d.groupRows = 0
+	d.pw.release()
+	d.pw = nil
+	return err
 }
 
 // errFooterBeyondTail: the footer starts before the bytes at hand.

@@ -51,7 +51,7 @@ func benchDataFileAvro(b *testing.B, newFS func(*iceberg.Schema) (*fileSchema, e
 		if err := d.writePending(); err != nil {
 			b.Fatal(err)
 		}
-		if err := d.w.Close(); err != nil {
+		if err := d.close(); err != nil {
 			b.Fatal(err)
 		}
 		written += int64(d.buf.Len())

@@ -85,7 +85,7 @@ func closed(t *testing.T, d *dataFileWriter) []byte {
 	if err := d.writePending(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.w.Close(); err != nil {
+	if err := d.close(); err != nil {
 		t.Fatal(err)
 	}
 	return d.buf.Bytes()

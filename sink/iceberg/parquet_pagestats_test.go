@@ -76,7 +76,10 @@ func TestNoPageHeaderStatistics(t *testing.T) {
 		if name == iceberg.RowIDColumnName || name == iceberg.LastUpdatedSequenceNumberColumnName {
 			continue // NULL in every row: no bounds
 		}
-		if pages < 2 {
+		// (pqWriter counts a boolean as the byte it holds until its page
+		// is cut, and a definition level as a byte: 60,000 of the flag
+		// column fit one page of 256 KiB.)
+		if pages < 2 && name != "flag" {
 			t.Errorf("column %s: %d page(s), want several", name, pages)
 		}
 		st := leaves[c].MetaData.Statistics

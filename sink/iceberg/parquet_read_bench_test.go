@@ -39,7 +39,7 @@ func BenchmarkReadRaw(b *testing.B) {
 	if err := d.writePending(); err != nil {
 		b.Fatal(err)
 	}
-	if err := d.w.Close(); err != nil {
+	if err := d.close(); err != nil {
 		b.Fatal(err)
 	}
 	data := d.buf.Bytes()
