@@ -195,86 +195,97 @@ func TestPQWriterMatchesParquetGo(t *testing.T) {
 			}
 			old, new := writePQBoth(t, sc, rows)
 
-			pf, err := file.NewParquetReader(bytes.NewReader(new))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantGroups := (n + rowGroupRows - 1) / rowGroupRows
-			if got := pf.NumRowGroups(); got != wantGroups {
-				t.Errorf("%d row groups, want %d", got, wantGroups)
-			}
-			if n > rowGroupRows {
-				pages := 0
-				pr, err := pf.RowGroup(0).GetColumnPageReader(pf.MetaData().Schema.ColumnIndexByName("s"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for pr.Next() {
-					pages++
-				}
-				if pages < 2 {
-					t.Errorf("column s: %d page(s) in row group 0, want several", pages)
-				}
-			}
-
-			ov, nv := arrowValues(t, old), arrowValues(t, new)
-			if len(nv) != len(sc.Fields()) {
-				t.Fatalf("arrow-go read %d columns, want %d", len(nv), len(sc.Fields()))
-			}
-			for name, want := range ov {
-				got := nv[name]
-				if len(got) != n || len(want) != n {
-					t.Fatalf("column %s: %d values (parquet-go's file %d), want %d", name, len(got), len(want), n)
-				}
-				for i := range want {
-					if got[i] != want[i] {
-						t.Fatalf("column %s row %d: %q, parquet-go's file has %q", name, i, got[i], want[i])
-					}
-				}
-			}
+			nv := sameAsParquetGo(t, sc, old, new, n, "s", n > 3) // NULL-only and NaN-holding columns have no bounds
 			if ids := nv["id"]; ids[n-1] != fmt.Sprint(n-1) {
 				t.Errorf("the last row's id is %s, want %d", ids[n-1], n-1)
 			}
-
-			orows, nrows := parquetGoRows(t, old), parquetGoRows(t, new)
-			if len(nrows) != n || len(orows) != n {
-				t.Fatalf("parquet-go read %d rows (%d of its own file), want %d", len(nrows), len(orows), n)
-			}
-			for i := range orows {
-				if !sameRow(orows[i], nrows[i]) {
-					t.Fatalf("row %d: parquet-go reads %v, in its own file %v", i, nrows[i], orows[i])
-				}
-			}
-
-			odf, ndf := pqDataFile(t, sc, old), pqDataFile(t, sc, new)
-			if odf.Count() != ndf.Count() || ndf.Count() != int64(n) {
-				t.Errorf("record count %d, parquet-go's %d, want %d", ndf.Count(), odf.Count(), n)
-			}
-			for what, pair := range map[string][2]map[int]int64{
-				"value counts": {odf.ValueCounts(), ndf.ValueCounts()},
-				"null counts":  {odf.NullValueCounts(), ndf.NullValueCounts()},
-				"NaN counts":   {odf.NaNValueCounts(), ndf.NaNValueCounts()},
-			} {
-				if !maps.Equal(pair[0], pair[1]) {
-					t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
-				}
-			}
-			for what, pair := range map[string][2]map[int][]byte{
-				"lower bounds": {odf.LowerBoundValues(), ndf.LowerBoundValues()},
-				"upper bounds": {odf.UpperBoundValues(), ndf.UpperBoundValues()},
-			} {
-				if !maps.EqualFunc(pair[0], pair[1], bytes.Equal) {
-					t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
-				}
-			}
-			if len(odf.LowerBoundValues()) < 10 && n > 3 { // NULL-only and NaN-holding columns have none
-				t.Errorf("only %d lower bounds", len(odf.LowerBoundValues()))
-			}
-			if len(odf.SplitOffsets()) != len(ndf.SplitOffsets()) {
-				t.Errorf("split offsets %v, parquet-go's %v", ndf.SplitOffsets(), odf.SplitOffsets())
-			}
 		})
 	}
+}
+
+// sameAsParquetGo checks the file new against parquet-go's old of the
+// same n rows: its row groups (and, past one group, several pages of
+// column paged in the first), arrow-go's and parquet-go's readings of
+// both equal value by value, and DataFileFromMetadata's counts, bounds
+// and split offsets equal (with bounds for most columns when
+// wantBounds). It returns arrow-go's reading of new.
+func sameAsParquetGo(t *testing.T, sc *iceberg.Schema, old, new []byte, n int, paged string, wantBounds bool) map[string][]string {
+	t.Helper()
+	pf, err := file.NewParquetReader(bytes.NewReader(new))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pf.NumRowGroups(), (n+rowGroupRows-1)/rowGroupRows; got != want {
+		t.Errorf("%d row groups, want %d", got, want)
+	}
+	if n > rowGroupRows {
+		pr, err := pf.RowGroup(0).GetColumnPageReader(pf.MetaData().Schema.ColumnIndexByName(paged))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages := 0
+		for pr.Next() {
+			pages++
+		}
+		if pages < 2 {
+			t.Errorf("column %s: %d page(s) in row group 0, want several", paged, pages)
+		}
+	}
+
+	ov, nv := arrowValues(t, old), arrowValues(t, new)
+	if len(nv) != len(sc.Fields()) {
+		t.Fatalf("arrow-go read %d columns, want %d", len(nv), len(sc.Fields()))
+	}
+	for name, want := range ov {
+		got := nv[name]
+		if len(got) != n || len(want) != n {
+			t.Fatalf("column %s: %d values (parquet-go's file %d), want %d", name, len(got), len(want), n)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("column %s row %d: %q, parquet-go's file has %q", name, i, got[i], want[i])
+			}
+		}
+	}
+
+	orows, nrows := parquetGoRows(t, old), parquetGoRows(t, new)
+	if len(nrows) != n || len(orows) != n {
+		t.Fatalf("parquet-go read %d rows (%d of its own file), want %d", len(nrows), len(orows), n)
+	}
+	for i := range orows {
+		if !sameRow(orows[i], nrows[i]) {
+			t.Fatalf("row %d: parquet-go reads %v, in its own file %v", i, nrows[i], orows[i])
+		}
+	}
+
+	odf, ndf := pqDataFile(t, sc, old), pqDataFile(t, sc, new)
+	if odf.Count() != ndf.Count() || ndf.Count() != int64(n) {
+		t.Errorf("record count %d, parquet-go's %d, want %d", ndf.Count(), odf.Count(), n)
+	}
+	for what, pair := range map[string][2]map[int]int64{
+		"value counts": {odf.ValueCounts(), ndf.ValueCounts()},
+		"null counts":  {odf.NullValueCounts(), ndf.NullValueCounts()},
+		"NaN counts":   {odf.NaNValueCounts(), ndf.NaNValueCounts()},
+	} {
+		if !maps.Equal(pair[0], pair[1]) {
+			t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
+		}
+	}
+	for what, pair := range map[string][2]map[int][]byte{
+		"lower bounds": {odf.LowerBoundValues(), ndf.LowerBoundValues()},
+		"upper bounds": {odf.UpperBoundValues(), ndf.UpperBoundValues()},
+	} {
+		if !maps.EqualFunc(pair[0], pair[1], bytes.Equal) {
+			t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
+		}
+	}
+	if wantBounds && len(odf.LowerBoundValues()) < 10 {
+		t.Errorf("only %d lower bounds", len(odf.LowerBoundValues()))
+	}
+	if len(odf.SplitOffsets()) != len(ndf.SplitOffsets()) {
+		t.Errorf("split offsets %v, parquet-go's %v", ndf.SplitOffsets(), odf.SplitOffsets())
+	}
+	return nv
 }
 
 // sameRow: the rows' values have the same kinds, levels, columns and
@@ -438,77 +449,7 @@ func TestPQWriterDirectRows(t *testing.T) {
 					t.Fatalf("direct %d, generic %d, failed then generic %d: want each", direct, generic, failed)
 				}
 				new := append([]byte(nil), closed(t, d)...)
-
-				pf, err := file.NewParquetReader(bytes.NewReader(new))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := pf.NumRowGroups(), (n+rowGroupRows-1)/rowGroupRows; got != want {
-					t.Errorf("%d row groups, want %d", got, want)
-				}
-				if n > rowGroupRows {
-					pr, err := pf.RowGroup(0).GetColumnPageReader(pf.MetaData().Schema.ColumnIndexByName("j"))
-					if err != nil {
-						t.Fatal(err)
-					}
-					pages := 0
-					for pr.Next() {
-						pages++
-					}
-					if pages < 2 {
-						t.Errorf("column j: %d page(s) in row group 0, want several", pages)
-					}
-				}
-
-				ov, nv := arrowValues(t, old), arrowValues(t, new)
-				if len(nv) != len(sc.Fields()) {
-					t.Fatalf("arrow-go read %d columns, want %d", len(nv), len(sc.Fields()))
-				}
-				for name, want := range ov {
-					got := nv[name]
-					if len(got) != n || len(want) != n {
-						t.Fatalf("column %s: %d values (parquet-go's file %d), want %d", name, len(got), len(want), n)
-					}
-					for i := range want {
-						if got[i] != want[i] {
-							t.Fatalf("column %s row %d: %q, parquet-go's file has %q", name, i, got[i], want[i])
-						}
-					}
-				}
-				orows, nrows := parquetGoRows(t, old), parquetGoRows(t, new)
-				if len(nrows) != n || len(orows) != n {
-					t.Fatalf("parquet-go read %d rows (%d of its own file), want %d", len(nrows), len(orows), n)
-				}
-				for i := range orows {
-					if !sameRow(orows[i], nrows[i]) {
-						t.Fatalf("row %d: parquet-go reads %v, in its own file %v", i, nrows[i], orows[i])
-					}
-				}
-
-				odf, ndf := pqDataFile(t, sc, old), pqDataFile(t, sc, new)
-				if odf.Count() != ndf.Count() || ndf.Count() != int64(n) {
-					t.Errorf("record count %d, parquet-go's %d, want %d", ndf.Count(), odf.Count(), n)
-				}
-				for what, pair := range map[string][2]map[int]int64{
-					"value counts": {odf.ValueCounts(), ndf.ValueCounts()},
-					"null counts":  {odf.NullValueCounts(), ndf.NullValueCounts()},
-					"NaN counts":   {odf.NaNValueCounts(), ndf.NaNValueCounts()},
-				} {
-					if !maps.Equal(pair[0], pair[1]) {
-						t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
-					}
-				}
-				for what, pair := range map[string][2]map[int][]byte{
-					"lower bounds": {odf.LowerBoundValues(), ndf.LowerBoundValues()},
-					"upper bounds": {odf.UpperBoundValues(), ndf.UpperBoundValues()},
-				} {
-					if !maps.EqualFunc(pair[0], pair[1], bytes.Equal) {
-						t.Errorf("%s: %v, parquet-go's %v", what, pair[1], pair[0])
-					}
-				}
-				if len(odf.LowerBoundValues()) < 10 {
-					t.Errorf("only %d lower bounds", len(odf.LowerBoundValues()))
-				}
+				sameAsParquetGo(t, sc, old, new, n, "j", true)
 			})
 		}
 	}
