@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/dbproc"
 )
 
 // The server's CPU by process kind, for a phase (CDCD_BENCH_PG_PROCS=1):
@@ -17,63 +18,41 @@ import (
 // autovacuum workers, the auxiliary processes, and backends that exited
 // during the phase), and the minor page faults of the server's live
 // processes and of this one. On this machine (a paravirtualized guest) a
-// minor fault cost about 25 µs: a fresh backend whose index scans touch
+// minor fault cost about 13 CPU-µs: a fresh backend whose index scans touch
 // every page of shared_buffers pays for each page once (BENCHMARKS.md,
 // "The incremental benchmark like for like (lead, session 21)").
 
-// pgProcs is the CPU so far of each live process under a postmaster, by
-// PID, with its title's kind.
+// pgProcsOn says whether CDCD_BENCH_PG_PROCS=1 asks for the breakdown
+// (otherwise nothing is read).
+func pgProcsOn() bool { return os.Getenv("CDCD_BENCH_PG_PROCS") == "1" }
+
+// pgProcs is what each live process under a postmaster has used so far,
+// by PID, with its title's kind, and what its reaped children used.
 type pgProcs struct {
-	reaped time.Duration // the postmaster's reaped children's
+	reaped time.Duration
 	procs  map[int]pgProc
 }
 
 type pgProc struct {
-	kind   string
-	cpu    time.Duration
-	minflt int64
+	kind string
+	dbproc.Usage
 }
 
-// readPGProcs reads /proc for the postmaster's children.
+// readPGProcs reads the postmaster's children (nothing unless pgProcsOn).
 func readPGProcs(postmaster int) pgProcs {
 	out := pgProcs{procs: map[int]pgProc{}}
-	if f := statFields(postmaster); len(f) > 14 {
-		out.reaped = ticks(f[13]) + ticks(f[14])
+	if !pgProcsOn() {
+		return out
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		f := statFields(pid)
-		if len(f) < 13 || f[1] != strconv.Itoa(postmaster) {
-			continue
-		}
+	if u, err := dbproc.ProcessUsage(postmaster); err == nil {
+		out.reaped = u.ChildrenCPU
+	}
+	children, _ := dbproc.Children(postmaster)
+	for pid, u := range children {
 		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		mf, _ := strconv.ParseInt(f[7], 10, 64)
-		out.procs[pid] = pgProc{kind: procKind(string(title)), cpu: ticks(f[11]) + ticks(f[12]), minflt: mf}
+		out.procs[pid] = pgProc{kind: procKind(string(title)), Usage: u}
 	}
 	return out
-}
-
-// statFields is /proc/PID/stat's fields after the command name (state
-// first).
-func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
-}
-
-func ticks(s string) time.Duration {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return time.Duration(n) * 10 * time.Millisecond
 }
 
 // procKind is a PostgreSQL process title without its addresses and
@@ -96,19 +75,19 @@ func procKind(title string) string {
 // readings, a CPU-µs a row by kind (processes that exited meanwhile, by
 // the kind last seen, or "reaped").
 func logPGProcs(tb testing.TB, phase string, rows int, before, after pgProcs) {
-	if os.Getenv("CDCD_BENCH_PG_PROCS") != "1" {
+	if !pgProcsOn() {
 		return
 	}
 	by := map[string]time.Duration{}
 	var flt int64
 	for pid, p := range after.procs {
-		by[p.kind] += p.cpu - before.procs[pid].cpu
-		flt += p.minflt - before.procs[pid].minflt
+		by[p.kind] += p.CPU - before.procs[pid].CPU
+		flt += p.MinorFaults - before.procs[pid].MinorFaults
 	}
 	var gone time.Duration
 	for pid, p := range before.procs {
 		if _, ok := after.procs[pid]; !ok {
-			gone -= p.cpu
+			gone -= p.CPU
 		}
 	}
 	by["reaped (exited during the phase)"] += after.reaped - before.reaped + gone
@@ -124,7 +103,6 @@ func logPGProcs(tb testing.TB, phase string, rows int, before, after pgProcs) {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.3f", k, by[k].Seconds()*1e6/float64(rows)))
 	}
-	self := statFields(os.Getpid())
-	mf, _ := strconv.ParseInt(self[7], 10, 64)
-	tb.Logf("%s: PostgreSQL CPU-µs/row by process: %s; live processes' minor faults %d; cdcd's so far %d", phase, strings.Join(parts, "; "), flt, mf)
+	self, _ := dbproc.ProcessUsage(os.Getpid())
+	tb.Logf("%s: PostgreSQL CPU-µs/row by process: %s; live processes' minor faults %d; cdcd's so far %d", phase, strings.Join(parts, "; "), flt, self.MinorFaults)
 }

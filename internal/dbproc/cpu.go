@@ -1,7 +1,6 @@
 package dbproc
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,20 +20,30 @@ type procStat struct {
 	ppid        int
 	cpu         time.Duration // utime + stime
 	childrenCPU time.Duration // cutime + cstime: of its waited-for children
+	minflt      int64         // minor page faults
 }
 
-// readStat parses /proc/PID/stat; the command name may hold spaces and
-// parentheses, so the fields are counted from its closing parenthesis.
-func readStat(pid int) (procStat, error) {
+// statFields returns the fields of /proc/PID/stat after the command name,
+// which may hold spaces and parentheses: "pid (comm) state ...".
+func statFields(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("dbproc: /proc/%d/stat: no command name", pid)
+	}
+	return strings.Fields(s[i+1:]), nil
+}
+
+// readStat parses /proc/PID/stat (statFields).
+func readStat(pid int) (procStat, error) {
+	f, err := statFields(pid)
 	if err != nil {
 		return procStat{}, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("dbproc: /proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state): field n is f[n-3].
 	if len(f) < 20 {
 		return procStat{}, fmt.Errorf("dbproc: /proc/%d/stat: %d fields", pid, len(f)+2)
@@ -44,7 +53,45 @@ func readStat(pid int) (procStat, error) {
 		ppid:        int(num(4)),
 		cpu:         time.Duration(num(14)+num(15)) * clockTick,
 		childrenCPU: time.Duration(num(16)+num(17)) * clockTick,
+		minflt:      num(10),
 	}, nil
+}
+
+// Usage is what a process has used so far, from /proc.
+type Usage struct {
+	CPU         time.Duration // user + system, all its threads
+	ChildrenCPU time.Duration // its reaped children's
+	MinorFaults int64
+}
+
+func (st procStat) usage() Usage {
+	return Usage{CPU: st.cpu, ChildrenCPU: st.childrenCPU, MinorFaults: st.minflt}
+}
+
+// ProcessUsage is a process's Usage.
+func ProcessUsage(pid int) (Usage, error) {
+	st, err := readStat(pid)
+	return st.usage(), err
+}
+
+// Children is the Usage of each live child of parent, by PID (a
+// PostgreSQL server's processes: the postmaster's children).
+func Children(parent int) (map[int]Usage, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]Usage{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(pid); err == nil && st.ppid == parent {
+			out[pid] = st.usage()
+		}
+	}
+	return out, nil
 }
 
 // ProcessCPU is a process's user+system CPU time so far (all its threads).

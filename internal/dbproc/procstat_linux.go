@@ -1,10 +1,8 @@
 package dbproc
 
 import (
-	"fmt"
 	"os"
 	"strconv"
-	"strings"
 )
 
 // startTime returns a process's start time in clock ticks since boot (field
@@ -29,15 +27,4 @@ func deadOrZombie(pid int) bool {
 		return os.IsNotExist(err)
 	}
 	return len(rest) > 0 && rest[0] == "Z"
-}
-
-// statFields returns the fields of /proc/PID/stat after the command name,
-// which may hold spaces and parentheses: "pid (comm) state ...".
-func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
 }

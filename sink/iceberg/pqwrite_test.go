@@ -79,21 +79,28 @@ func pqKindsRow(i int, rng *rand.Rand) []any {
 	return row
 }
 
+// commitSchemaWith is sc's commit file schema as made with pqWriter on
+// or off (pqWriterOn), checking that pqWriter takes it exactly when on.
+func commitSchemaWith(t *testing.T, sc *iceberg.Schema, on bool) *fileSchema {
+	t.Helper()
+	defer func(was bool) { pqWriterOn = was }(pqWriterOn)
+	pqWriterOn = on
+	fs, err := newCommitFileSchema(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (fs.plan != nil) != on {
+		t.Fatalf("pqWriter on %v: plan %v", on, fs.plan != nil)
+	}
+	return fs
+}
+
 // writePQBoth writes rows into a commit file through parquet-go's writer
 // and through pqWriter, and returns both files.
 func writePQBoth(t *testing.T, sc *iceberg.Schema, rows [][]any) (old, new []byte) {
 	t.Helper()
 	write := func(on bool) []byte {
-		defer func(was bool) { pqWriterOn = was }(pqWriterOn)
-		pqWriterOn = on
-		fs, err := newCommitFileSchema(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (fs.plan != nil) != on {
-			t.Fatalf("pqWriter on %v: plan %v", on, fs.plan != nil)
-		}
-		d := newDataFileWriter(fs)
+		d := newDataFileWriter(commitSchemaWith(t, sc, on))
 		for _, r := range rows {
 			if err := d.add(r); err != nil {
 				t.Fatal(err)
@@ -322,26 +329,7 @@ func TestPQWriterDirectRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evolved := iceberg.NewSchemaWithIdentifiers(1, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
-		iceberg.NestedField{ID: 2, Name: "b", Type: iceberg.PrimitiveTypes.Bool},
-		iceberg.NestedField{ID: 3, Name: "i16", Type: iceberg.PrimitiveTypes.Int64},
-		iceberg.NestedField{ID: 4, Name: "i32", Type: iceberg.PrimitiveTypes.Int64},
-		iceberg.NestedField{ID: 5, Name: "f32", Type: iceberg.PrimitiveTypes.Float64},
-		iceberg.NestedField{ID: 6, Name: "f64", Type: iceberg.PrimitiveTypes.Float64},
-		iceberg.NestedField{ID: 7, Name: "d", Type: iceberg.DecimalTypeOf(18, 2)},
-		iceberg.NestedField{ID: 8, Name: "d9", Type: iceberg.DecimalTypeOf(14, 3)},
-		iceberg.NestedField{ID: 9, Name: "num", Type: iceberg.PrimitiveTypes.String},
-		// "s" is not in the file: read past.
-		iceberg.NestedField{ID: 11, Name: "j", Type: iceberg.PrimitiveTypes.String},
-		iceberg.NestedField{ID: 12, Name: "bin", Type: iceberg.PrimitiveTypes.Binary},
-		iceberg.NestedField{ID: 13, Name: "day", Type: iceberg.PrimitiveTypes.Date},
-		iceberg.NestedField{ID: 14, Name: "t", Type: iceberg.PrimitiveTypes.Time},
-		iceberg.NestedField{ID: 15, Name: "ts", Type: iceberg.PrimitiveTypes.Timestamp},
-		iceberg.NestedField{ID: 16, Name: "tz", Type: iceberg.PrimitiveTypes.TimestampTz},
-		iceberg.NestedField{ID: 17, Name: "later", Type: iceberg.PrimitiveTypes.String},
-		iceberg.NestedField{ID: 18, Name: "later_def", Type: iceberg.PrimitiveTypes.Int32},
-	)
+	evolved := codecEvolvedSchema()
 	// The bait: every value at or beyond the random rows' extremes.
 	bait := afterImage(t, codecTable, &schema.Envelope{Op: 'c', Source: schema.SourceInfo{Position: []byte("p")}, After: []any{
 		int64(math.MaxInt64), true, int64(math.MaxInt16), int64(math.MinInt32), float32(math.Inf(-1)), 1e300,
@@ -383,20 +371,7 @@ func TestPQWriterDirectRows(t *testing.T) {
 					}
 					vals[i] = v
 				}
-				fileSchema := func(on bool) *fileSchema {
-					defer func(was bool) { pqWriterOn = was }(pqWriterOn)
-					pqWriterOn = on
-					fs, err := newCommitFileSchema(sc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if (fs.plan != nil) != on {
-						t.Fatalf("pqWriter on %v: plan %v", on, fs.plan != nil)
-					}
-					return fs
-				}
-
-				oldFS := fileSchema(false)
+				oldFS := commitSchemaWith(t, sc, false)
 				d := newDataFileWriter(oldFS)
 				for i := range vals {
 					if err := d.add(vals[i]); err != nil {
@@ -405,7 +380,7 @@ func TestPQWriterDirectRows(t *testing.T) {
 				}
 				old := append([]byte(nil), closed(t, d)...)
 
-				fs := fileSchema(true)
+				fs := commitSchemaWith(t, sc, true)
 				c := newRowCodec(codecTable, fs, defaults)
 				if c == nil {
 					t.Fatal("no codec")
