@@ -64,9 +64,10 @@ func (r *Reader) Snapshots() *snapshot.Engine { return r.inc }
 // backend process of its own, and a fresh backend's index scans touch
 // every page of shared_buffers once, a page fault each in that process
 // (the load's COPY reads through a small ring of buffers instead): on the
-// benchmark's machine, where a fault cost about 13 CPU-µs, a third reader
-// cost the first snapshot about 0.1 PostgreSQL CPU-µs a row of a 1M-row
-// table for no gain in rate. Two readers against three, eight alternated
+// benchmark's machine, where a fault cost about 13 CPU-µs, a third
+// reader's 8,192 faults are about 0.1 s, and the first snapshot of a
+// 1M-row table cost PostgreSQL a median 1.42 CPU-µs a row with three
+// against 1.27 with two, for no gain in rate. Two readers against three, eight alternated
 // pairs: incremental / initial load higher in six, median 0.85 against
 // 0.79, and the snapshot's peak RSS lower (BENCHMARKS.md, "The
 // incremental benchmark like for like (lead, session 21)"). MariaDB's
