@@ -139,6 +139,10 @@ func TestIncrementalDoneAtDurable(t *testing.T) {
 	_, r := e.startReader(t, []string{"hot"}, false, p, func(c *Config) {
 		c.Incremental.ChunkRows = 500
 		c.StatusInterval = time.Hour
+		// No heartbeat either: its arrival moves the position and
+		// checkpoints too, so it hid a run that waited for the next
+		// status (CI once: done after 20 s, at the second heartbeat).
+		c.HeartbeatInterval = -1
 	})
 	p.r.Store(r)
 	if err := r.Snapshots().Submit(t.Context(), snapshot.Request{Table: "public.hot", Origin: "test"}); err != nil {

@@ -337,6 +337,9 @@ func (in *incStream) observe(batch []source.Change, from int) []source.Change {
 // durable (snapshot.Engine.Finishing).
 func (in *incStream) finishing() bool { return in != nil && in.eng.Finishing() }
 
+// active reports whether a snapshot run exists (snapshot.Engine.Active).
+func (in *incStream) active() bool { return in != nil && in.eng.Active() }
+
 // checkpoint saves the snapshots' progress that is durable at lsn.
 func (in *incStream) checkpoint(ctx context.Context, lsn uint64) error {
 	if in == nil {

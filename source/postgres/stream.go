@@ -74,6 +74,9 @@ type streamer struct {
 	lastData      time.Time // when the last change or commit arrived
 	nextHeartbeat time.Time
 	nextPubCheck  time.Time
+	// nextFinishCheck is when to look next whether a snapshot run has
+	// read its last chunk (maybeFinishing).
+	nextFinishCheck time.Time
 	// readDeadline is the receive deadline last set on the connection
 	// (zero: not known; status forgets it, see loop).
 	readDeadline time.Time
@@ -189,7 +192,11 @@ func (s *streamer) loop(ctx context.Context) error {
 		if err := s.maybeCheckLag(ctx, now); err != nil {
 			return err
 		}
+		s.maybeFinishing(now)
 		deadline := s.nextStatus
+		if s.inc.active() && s.nextFinishCheck.Before(deadline) {
+			deadline = s.nextFinishCheck
+		}
 		if len(s.batch) > 0 {
 			if due := s.batchAt.Add(s.batchWait()); due.Before(deadline) {
 				deadline = due
@@ -398,6 +405,28 @@ type inflight struct{ n, lsn uint64 }
 // for a message before it looks whether they became durable.
 const durablePoll = 2 * time.Millisecond
 
+// finishPoll is how often a stream with a snapshot running looks whether
+// a run has read its last chunk.
+const finishPoll = 50 * time.Millisecond
+
+// maybeFinishing brings the next status (the snapshots' checkpoint) to a
+// BatchDelay after the last one when a snapshot run has read its last
+// chunk. The run is marked so by its worker after the chunk's rows were
+// handed over, often after they became durable and the position moved
+// (advance looks then): with nothing moving after it, the run waited for
+// the next status, StatusInterval away, on an idle stream.
+func (s *streamer) maybeFinishing(now time.Time) {
+	if !s.inc.active() || now.Before(s.nextFinishCheck) {
+		return
+	}
+	s.nextFinishCheck = now.Add(finishPoll)
+	if s.inc.finishing() {
+		if due := s.lastStatus.Add(s.r.cfg.BatchDelay); due.Before(s.nextStatus) {
+			s.nextStatus = due
+		}
+	}
+}
+
 // submit hands batch to the tracking Emitter without waiting for it to be
 // durable; lsn (every change up to it is in batch or submitted before)
 // becomes confirmable once it is. The Emitter bounds the batches in
@@ -532,6 +561,12 @@ func (s *streamer) maybeHeartbeat(ctx context.Context, now time.Time) error {
 	}
 	s.nextHeartbeat = now.Add(s.r.cfg.HeartbeatInterval)
 	if now.Sub(s.lastData) < s.r.cfg.HeartbeatInterval || s.inTx || s.inStream {
+		// Next a HeartbeatInterval after the last data, not after this
+		// look: a stream gone idle just after a look waited twice the
+		// interval for its heartbeat.
+		if next := s.lastData.Add(s.r.cfg.HeartbeatInterval); next.After(now) && !s.inTx && !s.inStream {
+			s.nextHeartbeat = next
+		}
 		return nil
 	}
 	if _, err := s.conn.Exec(ctx, "SELECT pg_logical_emit_message(false, $1::text, ''::text)", heartbeatPrefix); err != nil {

@@ -440,6 +440,10 @@ func (e *Engine) Checkpoint(ctx context.Context, durable source.Position) error 
 	return nil
 }
 
+// Active reports whether a run exists (queued, running or finishing): one
+// atomic load, for a source's loop to call at every message.
+func (e *Engine) Active() bool { return e.active.Load() }
+
 // Finishing reports whether a run has read and emitted everything and
 // waits only for its rows to be durable: a Checkpoint once they are ends
 // it. A source checkpoints then, after the flush that makes them durable,
