@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table/dv"
 )
 
@@ -129,7 +130,11 @@ func (c *Compactor) Poll(ctx context.Context, catchingUp bool) {
 // deleted rows as they are now.
 func (c *Compactor) plan(ctx context.Context, force bool) (*compaction, error) {
 	files := c.t.Files()
-	picked := pick(files, c.cc, force)
+	var sch *iceberg.Schema
+	if cur := c.t.Current(); cur != nil {
+		sch = cur.Schema()
+	}
+	picked, capped := pick(files, c.cc, force, mergeFiles(c.cc, sch))
 	if len(picked) == 0 {
 		return nil, nil
 	}
@@ -144,7 +149,7 @@ func (c *Compactor) plan(ctx context.Context, force bool) (*compaction, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := &compaction{id: newID(), old: picked, started: time.Now(), done: make(chan struct{})}
+	run := &compaction{id: newID(), old: picked, capped: capped, started: time.Now(), done: make(chan struct{})}
 	for _, df := range picked {
 		var bm *dv.RoaringPositionBitmap
 		if cur := deleted[df.FilePath()]; cur != nil {
@@ -199,6 +204,13 @@ func (c *Compactor) Finish(ctx context.Context) error {
 		st.BytesOut += df.FileSizeBytes()
 	}
 	c.logger.Info("compacted", "files_in", len(run.old), "files_out", len(run.newFiles), "took", time.Since(run.started).Round(time.Millisecond))
+	if run.capped {
+		// Files of the group were left for the merge's memory: plan the
+		// next one at once rather than an Interval later, or a table
+		// committed every second makes small files faster than capped
+		// compactions a minute apart remove them.
+		c.lastPlan = time.Time{}
+	}
 	c.maintain(ctx)
 	return nil
 }

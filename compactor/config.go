@@ -32,6 +32,16 @@ type CompactionConfig struct {
 	// bigint key): narrow rows compress so well that a byte cap alone
 	// would let one compaction take a large table whole.
 	MaxRows int64
+	// MergeMemory bounds the read buffers of one rewrite's merge. Every
+	// input file is open at once (a k-way merge), each holding a page of
+	// every column, compressed and decoded: about readBytesPerColumn a
+	// column with the sink's 256 KiB pages. So a compaction merges at most
+	// MergeMemory / (columns × readBytesPerColumn) files, and never fewer
+	// than MinGroup; default 64 MiB. Without it a table committed every
+	// second merged a hundred files at once and its daemon's RSS went
+	// past 380 MB (BENCHMARKS.md, "The compactor's merge, bounded (lead,
+	// session 22)").
+	MergeMemory int64
 	// OrphanAge is how old an unreferenced file must be before it is
 	// removed; default 24h, never less than 1h.
 	OrphanAge time.Duration
@@ -61,6 +71,9 @@ func (c CompactionConfig) WithDefaults() CompactionConfig {
 	}
 	if c.MaxRows <= 0 {
 		c.MaxRows = 2_000_000
+	}
+	if c.MergeMemory <= 0 {
+		c.MergeMemory = 64 << 20
 	}
 	if c.OrphanAge < time.Hour {
 		c.OrphanAge = 24 * time.Hour

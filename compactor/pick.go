@@ -16,8 +16,11 @@ import (
 // then at least (MinGroup+1)/2 times its largest input, so a row is
 // rewritten about log3(table / commit) times over the table's life.
 //
+// At most maxFiles files are taken (mergeFiles); capped says whether the
+// cap left files of the group for a next compaction.
+//
 // force (an operator's `cdcd compact`) takes every small file, not a tier.
-func pick(cands []File, cc CompactionConfig, force bool) []iceberg.DataFile {
+func pick(cands []File, cc CompactionConfig, force bool, maxFiles int) (picked []iceberg.DataFile, capped bool) {
 	byPart := map[string][]File{}
 	for _, c := range cands {
 		k := fmt.Sprint(c.DataFile.SpecID(), c.DataFile.Partition())
@@ -28,7 +31,6 @@ func pick(cands []File, cc CompactionConfig, force bool) []iceberg.DataFile {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var picked []iceberg.DataFile
 	var bytes, rows int64
 	for _, k := range keys {
 		var small, heavy []iceberg.DataFile
@@ -51,6 +53,10 @@ func pick(cands []File, cc CompactionConfig, force bool) []iceberg.DataFile {
 			group = append(group, b...)
 		}
 		for _, df := range group {
+			if len(picked) >= maxFiles {
+				capped = true
+				break
+			}
 			if (bytes+df.FileSizeBytes() > cc.MaxBytes || rows+df.Count() > cc.MaxRows) && len(picked) > 0 {
 				break
 			}
@@ -62,7 +68,41 @@ func pick(cands []File, cc CompactionConfig, force bool) []iceberg.DataFile {
 			break // one partition per compaction
 		}
 	}
-	return picked
+	return picked, capped
+}
+
+// readBytesPerColumn is what an open input file's column holds during a
+// merge: a page as read (compressed) and decoded, 256 KiB each for the
+// sink's files (pqPageSize).
+const readBytesPerColumn = 512 << 10
+
+// mergeFiles is how many files one merge may read at once within
+// cc.MergeMemory for a table of sch's leaf columns; at least MinGroup.
+func mergeFiles(cc CompactionConfig, sch *iceberg.Schema) int {
+	cols := 1
+	if sch != nil {
+		st := sch.AsStruct()
+		cols = max(1, leafColumns(&st))
+	}
+	return max(cc.MinGroup, int(cc.MergeMemory/(int64(cols)*readBytesPerColumn)))
+}
+
+// leafColumns counts the Parquet leaf columns a type is stored in.
+func leafColumns(t iceberg.Type) int {
+	switch t := t.(type) {
+	case *iceberg.StructType:
+		n := 0
+		for _, f := range t.FieldList {
+			n += leafColumns(f.Type)
+		}
+		return n
+	case *iceberg.ListType:
+		return leafColumns(t.Element)
+	case *iceberg.MapType:
+		return leafColumns(t.KeyType) + leafColumns(t.ValueType)
+	default:
+		return 1
+	}
 }
 
 func bySize(g []iceberg.DataFile) {

@@ -17,6 +17,7 @@ type compaction struct {
 	id      string
 	old     []iceberg.DataFile
 	oldDV   []*dv.RoaringPositionBitmap // each old file's deleted rows when planned (nil: none)
+	capped  bool                        // pick left files of the group for the merge's memory (mergeFiles)
 	started time.Time
 
 	// set by the rewrite

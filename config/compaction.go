@@ -28,6 +28,11 @@ type Compaction struct {
 	// it writes; default 2,000,000. A compaction holds about 30 bytes a row
 	// (key and new position) until it commits: this bounds its memory.
 	MaxInputRows int `yaml:"max_input_rows"`
+	// MergeMemoryMB bounds the read buffers of one compaction's merge, in
+	// MiB: every input file is open at once with a page of each column
+	// (about 512 KiB a column), so it merges at most this many MiB /
+	// (columns × 0.5) files, never fewer than min_files; default 64.
+	MergeMemoryMB int `yaml:"merge_memory_mb"`
 	// OrphanAge is how old an unreferenced file must be to be removed;
 	// default 24h, at least 1h.
 	OrphanAge time.Duration `yaml:"orphan_age"`
@@ -49,6 +54,7 @@ func (c *Compaction) applyDefaults(explicit func(string) bool) {
 	orDefault(&c.DeletePercent, 30, explicit(p+"delete_percent"))
 	orDefault(&c.MaxInputMB, 192, explicit(p+"max_input_mb"))
 	orDefault(&c.MaxInputRows, 2_000_000, explicit(p+"max_input_rows"))
+	orDefault(&c.MergeMemoryMB, 64, explicit(p+"merge_memory_mb"))
 	orDefault(&c.OrphanAge, 24*time.Hour, explicit(p+"orphan_age"))
 	orDefault(&c.RetainSnapshots, 100, explicit(p+"retain_snapshots"))
 	orDefault(&c.SnapshotMaxAge, time.Hour, explicit(p+"snapshot_max_age"))
@@ -70,6 +76,7 @@ func (v *validator) compaction(c Compaction) {
 	positive("delete_percent", c.DeletePercent, 1, 100)
 	positive("max_input_mb", c.MaxInputMB, 1, 1<<16)
 	positive("max_input_rows", c.MaxInputRows, 1000, 1<<31-1)
+	positive("merge_memory_mb", c.MergeMemoryMB, 1, 1<<16)
 	positive("retain_snapshots", c.RetainSnapshots, 2, 1<<20)
 	if c.OrphanAge < time.Hour {
 		v.fail(p+"orphan_age", ErrInvalid, "must be at least 1h (a file younger than that may belong to a commit in flight), got %s", c.OrphanAge)

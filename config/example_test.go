@@ -93,6 +93,7 @@ sink: {iceberg: {mode: append}}
 	//       delete_percent: 30
 	//       max_input_mb: 192
 	//       max_input_rows: 2000000
+	//       merge_memory_mb: 64
 	//       orphan_age: 24h
 	//       retain_snapshots: 100
 	//       snapshot_max_age: 1h

@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 			Disabled: !ice.Compaction.Enabled, Interval: ice.Compaction.Interval,
 			SmallFileRatio: float64(ice.Compaction.SmallFilePercent) / 100, MinGroup: ice.Compaction.MinFiles,
 			DeleteRatio: float64(ice.Compaction.DeletePercent) / 100, MaxBytes: int64(ice.Compaction.MaxInputMB) << 20,
-			MaxRows:   int64(ice.Compaction.MaxInputRows),
+			MaxRows: int64(ice.Compaction.MaxInputRows), MergeMemory: int64(ice.Compaction.MergeMemoryMB) << 20,
 			OrphanAge: ice.Compaction.OrphanAge,
 		},
 		OnCommit: d.committed,
