@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -141,5 +142,33 @@ func TestRewriteAndCommit(t *testing.T) {
 	want := []string{"1>" + n0 + "@0", "2>" + n0 + "@1", "4>" + n0 + "@2", "6>" + n1 + "@0", "7>" + n1 + "@1"}
 	if !slices.Equal(moves, want) {
 		t.Errorf("moves %v, want %v", moves, want)
+	}
+}
+
+// TestFinishPlansNextWhenCapped: a compaction that left files of its
+// group for the merge's memory (capped) makes the next plan due at once;
+// one that took its whole group leaves the next an Interval away.
+func TestFinishPlansNextWhenCapped(t *testing.T) {
+	for _, capped := range []bool{true, false} {
+		a, b := testDataFile(t, "a", 2, 16), testDataFile(t, "b", 2, 16)
+		rw := &memRewriter{t: t, files: map[string][]int64{"a": {1, 3}, "b": {2, 4}}}
+		run := &compaction{id: "0123456789abcdef0123456789abcdef", old: []iceberg.DataFile{a, b},
+			oldDV: []*dv.RoaringPositionBitmap{nil, nil}, capped: capped, done: make(chan struct{})}
+		cc := CompactionConfig{}.WithDefaults()
+		if err := run.rewrite(context.Background(), rw, cc); err != nil {
+			t.Fatal(err)
+		}
+		mt := &memTable{files: []File{{DataFile: a}, {DataFile: b}}}
+		c := New(cc, MaintenanceConfig{}, mt, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c.run, c.lastPlan = run, time.Now()
+		if err := c.Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if mt.committed == nil {
+			t.Fatalf("capped %v: the rewrite was not committed", capped)
+		}
+		if due := time.Since(c.lastPlan) >= cc.Interval; due != capped {
+			t.Errorf("capped %v: next plan due at once %v, want %v", capped, due, capped)
+		}
 	}
 }

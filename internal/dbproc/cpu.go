@@ -77,18 +77,34 @@ func ProcessUsage(pid int) (Usage, error) {
 // Children is the Usage of each live child of parent, by PID (a
 // PostgreSQL server's processes: the postmaster's children).
 func Children(parent int) (map[int]Usage, error) {
-	ents, err := os.ReadDir("/proc")
+	all, err := allStats()
 	if err != nil {
 		return nil, err
 	}
 	out := map[int]Usage{}
+	for pid, st := range all {
+		if st.ppid == parent {
+			out[pid] = st.usage()
+		}
+	}
+	return out, nil
+}
+
+// allStats reads every live process's stat, by PID; a process that exits
+// while /proc is read is left out.
+func allStats() (map[int]procStat, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]procStat{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if st, err := readStat(pid); err == nil && st.ppid == parent {
-			out[pid] = st.usage()
+		if st, err := readStat(pid); err == nil {
+			out[pid] = st
 		}
 	}
 	return out, nil
@@ -128,28 +144,15 @@ func TreeCPU(root int) (time.Duration, error) {
 
 // descendantsCPU sums the CPU time of root's live descendants.
 func descendantsCPU(root int) (time.Duration, error) {
-	ents, err := os.ReadDir("/proc")
+	all, err := allStats()
 	if err != nil {
 		return 0, err
 	}
-	parent := map[int]int{}
-	cpu := map[int]time.Duration{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := readStat(pid)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		parent[pid], cpu[pid] = st.ppid, st.cpu
-	}
 	var total time.Duration
-	for pid, c := range cpu {
-		for p := parent[pid]; p > 1; p = parent[p] {
+	for _, st := range all {
+		for p := st.ppid; p > 1; p = all[p].ppid {
 			if p == root {
-				total += c
+				total += st.cpu
 				break
 			}
 		}

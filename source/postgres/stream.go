@@ -411,10 +411,11 @@ const finishPoll = 50 * time.Millisecond
 
 // maybeFinishing brings the next status (the snapshots' checkpoint) to a
 // BatchDelay after the last one when a snapshot run has read its last
-// chunk. The run is marked so by its worker after the chunk's rows were
-// handed over, often after they became durable and the position moved
-// (advance looks then): with nothing moving after it, the run waited for
-// the next status, StatusInterval away, on an idle stream.
+// chunk, instead of up to StatusInterval later. The one place this is
+// looked at: the run is marked so by its worker after the chunk's rows
+// were handed over, often after they became durable and the position
+// moved, so looking only when the position moved (as advance did) left
+// the run, on an idle stream, waiting for the next status.
 func (s *streamer) maybeFinishing(now time.Time) {
 	if !s.inc.active() || now.Before(s.nextFinishCheck) {
 		return
@@ -483,24 +484,13 @@ func (s *streamer) sync(ctx context.Context) error {
 	return s.poll()
 }
 
-// advance records lsn as durable. When a snapshot run waits only for its
-// rows to be durable and the position to confirm moved past the saved
-// one, the next status (its checkpoint) is due now, or a BatchDelay after
-// the last status if that was sooner, instead of up to StatusInterval
-// later.
+// advance records lsn as durable. A snapshot run that waits only for its
+// rows to be durable is checkpointed by the status maybeFinishing brings
+// forward.
 func (s *streamer) advance(lsn uint64) {
 	if lsn > s.flushed {
 		s.flushed = lsn
-		c := s.confirmable()
-		s.publishFlushed(c)
-		if c > s.saved && s.inc.finishing() {
-			// Not left until the next position that moves: with batches
-			// handed over ahead, the last chunk's rows become durable
-			// with nothing behind them.
-			if due := s.lastStatus.Add(s.r.cfg.BatchDelay); due.Before(s.nextStatus) {
-				s.nextStatus = due
-			}
-		}
+		s.publishFlushed(s.confirmable())
 	}
 }
 
@@ -564,8 +554,8 @@ func (s *streamer) maybeHeartbeat(ctx context.Context, now time.Time) error {
 		// Next a HeartbeatInterval after the last data, not after this
 		// look: a stream gone idle just after a look waited twice the
 		// interval for its heartbeat.
-		if next := s.lastData.Add(s.r.cfg.HeartbeatInterval); next.After(now) && !s.inTx && !s.inStream {
-			s.nextHeartbeat = next
+		if !s.inTx && !s.inStream {
+			s.nextHeartbeat = s.lastData.Add(s.r.cfg.HeartbeatInterval)
 		}
 		return nil
 	}
