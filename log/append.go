@@ -182,9 +182,9 @@ func (p *partition) writeGroupTo(g *groupWrite, reqs []*appendReq) error {
 	syncing := p.opts.Sync == SyncBatch
 	for i, r := range reqs {
 		for j, b := range r.batches {
-			b[offFlags] = 0
+			b[offFlags] &^= flagSyncPoint
 			if syncing && i == len(reqs)-1 && j == len(r.batches)-1 {
-				b[offFlags] = flagSyncPoint // fsynced before anything after it is written
+				b[offFlags] |= flagSyncPoint // fsynced before anything after it is written
 			}
 			if err := p.stage(g, b); err != nil {
 				return err

@@ -139,6 +139,7 @@ func (p *partition) writeCleaned(v segView, path string, keep func(*Record) bool
 	s := &segment{base: v.s.base, path: v.s.path, f: f, next: v.s.next, maxTs: noTimestamp}
 	w := bufio.NewWriterSize(f, 1<<20)
 	var bb batchBuilder
+	var zbuf []byte // compressed batches (compressBatch)
 	lastIdx := int64(-1)
 	r := newBatchReader(v.s.f, 0, v.size, 1<<20, false)
 	for {
@@ -165,6 +166,17 @@ func (p *partition) writeCleaned(v segView, path string, keep func(*Record) bool
 			bb.add(&kept[i], uint32(kept[i].Offset-kept[0].Offset), kept[i].Timestamp.UnixMilli())
 		}
 		out := bb.finish()
+		if p.opts.Compression == CompressionS2 {
+			get := func(n int) []byte {
+				if cap(zbuf) < n {
+					zbuf = make([]byte, n)
+				}
+				return zbuf[:n]
+			}
+			if z := compressBatch(out, get, func([]byte) {}); z != nil {
+				out = z
+			}
+		}
 		finishBatch(out, kept[0].Offset)
 		if lastIdx < 0 || s.size-lastIdx >= int64(p.opts.IndexIntervalBytes) {
 			s.idx = append(s.idx, indexEntry{off: kept[0].Offset, pos: s.size, prevMaxTs: s.maxTs})

@@ -39,6 +39,13 @@ type crashFixture struct {
 
 func newCrashFixture(t *testing.T, batches int) crashFixture {
 	t.Helper()
+	return newCrashFixturePadded(t, batches, 0)
+}
+
+// newCrashFixturePadded is newCrashFixture with each value padded by pad
+// bytes: from about 1 KiB a batch, Produce compresses its batches.
+func newCrashFixturePadded(t *testing.T, batches, pad int) crashFixture {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	l, err := Open(dir, fixtureOpts, nil)
@@ -53,7 +60,7 @@ func newCrashFixture(t *testing.T, batches int) crashFixture {
 	for i := 0; i < batches; i++ {
 		recs := make([]Record, 1+i%3)
 		for j := range recs {
-			recs[j] = Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "value-%d-%d", i, j), Partition: 0,
+			recs[j] = Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "value-%d-%d%s", i, j, strings.Repeat("x", pad)), Partition: 0,
 				Headers: []Header{{Key: "h", Value: []byte{byte(i)}}}}
 		}
 		if err := l.Produce(ctx, "t", recs); err != nil {
@@ -371,7 +378,45 @@ func TestTruncatedSyncedTail(t *testing.T) {
 // quarantined — found at Open in the active segment, at the first fetch
 // in a closed one (Open trusts those through their index).
 func TestBitFlipEverywhere(t *testing.T) {
-	fx := newCrashFixture(t, 60)
+	bitFlipEverywhere(t, newCrashFixture(t, 60))
+}
+
+// TestBitFlipEverywhereCompressed is TestBitFlipEverywhere over compressed
+// batches: the CRC covers the stored (compressed) bytes, so a flipped
+// byte anywhere loses its batch and nothing else, as in a plain one.
+func TestBitFlipEverywhereCompressed(t *testing.T) {
+	fx := newCrashFixturePadded(t, 60, 1100)
+	for _, sf := range fx.segs {
+		for k, end := range sf.bounds {
+			start := int64(0)
+			if k > 0 {
+				start = sf.bounds[k-1]
+			}
+			h := batchFlags(t, filepath.Join(fx.dir, sf.rel), start)
+			if h&flagCompressed == 0 {
+				t.Fatalf("%s: batch at %d (to %d) is not compressed", sf.rel, start, end)
+			}
+		}
+	}
+	bitFlipEverywhere(t, fx)
+}
+
+// batchFlags reads the flags byte of the batch at pos of a segment file.
+func batchFlags(t *testing.T, path string, pos int64) byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, pos+offFlags); err != nil {
+		t.Fatal(err)
+	}
+	return b[0]
+}
+
+func bitFlipEverywhere(t *testing.T, fx crashFixture) {
 	for i, sf := range fx.segs {
 		active := i == len(fx.segs)-1
 		size := sf.bounds[len(sf.bounds)-1]

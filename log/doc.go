@@ -88,7 +88,9 @@
 //	                after the crc, including the base offset
 //	ver     uint8   batchVersion (1)
 //	flg     uint8   bit 0: sync point (the writer fsynced the segment after
-//	                this batch before writing anything else); other bits 0
+//	                this batch before writing anything else); bit 1:
+//	                records compressed (see Compressed batches); other
+//	                bits 0
 //	base    int64   offset of the first record
 //	lastΔ   uint32  offset of the last record minus base
 //	count   uint32  number of records (≥ 1)
@@ -108,6 +110,29 @@
 //
 // Offsets inside a batch may have gaps only after compaction; batches of a
 // partition have strictly increasing offsets.
+//
+// # Compressed batches
+//
+// A batch with flag bit 1 set stores its records section (everything after
+// the 42-byte header, the records as above) as one S2 block
+// (github.com/klauspost/compress/s2, block format: a uvarint of the
+// decoded length, then S2's elements; s2.Decode reads it). The header is
+// the same as an uncompressed batch's — count, lastΔ, timestamps describe
+// the records — and length and crc32c are of the batch as stored: the CRC
+// covers the compressed bytes, so damage is found before anything is
+// decoded. The decoded records must fill the decoded length exactly, as
+// they must fill an uncompressed batch. Produce compresses a batch whose
+// records take 1 KiB or more and shrink by a tenth at least
+// (Options.Compression), on the producing goroutine; log compaction
+// writes its batches the same way. A segment may mix both kinds; batches
+// written before the flag existed have bit 1 clear and read as always.
+//
+// The flag is a one-way upgrade: a cdcd built before it (knownFlags
+// without bit 1) refuses a compressed batch as a bad header, that is as
+// damage — its recovery would quarantine the segment and cut the
+// partition there. To go back to such a binary, drain the log first, or
+// write with Options.Compression = CompressionNone from the first open
+// on (batches already compressed stay compressed).
 //
 // Index files (offset and time) share one layout; they are written when a
 // segment is closed, are checked against the segment's size and their own

@@ -50,7 +50,11 @@ const (
 	// fsyncs before writing anything else: a good batch found after it
 	// proves it durable (see Recovery in the package doc).
 	flagSyncPoint = 0x01
-	knownFlags    = flagSyncPoint
+	// flagCompressed marks a batch whose records section is one S2 block
+	// (klauspost/compress/s2; see "Compressed batches" in the package
+	// doc). The CRC covers the bytes as stored.
+	flagCompressed = 0x02
+	knownFlags     = flagSyncPoint | flagCompressed
 )
 
 // MaxRecordBytes is the largest encoded record (key, value, headers and a
@@ -106,8 +110,8 @@ func parseBatchHeader(buf []byte) (batchHeader, error) {
 		return h, errBadHeader
 	case h.Base < 0 || h.Count == 0 || h.LastDelta < h.Count-1 || h.Base > math.MaxInt64-int64(h.LastDelta):
 		return h, errBadHeader
-	case int64(h.Count)*minRecordLen > int64(h.Length)-(batchHeaderLen-batchLenField):
-		return h, errBadHeader // more records than bytes could hold
+	case h.Flags&flagCompressed == 0 && int64(h.Count)*minRecordLen > int64(h.Length)-(batchHeaderLen-batchLenField):
+		return h, errBadHeader // more records than bytes could hold (checked after decoding when compressed)
 	}
 	return h, nil
 }
@@ -154,9 +158,23 @@ func decodeBatch(buf []byte, partition int32) ([]Record, int, error) {
 // rejected rather than misread.
 //
 // With fb (a fetch's FetchBuffers) the records' headers are cut from fb's
-// slab, which the next batch of the fetch continues.
+// slab, which the next batch of the fetch continues, and a compressed
+// batch's records are decoded into a buffer from fb.Window (so that the
+// reader's window accounting covers what the records alias); without it
+// into a new buffer.
 func walkRecords(batch []byte, h batchHeader, fb *FetchBuffers, fn func(Record) bool) error {
-	d := decoder{buf: batch[batchHeaderLen:]}
+	body := batch[batchHeaderLen:h.Size()]
+	if h.Flags&flagCompressed != 0 {
+		var alloc func(int) []byte
+		if fb != nil {
+			alloc = fb.Window
+		}
+		var err error
+		if body, err = decompressRecords(body, h, alloc); err != nil {
+			return err
+		}
+	}
+	d := decoder{buf: body}
 	if fb != nil {
 		d.hdrs, d.keys, d.nkeys, d.keep = fb.headers, fb.keys, fb.nkeys, true
 	}
@@ -448,6 +466,7 @@ var (
 	errBadOffsets = corruptReason("bad record offsets")
 	errBadRecord  = corruptReason("bad record encoding")
 	errNotAfter   = corruptReason("non-monotonic offset")
+	errBadBlock   = corruptReason("bad compressed records")
 )
 
 // corruptReason is a short description of what check failed.

@@ -62,6 +62,13 @@ type Options struct {
 	// at Open (it fsyncs the tail it reads, so nothing it shows can vanish
 	// in a crash), never truncates, and every write returns ErrReadOnly.
 	ReadOnly bool
+	// Compression is how Produce stores the records of the batches it
+	// builds; default CompressionS2 (a batch whose records compress by
+	// less than a tenth, or take under 1 KiB, is stored as it is).
+	// Readers read every batch whatever this says. A log that has written
+	// compressed batches cannot be read by a cdcd older than this setting
+	// (see "Compressed batches" in the package doc).
+	Compression Compression
 
 	// now is the clock (tests replace it); nil means time.Now.
 	now func() time.Time
@@ -110,11 +117,14 @@ func (o *Options) Validate() error {
 	if o.SyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("log: SyncInterval %v is negative", o.SyncInterval))
 	}
+	if o.Compression != CompressionS2 && o.Compression != CompressionNone {
+		errs = append(errs, fmt.Errorf("log: unknown compression %v", o.Compression))
+	}
 	return errors.Join(errs...)
 }
 
 // String describes the options for logs.
 func (o Options) String() string {
-	return fmt.Sprintf("segment_bytes=%d segment_max_age=%v index_interval=%d sync=%v sync_interval=%v cleanup_interval=%v read_only=%v",
-		o.SegmentBytes, o.SegmentMaxAge, o.IndexIntervalBytes, o.Sync, o.SyncInterval, o.CleanupInterval, o.ReadOnly)
+	return fmt.Sprintf("segment_bytes=%d segment_max_age=%v index_interval=%d sync=%v sync_interval=%v cleanup_interval=%v read_only=%v compression=%v",
+		o.SegmentBytes, o.SegmentMaxAge, o.IndexIntervalBytes, o.Sync, o.SyncInterval, o.CleanupInterval, o.ReadOnly, o.Compression)
 }

@@ -18,6 +18,22 @@ type partBuild struct {
 	next    int64 // offset for the next record when filling in offsets
 	left    int   // encoded size estimate of the records not yet added
 	spare   *batchBufs
+	zip     bool // compress batches (Options.Compression)
+}
+
+// seal finishes the current batch, compressing it when that pays
+// (compressBatch): on the producing goroutine, not in the partition's
+// writer, which is serial per partition.
+func (pb *partBuild) seal() []byte {
+	b := pb.b.finish()
+	if pb.zip {
+		if z := compressBatch(b, pb.spare.get, pb.spare.put); z != nil {
+			pb.spare.put(b)
+			pb.b.buf = nil
+			return z
+		}
+	}
+	return b
 }
 
 // batchBufs is a free list of batch buffers. Once an append is durable the
@@ -170,7 +186,7 @@ func (f *batchBufs) put(b []byte) {
 func (pb *partBuild) add(r *Record, size int, tsMs int64) {
 	if pb.b.buf == nil || len(pb.b.buf) >= softBatchBytes {
 		if pb.b.buf != nil {
-			pb.batches = append(pb.batches, pb.b.finish())
+			pb.batches = append(pb.batches, pb.seal())
 		}
 		pb.b.reset(pb.spare.get(batchHeaderLen + min(pb.left, softBatchBytes+size)))
 	}
@@ -212,7 +228,7 @@ func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (*partBuilds, e
 		return nil, err
 	}
 	for _, pb := range builds.used {
-		pb.batches = append(pb.batches, pb.b.finish())
+		pb.batches = append(pb.batches, pb.seal())
 		pb.req = newAppendReq(pb.batches, pb.records)
 		if err := pb.p.enqueue(pb.req); err != nil {
 			return nil, l.appendError(t, err)
@@ -305,7 +321,7 @@ func (l *Embedded) buildBatches(t *topic, recs []Record) (*partBuilds, error) {
 		sizes[i] = int32(size)
 		pb := builds.byPart[r.Partition]
 		if pb == nil {
-			pb = &partBuild{p: t.parts[r.Partition], spare: &l.spare}
+			pb = &partBuild{p: t.parts[r.Partition], spare: &l.spare, zip: l.opts.Compression == CompressionS2}
 			builds.byPart[r.Partition] = pb
 			builds.used = append(builds.used, pb)
 		}

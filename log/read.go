@@ -138,7 +138,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 			break
 		}
 		pos := lookupOffset(v.idx, offset)
-		r := newBatchReader(v.s.f, pos, v.size, min(maxBytes+batchHeaderLen, 4<<20), true)
+		r := newBatchReader(v.s.f, pos, v.size, p.readChunk(maxBytes), true)
 		r.starts = v.idx
 		if fb != nil {
 			r.alloc = fb.Window
@@ -163,6 +163,7 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 			if h.Base >= stop {
 				return recs, nil
 			}
+			p.noteRatio(h, b)
 			first := len(recs) == 0
 			recs = slices.Grow(recs, int(h.Count))
 			err = walkRecords(b, h, fb, func(rec Record) bool {
@@ -195,6 +196,29 @@ func (p *partition) readPlan(rp *readPlan, offset, stop int64, maxBytes int, rec
 		}
 	}
 	return recs, nil
+}
+
+// readChunk is how many bytes of a segment a fetch of maxBytes reads at
+// once: maxBytes and a header, scaled by the stored size of the records'
+// bytes the last fetch decoded (storedPer1K), up to 4 MiB.
+func (p *partition) readChunk(maxBytes int) int {
+	n := int64(maxBytes + batchHeaderLen)
+	if q := p.storedPer1K.Load(); q > 0 && q < 1024 {
+		n = n*q/1024 + fitsPeek
+	}
+	return int(min(n, 4<<20))
+}
+
+// noteRatio notes the stored size per 1024 bytes of records of a batch a
+// fetch decodes (readChunk).
+func (p *partition) noteRatio(h batchHeader, b []byte) {
+	q := int64(1024)
+	if h.Flags&flagCompressed != 0 {
+		q = min(h.Size()*1024/max(recordsBound(h, b), 1)+1, 1024)
+	}
+	if p.storedPer1K.Load() != q {
+		p.storedPer1K.Store(q)
+	}
 }
 
 func (p *partition) readError(s *segment, pos int64, err error) error {

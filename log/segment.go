@@ -1,6 +1,7 @@
 package log
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -144,15 +145,25 @@ func (r *batchReader) fits(budget int64) bool {
 	if r.limit-r.pos < batchHeaderLen {
 		return true
 	}
-	hb := make([]byte, batchHeaderLen)
+	// The header and, of a compressed batch, the block's decoded length
+	// (recordsBound): a fetch's budget is of records' bytes.
+	n := min(int64(fitsPeek), r.limit-r.pos)
+	var hb []byte
 	if off := r.pos - r.bufPos; off >= 0 && off+batchHeaderLen <= int64(len(r.buf)) {
-		hb = r.buf[off : off+batchHeaderLen]
-	} else if _, err := r.f.ReadAt(hb, r.pos); err != nil {
-		return true
+		hb = r.buf[off:min(off+n, int64(len(r.buf)))]
+	} else {
+		hb = make([]byte, n)
+		if _, err := r.f.ReadAt(hb, r.pos); err != nil {
+			return true
+		}
 	}
 	h, err := parseBatchHeader(hb)
-	return err != nil || h.Size() <= budget
+	return err != nil || recordsBound(h, hb) <= budget
 }
+
+// fitsPeek is what fits reads of a batch: its header and the decoded
+// length of a compressed one.
+const fitsPeek = batchHeaderLen + binary.MaxVarintLen32
 
 // window returns n bytes at pos, reading them if they are not buffered.
 func (r *batchReader) window(n int64) ([]byte, error) {
@@ -168,9 +179,9 @@ func (r *batchReader) window(n int64) ([]byte, error) {
 		// Up to the last known batch start at or after pos+n whose
 		// header is inside the window, and that header: a fetch sees
 		// whether the batch fits its budget without another read.
-		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i].pos > end-batchHeaderLen }) - 1
+		i := sort.Search(len(r.starts), func(i int) bool { return r.starts[i].pos > end-fitsPeek }) - 1
 		if i >= 0 && r.starts[i].pos >= r.pos+n {
-			want = r.starts[i].pos + batchHeaderLen - r.pos
+			want = r.starts[i].pos + fitsPeek - r.pos
 		}
 	}
 	switch {
