@@ -15,7 +15,8 @@ const (
 	// CompressionS2 (the default) stores a batch's records as one S2 block
 	// (klauspost/compress/s2) when that makes the batch at least a tenth
 	// smaller and its records take minCompressBytes or more; otherwise as
-	// they are. A real load's batches became 3.6 times smaller (BENCHMARKS.md,
+	// they are. A real load's records sections became 3.6 times smaller, its
+	// log directory 3.2 times (BENCHMARKS.md,
 	// "Per-batch compression in the embedded log (logzip22, session 22)").
 	CompressionS2 Compression = iota
 	// CompressionNone stores every batch as it is. Batches written
