@@ -96,6 +96,12 @@ type Log struct {
 	// (tombstones.on.delete), so a compacted topic can forget the key;
 	// default true.
 	Tombstones bool `yaml:"tombstones"`
+	// Compression of the embedded log's batches: "s2" (default: a batch's
+	// records stored as one S2 block when that makes it a tenth smaller)
+	// or "none". Either reads both; a log with compressed batches needs a
+	// cdcd that knows them (log/doc.go, "Compressed batches"). The Kafka
+	// backend compresses as its producer is configured.
+	Compression string `yaml:"compression"`
 	// Kafka configures backend kafka (see kafka.go).
 	Kafka *Kafka `yaml:"kafka"`
 }

@@ -61,6 +61,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	orDefault(&c.Log.Partitions, defaultPartitions, explicit("log.partitions"))
 	orDefault(&c.Log.Retention, defaultRetention, explicit("log.retention"))
 	orDefault(&c.Log.Tombstones, true, explicit("log.tombstones"))
+	orDefault(&c.Log.Compression, "s2", explicit("log.compression"))
 	c.kafkaDefaults(explicit)
 	if c.Sink.Iceberg == nil {
 		c.Sink.Iceberg = &Iceberg{}

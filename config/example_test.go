@@ -72,6 +72,7 @@ sink: {iceberg: {mode: append}}
 	//   partitions: 8
 	//   retention: 168h
 	//   tombstones: true
+	//   compression: s2
 	// sink:
 	//   iceberg:
 	//     catalog:

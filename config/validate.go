@@ -211,6 +211,9 @@ func (v *validator) log() {
 	if l.Partitions < 1 || l.Partitions > 1024 {
 		v.fail("log.partitions", ErrInvalid, "must be from 1 to 1024, got %d", l.Partitions)
 	}
+	if l.Compression != "s2" && l.Compression != "none" {
+		v.fail("log.compression", ErrInvalid, "must be s2 or none, got %s", shortQuote(l.Compression))
+	}
 	if l.Retention < 0 {
 		v.fail("log.retention", ErrInvalid, "must not be negative, got %s (0 keeps records forever)", l.Retention)
 	}

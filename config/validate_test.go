@@ -49,6 +49,8 @@ func TestValidate(t *testing.T) {
 			want{"source.postgres.snapshot", 9, 5, ErrInvalid, `must be initial, incremental or never, got "sometimes"`}},
 		{"backend", "  backend: embedded", "  backend: redis",
 			want{"log.backend", 11, 3, ErrInvalid, `must be embedded or kafka, got "redis"`}},
+		{"compression", "  partitions: 8", "  partitions: 8\n  compression: zstd",
+			want{"log.compression", 13, 3, ErrInvalid, `must be s2 or none, got "zstd"`}},
 		{"partitions low", "  partitions: 8", "  partitions: -1",
 			want{"log.partitions", 12, 3, ErrInvalid, "must be from 1 to 1024, got -1"}},
 		{"partitions high", "  partitions: 8", "  partitions: 1025",

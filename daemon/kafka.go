@@ -34,12 +34,21 @@ var (
 	_ logBackend = (*kafka.Log)(nil)
 )
 
+// embeddedOptions are the embedded log's options from the config.
+func embeddedOptions(cfg *config.Config) log.Options {
+	var opts log.Options
+	if cfg.Log.Compression == "none" {
+		opts.Compression = log.CompressionNone
+	}
+	return opts
+}
+
 // openLog opens the configured backend: the embedded log under data_dir,
 // or Kafka, whose transactional id fences any other source of the pipeline.
 func openLog(ctx context.Context, cfg *config.Config, logger *slog.Logger) (logBackend, error) {
 	logger = logger.With("component", "log")
 	if cfg.Log.Backend != "kafka" {
-		lg, err := log.Open(filepath.Join(cfg.DataDir, "log"), log.Options{}, logger)
+		lg, err := log.Open(filepath.Join(cfg.DataDir, "log"), embeddedOptions(cfg), logger)
 		if err != nil {
 			return nil, err // not a nil *Embedded in the interface: Close would call it
 		}

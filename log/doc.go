@@ -131,7 +131,8 @@
 // without bit 1) refuses a compressed batch as a bad header, that is as
 // damage — its recovery would quarantine the segment and cut the
 // partition there. To go back to such a binary, drain the log first, or
-// write with Options.Compression = CompressionNone from the first open
+// write with Options.Compression = CompressionNone (the config's
+// log.compression: none) from the first open
 // on (batches already compressed stay compressed).
 //
 // Index files (offset and time) share one layout; they are written when a

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -25,8 +27,11 @@ func allocsPath(path string) string {
 // CDCD_CPUPROFILE=FILE, a CPU profile of the whole run; CDCD_HEAPPROFILE=FILE,
 // a heap profile rewritten at each new peak of the heap in use (checked
 // every 500 ms), so the file shows what the memory held at its peak, and
-// at the end the allocations of the whole run (allocsPath). The
-// returned function stops them.
+// at the end the allocations of the whole run (allocsPath);
+// CDCD_TRACE=FILE, an execution trace (runtime/trace) into FILE.<pid>
+// (cdcd bench starts a daemon a phase), for where a goroutine waits:
+// `go tool trace -pprof=sync FILE.<pid>`. The returned function stops
+// them.
 func startProfiles(logger *slog.Logger) func() {
 	var stops []func()
 	if path := os.Getenv(bench.EnvCPUProfile); path != "" {
@@ -76,6 +81,17 @@ func startProfiles(logger *slog.Logger) func() {
 				f.Close()
 			}
 		})
+	}
+	if path := os.Getenv("CDCD_TRACE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, os.Getpid()))
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			logger.Warn("no trace", "path", path, "err", err)
+		} else {
+			stops = append(stops, func() { trace.Stop(); f.Close() })
+		}
 	}
 	return func() {
 		for _, s := range stops {
