@@ -23,9 +23,26 @@ func (w *tableWriter) commit(ctx context.Context) error {
 		return badData(err)
 	}
 	if !slices.Equal(cut, w.next) {
+		if err := w.drain(ctx); err != nil {
+			return err
+		}
 		return w.commitHolding(ctx, cut)
 	}
+	if w.pipelines() {
+		return w.commitAhead(ctx)
+	}
+	if err := w.drain(ctx); err != nil {
+		return err
+	}
 	return w.commitWith(ctx, w.next, w.attempt)
+}
+
+// commitProps are the properties of a commit of the buffer up to next.
+func (w *tableWriter) commitProps(next []int64) iceberg.Properties {
+	props := iceberg.Properties(w.offsetProps(next))
+	props[PropSourcePosition] = hex.EncodeToString(w.lastPos)
+	props[PropCommitID] = newCommitID()
+	return props
 }
 
 // commitWith lands one commit of the buffer carrying next (see land), then
@@ -36,13 +53,11 @@ func (w *tableWriter) commitWith(ctx context.Context, next []int64, attempt func
 	if err := w.ensureTable(ctx); err != nil {
 		return err
 	}
-	props := iceberg.Properties(w.offsetProps(next))
-	props[PropSourcePosition] = hex.EncodeToString(w.lastPos)
-	props[PropCommitID] = newCommitID()
+	props := w.commitProps(next)
 	if err := w.land(ctx, props, attempt); err != nil {
 		return err
 	}
-	w.committedNow(ctx, next, started)
+	w.committedNow(ctx, &w.buffer, next, started)
 	return nil
 }
 
@@ -63,15 +78,25 @@ func (e errNotAdopted) Unwrap() error { return e.err }
 // conflict is replayed at once; an unknown outcome that did not land and a
 // temporary failure are retried with backoff.
 func (w *tableWriter) land(ctx context.Context, props iceberg.Properties, attempt func(context.Context, iceberg.Properties) error) error {
+	return w.landAfter(ctx, props, attempt, nil)
+}
+
+// landAfter is land whose first attempt already ran and failed with first
+// (nil: none ran yet), its files and plan the writer's (w.files,
+// w.pending): a commit that failed on its own goroutine (flight.go).
+func (w *tableWriter) landAfter(ctx context.Context, props iceberg.Properties, attempt func(context.Context, iceberg.Properties) error, first error) error {
 	id := props[PropCommitID]
 	b := newBackoff(w.s.cfg.CommitBudget)
 	for n := 1; ; n++ {
-		err := checkCatalog(w.s.cat)
-		if err == nil {
-			err = w.fence(w.tbl, props)
-		}
-		if err == nil {
-			err = attempt(ctx, props)
+		err := first
+		if n > 1 || first == nil {
+			err = checkCatalog(w.s.cat)
+			if err == nil {
+				err = w.fence(w.tbl, props)
+			}
+			if err == nil {
+				err = attempt(ctx, props)
+			}
 		}
 		var na errNotAdopted
 		if err == nil || errors.As(err, &na) {
@@ -137,24 +162,38 @@ func (w *tableWriter) settleWithin(ctx context.Context, id string, b *backoff) (
 	}
 }
 
-// committedNow makes a landed commit of the buffer up to next the writer's
-// state.
-func (w *tableWriter) committedNow(ctx context.Context, next []int64, started time.Time) {
-	rows, reads := 0, 0
-	for i := range w.buf {
-		if !w.buf[i].skip {
+// committedNow makes a landed commit of buffer b (the writer's, or a
+// flight's) up to next the writer's state.
+func (w *tableWriter) committedNow(ctx context.Context, b *buffer, next []int64, started time.Time) {
+	rows, reads := b.emptied(w.windows)
+	w.committedRows(ctx, rows, reads, next, started)
+}
+
+// emptied empties the buffer, handing its windows back to pool, and
+// returns the changes it held that are rows, and of them the snapshot
+// reads.
+func (b *buffer) emptied(pool *windowPool) (rows, reads int) {
+	for i := range b.buf {
+		if !b.buf[i].skip {
 			rows++
-			if w.buf[i].op() == 'r' {
+			if b.buf[i].op() == 'r' {
 				reads++
 			}
 		}
 	}
-	clear(w.buf)
-	w.buf, w.bufBytes = w.buf[:0], 0
-	// Nothing refers to the committed changes' windows any more.
-	w.windows.release(w.held)
-	clear(w.held)
-	w.held = w.held[:0]
+	clear(b.buf)
+	b.buf, b.bufBytes = b.buf[:0], 0
+	// Nothing refers to the changes' windows any more.
+	pool.release(b.held)
+	clear(b.held)
+	b.held = b.held[:0]
+	return rows, reads
+}
+
+// committedRows makes a landed commit of rows (reads of them snapshot
+// reads) up to next the writer's state.
+func (w *tableWriter) committedRows(ctx context.Context, rows, reads int, next []int64, started time.Time) {
+	w.serialFirst = false
 	copy(w.committed, next)
 	for p := range next {
 		// A commit that held changes back committed less than was read.

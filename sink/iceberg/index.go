@@ -525,6 +525,14 @@ type indexBatch struct {
 	// partition (partBounds): every key the batch sets is a key of the
 	// commit's changes in that partition. nil: the batch does not say.
 	parts [][]byte
+	// holdAbove: keys at or below it are not held for ingestion either
+	// (the greatest key of the commit in flight, whose entries pebble
+	// does not hold yet: upsert.stage).
+	holdAbove []byte
+	// ingestedLast and ingestedN are the greatest key and the number of
+	// the entries ingested by write (adopt records them).
+	ingestedLast []byte
+	ingestedN    int64
 }
 
 func (x *keyIndex) newBatch() *indexBatch {
@@ -538,7 +546,12 @@ func (b *indexBatch) fileID(path string) uint32 {
 	if id, ok := b.x.ids[path]; ok && !b.reset {
 		return id
 	}
-	id := b.x.nextID + uint32(len(b.ids))
+	// Reserved at once: a batch staged while another is in flight (a
+	// commit landing in the background, writer.go's flight) takes ids past
+	// the other's, which apply has not recorded yet. An id of a batch
+	// dropped is never used.
+	id := b.x.nextID
+	b.x.nextID++
 	b.ids[path] = id
 	var k [5]byte
 	k[0] = idxPrefixFile
@@ -598,6 +611,19 @@ func (b *indexBatch) clear() {
 
 // apply commits the batch durably, tagged with snapshot.
 func (b *indexBatch) apply(snapshot int64) error {
+	if err := b.write(snapshot); err != nil {
+		b.x.raiseLast(b.ingestedLast) // still an upper bound of what pebble holds
+		return err
+	}
+	return b.adopt(snapshot)
+}
+
+// write makes the batch durable in pebble, tagged with snapshot: the half
+// of apply that a commit landing in the background runs on its own
+// goroutine. It reads and changes nothing of the index's memory but the
+// held entries' spare buffers (locked), so the table's loop may look keys
+// up meanwhile; adopt, on the loop, then records it.
+func (b *indexBatch) write(snapshot int64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(snapshot))
 	_ = b.b.Set(idxSnapshotKey, v[:], nil)
@@ -608,15 +634,27 @@ func (b *indexBatch) apply(snapshot int64) error {
 	if err := b.b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("iceberg: key index: %w", err)
 	}
+	return nil
+}
+
+// raiseLast keeps last at least k.
+func (x *keyIndex) raiseLast(k []byte) {
+	if bytes.Compare(k, x.last) > 0 {
+		x.last = k
+	}
+}
+
+// adopt records a written batch in the index's memory.
+func (b *indexBatch) adopt(snapshot int64) error {
 	x := b.x
+	x.ingested += b.ingestedN
 	if b.reset {
 		x.ids, x.paths = map[string]uint32{}, map[uint32]string{}
 		x.last = nil
 	}
 	x.raiseBounds(b)
-	if bytes.Compare(b.last, x.last) > 0 {
-		x.last = b.last
-	}
+	x.raiseLast(b.ingestedLast)
+	x.raiseLast(b.last)
 	for path, id := range b.ids {
 		x.ids[path], x.paths[id] = id, path
 		if id >= x.nextID {

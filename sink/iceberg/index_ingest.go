@@ -61,7 +61,7 @@ type heldEntry struct{ at, k, end uint32 }
 // false when the batch cannot ingest (it clears the index or deleted a key
 // above the greatest indexed one: ordering matters then).
 func (b *indexBatch) hold(key []byte, id uint32, pos int64) bool {
-	if b.noIngest || b.reset || bytes.Compare(key, b.x.last) <= 0 {
+	if b.noIngest || b.reset || bytes.Compare(key, b.x.last) <= 0 || bytes.Compare(key, b.holdAbove) <= 0 {
 		return false
 	}
 	if b.arena == nil {
@@ -154,40 +154,43 @@ func (b *indexBatch) ingestHeld() error {
 		}
 		out = append(out, e)
 	}
-	return b.x.ingest(out, b.arena)
+	last, err := b.x.ingest(out, b.arena)
+	if err == nil {
+		b.ingestedLast, b.ingestedN = last, int64(len(out))
+	}
+	return err
 }
 
-// ingest writes sorted entries (in arena) into a table file and ingests it.
-func (x *keyIndex) ingest(entries []heldEntry, arena []byte) error {
+// ingest writes sorted entries (in arena) into a table file and ingests
+// it, returning the greatest key ingested. It changes nothing of the
+// index's memory (indexBatch.write).
+func (x *keyIndex) ingest(entries []heldEntry, arena []byte) ([]byte, error) {
 	path := filepath.Join(x.dir, ingestFile)
 	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return fmt.Errorf("iceberg: key index: %w", err)
+		return nil, fmt.Errorf("iceberg: key index: %w", err)
 	}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), x.opts.MakeWriterOptions(len(x.opts.Levels)-1, x.db.TableFormat()))
 	for _, e := range entries {
 		if err := w.Set(arena[e.at:e.k], arena[e.k:e.end]); err != nil {
 			_ = w.Close()
 			_ = os.Remove(path)
-			return fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
+			return nil, fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
 		}
 	}
 	if err := w.Close(); err != nil { // syncs the file
 		_ = os.Remove(path)
-		return fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
+		return nil, fmt.Errorf("iceberg: key index: write the ingested entries: %w", err)
 	}
 	if err := x.db.Ingest(context.Background(), []string{path}); err != nil {
 		_ = os.Remove(path)
-		return fmt.Errorf("iceberg: key index: ingest %d entries: %w", len(entries), err)
-	}
-	x.ingested += int64(len(entries))
-	// last stays an upper bound of every key pebble holds, even if the
-	// batch that follows fails.
-	if k := entries[len(entries)-1]; bytes.Compare(arena[k.at+1:k.k], x.last) > 0 {
-		x.last = slices.Clone(arena[k.at+1 : k.k])
+		return nil, fmt.Errorf("iceberg: key index: ingest %d entries: %w", len(entries), err)
 	}
 	afterIngest()
-	return nil
+	// The caller keeps last an upper bound of every key pebble holds, even
+	// if the batch that follows fails (apply).
+	k := entries[len(entries)-1]
+	return slices.Clone(arena[k.at+1 : k.k]), nil
 }
 
 // afterIngest runs once an ingestion is durable, before the batch that

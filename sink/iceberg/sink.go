@@ -101,6 +101,11 @@ type Config struct {
 	// and a commit of an owner whose epoch is no longer the table's newest
 	// is refused (ErrFenced; owner.go).
 	Shared bool
+	// SerialCommits makes a table's loop land each commit before it stages
+	// the next; by default an upsert table's commit lands on a goroutine
+	// of its own while the loop stages the next one (flight.go). For
+	// measurements and as a way back (the daemon's CDCD_SERIAL_COMMITS).
+	SerialCommits bool
 	// OnCommit, when set, is called after every data commit that lands,
 	// with the table's stats and how long the commit took (the daemon's
 	// commit-duration histogram). It runs on the table's loop: it must not
@@ -284,6 +289,7 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 	logger := s.logger.With("table", identString(t.Ident), "topic", t.Topic)
 	var epoch int64
 	var quick time.Time // the last restart at once (errReload)
+	var rewound bool    // the last run ended in a *rewindError
 	for {
 		var err error
 		if s.cfg.Shared && epoch == 0 {
@@ -291,9 +297,11 @@ func (s *Sink) RunTable(ctx context.Context, topic string) error {
 		}
 		if err == nil {
 			w := &tableWriter{s: s, cfg: t, stats: stats, logger: logger, compactNow: s.compactNow[i],
-				sourceCaughtUp: s.caughtUp[i], epoch: epoch}
+				sourceCaughtUp: s.caughtUp[i], epoch: epoch, serialFirst: rewound}
 			err = w.run(ctx)
 		}
+		var rw *rewindError
+		rewound = errors.As(err, &rw)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -330,7 +338,12 @@ func restartWait(err error, quick *time.Time, now time.Time, interval time.Durat
 // starts again.
 func (s *Sink) tableFailed(stats *TableStats, logger *slog.Logger, name string, err error, wait time.Duration) {
 	var rb *rolledBackError
+	var rw *rewindError
 	switch {
+	case errors.As(err, &rw) && wait == 0:
+		logger.Warn("a commit failed while the table's loop went on; the table is read again from the offsets it holds and "+
+			"the changes since are fetched again, nothing is lost", "err", rw.err)
+		return
 	case errors.As(err, &rb):
 		offs := "none (the log's start)"
 		if rb.Offsets != nil {

@@ -50,6 +50,13 @@ type upsert struct {
 	lookup   [][]byte
 	parts    []int32   // stage's partition of each key (partitionsOf)
 	sortKeys keySorter // foldByKey's
+	// over is the key index as the commit in flight leaves it (nil: none;
+	// flight.go), which stage's lookups consult before the index, and
+	// ahead says stage makes the plan's own (plan.over) for the commit
+	// after it. sub is lookupKeys' memory.
+	over  *overlay
+	ahead bool
+	sub   overlayLookup
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current
@@ -298,6 +305,8 @@ type keyState struct {
 	indexed  bool
 	rowID    int64
 	hasRowID bool
+	// ov is the key's entry in its plan's overlay (plan.over), when made.
+	ov int32
 	// one holds changes while the key has a single one (most keys).
 	one [1]*change
 }
@@ -586,6 +595,9 @@ type plan struct {
 	// removedData are data files the commit removes (compaction), with
 	// their vectors in removedDVs; the commit is then a REPLACE.
 	removedData []iceberg.DataFile
+	// over is the index as this plan leaves it, made when the next commit
+	// is staged while this one lands (upsert.ahead).
+	over *overlay
 }
 
 func (p *plan) empty() bool {
@@ -630,10 +642,21 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	// miss a key. Keys are distinct, so these deletes and writeRows' sets
 	// never meet at one key, and none is held yet (indexBatch.del).
 	lookup := u.lookup[:0]
+	if u.ahead {
+		p.over = newOverlay(len(keys))
+	}
+	if o := u.over; o != nil && len(o.ents) > 0 {
+		// Keys at or below the flight's are not ingested: a table file
+		// overlapping its entries would land above the bottom level.
+		p.batch.holdAbove = o.key(len(o.ents) - 1)
+	}
 	for _, st := range keys {
 		lookup = append(lookup, st.key)
 		if !st.live {
 			p.batch.del(st.key)
+		}
+		if p.over != nil {
+			st.ov = p.over.add(st.key)
 		}
 	}
 	defer func() { // kept for the next commit, pinning no key
@@ -648,7 +671,7 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 		}
 	}
 	u.idx.size = u.liveRows()
-	err = u.idx.getMany(lookup, parts, func(i int, loc location) error {
+	err = u.lookupKeys(lookup, parts, func(i int, loc location) error {
 		if _, live := u.data[loc.file]; !live {
 			return refuse("stop cdcd, remove the table's key index directory (under data_dir/index) and start it: the sink rebuilds the index from the table",
 				fmt.Errorf("iceberg: key index points at %s, which is not a live data file of %s; the index is out of date",
@@ -871,6 +894,9 @@ func (u *upsert) writeRows(w *tableWriter, wfs icebergio.WriteFileIO, tbl *table
 			var ids []int64 // the file's explicit row ids, for a later update
 			for i, st := range f.rows {
 				p.batch.set(st.key, location{file: f.path, pos: int64(i)})
+				if p.over != nil {
+					p.over.place(st.ov, f.path, int64(i))
+				}
 				if st.hasRowID {
 					if ids == nil {
 						ids = slices.Repeat([]int64{noRowID}, len(f.rows))

@@ -92,7 +92,9 @@ func TestWindowsRecycledAfterCommit(t *testing.T) {
 			if commits := s.Stats()[0].Commits.Load(); commits < 4 {
 				t.Errorf("%d commits; the test wants several, to reuse windows across them", commits)
 			}
-			if w.windows.reused < 10 || w.windows.made > w.windows.reused {
+			// Two commits' windows are held at once while one lands and
+			// the next is staged (flight.go): up to twice a buffer's.
+			if w.windows.reused < 10 || w.windows.made > 2*w.windows.reused {
 				t.Errorf("windows made %d, reused %d: the pool was not used", w.windows.made, w.windows.reused)
 			}
 			if tc.mode == ModeUpsert {

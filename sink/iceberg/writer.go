@@ -33,25 +33,28 @@ type tableWriter struct {
 	partitions int
 	next       []int64 // next offset to fetch
 	committed  []int64 // offsets the table holds
-	buf        []change
-	bufAt      time.Time // when the loop took the buffer's first batch
-	// bufSince is the earliest any buffered change may have reached the
-	// log (fetched.since), and behind says the fetcher had not caught up
-	// with the log when it sent the last batch taken (commitDue).
-	bufSince time.Time
-	behind   bool
-	lastPos  []byte
-	seen     [][]byte // per partition: the position of the newest record read (nil: unknown)
+	// buffer is the changes the next commit takes.
+	buffer
+	// behind says the fetcher had not caught up with the log when it sent
+	// the last batch taken (commitDue).
+	behind  bool
+	lastPos []byte
+	seen    [][]byte // per partition: the position of the newest record read (nil: unknown)
 	// resumed: some partition starts at a reset marker, not at the table's
 	// offsets (reset.go), until the next commit lands.
-	resumed  bool
-	bufBytes int                      // record bytes in buf
-	tables   map[uint32]*schema.Table // schema id -> table version (fetcher's)
-	// windows is the table's pool of read buffers, and held the pooled
-	// ones buf's changes may alias, handed back once a commit empties buf
-	// (windows.go).
+	resumed bool
+	tables  map[uint32]*schema.Table // schema id -> table version (fetcher's)
+	// windows is the table's pool of read buffers (windows.go).
 	windows *windowPool
-	held    [][]byte
+
+	// pipeline: a commit may land on a goroutine of its own while the loop
+	// stages the next (flight.go); set by run unless the sink's config
+	// says SerialCommits. flight is that commit (nil: none). serialFirst:
+	// the loop lands its first commit itself (it starts again after a
+	// flight failed: land retries a failure that lasts).
+	pipeline    bool
+	flight      *flight
+	serialFirst bool
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -83,8 +86,24 @@ type tableWriter struct {
 	epoch int64
 }
 
+// buffer is what a commit takes: the changes, and the pooled windows they
+// may alias, handed back once the commit lands (windows.go).
+type buffer struct {
+	buf      []change
+	bufBytes int       // record bytes in buf
+	bufAt    time.Time // when the loop took the buffer's first batch
+	// bufSince is the earliest any buffered change may have reached the
+	// log (fetched.since).
+	bufSince time.Time
+	held     [][]byte
+}
+
 func (w *tableWriter) run(ctx context.Context) error {
 	defer w.close() // also after a load that failed with the index open
+	// A commit landing on its own goroutine is waited for before the index
+	// closes; a table's loop that restarts reloads its outcome.
+	defer w.waitFlight()
+	w.pipeline = !w.s.cfg.SerialCommits
 	if err := w.load(ctx); err != nil {
 		return err
 	}
@@ -119,6 +138,12 @@ func (w *tableWriter) run(ctx context.Context) error {
 		}
 		select {
 		case b := <-in:
+			if b.barrier || (b.resumed && w.flight != nil) {
+				// A truncate, or a reset marker: after the flight.
+				if err := w.drain(ctx); err != nil {
+					return err
+				}
+			}
 			if b.barrier {
 				w.held = append(w.held, b.windows...)
 				w.resumed = w.resumed || b.resumed
@@ -152,13 +177,20 @@ func (w *tableWriter) run(ctx context.Context) error {
 		case <-timer.C:
 		case <-health.C:
 			health.Reset(w.s.cfg.RetryInterval)
-			if len(w.buf) == 0 {
+			if len(w.buf) == 0 && w.flight == nil {
 				if err := w.checkUnderneath(ctx); err != nil {
 					return err
 				}
 				w.stats.healthy()
 			}
+		case <-w.flightDone():
+			if err := w.drain(ctx); err != nil {
+				return err
+			}
 		case <-w.compactionDone():
+			if err := w.drain(ctx); err != nil { // the rewrite commits between the sink's commits
+				return err
+			}
 			if err := w.finishCompaction(ctx); err != nil {
 				return err
 			}
@@ -180,15 +212,22 @@ func (w *tableWriter) run(ctx context.Context) error {
 				return err
 			}
 		}
-		w.compactor().Poll(ctx, w.catchingUp)
+		if w.flight == nil {
+			w.compactor().Poll(ctx, w.catchingUp)
+		}
 	}
 	if w.comp != nil {
 		w.comp.Wait()
 	}
-	// Stopping: commit what was consumed, within a bounded time.
+	// Stopping: commit what was consumed, within a bounded time, the last
+	// commit on the loop.
+	w.pipeline = false
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
+	defer cancel()
+	if err := w.drain(cctx); err != nil {
+		return fmt.Errorf("iceberg: final commit of %s: %w", identString(w.cfg.Ident), err)
+	}
 	if len(w.buf) > 0 {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
-		defer cancel()
 		if err := w.commit(cctx); err != nil {
 			return fmt.Errorf("iceberg: final commit of %s: %w", identString(w.cfg.Ident), err)
 		}

@@ -1,0 +1,427 @@
+package iceberg
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/schema"
+)
+
+// Two commits of an upsert table at once. A commit is staged on the
+// table's loop (fold, index lookups, rows and deletion vectors written) and
+// then lands: manifests, manifest list, the catalog's commit, the key
+// index's batch written. Landing is about half of a backlog's commit, and
+// nothing else of the table ran meanwhile. Now the landing runs on a
+// goroutine of its own (a flight) while the loop takes the next batches
+// and stages the next commit against the state the flight will leave:
+//
+//   - the key index: stage's lookups consult the flight's keys first (an
+//     overlay: each key's new row, or deleted), then pebble, which holds
+//     nothing of the flight's until its batch is written;
+//   - the live files, vectors and cached vectors (upsert.data, dvs,
+//     dvCache) take the flight's plan when it is launched, as adoptUpsert
+//     would once it landed;
+//   - row ids (format 3): the flight's data files' first_row_id are what
+//     its manifest list will give them — the parent's next-row-id for its
+//     new data manifest, first in the list, and each file the rows before
+//     it — and are checked against the landed snapshot;
+//   - index file ids are reserved when a batch takes them.
+//
+// The next commit is produced only after the flight landed and was
+// adopted, from the flight's snapshot: snapshots stay in order, each with
+// the offsets of exactly its changes, and the index stays tagged with the
+// snapshot it reflects. One flight at most. When the flight fails, the
+// next commit's staged files are removed and its plan dropped, the
+// writer's state is read again from the parent, and the flight's commit
+// goes through land's usual settle-and-retry with its own buffer; then the
+// next commit is made the serial way. Anything unusual — a new table
+// version, a reset marker, a key change held back, a truncate, a
+// compaction's commit, the idle health check, a stop — waits for the
+// flight first (drain). The compactor runs only with no flight.
+
+// flight is an upsert commit landing on its own goroutine.
+type flight struct {
+	// rows and reads are the changes it commits, and of them the
+	// snapshot reads (committedNow's counts): its buffer and windows are
+	// free once it is staged.
+	rows, reads int
+	next        []int64
+	props       iceberg.Properties
+	plan        *plan
+	files       *attemptFiles
+	parent      *table.Table
+	started     time.Time
+	// versions are its changes' table versions: a buffer of others waits
+	// for it (evolve and checkKey need the landed table).
+	versions []*schema.Table
+	done     chan struct{}
+	// Set before done closes: the table it left, and why it did not land
+	// (errNotAdopted: it landed, the index batch failed).
+	tbl *table.Table
+	err error
+}
+
+// pipelines reports whether the buffer's commit may land on its own
+// goroutine: an upsert table of format 3 that exists, not shared, not
+// resuming at a reset marker.
+func (w *tableWriter) pipelines() bool {
+	return w.pipeline && !w.serialFirst && w.up != nil && w.up.idx != nil && w.tbl != nil && w.mode().name() == ModeUpsert &&
+		w.tbl.Metadata().Version() >= 3 && w.epoch == 0 && !w.resumed
+}
+
+// commitAhead stages the buffer's commit, waits for the flight before it
+// (which it was staged against), and launches it.
+func (w *tableWriter) commitAhead(ctx context.Context) error {
+	started := time.Now()
+	if f := w.flight; f != nil && !f.covers(w.buf) {
+		if err := w.drain(ctx); err != nil {
+			return err
+		}
+	}
+	p, props, err := w.stageAhead(ctx)
+	if err != nil {
+		// The serial way retries and settles what failed, or says why.
+		w.voidAhead(ctx, nil)
+		if err := w.drain(ctx); err != nil {
+			return err
+		}
+		return w.commitWith(ctx, w.next, w.attempt)
+	}
+	if f := w.flight; f != nil {
+		<-f.done
+		if f.err != nil {
+			w.voidAhead(ctx, p)
+			if err := w.drain(ctx); err != nil {
+				return err
+			}
+			return w.commitWith(ctx, w.next, w.attempt)
+		}
+		if err := w.drain(ctx); err != nil {
+			w.voidAhead(ctx, p)
+			return err
+		}
+	}
+	w.launch(ctx, p, props, started)
+	return nil
+}
+
+// stageAhead stages the buffer's commit, against the flight's state when
+// one is landing.
+func (w *tableWriter) stageAhead(ctx context.Context) (*plan, iceberg.Properties, error) {
+	if w.flight == nil {
+		if err := w.checkKey(ctx); err != nil {
+			return nil, nil, err
+		}
+		if err := w.evolve(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	if w.up.keys == nil {
+		keys, err := keyFields(w.tbl.Schema())
+		if err != nil {
+			return nil, nil, err
+		}
+		w.up.keys = keys
+	}
+	props := w.commitProps(w.next)
+	w.files = newAttemptFiles()
+	w.up.ahead = true
+	p, err := w.up.stage(ctx, w, w.tbl, w.buf)
+	w.up.ahead = false
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.empty() {
+		props = withRowsMarker(props)
+	}
+	return p, props, nil
+}
+
+// voidAhead drops a commit staged ahead that will not be launched (p nil:
+// staging failed), removing its files: nothing can have committed them.
+func (w *tableWriter) voidAhead(ctx context.Context, p *plan) {
+	if p != nil {
+		p.batch.discard()
+	}
+	if w.files != nil {
+		if fs, err := w.tbl.FS(ctx); err == nil {
+			w.files.remove(fs)
+		}
+		w.files = nil
+	}
+}
+
+// launch hands plan p, staged from the buffer, to a goroutine that lands
+// it, and makes the writer's state what p leaves (see above).
+func (w *tableWriter) launch(ctx context.Context, p *plan, props iceberg.Properties, started time.Time) {
+	f := &flight{next: slices.Clone(w.next), props: props, plan: p, files: w.files,
+		parent: w.tbl, started: started, done: make(chan struct{})}
+	var last *schema.Table
+	for i := range w.buf {
+		if t := w.buf[i].table; t != nil && t != last && !slices.Contains(f.versions, t) {
+			f.versions, last = append(f.versions, t), t
+		}
+	}
+	// The plan holds what the commit needs (its files are written, its
+	// keys copied into the index batch and the overlay): the buffer and
+	// its windows serve the next commit. A flight that fails is not
+	// retried from them: the table is read again (drain).
+	f.rows, f.reads = w.buffer.emptied(w.windows)
+	w.files = nil
+	w.flight = f
+
+	u := w.up
+	for _, df := range p.added {
+		u.data[df.FilePath()] = df
+	}
+	if u.dvCache == nil {
+		u.dvCache = map[string]cachedDV{}
+	}
+	for ref, d := range p.newDVs {
+		u.dvs[ref] = d
+		if bm := p.bitmaps[ref]; bm != nil {
+			u.dvCache[ref] = cachedDV{puffin: d.FilePath(), bm: bm}
+		}
+	}
+	if len(p.added) > 0 {
+		r := &u.rowIDs
+		if r.first == nil {
+			r.first, r.ids, r.scanned = map[string]int64{}, map[string]*idList{}, map[string]bool{}
+		}
+		id := f.parent.Metadata().NextRowID()
+		for _, df := range p.added {
+			r.first[df.FilePath()] = id
+			id += df.Count()
+		}
+	}
+	u.over = p.over
+	p.batch.bulk = w.catchingUp
+
+	// Made here: the goroutine must not race the loop to make them.
+	w.compactor()
+	sp := w.producer()
+	go func() {
+		defer close(f.done)
+		cctx := context.WithoutCancel(ctx) // a stop waits for it (drain)
+		err := checkCatalog(w.s.cat)
+		var tbl *table.Table
+		if err == nil {
+			tbl, err = sp.commit(cctx, f.parent, p, props, f.files)
+		}
+		if err != nil {
+			f.err = err
+			return
+		}
+		f.tbl = tbl
+		if err := p.batch.write(tbl.CurrentSnapshot().SnapshotID); err != nil {
+			f.err = errNotAdopted{err}
+		}
+	}()
+}
+
+// flightDone is the flight's done channel (nil: none).
+func (w *tableWriter) flightDone() <-chan struct{} {
+	if w.flight == nil {
+		return nil
+	}
+	return w.flight.done
+}
+
+// waitFlight waits for the flight's goroutine, leaving its outcome to the
+// table's next load.
+func (w *tableWriter) waitFlight() {
+	if w.flight != nil {
+		<-w.flight.done
+	}
+}
+
+// drain waits for the flight and makes its outcome the writer's state: a
+// landed commit is adopted like one landed on the loop. A failed one is
+// settled as land settles a failed attempt: one that landed all the same
+// is adopted; one that did not leaves the writer's state as its parent's,
+// and the table's loop starts again from the table's offsets (a
+// *rewindError), its changes fetched again, its next commit made on the
+// loop with land's retries.
+func (w *tableWriter) drain(ctx context.Context) error {
+	f := w.flight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	w.flight = nil
+	w.up.over = nil
+	var na errNotAdopted
+	switch {
+	case f.err == nil:
+		w.tbl = f.tbl
+		snap := w.tbl.CurrentSnapshot()
+		if len(f.plan.added) > 0 {
+			if want := f.parent.Metadata().NextRowID(); snap.FirstRowID == nil || *snap.FirstRowID != want {
+				return errNotAdopted{fmt.Errorf("snapshot %d's first row id is %v, and its files' row ids were taken from %d", snap.SnapshotID, snap.FirstRowID, want)}
+			}
+		}
+		if err := f.plan.batch.adopt(snap.SnapshotID); err != nil {
+			return errNotAdopted{err}
+		}
+	case errors.As(f.err, &na):
+		w.tbl = f.tbl
+		return f.err
+	default:
+		w.files, w.pending = f.files, f.plan
+		landed, err := w.settleWithin(ctx, f.props[PropCommitID], newBackoff(w.s.cfg.CommitBudget))
+		if err != nil {
+			w.dropPending()
+			if errors.Is(err, errReload) {
+				w.discardAttempt(ctx, f.err)
+				return err
+			}
+			w.keepAttempt()
+			return fmt.Errorf("iceberg: commit to %s failed (%v), and then: %w", identString(w.cfg.Ident), f.err, err)
+		}
+		if !landed {
+			// settle voided the plan and read the state again.
+			w.discardAttempt(ctx, f.err)
+			return &rewindError{f.err}
+		}
+		w.logger.Warn("commit reported an error but landed", "commit_id", f.props[PropCommitID], "err", f.err)
+		w.files = nil
+		if err := w.landed(ctx); err != nil {
+			return errNotAdopted{err}
+		}
+		// The next commit, staged and dropped, may have taken the
+		// flight's cached vectors and marked its own positions in them.
+		clear(w.up.dvCache)
+	}
+	w.committedRows(ctx, f.rows, f.reads, f.next, f.started)
+	return nil
+}
+
+// rewindError: a commit that landed on its own goroutine failed, and its
+// changes, no longer held, are fetched again: the table's loop starts
+// again at once from load (class errReload), and lands its next commit on
+// the loop (tableWriter.serialFirst).
+type rewindError struct{ err error }
+
+func (e *rewindError) Error() string {
+	return "iceberg: a commit landing beside the table's loop failed (" + e.err.Error() + "); the table is read again from its offsets"
+}
+func (e *rewindError) Unwrap() []error { return []error{errReload, e.err} }
+
+// covers reports whether every change of buf is of a table version of the
+// flight's changes.
+func (f *flight) covers(buf []change) bool {
+	var last *schema.Table
+	for i := range buf {
+		if t := buf[i].table; t != last {
+			if !slices.Contains(f.versions, t) {
+				return false
+			}
+			last = t
+		}
+	}
+	return true
+}
+
+// overlay is the key index as a commit in flight leaves it: its keys in
+// key order, each with its new row's location or deleted (file -1).
+type overlay struct {
+	arena []byte
+	ents  []overlayEntry
+	files []string
+}
+
+type overlayEntry struct {
+	at, end uint32 // the key: arena[at:end]
+	file    int32  // in files; -1: deleted
+	pos     int64
+}
+
+// newOverlay makes an empty overlay for n keys, which stage adds in key
+// order (add) and writeRows places (place).
+func newOverlay(n int) *overlay {
+	return &overlay{ents: make([]overlayEntry, 0, n), arena: make([]byte, 0, 10*n)}
+}
+
+// add appends key, deleted until placed, and returns its entry.
+func (o *overlay) add(key []byte) int32 {
+	at := len(o.arena)
+	o.arena = append(o.arena, key...)
+	o.ents = append(o.ents, overlayEntry{at: uint32(at), end: uint32(len(o.arena)), file: -1})
+	return int32(len(o.ents) - 1)
+}
+
+// place gives entry i its key's new row: position pos of file.
+func (o *overlay) place(i int32, file string, pos int64) {
+	// A commit writes a few files, each a run of its keys.
+	n := len(o.files) - 1
+	if n < 0 || o.files[n] != file {
+		if n = slices.Index(o.files, file); n < 0 {
+			o.files = append(o.files, file)
+			n = len(o.files) - 1
+		}
+	}
+	o.ents[i].file, o.ents[i].pos = int32(n), pos
+}
+
+func (o *overlay) key(i int) []byte { return o.arena[o.ents[i].at:o.ents[i].end] }
+
+// overlayLookup is lookupKeys' memory from commit to commit: the keys the
+// overlay does not hold, their indexes in the caller's list and their
+// partitions.
+type overlayLookup struct {
+	keys  [][]byte
+	idx   []int
+	parts []int32
+	// answered counts the keys the overlays answered (tests).
+	answered int64
+}
+
+// lookupKeys is the index's getMany as the flight leaves it: a key the
+// overlay holds is answered there (found at its new row, or not found when
+// deleted), the rest by the index.
+func (u *upsert) lookupKeys(keys [][]byte, parts []int32, found func(i int, loc location) error) error {
+	o := u.over
+	if o == nil || len(o.ents) == 0 {
+		return u.idx.getMany(keys, parts, found)
+	}
+	s := &u.sub
+	s.keys, s.idx, s.parts = s.keys[:0], s.idx[:0], s.parts[:0]
+	defer func() { clear(s.keys) }()
+	j := 0
+	for i, k := range keys {
+		if i > 0 && bytes.Compare(k, keys[i-1]) < 0 {
+			// Not in key order (stage sorts them): search from the start.
+			j = sort.Search(len(o.ents), func(n int) bool { return bytes.Compare(o.key(n), k) >= 0 })
+		} else {
+			for j < len(o.ents) && bytes.Compare(o.key(j), k) < 0 {
+				j++
+			}
+		}
+		if j < len(o.ents) && bytes.Equal(o.key(j), k) {
+			s.answered++
+			if e := o.ents[j]; e.file >= 0 {
+				if err := found(i, location{file: o.files[e.file], pos: e.pos}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		s.keys, s.idx = append(s.keys, k), append(s.idx, i)
+		if parts != nil {
+			s.parts = append(s.parts, parts[i])
+		}
+	}
+	var sp []int32
+	if parts != nil {
+		sp = s.parts
+	}
+	return u.idx.getMany(s.keys, sp, func(i int, loc location) error { return found(s.idx[i], loc) })
+}
