@@ -318,9 +318,16 @@ func sinkBenchChild(t *testing.T) {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	// CDCD_SINK_BENCH_CATALOG_MS=N: every catalog commit takes N ms more,
+	// as a REST catalog's round trips do.
+	var sinkCat catalog.Catalog = cat
+	if ms, _ := strconv.Atoi(os.Getenv("CDCD_SINK_BENCH_CATALOG_MS")); ms > 0 {
+		sinkCat = slowCatalog{cat, time.Duration(ms) * time.Millisecond}
+	}
 	start := now()
 	s := New(Config{Pipeline: "bench", Group: "g", Tables: []TableConfig{{Topic: topic, Ident: table.Identifier{"b", name}}},
-		CommitInterval: 2 * time.Second, IndexDir: filepath.Join(dir, "index")}, cat, lg, reg, slog.New(slog.DiscardHandler))
+		CommitInterval: 2 * time.Second, IndexDir: filepath.Join(dir, "index"),
+		PipelineCommits: os.Getenv("CDCD_PIPELINE_COMMITS") == "1"}, sinkCat, lg, reg, slog.New(slog.DiscardHandler)) // as the daemon reads it
 	s.tune.index = benchIndexOptions(t)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -404,4 +411,15 @@ func (f *fileStore) Append(_ context.Context, k, v []byte) error {
 	defer fh.Close()
 	_, err = fmt.Fprintf(fh, "%s\t%s\n", k, v)
 	return err
+}
+
+// slowCatalog adds a delay to every commit (CDCD_SINK_BENCH_CATALOG_MS).
+type slowCatalog struct {
+	catalog.Catalog
+	delay time.Duration
+}
+
+func (c slowCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	time.Sleep(c.delay)
+	return c.Catalog.CommitTable(ctx, ident, reqs, updates)
 }

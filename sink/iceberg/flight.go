@@ -46,6 +46,11 @@ import (
 // version, a reset marker, a key change held back, a truncate, a
 // compaction's commit, the idle health check, a stop — waits for the
 // flight first (drain). The compactor runs only with no flight.
+//
+// Off unless Config.PipelineCommits: measured in session 24 (BENCHMARKS.md)
+// it bought no wall time end to end on two cores, where the source and the
+// database take the core it would use, and landing beside the next
+// commit's lookups made random updates dearer in CPU.
 
 // flight is an upsert commit landing on its own goroutine.
 type flight struct {
@@ -177,6 +182,7 @@ func (w *tableWriter) launch(ctx context.Context, p *plan, props iceberg.Propert
 	f.rows, f.reads = w.buffer.emptied(w.windows)
 	w.files = nil
 	w.flight = f
+	w.launched++
 
 	u := w.up
 	for _, df := range p.added {

@@ -101,11 +101,13 @@ type Config struct {
 	// and a commit of an owner whose epoch is no longer the table's newest
 	// is refused (ErrFenced; owner.go).
 	Shared bool
-	// SerialCommits makes a table's loop land each commit before it stages
-	// the next; by default an upsert table's commit lands on a goroutine
-	// of its own while the loop stages the next one (flight.go). For
-	// measurements and as a way back (the daemon's CDCD_SERIAL_COMMITS).
-	SerialCommits bool
+	// PipelineCommits lets an upsert table's commit land on a goroutine of
+	// its own while the table's loop stages the next one (flight.go);
+	// otherwise each commit lands before the next is staged. Off by
+	// default: on two cores, shared with the source and the database, it
+	// bought no wall time and cost CPU on updates (BENCHMARKS.md, session
+	// 24); the daemon turns it on with CDCD_PIPELINE_COMMITS=1.
+	PipelineCommits bool
 	// OnCommit, when set, is called after every data commit that lands,
 	// with the table's stats and how long the commit took (the daemon's
 	// commit-duration histogram). It runs on the table's loop: it must not

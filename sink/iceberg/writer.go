@@ -48,13 +48,14 @@ type tableWriter struct {
 	windows *windowPool
 
 	// pipeline: a commit may land on a goroutine of its own while the loop
-	// stages the next (flight.go); set by run unless the sink's config
-	// says SerialCommits. flight is that commit (nil: none). serialFirst:
+	// stages the next (flight.go); set by run when the sink's config says
+	// PipelineCommits. flight is that commit (nil: none). serialFirst:
 	// the loop lands its first commit itself (it starts again after a
 	// flight failed: land retries a failure that lasts).
 	pipeline    bool
 	flight      *flight
 	serialFirst bool
+	launched    int // flights launched (tests)
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -103,7 +104,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	// A commit landing on its own goroutine is waited for before the index
 	// closes; a table's loop that restarts reloads its outcome.
 	defer w.waitFlight()
-	w.pipeline = !w.s.cfg.SerialCommits
+	w.pipeline = w.s.cfg.PipelineCommits
 	if err := w.load(ctx); err != nil {
 		return err
 	}
