@@ -18,8 +18,8 @@ import (
 // Two commits of an upsert table at once. A commit is staged on the
 // table's loop (fold, index lookups, rows and deletion vectors written) and
 // then lands: manifests, manifest list, the catalog's commit, the key
-// index's batch written. Landing is about half of a backlog's commit, and
-// nothing else of the table ran meanwhile. Now the landing runs on a
+// index's batch written; serially, nothing else of the table but the
+// fetcher runs meanwhile. In flight, the landing runs on a
 // goroutine of its own (a flight) while the loop takes the next batches
 // and stages the next commit against the state the flight will leave:
 //
@@ -38,11 +38,13 @@ import (
 // The next commit is produced only after the flight landed and was
 // adopted, from the flight's snapshot: snapshots stay in order, each with
 // the offsets of exactly its changes, and the index stays tagged with the
-// snapshot it reflects. One flight at most. When the flight fails, the
-// next commit's staged files are removed and its plan dropped, the
-// writer's state is read again from the parent, and the flight's commit
-// goes through land's usual settle-and-retry with its own buffer; then the
-// next commit is made the serial way. Anything unusual — a new table
+// snapshot it reflects. One flight at most, and it keeps its plan only
+// (its buffer and windows serve the next commit). When the flight fails,
+// the next commit's staged files are removed and its plan dropped, and the
+// flight's commit is settled as land settles an attempt: one that landed
+// all the same is adopted and the next commit is made the serial way; one
+// that did not rewinds the table's loop to the table's offsets (drain,
+// rewindError). Anything unusual — a new table
 // version, a reset marker, a key change held back, a truncate, a
 // compaction's commit, the idle health check, a stop — waits for the
 // flight first (drain). The compactor runs only with no flight.
