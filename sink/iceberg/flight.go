@@ -131,25 +131,10 @@ func (w *tableWriter) stageAhead(ctx context.Context) (*plan, iceberg.Properties
 			return nil, nil, err
 		}
 	}
-	if w.up.keys == nil {
-		keys, err := keyFields(w.tbl.Schema())
-		if err != nil {
-			return nil, nil, err
-		}
-		w.up.keys = keys
-	}
-	props := w.commitProps(w.next)
 	w.files = newAttemptFiles()
 	w.up.ahead = true
-	p, err := w.up.stage(ctx, w, w.tbl, w.buf)
-	w.up.ahead = false
-	if err != nil {
-		return nil, nil, err
-	}
-	if p.empty() {
-		props = withRowsMarker(props)
-	}
-	return p, props, nil
+	defer func() { w.up.ahead = false }()
+	return w.stagePlan(ctx, w.commitProps(w.next))
 }
 
 // voidAhead drops a commit staged ahead that will not be launched (p nil:

@@ -322,21 +322,11 @@ func rowNeutral(snap *table.Snapshot) bool {
 // attemptUpsert stages the buffer and commits it as one snapshot (see
 // producer.go).
 func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Properties) error {
-	if w.up.keys == nil {
-		keys, err := keyFields(w.tbl.Schema())
-		if err != nil {
-			return err
-		}
-		w.up.keys = keys
-	}
-	p, err := w.up.stage(ctx, w, w.tbl, w.buf)
+	p, props, err := w.stagePlan(ctx, props)
 	if err != nil {
 		return err
 	}
 	w.pending = p
-	if p.empty() {
-		props = withRowsMarker(props)
-	}
 	if err := w.produce(ctx, p, props); err != nil {
 		return err
 	}
@@ -344,6 +334,26 @@ func (w *tableWriter) attemptUpsert(ctx context.Context, props iceberg.Propertie
 		return errNotAdopted{err}
 	}
 	return nil
+}
+
+// stagePlan stages the buffer against w.tbl; props, returned, gain the
+// rows marker when the plan changes no rows.
+func (w *tableWriter) stagePlan(ctx context.Context, props iceberg.Properties) (*plan, iceberg.Properties, error) {
+	if w.up.keys == nil {
+		keys, err := keyFields(w.tbl.Schema())
+		if err != nil {
+			return nil, props, err
+		}
+		w.up.keys = keys
+	}
+	p, err := w.up.stage(ctx, w, w.tbl, w.buf)
+	if err != nil {
+		return nil, props, err
+	}
+	if p.empty() {
+		props = withRowsMarker(props)
+	}
+	return p, props, nil
 }
 
 // adoptUpsert makes the landed commit's plan current: the index (tagged
