@@ -253,6 +253,7 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 				b = b[len(b)-200_000:]
 			}
 			t.Logf("daemon log (tail):\n%s", b)
+			keepFailedRound(t, dir)
 		}
 	}()
 	lc := startLiveCheck(checkConn, names.Slot, dir)

@@ -25,5 +25,6 @@
 // they are streamed before their commit either way); CDCD_CRASH_KEEP names a
 // directory into which a reconcile's report of a difference during the
 // kills copies the round's data directory (log, warehouse, catalog) as it
-// is then, for a post-mortem.
+// is then, for a post-mortem, and so does a failed round its directory
+// (with the daemon's whole log) at its end.
 package crashsuite

@@ -100,6 +100,27 @@ func (rc *reconciler) keep(r reconcileRun) {
 	_ = os.WriteFile(filepath.Join(dst, "reconcile.out"), []byte(r.out), 0o644)
 }
 
+// keepFailedRound copies a failed round's directory (its log, warehouse,
+// catalog, configuration and the daemon's whole log) under
+// $CDCD_CRASH_KEEP, when set: a rare failure's records can then be read
+// with the log's own tools instead of guessed from the log's tail.
+func keepFailedRound(t *testing.T, dir string) {
+	root := os.Getenv("CDCD_CRASH_KEEP")
+	if root == "" {
+		return
+	}
+	dst, err := os.MkdirTemp(root, "failed-")
+	if err != nil {
+		t.Logf("CDCD_CRASH_KEEP: %v", err)
+		return
+	}
+	if out, err := exec.Command("cp", "-a", dir, filepath.Join(dst, "round")).CombinedOutput(); err != nil {
+		t.Logf("CDCD_CRASH_KEEP: copying %s: %v: %s", dir, err, out)
+		return
+	}
+	t.Logf("the round's directory is kept in %s", dst)
+}
+
 func startReconciler(bin, cfgPath string) *reconciler {
 	rc := &reconciler{stop: make(chan struct{}), done: make(chan struct{}), cfgPath: cfgPath}
 	go func() {
