@@ -58,6 +58,9 @@ type snapshotProducer struct {
 	logger       *slog.Logger
 	// ms is the current snapshot's manifests (nil: read at the next commit).
 	ms *manifestState
+	// layouts: the manifests' headers and partition codecs
+	// (manifest_write.go).
+	layouts manifestLayouts
 }
 
 // producer returns the table's snapshot producer.
@@ -589,22 +592,22 @@ func (sp *snapshotProducer) writeManifest(d *draft, content iceberg.ManifestCont
 		}
 	}()
 	cw := &countingWriter{w: out}
-	opts := []iceberg.ManifestWriterOption{}
-	if content == iceberg.ManifestContentDeletes {
-		opts = append(opts, iceberg.WithManifestWriterContent(content))
-	}
-	mw, err := iceberg.NewManifestWriter(tbl.Metadata().Version(), cw, tbl.Spec(), tbl.Schema(), d.snapID, opts...)
+	layout, err := sp.layouts.get(tbl.Metadata().TableUUID(), tbl.Metadata().Version(), content, tbl.Spec(), tbl.Schema())
 	if err != nil {
 		return nil, err
+	}
+	mw, err := newManifestWriter(layout, cw, d.snapID)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: write manifest %s: %w", path, err)
 	}
 	f := &manifestFill{mw: mw, rec: sp.manifests().Record()}
 	if err := fill(f); err != nil {
 		return nil, err
 	}
-	if err := mw.Close(); err != nil {
+	if err := mw.close(); err != nil {
 		return nil, err
 	}
-	mf, err := mw.ToManifestFile(path, cw.n, iceberg.WithManifestFileContent(content))
+	mf, err := mw.manifestFile(path, cw.n)
 	if err != nil {
 		return nil, err
 	}
@@ -617,23 +620,23 @@ func (sp *snapshotProducer) writeManifest(d *draft, content iceberg.ManifestCont
 // manifestFill passes entries to a manifest writer and records them for
 // the compactor's manifest cache.
 type manifestFill struct {
-	mw  *iceberg.ManifestWriter
+	mw  *manifestWriter
 	rec *compactor.ManifestRecord
 }
 
 func (f *manifestFill) add(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Add(e)
+	return f.mw.add(e)
 }
 
 func (f *manifestFill) existing(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Existing(e)
+	return f.mw.existing(e)
 }
 
 func (f *manifestFill) delete(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Delete(e)
+	return f.mw.delete(e)
 }
 
 // writeManifestList writes the list and returns the rows it assigned ids
