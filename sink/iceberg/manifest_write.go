@@ -80,8 +80,9 @@ type manifestLayout struct {
 // manifestLayouts caches layouts; safe for concurrent use (a commit in
 // flight writes its manifests beside the loop).
 type manifestLayouts struct {
-	mu sync.Mutex
-	m  map[manifestLayoutKey]*manifestLayout
+	mu    sync.Mutex
+	m     map[manifestLayoutKey]*manifestLayout
+	lists map[int]string // manifest list schema text by format version
 }
 
 func (c *manifestLayouts) get(tableID uuid.UUID, version int, content iceberg.ManifestContent, spec iceberg.PartitionSpec, sc *iceberg.Schema) (*manifestLayout, error) {
@@ -885,4 +886,190 @@ func boundBytes(pc partCodec, v any) []byte {
 	}
 	p, _ := lit.MarshalBinary()
 	return p
+}
+
+// The manifest list.
+//
+// iceberg-go's list writers take a prebuilt schema but encode each
+// ManifestFile by reflection and deflate the file, a new compressor per
+// list; a commit's list holds every live manifest of the table, so that
+// cost grows with the table's history until maintenance merges them. This
+// writer writes the same list (iceberg-go's schema text, its metadata keys:
+// format-version, snapshot-id, sequence-number, first-row-id (v3),
+// parent-snapshot-id) with the null codec, and assigns sequence numbers and
+// v3 first row ids as ManifestListWriter.AddManifests does.
+
+// listSchema returns iceberg-go's manifest list schema text for version.
+func (c *manifestLayouts) listSchema(version int) (string, error) {
+	c.mu.Lock()
+	s, ok := c.lists[version]
+	c.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	var buf bytes.Buffer
+	var err error
+	switch version {
+	case 2:
+		_, err = iceberg.NewManifestListWriterV2(&buf, 1, 1, nil)
+	case 3:
+		_, err = iceberg.NewManifestListWriterV3(&buf, 1, 1, 0, nil)
+	default:
+		return "", fmt.Errorf("iceberg: format version %d is not supported", version)
+	}
+	if err != nil {
+		return "", err
+	}
+	meta, err := parseOCFHeader(buf.Bytes())
+	if err != nil {
+		return "", fmt.Errorf("iceberg: manifest list header: %w", err)
+	}
+	for _, kv := range meta {
+		if kv[0] == "avro.schema" {
+			s, ok = kv[1], true
+		}
+	}
+	if !ok {
+		return "", errors.New("iceberg: manifest list header has no schema")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lists == nil {
+		c.lists = make(map[int]string)
+	}
+	c.lists[version] = s
+	return s, nil
+}
+
+// writeList writes the manifest list of snapshot snapID (sequence number
+// seq, parent or nil; v3: rows get ids from firstRowID on) to out, and
+// returns the next unassigned row id (v3; firstRowID in v2).
+func (c *manifestLayouts) writeList(out io.Writer, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (nextRowID int64, err error) {
+	schema, err := c.listSchema(version)
+	if err != nil {
+		return 0, err
+	}
+	if version >= 3 && firstRowID < 0 {
+		return 0, fmt.Errorf("%w: first row ID must be non-negative: %d", iceberg.ErrInvalidArgument, firstRowID)
+	}
+	parentText := "null"
+	if parent != nil {
+		parentText = fmt.Sprint(*parent)
+	}
+	meta := [][2]string{
+		{"avro.schema", schema},
+		{"format-version", fmt.Sprint(version)},
+		{"snapshot-id", fmt.Sprint(snapID)},
+		{"sequence-number", fmt.Sprint(seq)},
+	}
+	if version >= 3 {
+		meta = append(meta, [2]string{"first-row-id", fmt.Sprint(firstRowID)})
+	}
+	meta = append(meta, [2]string{"parent-snapshot-id", parentText})
+	var sync [16]byte
+	binary.LittleEndian.PutUint64(sync[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(sync[8:], rand.Uint64())
+	b := make([]byte, 0, len(schema)+256+160*len(manifests))
+	b = append(b, ocfMagic[:]...)
+	b = appendLong(b, int64(len(meta)))
+	for _, kv := range meta {
+		b = appendString(appendString(b, kv[0]), kv[1])
+	}
+	b = append(appendLong(b, 0), sync[:]...)
+	nextRowID = firstRowID
+	var block []byte
+	count := 0
+	for _, m := range manifests {
+		if m.Version() > version {
+			return 0, fmt.Errorf("%w: manifest list v%d cannot reference v%d manifest files", iceberg.ErrInvalidArgument, version, m.Version())
+		}
+		mseq, minSeq := m.SequenceNum(), m.MinSequenceNum()
+		if mseq == -1 || minSeq == -1 {
+			if m.SnapshotID() != snapID {
+				return 0, fmt.Errorf("found unassigned sequence number for a manifest from snapshot %d != %d", snapID, m.SnapshotID())
+			}
+			if mseq == -1 {
+				mseq = seq
+			}
+			if minSeq == -1 {
+				minSeq = seq
+			}
+		}
+		block = appendString(block, m.FilePath())
+		block = appendLong(block, m.Length())
+		block = appendLong(block, int64(m.PartitionSpecID()))
+		block = appendLong(block, int64(m.ManifestContent()))
+		block = appendLong(block, mseq)
+		block = appendLong(block, minSeq)
+		block = appendLong(block, m.SnapshotID())
+		block = appendLong(block, int64(m.AddedDataFiles()))
+		block = appendLong(block, int64(m.ExistingDataFiles()))
+		block = appendLong(block, int64(m.DeletedDataFiles()))
+		block = appendSummaries(block, m.Partitions())
+		block = appendLong(block, m.AddedRows())
+		block = appendLong(block, m.ExistingRows())
+		block = appendLong(block, m.DeletedRows())
+		if km := m.KeyMetadata(); km == nil {
+			block = append(block, 0)
+		} else {
+			block = appendBytes(append(block, 2), km)
+		}
+		if version >= 3 {
+			first := m.FirstRowID()
+			if first == nil && m.ManifestContent() == iceberg.ManifestContentData {
+				existing, added := m.ExistingRows(), m.AddedRows()
+				if existing < 0 || added < 0 || existing > math.MaxInt64-nextRowID || added > math.MaxInt64-nextRowID-existing {
+					return 0, fmt.Errorf("manifest %q: %w: cannot assign row ids from %d to %d existing and %d added rows", m.FilePath(), iceberg.ErrInvalidArgument, nextRowID, existing, added)
+				}
+				id := nextRowID
+				first = &id
+				nextRowID += existing + added
+			}
+			block = appendOptLong(block, first)
+		}
+		count++
+	}
+	if count > 0 {
+		b = appendLong(appendLong(b, int64(count)), int64(len(block)))
+		b = append(append(b, block...), sync[:]...)
+	}
+	if _, err := out.Write(b); err != nil {
+		return 0, err
+	}
+	return nextRowID, nil
+}
+
+// appendSummaries writes a manifest's partition field summaries (a nullable
+// array of r508 records).
+func appendSummaries(b []byte, parts []iceberg.FieldSummary) []byte {
+	if parts == nil {
+		return append(b, 0)
+	}
+	b = append(b, 2)
+	if len(parts) > 0 {
+		b = appendLong(b, int64(len(parts)))
+		for _, p := range parts {
+			if p.ContainsNull {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+			switch {
+			case p.ContainsNaN == nil:
+				b = append(b, 0)
+			case *p.ContainsNaN:
+				b = append(b, 2, 1)
+			default:
+				b = append(b, 2, 0)
+			}
+			for _, bound := range []*[]byte{p.LowerBound, p.UpperBound} {
+				if bound == nil {
+					b = append(b, 0)
+				} else {
+					b = appendBytes(append(b, 2), *bound)
+				}
+			}
+		}
+	}
+	return append(b, 0)
 }

@@ -286,7 +286,7 @@ func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props 
 	if version >= 3 {
 		firstRowID = meta.NextRowID()
 	}
-	addedRows, err := writeManifestList(d.wfs, listPath, version, d.snapID, seq, firstRowID, parentID, d.manifests)
+	addedRows, err := sp.writeManifestList(d.wfs, listPath, version, d.snapID, seq, firstRowID, parentID, d.manifests)
 	if err != nil {
 		return nil, err
 	}
@@ -639,9 +639,9 @@ func (f *manifestFill) delete(e iceberg.ManifestEntry) error {
 	return f.mw.delete(e)
 }
 
-// writeManifestList writes the list and returns the rows it assigned ids
-// to (format v3).
-func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (added int64, err error) {
+// writeManifestList writes the list (manifest_write.go) and returns the
+// rows it assigned ids to (format v3).
+func (sp *snapshotProducer) writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (added int64, err error) {
 	out, err := wfs.Create(path)
 	if err != nil {
 		return 0, fmt.Errorf("iceberg: create manifest list %s: %w", path, err)
@@ -651,29 +651,11 @@ func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snap
 			err = cerr
 		}
 	}()
-	var lw *iceberg.ManifestListWriter
-	switch version {
-	case 2:
-		lw, err = iceberg.NewManifestListWriterV2(out, snapID, seq, parent)
-	case 3:
-		lw, err = iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, parent)
-	default:
-		return 0, fmt.Errorf("iceberg: format version %d is not supported", version)
-	}
+	next, err := sp.layouts.writeList(out, version, snapID, seq, firstRowID, parent, manifests)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("iceberg: write manifest list %s: %w", path, err)
 	}
-	if err := lw.AddManifests(manifests); err != nil {
-		lw.Close()
-		return 0, err
-	}
-	if err := lw.Close(); err != nil {
-		return 0, err
-	}
-	if version >= 3 && lw.NextRowID() != nil {
-		added = *lw.NextRowID() - firstRowID
-	}
-	return added, nil
+	return next - firstRowID, nil
 }
 
 // summarize is the snapshot summary: cdcd's properties, the added and
