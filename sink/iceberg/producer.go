@@ -58,6 +58,9 @@ type snapshotProducer struct {
 	logger       *slog.Logger
 	// ms is the current snapshot's manifests (nil: read at the next commit).
 	ms *manifestState
+	// layouts: the manifests' headers and partition codecs
+	// (manifest_write.go).
+	layouts manifestLayouts
 }
 
 // producer returns the table's snapshot producer.
@@ -283,7 +286,7 @@ func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props 
 	if version >= 3 {
 		firstRowID = meta.NextRowID()
 	}
-	addedRows, err := writeManifestList(d.wfs, listPath, version, d.snapID, seq, firstRowID, parentID, d.manifests)
+	addedRows, err := sp.writeManifestList(d.wfs, listPath, version, d.snapID, seq, firstRowID, parentID, d.manifests)
 	if err != nil {
 		return nil, err
 	}
@@ -589,22 +592,22 @@ func (sp *snapshotProducer) writeManifest(d *draft, content iceberg.ManifestCont
 		}
 	}()
 	cw := &countingWriter{w: out}
-	opts := []iceberg.ManifestWriterOption{}
-	if content == iceberg.ManifestContentDeletes {
-		opts = append(opts, iceberg.WithManifestWriterContent(content))
-	}
-	mw, err := iceberg.NewManifestWriter(tbl.Metadata().Version(), cw, tbl.Spec(), tbl.Schema(), d.snapID, opts...)
+	layout, err := sp.layouts.get(tbl.Metadata().TableUUID(), tbl.Metadata().Version(), content, tbl.Spec(), tbl.Schema())
 	if err != nil {
 		return nil, err
+	}
+	mw, err := newManifestWriter(layout, cw, d.snapID)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg: write manifest %s: %w", path, err)
 	}
 	f := &manifestFill{mw: mw, rec: sp.manifests().Record()}
 	if err := fill(f); err != nil {
 		return nil, err
 	}
-	if err := mw.Close(); err != nil {
+	if err := mw.close(); err != nil {
 		return nil, err
 	}
-	mf, err := mw.ToManifestFile(path, cw.n, iceberg.WithManifestFileContent(content))
+	mf, err := mw.manifestFile(path, cw.n)
 	if err != nil {
 		return nil, err
 	}
@@ -617,28 +620,28 @@ func (sp *snapshotProducer) writeManifest(d *draft, content iceberg.ManifestCont
 // manifestFill passes entries to a manifest writer and records them for
 // the compactor's manifest cache.
 type manifestFill struct {
-	mw  *iceberg.ManifestWriter
+	mw  *manifestWriter
 	rec *compactor.ManifestRecord
 }
 
 func (f *manifestFill) add(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Add(e)
+	return f.mw.add(e)
 }
 
 func (f *manifestFill) existing(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Existing(e)
+	return f.mw.existing(e)
 }
 
 func (f *manifestFill) delete(e iceberg.ManifestEntry) error {
 	f.rec.Add(e)
-	return f.mw.Delete(e)
+	return f.mw.delete(e)
 }
 
-// writeManifestList writes the list and returns the rows it assigned ids
-// to (format v3).
-func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (added int64, err error) {
+// writeManifestList writes the list (manifest_write.go) and returns the
+// rows it assigned ids to (format v3).
+func (sp *snapshotProducer) writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snapID, seq, firstRowID int64, parent *int64, manifests []iceberg.ManifestFile) (added int64, err error) {
 	out, err := wfs.Create(path)
 	if err != nil {
 		return 0, fmt.Errorf("iceberg: create manifest list %s: %w", path, err)
@@ -648,29 +651,11 @@ func writeManifestList(wfs icebergio.WriteFileIO, path string, version int, snap
 			err = cerr
 		}
 	}()
-	var lw *iceberg.ManifestListWriter
-	switch version {
-	case 2:
-		lw, err = iceberg.NewManifestListWriterV2(out, snapID, seq, parent)
-	case 3:
-		lw, err = iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, parent)
-	default:
-		return 0, fmt.Errorf("iceberg: format version %d is not supported", version)
-	}
+	next, err := sp.layouts.writeList(out, version, snapID, seq, firstRowID, parent, manifests)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("iceberg: write manifest list %s: %w", path, err)
 	}
-	if err := lw.AddManifests(manifests); err != nil {
-		lw.Close()
-		return 0, err
-	}
-	if err := lw.Close(); err != nil {
-		return 0, err
-	}
-	if version >= 3 && lw.NextRowID() != nil {
-		added = *lw.NextRowID() - firstRowID
-	}
-	return added, nil
+	return next - firstRowID, nil
 }
 
 // summarize is the snapshot summary: cdcd's properties, the added and
