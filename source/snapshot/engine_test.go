@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -806,5 +807,58 @@ func TestRunLastRowMarked(t *testing.T) {
 		if c.Place != want {
 			t.Errorf("row %d (key %v) has place %d, want %d", i, c.After[0], c.Place, want)
 		}
+	}
+}
+
+// TestRereadSurvivesEarlySave: a restarted run's saved re-read set
+// survives a save made before the run's table is described (another run
+// queued, a pause). Such a save wrote the set empty: the keys — streamed
+// changes dropped while their rows were not in the replaced table — were
+// never read again, the run ended without them, and their next changes
+// stopped the table (the crash suite's snapshots configuration, a column
+// arrived as unchanged with no row for its key); without such a change
+// the rows would have stayed out of the mirror.
+func TestRereadSurvivesEarlySave(t *testing.T) {
+	st := &memState{}
+	rec := &record{ID: "r1", Request: Request{Table: "public.t", Replace: true, Origin: "test"}, Planned: true,
+		Upper: Key{"20"}, Last: Key{"20"}, Rows: 18, Started: time.Now().UTC(),
+		ResetID: "x", ResetDone: true, Reread: []Key{{"5"}, {"7"}}}
+	b, err := json.Marshal(saved{Runs: []*record{rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(t.Context(), "inc", b); err != nil {
+		t.Fatal(err)
+	}
+	// A process that saves before it describes the run's table.
+	early := New(Config{StateKey: "inc", ChunkRows: 4}, st, slog.New(slog.DiscardHandler))
+	if err := early.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p := early.Progress(); len(p) != 1 || p[0].Reread != 2 {
+		t.Errorf("progress before the table is described: %+v, want one run with 2 keys to read again", p)
+	}
+	if err := early.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var got saved
+	raw, _ := st.Load(t.Context(), "inc")
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Runs) != 1 || len(got.Runs[0].Reread) != 2 {
+		t.Fatalf("saved before the table was described: %s; want the run with its 2 keys to read again", raw)
+	}
+	// The next process reads them again before the run ends.
+	db := newFakeDB(20)
+	e, s, _ := start(t, st, db, 4)
+	waitDone(t, e, s)
+	keys := keysOf(s.rows())
+	slices.Sort(keys)
+	if !slices.Equal(keys, []int64{5, 7}) {
+		t.Errorf("rows read after the restart: %v, want the keys to read again [5 7]", keys)
 	}
 }

@@ -121,6 +121,16 @@ func (r *run) endsFrom() int {
 func newRun(rec *record) *run {
 	r := &run{rec: rec, readLast: rec.Last, readRows: rec.Rows, reread: map[string]*rereadKey{}, resetCh: make(chan struct{})}
 	r.rangeDone = rec.Planned && (rec.Upper == nil || (rec.Last != nil && keysEqual(rec.Last, rec.Upper)))
+	// The saved re-read set is the run's from the start, before the table
+	// is described (describe gives the keys their values): a save in
+	// between (another run queued, a pause) writes r.reread, and a set
+	// kept only in rec until then was saved empty — the keys were never
+	// read again and their rows stayed out of a replaced table (the crash
+	// suite's snapshots configuration, session 25).
+	for _, k := range rec.Reread {
+		r.addReread(k, nil, false)
+	}
+	rec.Reread = nil // r.reread is the set now; saves write it (durableReread)
 	return r
 }
 
@@ -138,8 +148,29 @@ func (r *run) describe(t *Table) {
 			r.upperVals, _ = t.ParseKey(r.rec.Upper)
 		}
 	}
-	for _, k := range r.rec.Reread {
-		r.addReread(k, nil, false)
+	// Keys loaded before the description have no values: give them
+	// their values and the id a streamed change of them has.
+	for id, k := range r.reread {
+		if k.vals != nil || t.ParseKey == nil {
+			continue
+		}
+		vals, ok := t.ParseKey(k.key)
+		if !ok {
+			continue
+		}
+		k.vals = vals
+		nid := r.keyID(k.key, vals)
+		if nid == id {
+			continue
+		}
+		delete(r.reread, id)
+		if o, dup := r.reread[nid]; dup { // one entry a key: unresolved if either is
+			if k.resolvedAt == nil {
+				o.resolvedAt = nil
+			}
+			continue
+		}
+		r.reread[nid] = k
 	}
 }
 
