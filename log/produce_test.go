@@ -44,7 +44,10 @@ func TestBatchBufsKeepSmallerBuffers(t *testing.T) {
 // — a benchmark's rounds held every closed log and grew by them.
 func TestCloseReleasesBatchBuffers(t *testing.T) {
 	ctx := context.Background()
-	l := openTest(t, t.TempDir(), nil)
+	l, err := Open(t.TempDir(), Options{CleanupInterval: -1, TailCacheBytes: -1}, nil) // the tail would hold them
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := l.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
