@@ -18,10 +18,6 @@ const (
 // own done channel).
 type appendReq struct {
 	batches [][]byte // built batches; enqueue sets base offsets, the flusher the CRC
-	// plains are, for a compressed batch, its plain form (from the batch
-	// pool): publish hands it to the tail cache and sets it nil; nil for a
-	// batch stored plain, or without a tail cache.
-	plains  [][]byte
 	records int64
 	base    int64 // offset of the first record, set by enqueue
 	done    chan error
@@ -160,7 +156,6 @@ type groupWrite struct {
 	start                     int64 // segment position where fl.buf goes
 	rolled                    []closedSeg
 	records, batches, written uint64
-	tail                      []*tailEntry // the tail cache's entries of the group's batches
 }
 
 // writeGroup writes the batches of reqs in order, rolling segments as
@@ -169,7 +164,6 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 	g := groupWrite{start: p.fl.size}
 	err := p.writeGroupTo(&g, reqs)
 	if err != nil {
-		// The entries' plain buffers stay the requests' (retried or dropped).
 		// Segments this group rolled to were never published: close them
 		// (rollBack removes their files).
 		for _, c := range g.rolled[min(1, len(g.rolled)):] {
@@ -177,13 +171,7 @@ func (p *partition) writeGroup(reqs []*appendReq) error {
 		}
 		return err
 	}
-	p.publish(g.rolled, g.records, g.batches, g.written, g.tail)
-	for _, e := range g.tail {
-		if e.slot != nil {
-			*e.slot = nil // the tail's now (or given back to the pool by it)
-			e.slot = nil
-		}
-	}
+	p.publish(g.rolled, g.records, g.batches, g.written)
 	return nil
 }
 
@@ -200,9 +188,6 @@ func (p *partition) writeGroupTo(g *groupWrite, reqs []*appendReq) error {
 			}
 			if err := p.stage(g, b); err != nil {
 				return err
-			}
-			if p.tailBudget != nil {
-				g.tail = append(g.tail, p.newTailEntry(r, j, b, p.spare))
 			}
 		}
 	}
@@ -350,7 +335,7 @@ func (p *partition) roll(start, base int64) (closedSeg, error) {
 
 // publish makes the written batches visible: segment states, the new end,
 // stats; then wakes long-polling fetchers.
-func (p *partition) publish(rolled []closedSeg, records, batches, bytes uint64, tail []*tailEntry) {
+func (p *partition) publish(rolled []closedSeg, records, batches, bytes uint64) {
 	fl := &p.fl
 	now := p.opts.now()
 	p.mu.Lock()
@@ -372,9 +357,6 @@ func (p *partition) publish(rolled []closedSeg, records, batches, bytes uint64, 
 	}
 	s.size, s.next, s.maxTs, s.idx = fl.size, fl.next, fl.maxTs, fl.idx
 	p.end = fl.next
-	if p.tailBudget != nil {
-		p.tailPublishLocked(tail)
-	}
 	p.lastAppend = now
 	p.stats.records += records
 	p.stats.batches += batches
@@ -445,11 +427,6 @@ func (p *partition) close() {
 	p.closed = true
 	p.wakeLocked()
 	p.mu.Unlock()
-	defer func() { // after the flusher's last publish
-		p.mu.Lock()
-		p.tailClearLocked()
-		p.mu.Unlock()
-	}()
 	if !p.opts.ReadOnly {
 		close(p.stop)
 		<-p.done

@@ -127,7 +127,6 @@ func (p *partition) retain(retention time.Duration, retentionBytes int64) error 
 	removed := p.segs[:drop]
 	p.segs = append([]*segment(nil), p.segs[drop:]...)
 	start := p.segs[0].base
-	p.tailDropBelowLocked(start)
 	p.mu.Unlock()
 	p.logger.Info("log: retention deleted segments", "segments", drop, "new_start", start)
 	return p.removeSegments(removed)

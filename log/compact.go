@@ -231,7 +231,6 @@ func (p *partition) swapSegment(old, s *segment, cleaned string, dropped int) er
 	segs := append([]*segment(nil), p.segs...)
 	segs[i] = s
 	p.segs = segs
-	p.tailClearLocked() // none in a compacted topic; if ever, not the rewritten batches
 	p.mu.Unlock()
 	old.retire()
 	p.logger.Debug("log: compacted segment", "segment", s.path, "records_dropped", dropped, "bytes", s.size)

@@ -42,8 +42,6 @@ type Embedded struct {
 	// spare holds batch buffers of earlier Produce calls for later ones
 	// (see batchBufs).
 	spare batchBufs
-	// tail is the budget of the partitions' tail caches (tail.go).
-	tail tailBudget
 }
 
 var (
@@ -81,7 +79,6 @@ func Open(dir string, opts Options, logger *slog.Logger) (*Embedded, error) {
 	}
 	l.groups.offsets = map[string]map[string]map[int32]int64{}
 	l.spare.now = opts.now
-	l.tail.limit = l.opts.TailCacheBytes
 	if err := l.prepareDir(); err != nil {
 		return nil, err
 	}
@@ -192,7 +189,6 @@ func (l *Embedded) openTopic(dir string) (*topic, error) {
 		p, found, err := openPartition(partitionConfig{
 			dir: filepath.Join(dir, strconv.Itoa(int(i))), root: l.dir, topic: name, id: i,
 			contiguous: cfg.Cleanup != CleanupCompact, opts: &l.opts, logger: l.logger,
-			spare: &l.spare, tail: l.tailFor(cfg),
 		})
 		if err != nil {
 			t.close()

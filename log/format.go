@@ -174,12 +174,6 @@ func walkRecords(batch []byte, h batchHeader, fb *FetchBuffers, fn func(Record) 
 			return err
 		}
 	}
-	return walkBody(body, h, fb, fn)
-}
-
-// walkBody is walkRecords over a batch's records section as decoded (a
-// compressed batch's after decompressRecords).
-func walkBody(body []byte, h batchHeader, fb *FetchBuffers, fn func(Record) bool) error {
 	d := decoder{buf: body}
 	if fb != nil {
 		d.hdrs, d.keys, d.nkeys, d.keep = fb.headers, fb.keys, fb.nkeys, true

@@ -209,7 +209,6 @@ func (p *partition) recordLost(add ...LostRange) ([]LostRange, error) {
 	}
 	p.mu.Lock()
 	p.lost = merged
-	p.tailClearLocked() // fetches read around the loss from the files
 	p.mu.Unlock()
 	return fresh, nil
 }

@@ -69,12 +69,6 @@ type Options struct {
 	// compressed batches cannot be read by a cdcd older than this setting
 	// (see "Compressed batches" in the package doc).
 	Compression Compression
-	// TailCacheBytes bounds the memory that keeps the most recently
-	// appended batches of every partition, decoded, for readers right
-	// behind the producer (no read of the file, no decompression); a
-	// partition keeps at most half of it. Topics with CleanupCompact and
-	// read-only logs have none. Default 4 MiB; negative disables.
-	TailCacheBytes int64
 
 	// now is the clock (tests replace it); nil means time.Now.
 	now func() time.Time
@@ -92,9 +86,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.SyncInterval == 0 {
 		o.SyncInterval = time.Second
-	}
-	if o.TailCacheBytes == 0 {
-		o.TailCacheBytes = 4 << 20
 	}
 	if o.CleanupInterval == 0 {
 		o.CleanupInterval = time.Minute
@@ -134,6 +125,6 @@ func (o *Options) Validate() error {
 
 // String describes the options for logs.
 func (o Options) String() string {
-	return fmt.Sprintf("segment_bytes=%d segment_max_age=%v index_interval=%d sync=%v sync_interval=%v cleanup_interval=%v read_only=%v compression=%v tail_cache_bytes=%d",
-		o.SegmentBytes, o.SegmentMaxAge, o.IndexIntervalBytes, o.Sync, o.SyncInterval, o.CleanupInterval, o.ReadOnly, o.Compression, o.TailCacheBytes)
+	return fmt.Sprintf("segment_bytes=%d segment_max_age=%v index_interval=%d sync=%v sync_interval=%v cleanup_interval=%v read_only=%v compression=%v",
+		o.SegmentBytes, o.SegmentMaxAge, o.IndexIntervalBytes, o.Sync, o.SyncInterval, o.CleanupInterval, o.ReadOnly, o.Compression)
 }

@@ -41,12 +41,6 @@ type partition struct {
 	notify     chan struct{} // closed and replaced when end advances
 	lastAppend time.Time
 	stats      appendStats
-	// tail is the tail cache (tail.go): nil tailBudget, none.
-	tail        []*tailEntry
-	tailBytes   int64
-	tailFetches uint64      // fetches served from the tail since Open
-	tailBudget  *tailBudget // set at open; nil for compacted topics and read-only logs
-	spare       *batchBufs  // the log's batch pool (tail entries' buffers go back to it)
 
 	// flushMu is held by whoever flushes: the partition's flusher goroutine
 	// or a producer flushing inline. It guards fl.

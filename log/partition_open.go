@@ -18,8 +18,6 @@ type partitionConfig struct {
 	contiguous       bool // the topic is never compacted
 	opts             *Options
 	logger           *slog.Logger
-	spare            *batchBufs  // the log's batch pool
-	tail             *tailBudget // nil: no tail cache
 }
 
 // openResult is what opening a partition found.
@@ -37,7 +35,6 @@ type openResult struct {
 func openPartition(pc partitionConfig) (*partition, openResult, error) {
 	p := &partition{
 		topic: pc.topic, id: pc.id, dir: pc.dir, root: pc.root, opts: pc.opts, contiguous: pc.contiguous,
-		spare:  pc.spare,
 		logger: pc.logger.With("topic", pc.topic, "partition", pc.id),
 		notify: make(chan struct{}),
 		kick:   make(chan struct{}, 1),
@@ -110,7 +107,6 @@ func openPartition(pc partitionConfig) (*partition, openResult, error) {
 	}
 	p.next, p.end = last.next, last.next
 	p.fl = flusherState{seg: last, idx: last.idx}
-	p.tailBudget = pc.tail // empty: recovery's view is the files'
 	return p, found, nil
 }
 

@@ -19,9 +19,6 @@ type partBuild struct {
 	left    int   // encoded size estimate of the records not yet added
 	spare   *batchBufs
 	zip     bool // compress batches (Options.Compression)
-	// plains are the plain forms of compressed batches (nil for the
-	// others), parallel to batches, kept for the partition's tail cache.
-	plains [][]byte
 }
 
 // seal finishes the current batch, compressing it when that pays
@@ -29,24 +26,12 @@ type partBuild struct {
 // writer, which is serial per partition.
 func (pb *partBuild) seal() []byte {
 	b := pb.b.finish()
-	tail := pb.p.tailBudget != nil
 	if pb.zip {
 		if z := compressBatch(b, pb.spare.get, pb.spare.put); z != nil {
-			switch {
-			case tail && cap(b) <= tailMaxBuf:
-				pb.plains = append(pb.plains, b) // for the tail cache
-			case tail:
-				pb.plains = append(pb.plains, nil) // too large for it
-				pb.spare.put(b)
-			default:
-				pb.spare.put(b)
-			}
+			pb.spare.put(b)
 			pb.b.buf = nil
 			return z
 		}
-	}
-	if tail {
-		pb.plains = append(pb.plains, nil)
 	}
 	return b
 }
@@ -245,7 +230,6 @@ func (l *Embedded) enqueue(t *topic, recs []Record, inline bool) (*partBuilds, e
 	for _, pb := range builds.used {
 		pb.batches = append(pb.batches, pb.seal())
 		pb.req = newAppendReq(pb.batches, pb.records)
-		pb.req.plains = pb.plains
 		if err := pb.p.enqueue(pb.req); err != nil {
 			return nil, l.appendError(t, err)
 		}
@@ -272,16 +256,8 @@ func (l *Embedded) await(ctx context.Context, builds *partBuilds) error {
 	}
 	for _, pb := range builds.used {
 		for i, b := range pb.batches {
-			if b != nil { // nil: the tail cache took it
-				l.spare.put(b)
-				pb.batches[i] = nil
-			}
-		}
-		for i, b := range pb.plains { // those the tail cache did not take
-			if b != nil {
-				l.spare.put(b)
-				pb.plains[i] = nil
-			}
+			l.spare.put(b)
+			pb.batches[i] = nil
 		}
 	}
 	return nil

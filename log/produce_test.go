@@ -44,10 +44,7 @@ func TestBatchBufsKeepSmallerBuffers(t *testing.T) {
 // — a benchmark's rounds held every closed log and grew by them.
 func TestCloseReleasesBatchBuffers(t *testing.T) {
 	ctx := context.Background()
-	l, err := Open(t.TempDir(), Options{CleanupInterval: -1, TailCacheBytes: -1}, nil) // the tail would hold them
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openTest(t, t.TempDir(), nil)
 	if err := l.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}

@@ -88,13 +88,6 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 			if lost != nil {
 				stop = lost.From
 			}
-			if lost == nil {
-				if e := p.tailAtLocked(offset); e != nil {
-					p.tailFetches++
-					p.mu.Unlock()
-					return p.readTail(e, offset, end, maxBytes, opts.Into[:0], opts.Buffers)
-				}
-			}
 			rp := p.planLocked(segmentFor(p.segs, offset))
 			p.mu.Unlock()
 			recs, err = p.readPlan(&rp, offset, stop, maxBytes, opts.Into[:0], opts.Buffers)

@@ -33,10 +33,6 @@ type PartitionStats struct {
 	WriteError        error
 	WriteFailingSince time.Time
 	WriteFailures     uint64
-	// TailFetches counts fetches served from the tail cache since Open
-	// (Options.TailCacheBytes); TailBytes is what the cache holds now.
-	TailFetches uint64
-	TailBytes   int64
 }
 
 // Stats is a snapshot of every partition of the log, for the wiring
@@ -73,7 +69,6 @@ func (p *partition) snapshot() PartitionStats {
 		Topic: p.topic, Partition: p.id, Start: start, End: end, Segments: len(p.segs),
 		LastAppend: p.lastAppend, AppendedRecords: p.stats.records, AppendedBatches: p.stats.batches,
 		AppendedBytes: p.stats.bytes, Syncs: p.stats.syncs, Lost: p.lost, WriteFailures: p.failures,
-		TailFetches: p.tailFetches, TailBytes: p.tailBytes,
 	}
 	if p.failing != nil {
 		ps.WriteError, ps.WriteFailingSince = p.failing, p.failSince

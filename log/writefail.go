@@ -118,7 +118,6 @@ func (p *partition) rollBack() error {
 	segs := append([]*segment(nil), p.segs...)
 	segs[len(segs)-1] = ns
 	p.segs = segs
-	p.tailClearLocked() // holds only published batches; emptied all the same
 	p.mu.Unlock()
 	pub.retire()
 	lastIdx := int64(-1)
