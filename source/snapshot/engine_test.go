@@ -862,3 +862,30 @@ func TestRereadSurvivesEarlySave(t *testing.T) {
 		t.Errorf("rows read after the restart: %v, want the keys to read again [5 7]", keys)
 	}
 }
+
+// TestLoadedRereadKeyedAtDescribe: a saved key to read again, loaded
+// before the table's description, is found by a streamed change of that
+// key once the table is described (the id a change has), and only once.
+func TestLoadedRereadKeyedAtDescribe(t *testing.T) {
+	r := newRun(&record{ID: "r1", Request: Request{Table: "public.t", Replace: true}, Planned: true,
+		Upper: Key{"20"}, Last: Key{"20"}, ResetID: "x", ResetDone: true, Reread: []Key{{"5"}}})
+	tbl, err := newFakeDB(0).Describe(t.Context(), "public.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.describe(tbl)
+	r.describe(tbl) // a reconnect describes it again
+	id, ok := encodeKeyVals(shape, []any{int64(5)})
+	if !ok {
+		t.Fatal("cannot encode key 5")
+	}
+	if !r.pending(id, []any{int64(5)}) {
+		t.Error("key 5, loaded to be read again, is not pending for a streamed change of it")
+	}
+	if other, _ := encodeKeyVals(shape, []any{int64(6)}); r.pending(other, []any{int64(6)}) {
+		t.Error("key 6 (read, not to be read again) is pending")
+	}
+	if len(r.reread) != 1 || r.reread[id] == nil {
+		t.Errorf("re-read set %v, want key 5 under its change id once", r.reread)
+	}
+}
