@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,12 +93,23 @@ func (rc *reconciler) keep(r reconcileRun) {
 	if root == "" {
 		return
 	}
-	dst, err := os.MkdirTemp(root, "report-")
-	if err != nil {
+	dst, _ := keepCopy(root, "report-", filepath.Dir(rc.cfgPath))
+	if dst == "" {
 		return
 	}
-	_ = exec.Command("cp", "-a", filepath.Dir(rc.cfgPath), filepath.Join(dst, "round")).Run()
 	_ = os.WriteFile(filepath.Join(dst, "reconcile.out"), []byte(r.out), 0o644)
+}
+
+// keepCopy copies dir to root/PREFIXnnn/round and returns root/PREFIXnnn.
+func keepCopy(root, prefix, dir string) (string, error) {
+	dst, err := os.MkdirTemp(root, prefix)
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("cp", "-a", dir, filepath.Join(dst, "round")).CombinedOutput(); err != nil {
+		return dst, fmt.Errorf("copying %s: %v: %s", dir, err, out)
+	}
+	return dst, nil
 }
 
 // keepFailedRound copies a failed round's directory (its log, warehouse,
@@ -109,13 +121,9 @@ func keepFailedRound(t *testing.T, dir string) {
 	if root == "" {
 		return
 	}
-	dst, err := os.MkdirTemp(root, "failed-")
+	dst, err := keepCopy(root, "failed-", dir)
 	if err != nil {
 		t.Logf("CDCD_CRASH_KEEP: %v", err)
-		return
-	}
-	if out, err := exec.Command("cp", "-a", dir, filepath.Join(dst, "round")).CombinedOutput(); err != nil {
-		t.Logf("CDCD_CRASH_KEEP: copying %s: %v: %s", dir, err, out)
 		return
 	}
 	t.Logf("the round's directory is kept in %s", dst)

@@ -208,9 +208,7 @@ type manifestWriter struct {
 // newManifestWriter starts a manifest of layout l on out, for the snapshot
 // snapID.
 func newManifestWriter(l *manifestLayout, out io.Writer, snapID int64) (*manifestWriter, error) {
-	w := &manifestWriter{l: l, out: out, snapID: snapID, minSeq: -1, stats: make([]partStats, len(l.parts))}
-	binary.LittleEndian.PutUint64(w.sync[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(w.sync[8:], rand.Uint64())
+	w := &manifestWriter{l: l, out: out, snapID: snapID, minSeq: -1, stats: make([]partStats, len(l.parts)), sync: newSyncMarker()}
 	hdr := make([]byte, 0, len(l.header)+16)
 	hdr = append(append(hdr, l.header...), w.sync[:]...)
 	if _, err := out.Write(hdr); err != nil {
@@ -320,30 +318,8 @@ func (w *manifestWriter) appendDataFile(b []byte, df iceberg.DataFile) ([]byte, 
 	} else {
 		b = appendBytes(append(b, 2), km)
 	}
-	if so := df.SplitOffsets(); so == nil {
-		b = append(b, 0)
-	} else {
-		b = append(b, 2)
-		if len(so) > 0 {
-			b = appendLong(b, int64(len(so)))
-			for _, o := range so {
-				b = appendLong(b, o)
-			}
-		}
-		b = append(b, 0)
-	}
-	if ids := df.EqualityFieldIDs(); ids == nil {
-		b = append(b, 0)
-	} else {
-		b = append(b, 2)
-		if len(ids) > 0 {
-			b = appendLong(b, int64(len(ids)))
-			for _, id := range ids {
-				b = appendLong(b, int64(id))
-			}
-		}
-		b = append(b, 0)
-	}
+	b = appendOptLongs(b, df.SplitOffsets())
+	b = appendOptLongs(b, df.EqualityFieldIDs())
 	if so := df.SortOrderID(); so == nil {
 		b = append(b, 0)
 	} else {
@@ -443,6 +419,29 @@ func appendOptLong(b []byte, v *int64) []byte {
 		return append(b, 0)
 	}
 	return appendLong(append(b, 2), *v)
+}
+
+// appendOptLongs writes a nullable array of longs (or ints: the same
+// encoding).
+func appendOptLongs[T int | int64](b []byte, xs []T) []byte {
+	if xs == nil {
+		return append(b, 0)
+	}
+	b = append(b, 2)
+	if len(xs) > 0 {
+		b = appendLong(b, int64(len(xs)))
+		for _, x := range xs {
+			b = appendLong(b, int64(x))
+		}
+	}
+	return append(b, 0)
+}
+
+// newSyncMarker is a container file's random sync marker.
+func newSyncMarker() (m [16]byte) {
+	binary.LittleEndian.PutUint64(m[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(m[8:], rand.Uint64())
+	return m
 }
 
 // appendCountMap writes a nullable array of {int key, long value} records
@@ -966,9 +965,7 @@ func (c *manifestLayouts) writeList(out io.Writer, version int, snapID, seq, fir
 		meta = append(meta, [2]string{"first-row-id", fmt.Sprint(firstRowID)})
 	}
 	meta = append(meta, [2]string{"parent-snapshot-id", parentText})
-	var sync [16]byte
-	binary.LittleEndian.PutUint64(sync[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(sync[8:], rand.Uint64())
+	sync := newSyncMarker()
 	b := make([]byte, 0, len(schema)+256+160*len(manifests))
 	b = append(b, ocfMagic[:]...)
 	b = appendLong(b, int64(len(meta)))
