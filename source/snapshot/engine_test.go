@@ -889,3 +889,46 @@ func TestLoadedRereadKeyedAtDescribe(t *testing.T) {
 		t.Errorf("re-read set %v, want key 5 under its change id once", r.reread)
 	}
 }
+
+// TestPointWindowAddsNoRangeKeys: while only a point chunk's window is
+// open, an update carrying an unchanged value of a key the range has not
+// read yet is dropped and left to the range (its chunk reads it after the
+// change), not put in the re-read set; a key the set holds (the point
+// chunk's own) is read again after it; a range window's chunk may hold the
+// key, which then waits to be settled.
+func TestPointWindowAddsNoRangeKeys(t *testing.T) {
+	e := New(Config{StateKey: "inc", ChunkRows: 4}, &memState{}, slog.New(slog.DiscardHandler))
+	r := newRun(&record{ID: "r1", Request: Request{Table: "public.t", Replace: true}, Planned: true,
+		Upper: Key{"20"}, Last: Key{"3"}, ResetID: "x", ResetDone: true})
+	tbl, err := newFakeDB(0).Describe(t.Context(), "public.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.describe(tbl)
+	upd := func(k int64) *source.Change {
+		return &source.Change{Table: shape, Op: source.OpUpdate, Before: []any{k, nil}, After: []any{k, schema.Unchanged}}
+	}
+	id := func(k int64) string {
+		s, _ := encodeKeyVals(shape, []any{k})
+		return s
+	}
+	r.addReread(Key{"12"}, []any{int64(12)}, false)
+	r.reread[id(12)].inFlight = true
+	r.windows = []*chunk{{point: []string{id(12)}}}
+	if !e.dropLocked(r, upd(10)) {
+		t.Error("an update of key 10 (not read yet) with an unchanged value was kept")
+	}
+	if r.reread[id(10)] != nil {
+		t.Error("key 10, not read by the range yet, went into the re-read set while only a point chunk's window was open")
+	}
+	if !e.dropLocked(r, upd(12)) || !r.reread[id(12)].readded {
+		t.Error("key 12, read by the open point chunk, is not to be read again after its change")
+	}
+	if e.dropLocked(r, upd(2)) {
+		t.Error("an update of key 2 (read by the range) was dropped")
+	}
+	r.windows = append(r.windows, &chunk{}) // a range chunk's
+	if !e.dropLocked(r, upd(11)) || r.reread[id(11)] == nil || !r.reread[id(11)].maybe {
+		t.Errorf("key 11 changed in a range chunk's window: re-read entry %+v, want one to settle", r.reread[id(11)])
+	}
+}

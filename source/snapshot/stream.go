@@ -361,10 +361,30 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 		r.addReread(text, own, true)
 	case !r.pending(ownID, own) || r.rangeDone:
 		r.addReread(text, own, false)
-	case len(r.windows) > 0: // the open window's chunk may hold the key: it drops it
+	case r.rangeWindowOpen() || len(r.windows) > 0 && r.reread[ownID] != nil:
+		// An open range window's chunk may hold the key (it drops it), or
+		// the key waits to be read again, perhaps by the open window's
+		// point chunk (which drops it). A point chunk's window alone does
+		// not hold a key the range has not read: the range reads it later,
+		// after this change. Put there too, every key changed while point
+		// chunks ran went into the set, read by the next point chunk, in
+		// whose window more did: under writes the set grew faster than
+		// point chunks emptied it, and the range, which waits while a
+		// chunk's worth of keys does, never went on (the composite-key
+		// test's snapshot stalled at 5-20 rows a second, session 26).
 		r.addReread(text, own, true)
 	}
 	return true
+}
+
+// rangeWindowOpen reports whether a range chunk's window is open.
+func (r *run) rangeWindowOpen() bool {
+	for _, w := range r.windows {
+		if w.point == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // carriesUnchanged reports whether c is an update, or the insert of a key
