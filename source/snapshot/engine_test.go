@@ -894,8 +894,9 @@ func TestLoadedRereadKeyedAtDescribe(t *testing.T) {
 // open, an update carrying an unchanged value of a key the range has not
 // read yet is dropped and left to the range (its chunk reads it after the
 // change), not put in the re-read set; a key the set holds (the point
-// chunk's own) is read again after it; a range window's chunk may hold the
-// key, which then waits to be settled.
+// chunk's own) is read again after it, and so is one whose order the
+// comparison could not tell (it may be read already); a range window's
+// chunk may hold the key, which then waits to be settled.
 func TestPointWindowAddsNoRangeKeys(t *testing.T) {
 	e := New(Config{StateKey: "inc", ChunkRows: 4}, &memState{}, slog.New(slog.DiscardHandler))
 	r := newRun(&record{ID: "r1", Request: Request{Table: "public.t", Replace: true}, Planned: true,
@@ -927,6 +928,12 @@ func TestPointWindowAddsNoRangeKeys(t *testing.T) {
 	if e.dropLocked(r, upd(2)) {
 		t.Error("an update of key 2 (read by the range) was dropped")
 	}
+	cmpOK := r.tbl.Compare
+	r.tbl.Compare = func(a, b []any) (int, error) { return 0, errors.New("no connection") }
+	if !e.dropLocked(r, upd(13)) || r.reread[id(13)] == nil {
+		t.Error("key 13, whose order the comparison could not tell, is not to be read again")
+	}
+	r.tbl.Compare = cmpOK
 	r.windows = append(r.windows, &chunk{}) // a range chunk's
 	if !e.dropLocked(r, upd(11)) || r.reread[id(11)] == nil || !r.reread[id(11)].maybe {
 		t.Errorf("key 11 changed in a range chunk's window: re-read entry %+v, want one to settle", r.reread[id(11)])
