@@ -215,10 +215,6 @@ func sourceRows(t *testing.T, conn *pgx.Conn, table string) map[string]string {
 	return out
 }
 
-// hotWorkload changes rows of table (id int key, v text, big text stored out
-// of line) at random until ctx ends: inserts, updates that leave big
-// unchanged (so it streams as unchanged), updates of big, deletes, key
-// changes, several in one transaction at times.
 // stoppedBetween returns the context a test's writer runs its statements
 // in: ctx's values without its end, which the writer checks between
 // transactions. A statement pgx abandons when its context ends is not
@@ -226,10 +222,14 @@ func sourceRows(t *testing.T, conn *pgx.Conn, table string) map[string]string {
 // connection, so one the server has nearly done commits after the writer
 // returned — after the test wrote its end marker, even after it read the
 // table to compare. The composite-key test failed so once in CI (session
-// 26): its writer's last statement deleted a row the test read in the
-// table and then found deleted in the mirror.
+// 25, explained in 26): its writer's last statement deleted a row the
+// test read in the table and then found deleted in the mirror.
 func stoppedBetween(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
+// hotWorkload changes rows of table (id int key, v text, big text stored out
+// of line) at random until ctx ends: inserts, updates that leave big
+// unchanged (so it streams as unchanged), updates of big, deletes, key
+// changes, several in one transaction at times.
 func hotWorkload(ctx context.Context, dsn, table string, maxKey int, seed uint64) (int, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
