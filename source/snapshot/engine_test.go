@@ -896,7 +896,8 @@ func TestLoadedRereadKeyedAtDescribe(t *testing.T) {
 // change), not put in the re-read set; a key the set holds (the point
 // chunk's own) is read again after it, and so is one whose order the
 // comparison could not tell (it may be read already); a range window's
-// chunk may hold the key, which then waits to be settled.
+// chunk may hold the key, which then waits to be settled. The order is asked
+// once an update (a round trip each for a collated key).
 func TestPointWindowAddsNoRangeKeys(t *testing.T) {
 	e := New(Config{StateKey: "inc", ChunkRows: 4}, &memState{}, slog.New(slog.DiscardHandler))
 	r := newRun(&record{ID: "r1", Request: Request{Table: "public.t", Replace: true}, Planned: true,
@@ -916,8 +917,13 @@ func TestPointWindowAddsNoRangeKeys(t *testing.T) {
 	r.addReread(Key{"12"}, []any{int64(12)}, false)
 	r.reread[id(12)].inFlight = true
 	r.windows = []*chunk{{point: []string{id(12)}}}
+	compare, compares := r.tbl.Compare, 0
+	r.tbl.Compare = func(a, b []any) (int, error) { compares++; return compare(a, b) }
 	if !e.dropLocked(r, upd(10)) {
 		t.Error("an update of key 10 (not read yet) with an unchanged value was kept")
+	}
+	if compares != 2 { // after the last key read, up to the bound: a round trip each for a collated key
+		t.Errorf("%d comparisons for an update of key 10, want 2", compares)
 	}
 	if r.reread[id(10)] != nil {
 		t.Error("key 10, not read by the range yet, went into the re-read set while only a point chunk's window was open")
@@ -928,12 +934,11 @@ func TestPointWindowAddsNoRangeKeys(t *testing.T) {
 	if e.dropLocked(r, upd(2)) {
 		t.Error("an update of key 2 (read by the range) was dropped")
 	}
-	cmpOK := r.tbl.Compare
 	r.tbl.Compare = func(a, b []any) (int, error) { return 0, errors.New("no connection") }
 	if !e.dropLocked(r, upd(13)) || r.reread[id(13)] == nil {
 		t.Error("key 13, whose order the comparison could not tell, is not to be read again")
 	}
-	r.tbl.Compare = cmpOK
+	r.tbl.Compare = compare
 	r.windows = append(r.windows, &chunk{}) // a range chunk's
 	if !e.dropLocked(r, upd(11)) || r.reread[id(11)] == nil || !r.reread[id(11)].maybe {
 		t.Errorf("key 11 changed in a range chunk's window: re-read entry %+v, want one to settle", r.reread[id(11)])

@@ -271,34 +271,45 @@ func (r *run) lacking() bool { return r.rec.Replace || r.rec.After != nil }
 // the table's current shape): not read yet by this run's range, or
 // waiting in the re-read set. Unknown order: always.
 func (r *run) pending(id string, vals []any) bool {
+	p, _ := r.pendingOrder(id, vals)
+	return p
+}
+
+// pendingOrder is pending, and whether its answer is known: false when the
+// key is pending only because its order could not be told (no comparison,
+// values missing, or the comparison failed).
+func (r *run) pendingOrder(id string, vals []any) (pending, known bool) {
 	if e, ok := r.reread[id]; ok && e.resolvedAt == nil {
-		return true
+		return true, true
 	}
 	if r.tbl == nil || r.tbl.Compare == nil || (r.readLast != nil && r.readVals == nil) {
-		return true
+		return true, false
 	}
 	if r.rec.Planned {
 		if r.rec.Upper != nil && r.upperVals == nil {
-			return true
+			return true, false
 		}
 		if r.rangeDone || r.rec.Upper == nil {
-			return false
+			return false, true
 		}
 	}
 	if r.readVals != nil { // at most the last key read (or Request.After): in the sink
 		c, err := r.tbl.Compare(vals, r.readVals)
 		if err != nil {
-			return true
+			return true, false
 		}
 		if c <= 0 {
-			return false
+			return false, true
 		}
 	}
 	if !r.rec.Planned { // the bound is read later: it and the chunks will see the key
-		return true
+		return true, true
 	}
 	c, err := r.tbl.Compare(vals, r.upperVals)
-	return err != nil || c <= 0
+	if err != nil {
+		return true, false
+	}
+	return c <= 0, true
 }
 
 // encodeKeyVals encodes key values (in key order) as the key of a change

@@ -349,8 +349,14 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 			return false
 		}
 	}
-	if !r.pending(srcID, src) {
+	// Asked once a key: for a collated key each comparison is a round
+	// trip to the database (dbOrder), on the stream's goroutine.
+	pending, known := r.pendingOrder(srcID, src)
+	if !pending {
 		return false
+	}
+	if ownID != srcID {
+		pending, known = r.pendingOrder(ownID, own)
 	}
 	text, ok := r.tbl.KeyText(own)
 	if !ok {
@@ -359,7 +365,7 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 	switch {
 	case !r.rec.Planned: // above the bound, read later, no range chunk reads it
 		r.addReread(text, own, true)
-	case !r.pending(ownID, own) || r.rangeDone:
+	case !pending || r.rangeDone:
 		r.addReread(text, own, false)
 	case r.rangeWindowOpen() || len(r.windows) > 0 && r.reread[ownID] != nil:
 		// An open range window's chunk may hold the key (it drops it), or
@@ -373,25 +379,12 @@ func (e *Engine) dropLocked(r *run, c *source.Change) bool {
 		// chunk's worth of keys does, never went on (the composite-key
 		// test's snapshot stalled at 5-20 rows a second, session 26).
 		r.addReread(text, own, true)
-	case r.reread[ownID] == nil && !r.surelyUnread(own):
+	case !known:
 		// Pending only because the order could not be told (the
 		// database's comparison failed): it may be a key the range read.
 		r.addReread(text, own, false)
 	}
 	return true
-}
-
-// surelyUnread reports whether the range has surely not read a key yet:
-// nothing read, or the key after the last one read.
-func (r *run) surelyUnread(vals []any) bool {
-	if r.readLast == nil {
-		return true
-	}
-	if r.readVals == nil || r.tbl == nil || r.tbl.Compare == nil {
-		return false
-	}
-	c, err := r.tbl.Compare(vals, r.readVals)
-	return err == nil && c > 0
 }
 
 // rangeWindowOpen reports whether a range chunk's window is open.
