@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -99,10 +100,17 @@ func TestLocalWarehouseSyncsWhatACommitRefersTo(t *testing.T) {
 // TestLocalWarehouseWriteFileAndRename: WriteFile and Rename of the local
 // IO sync what they write or move, through file:// URLs and plain paths.
 func TestLocalWarehouseWriteFileAndRename(t *testing.T) {
-	var got []string
-	onLocalSynced = func(p string) { got = append(got, p) }
-	t.Cleanup(func() { onLocalSynced = nil })
 	dir := t.TempDir()
+	var mu sync.Mutex
+	var got []string
+	onLocalSynced = func(p string) {
+		if strings.HasPrefix(p, dir) { // not another test's leftover goroutine's
+			mu.Lock()
+			got = append(got, p)
+			mu.Unlock()
+		}
+	}
+	t.Cleanup(func() { onLocalSynced = nil })
 	fs, err := icebergio.LoadFS(t.Context(), nil, "file://"+dir)
 	if err != nil {
 		t.Fatal(err)
@@ -115,9 +123,11 @@ func TestLocalWarehouseWriteFileAndRename(t *testing.T) {
 	if err := wfs.WriteFile("file://"+a, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
 	if len(got) != 1 || got[0] != a {
 		t.Fatalf("synced %q, want [%s]", got, a)
 	}
+	mu.Unlock()
 	if b, err := os.ReadFile(a); err != nil || string(b) != "{}" {
 		t.Fatalf("read back %q, %v", b, err)
 	}
