@@ -137,16 +137,16 @@ func pickedConfigs(t *testing.T) func(name string) bool {
 	return func(name string) bool { return len(pick) == 0 || pick[name] }
 }
 
-// inRounds runs kills kills of configuration name in rounds of
-// CDCD_CRASH_ROUND (default 50), each a subtest with a seed of its own,
-// until one fails. A remainder under minRound kills goes into the round
-// before it.
 // minRound is the fewest kills a round runs when there are more: the
 // snapshots configuration starts its snapshots after the second kill and
 // wants a kill to meet one (80 kills in rounds of 6 left a last round of 2,
 // which failed that check, session 26).
 const minRound = 3
 
+// inRounds runs kills kills of configuration name in rounds of
+// CDCD_CRASH_ROUND (default 50), each a subtest with a seed of its own,
+// until one fails. A remainder under minRound kills goes into the round
+// before it.
 func inRounds(t *testing.T, name string, seed uint64, kills int, round func(t *testing.T, seed uint64, kills int)) {
 	size := envInt(t, envRound, 50)
 	for r := 0; kills > 0; r++ {

@@ -879,10 +879,11 @@ func TestLoadedRereadKeyedAtDescribe(t *testing.T) {
 	if !ok {
 		t.Fatal("cannot encode key 5")
 	}
-	if !r.pending(id, []any{int64(5)}) {
+	if p, _ := r.pendingOrder(id, []any{int64(5)}); !p {
 		t.Error("key 5, loaded to be read again, is not pending for a streamed change of it")
 	}
-	if other, _ := encodeKeyVals(shape, []any{int64(6)}); r.pending(other, []any{int64(6)}) {
+	other, _ := encodeKeyVals(shape, []any{int64(6)})
+	if p, _ := r.pendingOrder(other, []any{int64(6)}); p {
 		t.Error("key 6 (read, not to be read again) is pending")
 	}
 	if len(r.reread) != 1 || r.reread[id] == nil {

@@ -267,17 +267,13 @@ func (r *run) unresolved() bool {
 // on after a key (Request.After).
 func (r *run) lacking() bool { return r.rec.Replace || r.rec.After != nil }
 
-// pending reports whether the sink may lack the row of a key (values of
+// pendingOrder reports whether the sink may lack the row of a key (values of
 // the table's current shape): not read yet by this run's range, or
 // waiting in the re-read set. Unknown order: always.
-func (r *run) pending(id string, vals []any) bool {
-	p, _ := r.pendingOrder(id, vals)
-	return p
-}
-
-// pendingOrder is pending, and whether its answer is known: false when the
-// key is pending only because its order could not be told (no comparison,
-// values missing, or the comparison failed).
+//
+// known is whether the answer is known: false when the key is pending only
+// because its order could not be told (no comparison, values missing, or
+// the comparison failed).
 func (r *run) pendingOrder(id string, vals []any) (pending, known bool) {
 	if e, ok := r.reread[id]; ok && e.resolvedAt == nil {
 		return true, true
