@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cdcd-dev/cdcd/internal/failpoint"
 	"github.com/cdcd-dev/cdcd/log"
 	"github.com/cdcd-dev/cdcd/mask"
 	"github.com/cdcd-dev/cdcd/schema"
@@ -332,6 +333,9 @@ func (e *emitter) submitLocked(ctx context.Context, batch []source.Change) error
 				e.last[tr.topic][p] = bytes.Clone(pos)
 			}
 		}
+	}
+	if failpoint.Enabled {
+		e.truncateCut(ctx, eb)
 	}
 	if ap, ok := e.lg.(log.AsyncProducer); ok {
 		return e.startProduce(ctx, ap, eb)

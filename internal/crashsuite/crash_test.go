@@ -52,6 +52,10 @@ type suite struct {
 	snapshots bool
 }
 
+// truncateCutPoint appends a truncate's copies to some partitions only and
+// kills (daemon/truncatecut.go).
+const truncateCutPoint = "daemon.truncate-cut"
+
 var upsertPoints = []string{"after-data-file", "after-puffin-file", "before-catalog-commit", "after-catalog-commit", "after-compaction-commit"}
 
 var suites = []suite{
@@ -302,8 +306,15 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	armed := ""
-	if rng.IntN(3) == 0 && !phase.on {
-		armed = "source.after-slot-created"
+	switch rng.IntN(3) {
+	case 0:
+		if !phase.on {
+			armed = "source.after-slot-created"
+		}
+	case 1:
+		// At one of the load's reset markers (one a table), appended to
+		// some partitions only.
+		armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(len(tables)))
 	}
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	phase.begin(t, c)
@@ -351,6 +362,8 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 				p = tables[rng.IntN(len(tables))] + "." + p
 			}
 			armed = fmt.Sprintf("sink.%s@%d", p, 1+rng.IntN(3))
+		} else if rng.IntN(4) == 0 {
+			armed = truncateCutPoint // a TRUNCATE, a re-snapshot's reset marker
 		}
 		if phase.quietStart(i) {
 			armed = "" // the request needs a daemon that answers; the next kill waits for the snapshot
@@ -531,8 +544,9 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 		ops = append(ops, fmt.Sprintf("%s=%d", op, n))
 	}
 	sort.Strings(ops)
-	t.Logf("%s seed %d: %d kills (%d SIGKILLs by the test, %d failpoints fired) in %s; workload %d steps [%s]; caught up %s after the workload, checked %s later",
-		s.name, seed, random+byPoint, random, fired, workDone.Sub(began).Round(time.Millisecond), w.steps, strings.Join(ops, " "),
+	cuts := strings.Count(string(b), "killing the process at "+truncateCutPoint)
+	t.Logf("%s seed %d: %d kills (%d SIGKILLs by the test, %d failpoints fired, %d of them a truncate's copies cut short) in %s; workload %d steps [%s]; caught up %s after the workload, checked %s later",
+		s.name, seed, random+byPoint, random, fired, cuts, workDone.Sub(began).Round(time.Millisecond), w.steps, strings.Join(ops, " "),
 		caughtUp.Sub(workDone).Round(time.Millisecond), time.Since(caughtUp).Round(time.Millisecond))
 	t.Logf("live check: %d samples (%d unreadable), %d with the slot past the log's newest change (heartbeats; at most %d bytes), none confirming an undurable transaction",
 		lc.checks, lc.misses, len(lc.ahead), lc.maxAhead)

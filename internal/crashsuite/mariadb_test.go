@@ -51,9 +51,11 @@ var mariaConfigs = []mariaConfig{
 // mariaPoints are the failpoints a restart may arm: the MySQL reader's
 // (the batch durable in the log with the checkpoint behind it, the
 // snapshots' progress saved ahead of the GTID set, the GTID set saved, a
-// watermark written with its chunk not yet emitted) and the sink's.
+// watermark written with its chunk not yet emitted), the sink's, and a
+// truncate's copies cut short (a re-snapshot's reset marker).
 var mariaPoints = []string{"source.mysql.after-emit", "source.mysql.before-checkpoint", "source.mysql.after-checkpoint",
-	"source.mysql.after-watermark", "sink.after-data-file", "sink.before-catalog-commit", "sink.after-catalog-commit"}
+	"source.mysql.after-watermark", "sink.after-data-file", "sink.before-catalog-commit", "sink.after-catalog-commit",
+	truncateCutPoint}
 
 // TestCrashMariaDB is the crash suite's MariaDB configurations: a seeded
 // workload of transactions (inserts, updates, deletes, key changes, a
@@ -203,7 +205,12 @@ shutdown:
 		mariadbWorkload(t, db, seed, stop)
 	}()
 	armed := ""
-	child := cdcdtest.Start(t, bin, cfgPath, admin, logFile)
+	if rng.IntN(3) == 0 {
+		// At one of the load's first reset markers, appended to some
+		// partitions only.
+		armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(2))
+	}
+	child := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	var rc *reconciler
 	if mc.mode == "upsert" {
 		rc = startReconciler(bin, cfgPath)

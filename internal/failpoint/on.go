@@ -39,22 +39,34 @@ func load() {
 // Hit marks that execution reached the point name; if it is armed for
 // this hit, the process dies here.
 func Hit(name string) {
+	if Reached(name) {
+		Kill(name)
+	}
+}
+
+// Reached marks that execution reached the point name and reports whether
+// it is armed for this hit, without killing: the caller does the part of
+// its work a crash there would leave done, then calls Kill.
+func Reached(name string) bool {
 	once.Do(load)
 	n, ok := armed[name]
 	if !ok {
-		return
+		return false
 	}
 	mu.Lock()
 	hits[name]++
 	h := hits[name]
 	mu.Unlock()
-	if h == n {
-		os.Stderr.WriteString("failpoint: killing the process at " + name + "\n")
-		if self, err := os.FindProcess(os.Getpid()); err == nil {
-			_ = self.Kill() // SIGKILL on Unix
-		}
-		select {} // SIGKILL is not deliverable late; never continue
+	return h == n
+}
+
+// Kill kills the process at the point name.
+func Kill(name string) {
+	os.Stderr.WriteString("failpoint: killing the process at " + name + "\n")
+	if self, err := os.FindProcess(os.Getpid()); err == nil {
+		_ = self.Kill() // SIGKILL on Unix
 	}
+	select {} // SIGKILL is not deliverable late; never continue
 }
 
 // Knob returns the integer in the environment variable KnobPrefix+name

@@ -282,18 +282,25 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 				// Stop this partition at the truncate until all have it.
 				reset := rec.Header(schema.HeaderReset) != nil
 				if f.truncPos != nil && string(f.truncPos) != string(c.position()) && f.anyBlocked() {
-					switch {
-					case f.truncReset && !reset:
-						// Some partition skipped to a reset marker (reset.go);
-						// this earlier truncate is moot: the marker truncates
-						// the table after it anyway.
+					// Two truncates, each in some partitions only. A partition's
+					// positions only grow, so the earlier one is missing from
+					// the partitions that hold the later one: a copy that
+					// reached only some partitions (a produce cut short by a
+					// crash whose run was redone at a later position: a load
+					// after its slot was made again, a re-snapshot's marker),
+					// or one before the marker a partition skipped to
+					// (reset.go). A reset marker after it truncates the table
+					// anyway, so the earlier one is moot; without one after it
+					// the table pauses.
+					switch later := string(c.position()) > string(f.truncPos); {
+					case !later && f.truncReset:
 						f.next[p] = rec.Offset + 1
 						continue
-					case reset && !f.truncReset:
+					case later && reset:
 						f.releaseBlocked()
 					default:
-						return 0, badData(fmt.Errorf("iceberg: %s/%d: truncate at position %x while other partitions wait at %x",
-							w.cfg.Topic, p, c.position(), f.truncPos))
+						return 0, badData(fmt.Errorf("iceberg: %s/%d: %s at position %x while other partitions wait at %s at %x: the earlier is missing from some partitions, and no reset marker after it replaces the table",
+							w.cfg.Topic, p, truncKind(reset), c.position(), truncKind(f.truncReset), f.truncPos))
 					}
 				}
 				// The position is copied: the batch the truncate was read in
@@ -315,6 +322,14 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		}
 	}
 	return len(recs), nil
+}
+
+// truncKind names a truncate record for an error.
+func truncKind(reset bool) string {
+	if reset {
+		return "a reset marker"
+	}
+	return "a truncate"
 }
 
 // releaseBlocked lets the partitions stopped at an earlier truncate go

@@ -95,6 +95,17 @@ func (f *feed) upsert(ids ...int64) {
 // makes it a reset marker of that run.
 func (f *feed) truncate(reset string) {
 	f.t.Helper()
+	parts := make([]int32, f.parts)
+	for p := range parts {
+		parts[p] = int32(p)
+	}
+	f.truncateIn(reset, parts...)
+}
+
+// truncateIn produces a truncate into the given partitions only: a produce
+// into every partition that a crash cut short.
+func (f *feed) truncateIn(reset string, parts ...int32) {
+	f.t.Helper()
 	pos := f.position()
 	env := schema.Envelope{Op: 't', Source: schema.SourceInfo{Position: pos}}
 	v, err := schema.AppendEnvelope(schema.AppendFrame(nil, f.vid), kv, &env)
@@ -105,9 +116,9 @@ func (f *feed) truncate(reset string) {
 	if reset != "" {
 		h = append(h, log.Header{Key: schema.HeaderReset, Value: []byte(reset)})
 	}
-	recs := make([]log.Record, f.parts)
-	for p := range recs {
-		recs[p] = log.Record{Value: v, Headers: h, Partition: int32(p)}
+	recs := make([]log.Record, len(parts))
+	for i, p := range parts {
+		recs[i] = log.Record{Value: v, Headers: h, Partition: p}
 	}
 	if err := f.lg.Produce(f.t.Context(), "t", recs); err != nil {
 		f.t.Fatal(err)
@@ -385,4 +396,51 @@ func TestLegacyTableAdoptsTopicID(t *testing.T) {
 		t.Errorf("cdcd.topic-id %q, want the adopted %q", got, info.ID)
 	}
 	wantKeys(t, tableKeys(t, cat), 1, 2, 3, 4)
+}
+
+// TestPartialTruncateCopies: a truncate produced into every partition but
+// cut short by a crash, in some partitions only, whose run was redone at a
+// later position (a load after its slot was made again, a re-snapshot's
+// marker): the later reset marker replaces the table, so the partial one is
+// moot whichever partitions hold it and whichever the sink reads first.
+// Without a reset marker after it, the table pauses saying so: a plain
+// truncate missing from a partition is never passed over silently.
+func TestPartialTruncateCopies(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		parts   []int32 // the partial copy's partitions
+		reset   string  // the partial copy's reset id ("": a plain truncate)
+		then    string  // the complete truncate's reset id
+		pausing bool
+	}{
+		{name: "reset-missing-from-one", parts: []int32{0, 2, 3}, reset: "load-1", then: "load-2"},
+		{name: "reset-in-one", parts: []int32{1}, reset: "load-1", then: "load-2"},
+		{name: "plain-then-reset", parts: []int32{0, 2, 3}, then: "load-2"},
+		{name: "plain-then-plain", parts: []int32{0, 2, 3}, pausing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cat := testCatalog(t)
+			reg := memRegistry(t)
+			f := newFeed(t, t.TempDir(), reg, 4)
+			f.upsert(1, 2, 3, 4, 5, 6, 7, 8)
+			f.truncateIn(tc.reset, tc.parts...)
+			f.upsert(11, 12, 13, 14, 15, 16) // the abandoned run's rows
+			f.truncate(tc.then)
+			f.upsert(20, 21, 22, 23, 24, 25)
+			r := startSink(t, cat, f.lg, reg, ModeUpsert, t.TempDir())
+			if tc.pausing {
+				waitFor(t, "paused", func() bool { return r.paused() != "" })
+				if why := r.paused(); !strings.Contains(why, "missing from some partitions") {
+					t.Errorf("pause reason %q does not say a truncate is missing from some partitions", why)
+				}
+				return
+			}
+			waitFor(t, "caught up", func() bool { return r.committedTo(f.end()) || r.paused() != "" })
+			if why := r.paused(); why != "" {
+				t.Fatalf("paused: %s", why)
+			}
+			r.stop()
+			wantKeys(t, tableKeys(t, cat), 20, 21, 22, 23, 24, 25)
+		})
+	}
 }
