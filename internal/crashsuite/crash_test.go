@@ -312,9 +312,11 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 			armed = "source.after-slot-created"
 		}
 	case 1:
-		// At one of the load's reset markers (one a table), appended to
-		// some partitions only.
-		armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(len(tables)))
+		if !phase.on {
+			// At one of the load's reset markers (one a table), appended
+			// to some partitions only.
+			armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(len(tables)))
+		}
 	}
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	phase.begin(t, c)

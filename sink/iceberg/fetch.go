@@ -284,23 +284,27 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 				if f.truncPos != nil && string(f.truncPos) != string(c.position()) && f.anyBlocked() {
 					// Two truncates, each in some partitions only. A partition's
 					// positions only grow, so the earlier one is missing from
-					// the partitions that hold the later one: a copy that
-					// reached only some partitions (a produce cut short by a
-					// crash whose run was redone at a later position: a load
-					// after its slot was made again, a re-snapshot's marker),
-					// or one before the marker a partition skipped to
-					// (reset.go). A reset marker after it truncates the table
-					// anyway, so the earlier one is moot; without one after it
-					// the table pauses.
-					switch later := string(c.position()) > string(f.truncPos); {
-					case !later && f.truncReset:
-						f.next[p] = rec.Offset + 1
-						continue
-					case later && reset:
+					// the partitions that hold the later one. A reset marker is
+					// missing only where a crash cut its append short (the log
+					// makes each partition durable on its own) or where a
+					// partition skipped to a later marker (reset.go); its run
+					// is redone at a later position then (a load after its
+					// slot was made again or resumed, a re-snapshot's marker
+					// written anew), so it is moot, and so is a plain truncate
+					// before a reset marker: the marker truncates the table
+					// after it anyway. A plain truncate is replayed at its own
+					// position (the emitter fills in missing copies), so two
+					// plain ones pause the table.
+					later := string(c.position()) > string(f.truncPos)
+					switch {
+					case !reset && !f.truncReset:
+						return 0, badData(fmt.Errorf("iceberg: %s/%d: a truncate at position %x while other partitions wait at a truncate at %x: the earlier is missing from some partitions",
+							w.cfg.Topic, p, c.position(), f.truncPos))
+					case later:
 						f.releaseBlocked()
 					default:
-						return 0, badData(fmt.Errorf("iceberg: %s/%d: %s at position %x while other partitions wait at %s at %x: the earlier is missing from some partitions, and no reset marker after it replaces the table",
-							w.cfg.Topic, p, truncKind(reset), c.position(), truncKind(f.truncReset), f.truncPos))
+						f.next[p] = rec.Offset + 1
+						continue
 					}
 				}
 				// The position is copied: the batch the truncate was read in
@@ -322,14 +326,6 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 		}
 	}
 	return len(recs), nil
-}
-
-// truncKind names a truncate record for an error.
-func truncKind(reset bool) string {
-	if reset {
-		return "a reset marker"
-	}
-	return "a truncate"
 }
 
 // releaseBlocked lets the partitions stopped at an earlier truncate go

@@ -215,8 +215,9 @@ func (f *fetcher) outOfRange(ctx context.Context, p int32, cause error) error {
 }
 
 // resetMarkers finds the first reset marker of every partition at or
-// after from(p), all of one reset: their offsets, or nil if some
-// partition has none.
+// after from(p): their offsets, or nil if some partition has none. They
+// may belong to different resets: a marker a crash left in some partitions
+// only is moot once the fetcher reads a later one (fetcher.fetch).
 func (w *tableWriter) resetMarkers(ctx context.Context, info log.TopicInfo, from func(p int) int64) ([]int64, error) {
 	at := make([]int64, len(info.Partitions))
 	run := ""
@@ -226,11 +227,13 @@ func (w *tableWriter) resetMarkers(ctx context.Context, info log.TopicInfo, from
 			return nil, err
 		}
 		if p > 0 && id != run {
-			w.logger.Warn("the partitions' first reset markers belong to different resets; waiting for one in every partition",
+			w.logger.Info("the partitions' first reset markers belong to different resets (one a crash cut short, moot at the later)",
 				"partition", p, "reset", id, "partition_0_reset", run)
-			return nil, nil
 		}
-		at[p], run = off, id
+		at[p] = off
+		if p == 0 {
+			run = id
+		}
 	}
 	return at, nil
 }

@@ -237,7 +237,8 @@ func offsetsSnapshot(t *testing.T, cat catalog.Catalog) *table.Snapshot {
 // log topic (the log directory was replaced) never reads the new log's
 // offsets as its own: it pauses, naming both topics and the fix; reset
 // markers produced into the new log (a re-snapshot) resume it: the table
-// is truncated there and rebuilt from what follows.
+// is truncated there and rebuilt from what follows, even when a partition's
+// first marker is one a crash left in some partitions only.
 func TestReplacedLogPausesUntilReset(t *testing.T) {
 	for _, mode := range []string{ModeUpsert, ModeAppend} {
 		t.Run(mode, func(t *testing.T) {
@@ -275,7 +276,11 @@ func TestReplacedLogPausesUntilReset(t *testing.T) {
 				wantKeys(t, tableKeys(t, cat), 1, 2, 3, 4, 5, 6)
 			}
 
-			// The re-snapshot: reset markers, then the table's rows.
+			// A re-snapshot whose marker a crash left in partition 0 only,
+			// its rows, then the re-snapshot redone: reset markers, then
+			// the table's rows. The partial marker is moot.
+			b.truncateIn("run-0", 0)
+			b.upsert(150, 151, 152)
 			b.truncate("run-1")
 			b.upsert(201, 202, 203)
 			waitFor(t, "resumed and caught up", func() bool { return r.paused() == "" && r.committedTo(b.end()) })
@@ -399,12 +404,14 @@ func TestLegacyTableAdoptsTopicID(t *testing.T) {
 }
 
 // TestPartialTruncateCopies: a truncate produced into every partition but
-// cut short by a crash, in some partitions only, whose run was redone at a
-// later position (a load after its slot was made again, a re-snapshot's
-// marker): the later reset marker replaces the table, so the partial one is
-// moot whichever partitions hold it and whichever the sink reads first.
-// Without a reset marker after it, the table pauses saying so: a plain
-// truncate missing from a partition is never passed over silently.
+// cut short by a crash, in some partitions only. A reset marker so cut is
+// moot (its run is redone at a later position: a load after its slot was
+// made again, a re-snapshot's marker), and so is a plain truncate before a
+// reset marker, whichever partitions hold it and whichever the sink reads
+// first. A plain truncate missing from a partition that holds a later one
+// pauses the table saying so (plain truncates are replayed at their own
+// position, so this is never a crash's doing): it is never passed over
+// silently.
 func TestPartialTruncateCopies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -416,6 +423,8 @@ func TestPartialTruncateCopies(t *testing.T) {
 		{name: "reset-missing-from-one", parts: []int32{0, 2, 3}, reset: "load-1", then: "load-2"},
 		{name: "reset-in-one", parts: []int32{1}, reset: "load-1", then: "load-2"},
 		{name: "plain-then-reset", parts: []int32{0, 2, 3}, then: "load-2"},
+		{name: "reset-then-plain", parts: []int32{0, 2, 3}, reset: "load-1"},
+		{name: "reset-in-one-then-plain", parts: []int32{2}, reset: "load-1"},
 		{name: "plain-then-plain", parts: []int32{0, 2, 3}, pausing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
