@@ -298,7 +298,8 @@ shutdown:
 	if fired < byPoint || fired > random+byPoint+1 {
 		t.Errorf("%d deaths at failpoints and %d SIGKILLs by the test, but the log shows %d failpoints firing", byPoint, random, fired)
 	}
-	t.Logf("%s seed %d: %d kills (%d SIGKILLs by the test, %d failpoints fired)", mc.name, seed, random+byPoint, random, fired)
+	cuts := strings.Count(string(b), "killing the process at "+truncateCutPoint)
+	t.Logf("%s seed %d: %d kills (%d SIGKILLs by the test, %d failpoints fired, %d of them a truncate's copies cut short)", mc.name, seed, random+byPoint, random, fired, cuts)
 	for _, l := range summary {
 		t.Log(l)
 	}
