@@ -1,6 +1,7 @@
 package iceberg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,6 +163,7 @@ func (f *fetcher) run(ctx context.Context, out chan<- fetched, resume <-chan str
 			for i := range f.blocked {
 				f.blocked[i] = false
 			}
+			f.truncPos = nil
 			continue
 		}
 		wait := time.Duration(0)
@@ -268,9 +270,15 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			// offset is committed even when it ends the partition: the
 			// table would otherwise stay a record behind until the next
 			// change.
+			pos := rec.Header(schema.HeaderPosition)
+			if f.truncPos != nil && string(pos) > string(f.truncPos) {
+				if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
+					return 0, err
+				}
+			}
 			f.next[p] = rec.Offset + 1
 			cur.changes = append(cur.changes, change{partition: p, offset: rec.Offset, skip: true,
-				info: schema.EnvelopeInfo{Position: rec.Header(schema.HeaderPosition)}})
+				info: schema.EnvelopeInfo{Position: pos}})
 			continue
 		}
 		c, err := w.decode(rec)
@@ -298,8 +306,17 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 					later := string(c.position()) > string(f.truncPos)
 					switch {
 					case !reset && !f.truncReset:
-						return 0, badData(fmt.Errorf("iceberg: %s/%d: a truncate at position %x while other partitions wait at a truncate at %x: the earlier is missing from some partitions",
-							w.cfg.Topic, p, c.position(), f.truncPos))
+						// Unless a reset marker after them in p replaces the
+						// table (a re-snapshot, the pause's fix).
+						if ok, err := f.markerAfter(ctx, p, rec.Offset); err != nil || !ok {
+							return 0, cmp.Or(err, badData(fmt.Errorf("iceberg: %s/%d: a truncate at position %x while other partitions wait at a truncate at %x: the earlier is missing from some partitions, which hold the later",
+								w.cfg.Topic, p, c.position(), f.truncPos)))
+						}
+						if !later {
+							f.next[p] = rec.Offset + 1
+							continue
+						}
+						f.releaseBlocked()
 					case later:
 						f.releaseBlocked()
 					default:
@@ -318,14 +335,55 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			// offsets get committed, but make no row.
 			c.skip = p != 0
 		}
+		pos := c.position()
+		if f.truncPos != nil && string(pos) > string(f.truncPos) {
+			if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
+				return 0, err
+			}
+		}
 		f.next[p] = rec.Offset + 1
 		cur.changes = append(cur.changes, c)
 		cur.bytes += len(rec.Value)
-		if pos := c.position(); string(pos) > string(cur.lastPos) {
+		if string(pos) > string(cur.lastPos) {
 			cur.lastPos = pos
 		}
 	}
 	return len(recs), nil
+}
+
+// passed handles a record of partition p at offset off and position pos,
+// after the truncate other partitions wait at (f.truncPos): p's positions
+// only grow, so that truncate is not in p and never will be — its append
+// was cut short by a crash. A reset marker so cut is moot (its run is
+// redone at a later position, whose marker truncates the table): the
+// partitions waiting at it go on at once, rather than wait for a marker
+// that may come much later or, were the run given up, never. A plain
+// truncate is moot only before a reset marker in p; else the table pauses:
+// no crash leaves one partial (it is replayed at its own position), and its
+// keys in p would otherwise survive it.
+func (f *fetcher) passed(ctx context.Context, p int32, off int64, pos []byte) error {
+	if !f.anyBlocked() {
+		f.truncPos = nil
+		return nil
+	}
+	if !f.truncReset {
+		if ok, err := f.markerAfter(ctx, p, off); err != nil || !ok {
+			return cmp.Or(err, badData(fmt.Errorf("iceberg: %s/%d: a truncate at position %x, which other partitions wait at, is missing from this partition, which holds position %x after it",
+				f.w.cfg.Topic, p, f.truncPos, pos)))
+		}
+	}
+	f.w.logger.Info("a reset marker is missing from a partition that holds later positions (a crash cut its append short; its run is redone later): the partitions waiting at it go on",
+		"partition", p, "reset_position", fmt.Sprintf("%x", f.truncPos), "position", fmt.Sprintf("%x", pos))
+	f.releaseBlocked()
+	f.truncPos = nil
+	return nil
+}
+
+// markerAfter reports whether partition p holds a reset marker at or after
+// offset off (a rare path: a plain truncate missing from some partitions).
+func (f *fetcher) markerAfter(ctx context.Context, p int32, off int64) (bool, error) {
+	_, _, found, err := f.w.findReset(ctx, p, off)
+	return found, err
 }
 
 // releaseBlocked lets the partitions stopped at an earlier truncate go

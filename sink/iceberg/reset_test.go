@@ -411,13 +411,16 @@ func TestLegacyTableAdoptsTopicID(t *testing.T) {
 // first. A plain truncate missing from a partition that holds a later one
 // pauses the table saying so (plain truncates are replayed at their own
 // position, so this is never a crash's doing): it is never passed over
-// silently.
+// silently, nor waited for without end, and a re-snapshot's marker after it
+// resumes the table. A partial marker with nothing after it is moot as soon
+// as a partition without it holds a later position.
 func TestPartialTruncateCopies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		parts   []int32 // the partial copy's partitions
 		reset   string  // the partial copy's reset id ("": a plain truncate)
 		then    string  // the complete truncate's reset id
+		none    bool    // no complete truncate follows
 		pausing bool
 	}{
 		{name: "reset-missing-from-one", parts: []int32{0, 2, 3}, reset: "load-1", then: "load-2"},
@@ -426,6 +429,9 @@ func TestPartialTruncateCopies(t *testing.T) {
 		{name: "reset-then-plain", parts: []int32{0, 2, 3}, reset: "load-1"},
 		{name: "reset-in-one-then-plain", parts: []int32{2}, reset: "load-1"},
 		{name: "plain-then-plain", parts: []int32{0, 2, 3}, pausing: true},
+		{name: "reset-alone", parts: []int32{0, 2, 3}, reset: "load-1", none: true},
+		{name: "reset-in-one-alone", parts: []int32{1}, reset: "load-1", none: true},
+		{name: "plain-alone", parts: []int32{0, 2, 3}, none: true, pausing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cat := testCatalog(t)
@@ -434,14 +440,23 @@ func TestPartialTruncateCopies(t *testing.T) {
 			f.upsert(1, 2, 3, 4, 5, 6, 7, 8)
 			f.truncateIn(tc.reset, tc.parts...)
 			f.upsert(11, 12, 13, 14, 15, 16) // the abandoned run's rows
-			f.truncate(tc.then)
+			if !tc.none {
+				f.truncate(tc.then)
+			}
 			f.upsert(20, 21, 22, 23, 24, 25)
 			r := startSink(t, cat, f.lg, reg, ModeUpsert, t.TempDir())
 			if tc.pausing {
 				waitFor(t, "paused", func() bool { return r.paused() != "" })
-				if why := r.paused(); !strings.Contains(why, "missing from some partitions") {
+				if why := r.paused(); !strings.Contains(why, "is missing from") {
 					t.Errorf("pause reason %q does not say a truncate is missing from some partitions", why)
 				}
+				// The fix the pause names: a re-snapshot, whose reset
+				// marker replaces the table.
+				f.truncate("resnapshot")
+				f.upsert(30, 31, 32)
+				waitFor(t, "resumed and caught up", func() bool { return r.paused() == "" && r.committedTo(f.end()) })
+				r.stop()
+				wantKeys(t, tableKeys(t, cat), 30, 31, 32)
 				return
 			}
 			waitFor(t, "caught up", func() bool { return r.committedTo(f.end()) || r.paused() != "" })
@@ -449,6 +464,10 @@ func TestPartialTruncateCopies(t *testing.T) {
 				t.Fatalf("paused: %s", why)
 			}
 			r.stop()
+			if tc.none { // the partial marker is moot: nothing truncated
+				wantKeys(t, tableKeys(t, cat), 1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 16, 20, 21, 22, 23, 24, 25)
+				return
+			}
 			wantKeys(t, tableKeys(t, cat), 20, 21, 22, 23, 24, 25)
 		})
 	}
