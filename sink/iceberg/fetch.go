@@ -366,14 +366,15 @@ func (f *fetcher) passed(ctx context.Context, p int32, off int64, pos []byte) er
 		f.truncPos = nil
 		return nil
 	}
+	what := "a reset marker is missing from a partition that holds later positions (a crash cut its append short; its run is redone later): the partitions waiting at it go on"
 	if !f.truncReset {
 		if ok, err := f.markerAfter(ctx, p, off); err != nil || !ok {
 			return cmp.Or(err, badData(fmt.Errorf("iceberg: %s/%d: a truncate at position %x, which other partitions wait at, is missing from this partition, which holds position %x after it",
 				f.w.cfg.Topic, p, f.truncPos, pos)))
 		}
+		what = "a truncate is missing from a partition that holds later positions, before a reset marker that replaces the table: the partitions waiting at it go on"
 	}
-	f.w.logger.Info("a reset marker is missing from a partition that holds later positions (a crash cut its append short; its run is redone later): the partitions waiting at it go on",
-		"partition", p, "reset_position", fmt.Sprintf("%x", f.truncPos), "position", fmt.Sprintf("%x", pos))
+	f.w.logger.Info(what, "partition", p, "truncate_position", fmt.Sprintf("%x", f.truncPos), "position", fmt.Sprintf("%x", pos))
 	f.releaseBlocked()
 	f.truncPos = nil
 	return nil
