@@ -111,7 +111,7 @@ func TestCrash(t *testing.T) {
 			continue
 		}
 		t.Run(s.name, func(t *testing.T) {
-			inRounds(t, s.name, seed, envInt(t, envKills, s.kills), func(t *testing.T, seed uint64, kills int) {
+			inRounds(t, s.name, seed, envInt(t, envKills, s.kills), 1, func(t *testing.T, seed uint64, kills int) {
 				runRound(t, bin, s, seed, kills)
 			})
 		})
@@ -148,11 +148,11 @@ func pickedConfigs(t *testing.T) func(name string) bool {
 const minRound = 3
 
 // inRounds runs kills kills of configuration name in rounds of
-// CDCD_CRASH_ROUND (default 50), each a subtest with a seed of its own,
-// until one fails. A remainder under minRound kills goes into the round
-// before it.
-func inRounds(t *testing.T, name string, seed uint64, kills int, round func(t *testing.T, seed uint64, kills int)) {
-	size := envInt(t, envRound, 50)
+// CDCD_CRASH_ROUND (default 50, at least least: a configuration whose plan
+// needs that many kills), each a subtest with a seed of its own, until one
+// fails. A remainder under minRound kills goes into the round before it.
+func inRounds(t *testing.T, name string, seed uint64, kills, least int, round func(t *testing.T, seed uint64, kills int)) {
+	size := max(envInt(t, envRound, 50), least)
 	for r := 0; kills > 0; r++ {
 		n := min(kills, max(size, 1))
 		if rest := kills - n; rest > 0 && rest < minRound {

@@ -15,8 +15,9 @@
 // Environment: CDCD_CRASH_SEED replays a seed (printed by every run);
 // CDCD_CRASH_KILLS is the number of kills per configuration (CI: 20 for
 // upsert-v3, 6 for upsert-v2, changelog and snapshots); CDCD_CRASH_ROUND
-// splits them into rounds (default 50), each on a fresh database and data
-// directory and checked on its own; CDCD_CRASH_CONFIGS picks
+// splits them into rounds (default 50; mariadb-snapshots at least 6, which
+// its plan needs), each on a fresh database and data directory and checked
+// on its own; CDCD_CRASH_CONFIGS picks
 // configurations (upsert-v3, upsert-v2, changelog, snapshots: a table
 // added to the running pipeline and another re-snapshotted on demand,
 // killed mid-snapshot, snapshots_test.go; and TestCrashMariaDB's

@@ -98,7 +98,11 @@ func TestCrashMariaDB(t *testing.T) {
 	for _, c := range configs {
 		c.points = points
 		t.Run(c.name, func(t *testing.T) {
-			inRounds(t, "mariadb-"+c.name, seed, envInt(t, envKills, c.kills), func(t *testing.T, seed uint64, kills int) {
+			least := 1
+			if c.snapshots {
+				least = 6 // item added after kill 2, acct replaced after kill 4, the kill after each meeting it
+			}
+			inRounds(t, "mariadb-"+c.name, seed, envInt(t, envKills, c.kills), least, func(t *testing.T, seed uint64, kills int) {
 				runMariaDB(t, bin, srv, c, seed, kills)
 			})
 		})
