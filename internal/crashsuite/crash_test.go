@@ -154,7 +154,7 @@ const minRound = 3
 func inRounds(t *testing.T, name string, seed uint64, kills, least int, round func(t *testing.T, seed uint64, kills int)) {
 	size := max(envInt(t, envRound, 50), least)
 	for r := 0; kills > 0; r++ {
-		n := min(kills, max(size, 1))
+		n := min(kills, size)
 		if rest := kills - n; rest > 0 && rest < minRound {
 			n = kills // a short last round would check too little: this one takes it
 		}
@@ -306,17 +306,14 @@ func runRound(t *testing.T, bin string, s suite, seed uint64, kills int) {
 
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	armed := ""
-	switch rng.IntN(3) {
-	case 0:
-		if !phase.on {
-			armed = "source.after-slot-created"
-		}
-	case 1:
-		if !phase.on {
-			// At one of the load's reset markers (one a table), appended
-			// to some partitions only.
-			armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(len(tables)))
-		}
+	switch r := rng.IntN(3); {
+	case phase.on: // the first start must stream
+	case r == 0:
+		armed = "source.after-slot-created"
+	case r == 1:
+		// At one of the load's reset markers (one a table), appended to
+		// some partitions only.
+		armed = fmt.Sprintf("%s@%d", truncateCutPoint, 1+rng.IntN(len(tables)))
 	}
 	c := cdcdtest.Start(t, bin, cfgPath, admin, logFile, failpoint.Env+"="+armed)
 	phase.begin(t, c)
