@@ -2,7 +2,6 @@ package iceberg
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -43,10 +42,11 @@ import (
 const encodedNamespacePrefix = "__iceberg_namespace_v1__:"
 
 // commitOn commits reqs and updates to base's table, whose metadata
-// base's is, writing the new metadata.json through wfs. ok is false when
+// base's is, writing the new metadata.json through wfs (encoded through
+// mc, the table's cache of its snapshots' encodings; nil: none). ok is false when
 // the table's shape is not one this way takes (see above): nothing was
 // done, and the caller commits through CommitTable.
-func (c *sqlCatalog) commitOn(ctx context.Context, base *table.Table, wfs icebergio.WriteFileIO, reqs []table.Requirement, updates []table.Update) (_ table.Metadata, _ string, ok bool, _ error) {
+func (c *sqlCatalog) commitOn(ctx context.Context, base *table.Table, wfs icebergio.WriteFileIO, mc *metadataCache, reqs []table.Requirement, updates []table.Update) (_ table.Metadata, _ string, ok bool, _ error) {
 	ident := base.Identifier()
 	ns, name := catalog.NamespaceFromIdent(ident), catalog.TableNameFromIdent(ident)
 	nsKey := strings.Join(ns, ".")
@@ -84,7 +84,7 @@ func (c *sqlCatalog) commitOn(ctx context.Context, base *table.Table, wfs iceber
 	if err != nil {
 		return nil, "", true, err
 	}
-	if err := writeMetadataJSON(wfs, to, updated); err != nil {
+	if err := writeMetadataJSON(wfs, to, updated, mc); err != nil {
 		return nil, "", true, err
 	}
 	q := `UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ?
@@ -131,12 +131,18 @@ func metadataVersion(loc string) int {
 }
 
 // writeMetadataJSON writes meta to loc as iceberg-go's catalogs do
-// (uncompressed: json.Encoder, one trailing newline).
-func writeMetadataJSON(wfs icebergio.WriteFileIO, loc string, meta table.Metadata) (err error) {
+// (uncompressed: json.Encoder, one trailing newline), through mc
+// (metadata_json.go; nil: iceberg-go's encoder).
+func writeMetadataJSON(wfs icebergio.WriteFileIO, loc string, meta table.Metadata, mc *metadataCache) (err error) {
+	b, err := mc.encode(meta)
+	if err != nil {
+		return err
+	}
 	out, err := wfs.Create(loc)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, out.Close()) }()
-	return json.NewEncoder(out).Encode(meta)
+	_, err = out.Write(b)
+	return err
 }

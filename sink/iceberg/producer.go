@@ -61,6 +61,9 @@ type snapshotProducer struct {
 	// layouts: the manifests' headers and partition codecs
 	// (manifest_write.go).
 	layouts manifestLayouts
+	// meta keeps the table's snapshots' JSON for its metadata files
+	// (metadata_json.go).
+	meta metadataCache
 }
 
 // producer returns the table's snapshot producer.
@@ -320,7 +323,7 @@ func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props 
 	if c, ok := sp.cat.(*sqlCatalog); ok {
 		// On the table this commit builds on, without loading it back
 		// (catalog_commit.go).
-		newMeta, loc, done, err = c.commitOn(ctx, tbl, d.wfs, reqs, updates)
+		newMeta, loc, done, err = c.commitOn(ctx, tbl, d.wfs, &sp.meta, reqs, updates)
 	}
 	if !done {
 		newMeta, loc, err = sp.cat.CommitTable(ctx, tbl.Identifier(), reqs, updates)

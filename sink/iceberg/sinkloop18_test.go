@@ -175,7 +175,7 @@ func TestCommitOnTheHeldTable(t *testing.T) {
 			}
 			wfs := fs.(icebergio.WriteFileIO)
 			set := []table.Update{table.NewSetPropertiesUpdate(iceberg.Properties{"cdcd.test": "1"})}
-			meta, loc, ok, err := sc.commitOn(t.Context(), base, wfs, nil, set)
+			meta, loc, ok, err := sc.commitOn(t.Context(), base, wfs, nil, nil, set)
 			if err != nil || !ok {
 				t.Fatalf("commitOn: %v %v", ok, err)
 			}
@@ -183,7 +183,7 @@ func TestCommitOnTheHeldTable(t *testing.T) {
 				t.Fatal("the update was not applied")
 			}
 			// The same base again: the row has moved on, a conflict.
-			_, _, ok, err = sc.commitOn(t.Context(), base, wfs, nil, set)
+			_, _, ok, err = sc.commitOn(t.Context(), base, wfs, nil, nil, set)
 			if !ok || !errors.Is(err, table.ErrCommitFailed) || classify(err) != ErrConflict {
 				t.Fatalf("a commit on a stale table: %v %v, want a conflict", ok, err)
 			}
@@ -196,7 +196,7 @@ func TestCommitOnTheHeldTable(t *testing.T) {
 			}
 			// A requirement the held table fails: refused, nothing moves.
 			wrong := int64(12345)
-			_, _, ok, err = sc.commitOn(t.Context(), got, wfs, []table.Requirement{table.AssertRefSnapshotID(table.MainBranch, &wrong)}, set)
+			_, _, ok, err = sc.commitOn(t.Context(), got, wfs, nil, []table.Requirement{table.AssertRefSnapshotID(table.MainBranch, &wrong)}, set)
 			if !ok || err == nil || classify(err) != ErrConflict {
 				t.Fatalf("a failed requirement: %v %v, want a conflict", ok, err)
 			}
