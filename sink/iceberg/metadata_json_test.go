@@ -160,3 +160,58 @@ func readLocal(t *testing.T, loc string) []byte {
 	}
 	return b
 }
+
+// BenchmarkMetadataJSON: a commit's metadata.json at 250 snapshots (cdcd
+// bench's MariaDB streaming phase ends at 253), iceberg-go's encoder
+// against the cache, which encodes only the newest snapshot.
+func BenchmarkMetadataJSON(b *testing.B) {
+	cat := testCatalog(b)
+	w := upsertWriter(b, cat, 3, 1)
+	defer w.close()
+	var off int64
+	w.buf = randomChanges(rand.New(rand.NewPCG(29, 2)), model{}, 20, &off)
+	w.next[0] = off
+	if err := w.commit(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	meta := w.tbl.Metadata()
+	cur := *meta.CurrentSnapshot()
+	grow := func(meta table.Metadata, n int) table.Metadata {
+		for range n {
+			s := cur
+			parent := s.SnapshotID
+			s.ParentSnapshotID, s.SnapshotID, s.SequenceNumber = &parent, s.SnapshotID+1, s.SequenceNumber+1
+			s.TimestampMs++
+			first := *s.FirstRowID + *s.AddedRows
+			s.FirstRowID = &first
+			next, err := table.UpdateTableMetadata(meta, []table.Update{table.NewAddSnapshotUpdate(&s),
+				table.NewSetSnapshotRefUpdate(table.MainBranch, s.SnapshotID, table.BranchRef, -1, -1, -1)}, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			meta, cur = next, s
+		}
+		return meta
+	}
+	meta = grow(meta, 249)
+	b.Run("iceberg-go", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := plainMetadataJSON(meta); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cache", func(b *testing.B) {
+		mc := &metadataCache{}
+		if _, err := mc.encode(meta); err != nil {
+			b.Fatal(err)
+		}
+		next := grow(meta, 1) // a commit: one snapshot more
+		for b.Loop() {
+			if _, err := mc.encode(next); err != nil {
+				b.Fatal(err)
+			}
+			delete(mc.snaps, cur.SnapshotID) // new again at the next call
+		}
+	})
+}
