@@ -31,7 +31,8 @@ import (
 // CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits (or from commit
 // CDCD_COMMIT_CURVE_CPU_FROM to the end); CDCD_COMMIT_CURVE_MIN_GROUP,
 // CDCD_COMMIT_CURVE_INDEX_CACHE_MB and CDCD_COMMIT_CURVE_INDEX_SNAPPY=1
-// vary the compactor's group size and the key index's cache and compression.
+// vary the compactor's group size and the key index's cache and compression;
+// CDCD_COMMIT_CURVE_RETAIN=N keeps N snapshots instead of 50.
 //
 // The goal: the median of the last 100 commits within 1.5x of commits
 // 100-200, with metadata.json and the manifest count bounded.
@@ -54,6 +55,11 @@ func TestCommitCurve(t *testing.T) {
 	w.s.tune = tune
 	w.s.cfg.TargetFileSize = 128 << 20
 	w.s.cfg.Maintenance = MaintenanceConfig{RetainSnapshots: 50, SnapshotMaxAge: 0, ExpireEvery: 20}.WithDefaults()
+	if v, _ := strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_RETAIN")); v > 0 {
+		// As many snapshots kept as the defaults keep at a 1 s commit
+		// interval (all younger than an hour: 3,600).
+		w.s.cfg.Maintenance.RetainSnapshots = v
+	}
 	if os.Getenv("CDCD_COMMIT_CURVE_NO_MAINTENANCE") != "" {
 		w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 1 << 30, RetainSnapshots: 1 << 30, ExpireEvery: 1 << 30}
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -25,9 +26,9 @@ import (
 // (TestMetadataJSONMatchesIceberg), at a cost that no longer grows with
 // the snapshots kept.
 
-// metadataCache encodes one table's metadata; the zero value is ready. Not
-// safe for concurrent use: a table's commits are serial.
+// metadataCache encodes one table's metadata; the zero value is ready.
 type metadataCache struct {
+	mu    sync.Mutex // a table's commits are serial; its maintenance's too, but on another path
 	table uuid.UUID
 	snaps map[int64][]byte // a snapshot's encoding, by snapshot id
 }
@@ -79,6 +80,8 @@ func (c *metadataCache) encode(meta table.Metadata) ([]byte, error) {
 	if c == nil || (v != 2 && v != 3) || (v == 3 && meta.LastPartitionSpecID() == nil) {
 		return plainMetadataJSON(meta)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if id := meta.TableUUID(); id != c.table || c.snaps == nil {
 		c.table, c.snaps = id, map[int64][]byte{}
 	}

@@ -215,3 +215,80 @@ func BenchmarkMetadataJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestMaintenanceCommitsOnTheHeldTable: the compactor's expiries and
+// manifest rewrites commit on the writer's table through commitOn
+// (heldCatalog): after every commit and the maintenance it triggers, the
+// metadata cache holds exactly the table's snapshots (an expiry that went
+// the loading way would leave the expired ones in it) and the file is
+// iceberg-go's encoding; the table matches the model. A transaction on a
+// held table the catalog has moved past goes the loading way and lands
+// on the catalog's table.
+func TestMaintenanceCommitsOnTheHeldTable(t *testing.T) {
+	cat := testCatalog(t)
+	w := upsertWriter(t, cat, 3, 1)
+	defer w.close()
+	w.s.cfg.Maintenance = MaintenanceConfig{MaxDataManifests: 4, RetainSnapshots: 4, ExpireEvery: 3}.WithDefaults()
+	w.s.cfg.Compaction = CompactionConfig{Disabled: true}
+	rng := rand.New(rand.NewPCG(29, 7))
+	want := model{}
+	var off int64
+	expired := 0
+	for i := range 24 {
+		before := 0
+		if w.tbl != nil {
+			before = len(w.tbl.Metadata().Snapshots())
+		}
+		w.buf = randomChanges(rng, want, 1+rng.IntN(30), &off)
+		w.next[0] = off
+		if err := w.commit(t.Context()); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		snaps := w.tbl.Metadata().Snapshots()
+		if len(snaps) <= before {
+			expired++
+		}
+		mc := &w.producer().meta
+		if len(mc.snaps) != len(snaps) {
+			t.Fatalf("commit %d: the cache holds %d snapshots, the table %d: maintenance did not commit through it", i, len(mc.snaps), len(snaps))
+		}
+		for _, s := range snaps {
+			if _, ok := mc.snaps[s.SnapshotID]; !ok {
+				t.Fatalf("commit %d: snapshot %d is not in the cache", i, s.SnapshotID)
+			}
+		}
+		plain, err := plainMetadataJSON(w.tbl.Metadata())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readLocal(t, w.tbl.MetadataLocation()); !bytes.Equal(got, plain) {
+			t.Fatalf("commit %d: the metadata file differs from iceberg-go's encoding", i)
+		}
+	}
+	if expired == 0 || len(w.tbl.Metadata().Snapshots()) > 4+3 {
+		t.Fatalf("expiry ran %d times; %d snapshots kept", expired, len(w.tbl.Metadata().Snapshots()))
+	}
+	compareModel(t, want, scanTable(t, cat, w.cfg.Ident))
+
+	// The catalog moves on without the writer: a transaction on the held
+	// table lands on the catalog's.
+	held := w.tbl
+	if _, _, err := cat.CommitTable(t.Context(), held.Identifier(), nil,
+		[]table.Update{table.NewSetPropertiesUpdate(iceberg.Properties{"cdcd.a": "1"})}); err != nil {
+		t.Fatal(err)
+	}
+	tx := held.NewTransaction()
+	if err := tx.SetProperties(iceberg.Properties{"cdcd.b": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(t.Context()); err != nil {
+		t.Fatalf("a transaction on a table the catalog moved past: %v", err)
+	}
+	got, err := cat.LoadTable(t.Context(), held.Identifier())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Properties(); p["cdcd.a"] != "1" || p["cdcd.b"] != "2" {
+		t.Fatalf("after both commits the table's properties are %v", p)
+	}
+}

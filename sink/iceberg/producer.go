@@ -64,13 +64,30 @@ type snapshotProducer struct {
 	// meta keeps the table's snapshots' JSON for its metadata files
 	// (metadata_json.go).
 	meta metadataCache
+	// held is the writer's table; tables is the catalog the tables it
+	// makes commit through (heldCatalog; made by tableCatalog).
+	held   func() *table.Table
+	tables catalog.Catalog
+}
+
+// tableCatalog is the catalog of the tables the producer makes: a
+// heldCatalog over the SQL catalog, the catalog itself otherwise.
+func (sp *snapshotProducer) tableCatalog() catalog.Catalog {
+	if sp.tables == nil {
+		sp.tables = sp.cat
+		if c, ok := sp.cat.(*sqlCatalog); ok && sp.held != nil {
+			sp.tables = &heldCatalog{sqlCatalog: c, held: sp.held, mc: &sp.meta}
+		}
+	}
+	return sp.tables
 }
 
 // producer returns the table's snapshot producer.
 func (w *tableWriter) producer() *snapshotProducer {
 	if w.prod == nil {
 		w.prod = &snapshotProducer{cat: w.s.cat, manifests: func() *compactor.Manifests { return w.compactor().Manifests() },
-			mergeDeletes: w.s.cfg.Maintenance.MaxDataManifests, failpoint: w.failpoint, logger: w.logger}
+			mergeDeletes: w.s.cfg.Maintenance.MaxDataManifests, failpoint: w.failpoint, logger: w.logger,
+			held: func() *table.Table { return w.tbl }}
 	}
 	return w.prod
 }
@@ -336,7 +353,7 @@ func (sp *snapshotProducer) commitSnapshot(ctx context.Context, d *draft, props 
 	// (its metadata and manifest cache) alive and add one call to every
 	// later file open, a chain growing with every commit
 	// (TestTableFSDoesNotChain).
-	next := table.New(tbl.Identifier(), newMeta, loc, fixedFS(d.fs), sp.cat)
+	next := table.New(tbl.Identifier(), newMeta, loc, fixedFS(d.fs), sp.tableCatalog())
 	sp.failpoint("after-catalog-commit")
 	sp.dropOldMetadata(d.fs, meta, newMeta)
 	return next, nil
