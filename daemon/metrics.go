@@ -287,9 +287,17 @@ func (s *sampler) sample(ctx context.Context, ts *iceberg.TableStats) {
 	if !ok {
 		return
 	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tbl, err := s.d.cat.LoadTable(lctx, ident)
+	// The table as the sink's last commit left it: every commit of this
+	// process (the snapshots since the last look) is in its history, and
+	// reading it costs no catalog round trip nor a parse of its metadata
+	// (every snapshot the table keeps, each second).
+	tbl := ts.Current.Load()
+	var err error
+	if tbl == nil {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		tbl, err = s.d.cat.LoadTable(lctx, ident)
+	}
 	if err != nil {
 		if !st.init {
 			st.init, st.commits = true, n // no table yet

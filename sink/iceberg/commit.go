@@ -219,6 +219,7 @@ func (w *tableWriter) committedRows(ctx context.Context, rows, reads int, next [
 	if snap := w.tbl.CurrentSnapshot(); snap != nil {
 		w.stats.SnapshotID.Store(snap.SnapshotID)
 	}
+	w.stats.Current.Store(w.tbl)
 	w.logger.Debug("committed", "rows", rows, "offsets", encodeOffsets(next), "took", time.Since(started))
 	offs := make(map[int32]int64, len(next))
 	for p, o := range next {

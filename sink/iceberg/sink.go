@@ -135,6 +135,11 @@ type TableStats struct {
 	SnapshotID    atomic.Int64
 	// Committed is the next offset per partition the table holds.
 	Committed atomic.Pointer[[]int64]
+	// Current is the table as this process's last commit to it left it
+	// (nil before the first): what the daemon's metrics read the commits'
+	// summaries from, instead of loading the table (and parsing its
+	// metadata, every snapshot in it) from the catalog.
+	Current atomic.Pointer[table.Table]
 	// SnapshotRows are the rows among Rows that snapshot reads brought (op
 	// r: initial loads, incremental snapshots): a load's progress into the
 	// table.
