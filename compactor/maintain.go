@@ -10,6 +10,8 @@ import (
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/internal/icemeta"
 )
 
 // Metadata maintenance, run right after the writer's commits (and the
@@ -31,7 +33,7 @@ func (c *Compactor) maintain(ctx context.Context) {
 		return
 	}
 	c.commitsSinceExpire++
-	if c.commitsSinceExpire >= c.mc.ExpireEvery && len(tbl.Metadata().Snapshots()) > c.mc.RetainSnapshots {
+	if c.commitsSinceExpire >= c.mc.ExpireEvery && icemeta.SnapshotCount(tbl.Metadata()) > c.mc.RetainSnapshots {
 		c.commitsSinceExpire = 0
 		c.expire(ctx)
 	}
@@ -92,7 +94,7 @@ func (c *Compactor) removeOrphans(ctx context.Context) {
 
 func (c *Compactor) expire(ctx context.Context) {
 	pre := c.t.Current()
-	before := len(pre.Metadata().Snapshots())
+	before := icemeta.SnapshotCount(pre.Metadata())
 	started := time.Now()
 	tx := pre.NewTransaction()
 	// The files the expiry leaves unreferenced are removed below, not by
@@ -104,12 +106,12 @@ func (c *Compactor) expire(ctx context.Context) {
 	}
 	if err := c.t.CommitMaintenance(ctx, tx); err != nil {
 		c.logger.Warn("maintenance: expire snapshots reported an error", "err", err,
-			"snapshots_before", before, "snapshots_now", len(c.t.Current().Metadata().Snapshots()))
+			"snapshots_before", before, "snapshots_now", icemeta.SnapshotCount(c.t.Current().Metadata()))
 		return
 	}
 	post := c.t.Current()
 	removed := c.removeExpiredFiles(ctx, pre, post)
-	c.logger.Debug("maintenance: expired snapshots", "before", before, "after", len(post.Metadata().Snapshots()),
+	c.logger.Debug("maintenance: expired snapshots", "before", before, "after", icemeta.SnapshotCount(post.Metadata()),
 		"files_removed", removed, "took", time.Since(started))
 }
 

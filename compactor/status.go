@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/cdcd-dev/cdcd/internal/icemeta"
 )
 
 // Stats are a table's compaction counters.
@@ -47,7 +49,7 @@ func (c *Compactor) Status() *Status {
 		return nil
 	}
 	st := Status{DataFiles: len(files), DeleteFiles: c.t.DeleteFiles(),
-		Snapshots: len(tbl.Metadata().Snapshots()), CompactionRuns: c.stats.Runs, LastError: c.stats.LastErr}
+		Snapshots: icemeta.SnapshotCount(tbl.Metadata()), CompactionRuns: c.stats.Runs, LastError: c.stats.LastErr}
 	if !c.stats.Last.IsZero() {
 		st.LastCompaction = c.stats.Last.UTC().Format(time.RFC3339)
 	}

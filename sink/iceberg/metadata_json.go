@@ -11,6 +11,8 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
+
+	"github.com/cdcd-dev/cdcd/internal/icemeta"
 )
 
 // A table's metadata.json, written at every commit, holds every snapshot
@@ -128,16 +130,21 @@ func (c *metadataCache) encode(meta table.Metadata) ([]byte, error) {
 			out.WriteString(strconv.FormatInt(*current, 10))
 		}
 	}
-	snaps := meta.Snapshots()
-	keep := make(map[int64][]byte, len(snaps))
-	for i, s := range snaps {
-		b, ok := c.snaps[s.SnapshotID]
+	// The ids in place, not Snapshots(): a copy of every snapshot.
+	ids := icemeta.SnapshotIDs(meta)
+	keep := make(map[int64][]byte, len(ids))
+	for i, id := range ids {
+		b, ok := c.snaps[id]
 		if !ok {
-			if b, err = json.Marshal(s); err != nil {
+			s := meta.SnapshotByID(id)
+			if s == nil {
+				return plainMetadataJSON(meta)
+			}
+			if b, err = json.Marshal(*s); err != nil {
 				return nil, err
 			}
 		}
-		keep[s.SnapshotID] = b
+		keep[id] = b
 		if i == 0 {
 			out.WriteString(`,"snapshots":[`)
 		} else {
@@ -145,7 +152,7 @@ func (c *metadataCache) encode(meta table.Metadata) ([]byte, error) {
 		}
 		out.Write(b)
 	}
-	if len(snaps) > 0 {
+	if len(ids) > 0 {
 		out.WriteByte(']')
 	}
 	out.WriteString("}\n")
