@@ -6,7 +6,7 @@
 // to count the snapshots or to list their ids, and at the thousands of
 // snapshots a table keeps at the default retention (every snapshot younger
 // than an hour: 3,600 at a 1 s commit interval) those copies were a sixth
-// of a commit's CPU and most of the garbage (TestCommitCurve, BENCHMARKS.md
+// of the commits' CPU (TestCommitCurve's profile, BENCHMARKS.md
 // "metadata.json without every snapshot encoded again"). The metadata
 // iceberg-go builds (every commit's) holds its snapshots in a slice that
 // reflect reads in place; metadata it parsed lazily, or of a shape this

@@ -271,10 +271,8 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			// table would otherwise stay a record behind until the next
 			// change.
 			pos := rec.Header(schema.HeaderPosition)
-			if f.truncPos != nil && string(pos) > string(f.truncPos) {
-				if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
-					return 0, err
-				}
+			if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
+				return 0, err
 			}
 			f.next[p] = rec.Offset + 1
 			cur.changes = append(cur.changes, change{partition: p, offset: rec.Offset, skip: true,
@@ -336,10 +334,8 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			c.skip = p != 0
 		}
 		pos := c.position()
-		if f.truncPos != nil && string(pos) > string(f.truncPos) {
-			if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
-				return 0, err
-			}
+		if err := f.passed(ctx, p, rec.Offset, pos); err != nil {
+			return 0, err
 		}
 		f.next[p] = rec.Offset + 1
 		cur.changes = append(cur.changes, c)
@@ -351,8 +347,9 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 	return len(recs), nil
 }
 
-// passed handles a record of partition p at offset off and position pos,
-// after the truncate other partitions wait at (f.truncPos): p's positions
+// passed handles a record of partition p at offset off and position pos
+// (nothing to do unless pos is after the truncate other partitions wait
+// at, f.truncPos): p's positions
 // only grow, so that truncate is not in p and never will be — its append
 // was cut short by a crash. A reset marker so cut is moot (its run is
 // redone at a later position, whose marker truncates the table): the
@@ -362,6 +359,9 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 // no crash leaves one partial (it is replayed at its own position), and its
 // keys in p would otherwise survive it.
 func (f *fetcher) passed(ctx context.Context, p int32, off int64, pos []byte) error {
+	if f.truncPos == nil || string(pos) <= string(f.truncPos) {
+		return nil
+	}
 	if !f.anyBlocked() {
 		f.truncPos = nil
 		return nil

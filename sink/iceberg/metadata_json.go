@@ -21,7 +21,7 @@ import (
 // 3,600 at 1 s), and iceberg-go encodes them all again each time: in cdcd
 // bench's MariaDB streaming phase (253 snapshots by its end, a 279 KB
 // file) the encoding was 0.56 of 13.5 CPU-s, two thirds of the snapshot
-// producer's work, and its garbage a tenth of the sink's. A snapshot never
+// producer's work, and allocated 121 of the phase's 1,727 MB. A snapshot never
 // changes once committed, so metadataCache keeps each one's encoding, by
 // id, and a commit encodes only the new one and the small rest of the
 // file: the same bytes as iceberg-go's json.Encoder
