@@ -139,6 +139,7 @@ func writeMetadataJSON(wfs icebergio.WriteFileIO, loc string, meta table.Metadat
 	if err != nil {
 		return err
 	}
+	defer mc.done(b)
 	out, err := wfs.Create(loc)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -122,7 +123,12 @@ func (u *upsert) flushDVs(wfs icebergio.WriteFileIO, location string, meta table
 			_ = wfs.Remove(location)
 		}
 	}()
-	bw := bufio.NewWriterSize(out, 256<<10)
+	if u.dvOut == nil {
+		u.dvOut = bufio.NewWriterSize(out, 256<<10)
+	}
+	bw := u.dvOut
+	bw.Reset(out)
+	defer bw.Reset(io.Discard) // the buffer stays; the file is not held
 	cw := &countingWriter{w: bw}
 	pw, err := puffin.NewWriter(cw)
 	if err != nil {

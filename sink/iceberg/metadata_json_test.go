@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
@@ -142,6 +143,16 @@ func TestMetadataJSONEmptyTable(t *testing.T) {
 		if len(mc.snaps) != 0 || mc.table != meta.TableUUID() {
 			t.Fatalf("v%d: the cache kept another table's snapshots", version)
 		}
+		// A written file's buffer is handed back and the next file is
+		// encoded into it.
+		mc.done(got)
+		again, err := mc.encode(meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, plain) || unsafe.SliceData(again) != unsafe.SliceData(got) {
+			t.Fatalf("v%d: the second file was not encoded, right, into the first one's buffer", version)
+		}
 		w.close()
 	}
 }
@@ -208,9 +219,11 @@ func BenchmarkMetadataJSON(b *testing.B) {
 		}
 		next := grow(meta, 1) // a commit: one snapshot more
 		for b.Loop() {
-			if _, err := mc.encode(next); err != nil {
+			out, err := mc.encode(next)
+			if err != nil {
 				b.Fatal(err)
 			}
+			mc.done(out)                     // as writeMetadataJSON does once it wrote the file
 			delete(mc.snaps, cur.SnapshotID) // new again at the next call
 		}
 	})

@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"sync"
 
 	"github.com/apache/iceberg-go"
 	"github.com/klauspost/compress/s2"
@@ -190,11 +189,28 @@ type pqCol struct {
 	statMax    []byte
 }
 
-var pqWriters sync.Pool
+// pqWriters keeps released writers for the next files: a free list, not a
+// sync.Pool, whose contents every other collection drops. Under the
+// daemon's memory limit the collector runs about as often as a table
+// commits (a MariaDB stream's ~80 commits met ~70 collections), so the
+// pooled writers were mostly gone by the next commit and every file grew
+// its columns' pages and chunks again: 111 of the 1,422 MB the streaming
+// phase of `cdcd bench -source mariadb` allocated, 130 of a PostgreSQL
+// load's 888 MB (BENCHMARKS.md, session 30). It holds pqFreeMax writers,
+// each trimmed to pqKeep, so what it keeps alive is bounded.
+var pqWriters = make(chan *pqWriter, pqFreeMax)
+
+// pqFreeMax is how many released writers pqWriters keeps: as many as a
+// table writes at once (maxWriteParts).
+const pqFreeMax = maxWriteParts
 
 // newPQWriter starts a file of plan into out, with a pooled writer's buffers.
 func newPQWriter(plan *pqPlan, out io.Writer) *pqWriter {
-	w, _ := pqWriters.Get().(*pqWriter)
+	var w *pqWriter
+	select {
+	case w = <-pqWriters:
+	default:
+	}
 	if w == nil {
 		w = &pqWriter{}
 		w.enc = thrift.NewEncoder(new(thrift.CompactProtocol).NewWriter(&w.hdr))
@@ -224,7 +240,7 @@ func newPQWriter(plan *pqPlan, out io.Writer) *pqWriter {
 // chunk up to 16 MiB (and its page buffer, whatever one value had grown
 // it to), so a pooled writer of many columns could keep a row group of
 // every one, tens of MB, alive until two collections had passed.
-const pqKeep = 8 << 20
+const pqKeep = 4 << 20
 
 // pqChunkKeep bounds a column chunk's buffer kept from one row group to
 // the next within a file (a row group's chunk is written out whole by
@@ -239,7 +255,10 @@ func (w *pqWriter) release() {
 	}
 	w.out, w.plan, w.groups = nil, nil, nil
 	w.trim()
-	pqWriters.Put(w)
+	select {
+	case pqWriters <- w:
+	default: // the list is full: the collector takes this one
+	}
 }
 
 // trim gives up what release must not keep (pqKeep).

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -498,5 +500,40 @@ func TestPQWriterKeepsBounded(t *testing.T) {
 	}
 	if kept != had || kept == 0 {
 		t.Errorf("an ordinary file's writer keeps %d bytes of page buffers of %d", kept, had)
+	}
+}
+
+// TestPQWritersSurviveCollections: a released writer is there for the
+// next file even after collections (a sync.Pool is emptied by two), and
+// the free list keeps at most pqFreeMax writers.
+func TestPQWritersSurviveCollections(t *testing.T) {
+	fs, err := newCommitFileSchema(iceberg.NewSchema(0,
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for drained := false; !drained; {
+		select {
+		case <-pqWriters:
+		default:
+			drained = true
+		}
+	}
+	w := newPQWriter(fs.plan, io.Discard)
+	w.release()
+	runtime.GC()
+	runtime.GC()
+	if got := newPQWriter(fs.plan, io.Discard); got != w {
+		t.Fatal("the released writer did not survive two collections: its buffers are made again for the next file")
+	}
+	ws := make([]*pqWriter, pqFreeMax+2)
+	for i := range ws {
+		ws[i] = newPQWriter(fs.plan, io.Discard)
+	}
+	for _, w := range ws {
+		w.release()
+	}
+	if n := len(pqWriters); n != pqFreeMax {
+		t.Errorf("the free list holds %d writers, want %d", n, pqFreeMax)
 	}
 }
