@@ -35,7 +35,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, logg
 	fs.IntVar(&o.LatencyRate, "latency-rate", 10_000, "events/s of the latency phase")
 	fs.DurationVar(&o.LatencyDuration, "latency-duration", time.Minute, "how long the latency phase writes")
 	fs.DurationVar(&o.CommitInterval, "commit-interval", 10*time.Second, "the sink's commit_interval")
-	fs.IntVar(&o.CopyRuns, "copy-runs", 3, "how often COPY binary is measured (the median counts)")
+	fs.IntVar(&o.CopyRuns, "copy-runs", 3, "how often COPY binary (MariaDB: SELECT * and the binlog decode loop) is measured (the median counts)")
 	fs.StringVar(&o.Dir, "dir", "", "where the daemon keeps its data (default: a temporary directory, removed after)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
 	fs.BoolVar(&o.NoScan, "no-scan", false, "skip the final iceberg-go scan (the snapshot summary is still checked)")

@@ -167,16 +167,22 @@ type Result struct {
 	Copy                     []Measure // each COPY run
 	Load                     Measure
 	Decode                   Measure
-	Stream                   Measure
-	Latency                  Latency
+	// Decodes are the decode loop's runs where it is measured more than
+	// once (MariaDB's, CopyRuns times); Decode is their median.
+	Decodes []Measure
+	Stream  Measure
+	Latency Latency
 	// Rows of the table at the end: PostgreSQL's count, the snapshot
 	// summary's, and the scan's (-1 if not scanned).
 	PGRows, SummaryRows, ScanRows int64
 }
 
 // CopyMedian is the median COPY run.
-func (r *Result) CopyMedian() Measure {
-	runs := append([]Measure(nil), r.Copy...)
+func (r *Result) CopyMedian() Measure { return medianRun(r.Copy) }
+
+// medianRun is the run of the median rate.
+func medianRun(ms []Measure) Measure {
+	runs := append([]Measure(nil), ms...)
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Rate() < runs[j].Rate() })
 	return runs[len(runs)/2]
 }

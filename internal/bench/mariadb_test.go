@@ -56,7 +56,10 @@ func BenchmarkMariaDB(b *testing.B) {
 		if res.Load.Items != int64(rows) || res.SummaryRows != res.PGRows || res.ScanRows != res.PGRows {
 			b.Errorf("load %d rows of %d; MariaDB %d rows, summary %d, scan %d", res.Load.Items, rows, res.PGRows, res.SummaryRows, res.ScanRows)
 		}
-		for _, want := range []string{"SELECT *", "initial load", "decode loop", "streaming", "goals:"} {
+		if len(res.Decodes) != 2 || res.Decode != medianRun(res.Decodes) {
+			b.Errorf("the decode loop ran %d times, want CopyRuns (2), its median the raw limit", len(res.Decodes))
+		}
+		for _, want := range []string{"SELECT *", "initial load", "decode loop (raw; median of 2)", "streaming", "goals:"} {
 			if !strings.Contains(out.String(), want) {
 				b.Errorf("the output lacks %q", want)
 			}
