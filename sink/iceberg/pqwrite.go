@@ -195,9 +195,9 @@ type pqCol struct {
 // commits (a MariaDB stream's ~80 commits met ~70 collections), so the
 // pooled writers were mostly gone by the next commit and every file grew
 // its columns' pages and chunks again: 111 of the 1,422 MB the streaming
-// phase of `cdcd bench -source mariadb` allocated, 130 of a PostgreSQL
-// load's 888 MB (BENCHMARKS.md, session 30). It holds pqFreeMax writers,
-// each trimmed to pqKeep, so what it keeps alive is bounded.
+// phase of `cdcd bench -source mariadb` allocated (BENCHMARKS.md, session
+// 30). It holds pqFreeMax writers, each trimmed to pqKeep, so what it
+// keeps alive is bounded.
 var pqWriters = make(chan *pqWriter, pqFreeMax)
 
 // pqFreeMax is how many released writers pqWriters keeps: as many as a
