@@ -188,6 +188,9 @@ func (p *snapshotPhase) check(t *testing.T, daemonLog string) {
 		ours := name == p.added
 		started, done := 0, 0
 		running, restarted := false, false
+		// readAll: the run read its last row; cut: a kill came after
+		// that and before its "snapshot done".
+		readAll, cut := false, false
 		for line := range strings.Lines(daemonLog) {
 			if name == p.replaced && strings.HasPrefix(line, replaceMarker+name) {
 				ours = true
@@ -207,13 +210,26 @@ func (p *snapshotPhase) check(t *testing.T, daemonLog string) {
 					started++
 				}
 				restarted = false
-				running = true
+				running, readAll = true, false
+			case strings.Contains(line, `msg="snapshot read to the end; done once its rows are durable"`) && strings.Contains(line, table+" ") && running:
+				readAll = true
 			case strings.Contains(line, `msg="snapshot done"`) && strings.Contains(line, table+" "):
 				done++
 				running = false
 			case strings.HasPrefix(line, "---- crash suite: kill") && running:
 				killedIn++
+				cut = readAll
 			}
+		}
+		if started == 1 && done == 0 && cut {
+			// The engine saves a run as done before it says so (it is
+			// never run or said twice); a kill inside that save leaves
+			// it done and unsaid, and the process after it has no run
+			// of the table (settled waited for every run to end), so
+			// the read-to-the-end line is its last (CI once, seed
+			// 1796619882159470664).
+			t.Logf("the snapshot of public.%s read to the end and a kill met the save that ended it: done, unsaid", name)
+			done = 1
 		}
 		if started != 1 || done != 1 {
 			t.Errorf("the snapshot of public.%s started %d times and finished %d times, want once each", name, started, done)

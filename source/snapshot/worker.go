@@ -195,8 +195,15 @@ func (e *Engine) rangeStep(ctx context.Context, db Database, pool *readers, r *r
 	if len(r.ahead) == 0 {
 		e.mu.Lock()
 		done := len(r.windows) == 0 && !r.unresolved() && r.rangeDone
+		said, rows := done && !r.finished, r.rows()
 		r.finished = r.finished || done
 		e.mu.Unlock()
+		if said {
+			// Said before the save that ends the run: a crash between
+			// that save and its "snapshot done" leaves this line as the
+			// run's last.
+			e.logger.Info("snapshot read to the end; done once its rows are durable", "table", r.rec.Table, "rows", rows)
+		}
 		if !done { // keys wait to be read again: pointQuery takes them next
 			select {
 			case <-ctx.Done():
