@@ -327,7 +327,7 @@ func sinkBenchChild(t *testing.T) {
 	start := now()
 	s := New(Config{Pipeline: "bench", Group: "g", Tables: []TableConfig{{Topic: topic, Ident: table.Identifier{"b", name}}},
 		CommitInterval: 2 * time.Second, IndexDir: filepath.Join(dir, "index"),
-		PipelineCommits: os.Getenv("CDCD_PIPELINE_COMMITS") == "1"}, sinkCat, lg, reg, slog.New(slog.DiscardHandler)) // as the daemon reads it
+		PipelineCommits: os.Getenv("CDCD_PIPELINE_COMMITS") == "1", SerialInserts: os.Getenv("CDCD_SERIAL_INSERTS") == "1"}, sinkCat, lg, reg, slog.New(slog.DiscardHandler)) // as the daemon reads it
 	s.tune.index = benchIndexOptions(t)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

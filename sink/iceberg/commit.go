@@ -182,7 +182,7 @@ func (b *buffer) emptied(pool *windowPool) (rows, reads int) {
 		}
 	}
 	clear(b.buf)
-	b.buf, b.bufBytes = b.buf[:0], 0
+	b.buf, b.bufBytes, b.others = b.buf[:0], 0, 0
 	// Nothing refers to the changes' windows any more.
 	pool.release(b.held)
 	clear(b.held)

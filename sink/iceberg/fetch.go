@@ -38,6 +38,8 @@ type fetched struct {
 	// windows are the pooled read buffers of the batch's fetches, which its
 	// changes alias (windows.go).
 	windows [][]byte
+	// others counts its changes that are not inserts (buffer.others).
+	others int
 }
 
 // fetcher reads a table's topic partition by partition and decodes it.
@@ -277,6 +279,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			f.next[p] = rec.Offset + 1
 			cur.changes = append(cur.changes, change{partition: p, offset: rec.Offset, skip: true,
 				info: schema.EnvelopeInfo{Position: pos}})
+			cur.others++
 			continue
 		}
 		c, err := w.decode(rec)
@@ -338,6 +341,9 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			return 0, err
 		}
 		f.next[p] = rec.Offset + 1
+		if op := c.op(); op != 'r' && op != 'c' {
+			cur.others++
+		}
 		cur.changes = append(cur.changes, c)
 		cur.bytes += len(rec.Value)
 		if string(pos) > string(cur.lastPos) {

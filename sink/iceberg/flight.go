@@ -49,10 +49,15 @@ import (
 // compaction's commit, the idle health check, a stop — waits for the
 // flight first (drain). The compactor runs only with no flight.
 //
-// Off unless Config.PipelineCommits: measured in session 24 (BENCHMARKS.md)
-// it bought no wall time end to end on two cores, where the source and the
-// database take the core it would use, and landing beside the next
-// commit's lookups made random updates dearer in CPU.
+// For every commit only with Config.PipelineCommits: measured in session
+// 24 (BENCHMARKS.md) it bought no wall time end to end on two cores, where
+// the source and the database take the core it would use, and landing
+// beside the next commit's lookups made random updates dearer in CPU. A
+// buffer of inserts only (buffer.others 0: a load's snapshot reads, a
+// backlog of inserts) lands in flight unless Config.SerialInserts: its
+// stage looks up keys no file holds yet, and once the source is done (a
+// load's last seconds, session 30's tail) the fetcher, the loop and the
+// flight then share two cores instead of taking turns on one (session 31).
 
 // flight is an upsert commit landing on its own goroutine.
 type flight struct {
@@ -77,10 +82,11 @@ type flight struct {
 }
 
 // pipelines reports whether the buffer's commit may land on its own
-// goroutine: an upsert table of format 3 that exists, not shared, not
-// resuming at a reset marker.
+// goroutine: every commit with PipelineCommits, else one of inserts only;
+// of an upsert table of format 3 that exists, not shared, not resuming at
+// a reset marker.
 func (w *tableWriter) pipelines() bool {
-	return w.pipeline && !w.serialFirst && w.up != nil && w.up.idx != nil && w.tbl != nil && w.mode().name() == ModeUpsert &&
+	return (w.pipeline || (w.pipelineInserts && w.others == 0)) && !w.serialFirst && w.up != nil && w.up.idx != nil && w.tbl != nil && w.mode().name() == ModeUpsert &&
 		w.tbl.Metadata().Version() >= 3 && w.epoch == 0 && !w.resumed
 }
 

@@ -209,6 +209,12 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 		return err
 	}
 	w.buf, w.bufBytes, w.bufAt, w.lastPos = rest, restBytes, time.Now(), newest
+	w.others = 0
+	for i := range rest {
+		if op := rest[i].op(); rest[i].skip || (op != 'r' && op != 'c') {
+			w.others++
+		}
+	}
 	w.bufSince = w.bufAt
 	return nil
 }

@@ -106,8 +106,15 @@ type Config struct {
 	// otherwise each commit lands before the next is staged. Off by
 	// default: on two cores, shared with the source and the database, it
 	// bought no wall time and cost CPU on updates (BENCHMARKS.md, session
-	// 24); the daemon turns it on with CDCD_PIPELINE_COMMITS=1.
+	// 24); the daemon turns it on with CDCD_PIPELINE_COMMITS=1. A commit
+	// of inserts only (a load's rows, a backlog of inserts) lands in
+	// flight all the same unless SerialInserts: those need no lookups in
+	// the key index, and the sink's chain (fetch, fold and write, land)
+	// then runs on two cores (BENCHMARKS.md, session 31).
 	PipelineCommits bool
+	// SerialInserts lands commits of inserts only serially too (the
+	// daemon: CDCD_SERIAL_INSERTS=1, for comparisons).
+	SerialInserts bool
 	// OnCommit, when set, is called after every data commit that lands,
 	// with the table's stats and how long the commit took (the daemon's
 	// commit-duration histogram). It runs on the table's loop: it must not

@@ -399,7 +399,7 @@ func (w *tableWriter) dropPending() {
 // ever follow it.
 func (w *tableWriter) commitTruncate(ctx context.Context, next []int64, shape *schema.Table) error {
 	clear(w.buf)
-	w.buf, w.bufBytes = w.buf[:0], 0
+	w.buf, w.bufBytes, w.others = w.buf[:0], 0, 0
 	if w.tbl == nil {
 		if shape == nil {
 			return badData(fmt.Errorf("iceberg: %s: a truncate without a table version", w.cfg.Topic))

@@ -49,13 +49,15 @@ type tableWriter struct {
 
 	// pipeline: a commit may land on a goroutine of its own while the loop
 	// stages the next (flight.go); set by run when the sink's config says
-	// PipelineCommits. flight is that commit (nil: none). serialFirst:
-	// the loop lands its first commit itself (it starts again after a
-	// flight failed: land retries a failure that lasts).
-	pipeline    bool
-	flight      *flight
-	serialFirst bool
-	launched    int // flights launched (tests)
+	// PipelineCommits. pipelineInserts: so may a commit of inserts only
+	// (buffer.others 0), set by run unless SerialInserts. flight is that
+	// commit (nil: none). serialFirst: the loop lands its first commit
+	// itself (it starts again after a flight failed: land retries a
+	// failure that lasts).
+	pipeline, pipelineInserts bool
+	flight                    *flight
+	serialFirst               bool
+	launched                  int // flights launched (tests)
 
 	up      *upsert // upsert mode state
 	pending *plan   // the upsert commit in flight
@@ -97,6 +99,9 @@ type buffer struct {
 	// log (fetched.since).
 	bufSince time.Time
 	held     [][]byte
+	// others counts the changes that are not inserts (snapshot reads and
+	// creates): a buffer of inserts only lands in flight (pipelines).
+	others int
 }
 
 func (w *tableWriter) run(ctx context.Context) error {
@@ -104,7 +109,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	// A commit landing on its own goroutine is waited for before the index
 	// closes; a table's loop that restarts reloads its outcome.
 	defer w.waitFlight()
-	w.pipeline = w.s.cfg.PipelineCommits
+	w.pipeline, w.pipelineInserts = w.s.cfg.PipelineCommits, !w.s.cfg.SerialInserts
 	if err := w.load(ctx); err != nil {
 		return err
 	}
@@ -222,7 +227,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	}
 	// Stopping: commit what was consumed, within a bounded time, the last
 	// commit on the loop.
-	w.pipeline = false
+	w.pipeline, w.pipelineInserts = false, false
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
 	defer cancel()
 	if err := w.drain(cctx); err != nil {
@@ -300,6 +305,7 @@ func (w *tableWriter) accept(b fetched) {
 		w.buf = slices.Grow(w.buf, max(need, min(w.s.cfg.MaxBufferedBytes/per, w.s.cfg.MaxBufferedRows)+len(b.changes))-len(w.buf))
 	}
 	w.buf = append(w.buf, b.changes...)
+	w.others += b.others
 	w.held = append(w.held, b.windows...)
 	w.bufBytes += b.bytes
 	if len(w.seen) < w.partitions {
@@ -358,7 +364,7 @@ func (w *tableWriter) load(ctx context.Context) error {
 	if err := w.checkTopic(ctx, info, snap); err != nil {
 		return err
 	}
-	w.buf = w.buf[:0]
+	w.buf, w.others = w.buf[:0], 0
 	w.publishCommitted()
 	// The first compaction and orphan sweep wait a full interval from
 	// here: a table that starts behind (a restart with a backlog) knows it
