@@ -202,6 +202,8 @@ type run struct {
 	loaded int64
 	// cleanup runs at the end, last added first.
 	cleanup []func()
+	// flushDB has the database write its dirty pages out (settle).
+	flushDB func(context.Context) error
 }
 
 const (

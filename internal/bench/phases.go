@@ -60,6 +60,7 @@ func (b *run) prepare(ctx context.Context) error {
 	if err := os.RemoveAll(data); err != nil {
 		return err
 	}
+	b.flushDB = b.checkpointPG
 	b.printf("Filling public.bench with %d rows ...", b.opts.Rows)
 	t0 := time.Now()
 	if err := fillTable(ctx, b.conn, b.opts.Rows); err != nil {
@@ -114,6 +115,9 @@ func (b *run) measureRaw(name string, items int64, fn func() (int64, error)) (Me
 
 // copyPhase measures COPY ... TO STDOUT (FORMAT binary).
 func (b *run) copyPhase(ctx context.Context, _ streamPlan) error {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < b.opts.CopyRuns; i++ {
 		m, err := b.measureRaw("COPY binary (raw limit)", int64(b.opts.Rows), func() (int64, error) {
 			tag, err := b.conn.PgConn().CopyTo(ctx, io.Discard, "COPY bench TO STDOUT (FORMAT binary)")
@@ -132,6 +136,9 @@ func (b *run) copyPhase(ctx context.Context, _ streamPlan) error {
 // table, and measures it.
 func (b *run) daemonPhase(ctx context.Context, name string, items int64, timeout time.Duration,
 	done func(tableState) bool) (Measure, tableState, error) {
+	if err := b.settle(ctx); err != nil {
+		return Measure{}, tableState{}, err
+	}
 	pg0 := b.pgCPU()
 	c, err := b.startChild(name)
 	if err != nil {
@@ -207,6 +214,9 @@ func (b *run) streamPhase(ctx context.Context, plan streamPlan) error {
 	events := int64(plan.events())
 	b.printf("  written in %v (%.0f events/s)", time.Since(t0).Round(time.Millisecond), float64(events)/time.Since(t0).Seconds())
 
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	raw, err := b.measureRaw("pgoutput decode loop (raw limit)", events, func() (int64, error) {
 		st, err := postgres.DecodeLoop(ctx, b.dsn, rawSlot, publication, last.inner)
 		return st.Events(), err
