@@ -67,16 +67,26 @@ func (b *run) checkpointPG(ctx context.Context) error {
 
 // flushInnoDB has MariaDB's page cleaners write every dirty page of the
 // buffer pool out (innodb_max_dirty_pages_pct 0 for as long as it takes,
-// at most a minute), then restores the setting.
+// at most a minute), then restores the settings. The cleaners' rate is
+// raised meanwhile: at the default innodb_io_capacity (200 pages a
+// second) 256 MiB of dirty pages took 26–40 s.
 func flushInnoDB(ctx context.Context, db *sql.DB) error {
-	var pct string
-	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct").Scan(&pct); err != nil {
+	var pct, capacity, most string
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct, @@GLOBAL.innodb_io_capacity, @@GLOBAL.innodb_io_capacity_max").
+		Scan(&pct, &capacity, &most); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, "SET GLOBAL innodb_max_dirty_pages_pct = 0"); err != nil {
-		return err
+	restore := context.WithoutCancel(ctx)
+	for _, set := range []struct{ name, value, was string }{
+		{"innodb_io_capacity_max", "1000000", most}, // first: capacity may not exceed it
+		{"innodb_io_capacity", "1000000", capacity},
+		{"innodb_max_dirty_pages_pct", "0", pct},
+	} {
+		if _, err := db.ExecContext(ctx, "SET GLOBAL "+set.name+" = "+set.value); err != nil {
+			return err
+		}
+		defer db.ExecContext(restore, "SET GLOBAL "+set.name+" = "+set.was) // in reverse: capacity before its maximum
 	}
-	defer db.ExecContext(context.WithoutCancel(ctx), "SET GLOBAL innodb_max_dirty_pages_pct = "+pct)
 	for deadline := time.Now().Add(time.Minute); ; {
 		var name string
 		var dirty int64

@@ -1,7 +1,6 @@
 package iceberg
 
 import (
-	"context"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -46,26 +45,7 @@ func TestInsertsLandInFlight(t *testing.T) {
 					Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
 					CommitInterval: 50 * time.Millisecond, MaxBufferedBytes: 256 << 10, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
 					Compaction: CompactionConfig{Disabled: true}, SerialInserts: serial}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
-				w := &tableWriter{s: s, cfg: s.cfg.Tables[0], stats: s.stats[0], logger: s.logger, compactNow: s.compactNow[0]}
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() { done <- w.run(ctx) }()
-				waitFor(t, "the backlog committed", func() bool {
-					if p := s.Stats()[0].Paused.Load(); p != nil {
-						t.Fatalf("the table paused: %s", *p)
-					}
-					select {
-					case err := <-done:
-						t.Fatalf("the table's loop ended: %v", err)
-					default:
-					}
-					return (&runningSink{s: s}).committedTo(end)
-				})
-				cancel()
-				if err := <-done; err != nil && ctx.Err() == nil {
-					t.Fatal(err)
-				}
-				return w.launched
+				return runBacklog(t, s, end).launched
 			}
 
 			// Inserts only: about 3,000 rows a commit of 256 KiB.

@@ -75,26 +75,7 @@ func TestWindowsRecycledAfterCommit(t *testing.T) {
 				Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
 				CommitInterval: 50 * time.Millisecond, MaxBufferedBytes: 256 << 10, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
 				Compaction: CompactionConfig{Disabled: true}, PipelineCommits: tc.pipeline}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
-			w := &tableWriter{s: s, cfg: s.cfg.Tables[0], stats: s.stats[0], logger: s.logger, compactNow: s.compactNow[0]}
-
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- w.run(ctx) }()
-			waitFor(t, "the backlog committed", func() bool {
-				if p := s.Stats()[0].Paused.Load(); p != nil {
-					t.Fatalf("the table paused: %s", *p) // what a window reused too early does
-				}
-				select {
-				case err := <-done:
-					t.Fatalf("the table's loop ended: %v", err)
-				default:
-				}
-				return (&runningSink{s: s}).committedTo(end)
-			})
-			cancel()
-			if err := <-done; err != nil && ctx.Err() == nil {
-				t.Fatal(err)
-			}
+			w := runBacklog(t, s, end) // a table that pauses is what a window reused too early does
 			if commits := s.Stats()[0].Commits.Load(); commits < 4 {
 				t.Errorf("%d commits; the test wants several, to reuse windows across them", commits)
 			}
@@ -119,6 +100,33 @@ func TestWindowsRecycledAfterCommit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runBacklog runs the loop of s's first table until it has committed the
+// log up to end, failing t if the table pauses or the loop ends first, and
+// returns the writer.
+func runBacklog(t *testing.T, s *Sink, end []int64) *tableWriter {
+	t.Helper()
+	w := &tableWriter{s: s, cfg: s.cfg.Tables[0], stats: s.stats[0], logger: s.logger, compactNow: s.compactNow[0]}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.run(ctx) }()
+	waitFor(t, "the backlog committed", func() bool {
+		if p := s.Stats()[0].Paused.Load(); p != nil {
+			t.Fatalf("the table paused: %s", *p)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the table's loop ended: %v", err)
+		default:
+		}
+		return (&runningSink{s: s}).committedTo(end)
+	})
+	cancel()
+	if err := <-done; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 // change makes a record of op on key id with a value of about 300 bytes
@@ -317,22 +325,7 @@ func TestWindowsRecycledWhileTruncateWaits(t *testing.T) {
 		Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
 		CommitInterval: 50 * time.Millisecond, MaxBufferedBytes: 256 << 10, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
 		Compaction: CompactionConfig{Disabled: true}}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
-	w := &tableWriter{s: s, cfg: s.cfg.Tables[0], stats: s.stats[0], logger: s.logger, compactNow: s.compactNow[0]}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.run(ctx) }()
-	waitFor(t, "everything committed", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("the table's loop ended: %v", err)
-		default:
-		}
-		return (&runningSink{s: s}).committedTo(end)
-	})
-	cancel()
-	if err := <-done; err != nil && ctx.Err() == nil {
-		t.Fatal(err)
-	}
+	w := runBacklog(t, s, end)
 	if w.windows.reused == 0 {
 		t.Error("no window was reused while the truncate waited")
 	}
