@@ -61,6 +61,13 @@ func (c *change) op() byte {
 	return c.info.Op
 }
 
+// insert reports whether the change makes a row and inserts it (a snapshot
+// read or a create): a buffer of inserts only lands in flight (pipelines).
+func (c *change) insert() bool {
+	op := c.op()
+	return !c.skip && (op == 'r' || op == 'c')
+}
+
 // position is the change's source position.
 func (c *change) position() []byte {
 	if c.env != nil {

@@ -38,7 +38,7 @@ type fetched struct {
 	// windows are the pooled read buffers of the batch's fetches, which its
 	// changes alias (windows.go).
 	windows [][]byte
-	// others counts its changes that are not inserts (buffer.others).
+	// others counts its changes that are not inserts (change.insert).
 	others int
 }
 
@@ -279,7 +279,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			f.next[p] = rec.Offset + 1
 			cur.changes = append(cur.changes, change{partition: p, offset: rec.Offset, skip: true,
 				info: schema.EnvelopeInfo{Position: pos}})
-			cur.others++
+			cur.others++ // not an insert
 			continue
 		}
 		c, err := w.decode(rec)
@@ -341,7 +341,7 @@ func (f *fetcher) fetch(ctx context.Context, p int32, wait time.Duration, cur *f
 			return 0, err
 		}
 		f.next[p] = rec.Offset + 1
-		if op := c.op(); op != 'r' && op != 'c' {
+		if !c.insert() {
 			cur.others++
 		}
 		cur.changes = append(cur.changes, c)

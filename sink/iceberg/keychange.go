@@ -211,7 +211,7 @@ func (w *tableWriter) commitHolding(ctx context.Context, cut []int64) error {
 	w.buf, w.bufBytes, w.bufAt, w.lastPos = rest, restBytes, time.Now(), newest
 	w.others = 0
 	for i := range rest {
-		if op := rest[i].op(); rest[i].skip || (op != 'r' && op != 'c') {
+		if !rest[i].insert() {
 			w.others++
 		}
 	}
