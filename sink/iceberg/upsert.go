@@ -62,6 +62,9 @@ type upsert struct {
 	over  *overlay
 	ahead bool
 	sub   overlayLookup
+	// spareOver is a landed flight's overlay, which the next overlay stage
+	// makes reuses (newOverlay).
+	spareOver *overlay
 }
 
 // loadFiles reads the live data files and deletion vectors of tbl's current
@@ -648,12 +651,13 @@ func (u *upsert) stage(ctx context.Context, w *tableWriter, tbl *table.Table, bu
 	// never meet at one key, and none is held yet (indexBatch.del).
 	lookup := u.lookup[:0]
 	if u.ahead {
-		p.over = newOverlay(len(keys))
+		p.over, u.spareOver = newOverlay(len(keys), u.spareOver), nil
 	}
 	if o := u.over; o != nil && len(o.ents) > 0 {
 		// Keys at or below the flight's are not ingested: a table file
 		// overlapping its entries would land above the bottom level.
-		p.batch.holdAbove = o.key(len(o.ents) - 1)
+		// Copied: the flight's overlay is filled again once it landed.
+		p.batch.holdAbove = bytes.Clone(o.key(len(o.ents) - 1))
 	}
 	for _, st := range keys {
 		lookup = append(lookup, st.key)

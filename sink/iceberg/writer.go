@@ -44,6 +44,7 @@ type tableWriter struct {
 	// offsets (reset.go), until the next commit lands.
 	resumed bool
 	tables  map[uint32]*schema.Table // schema id -> table version (fetcher's)
+	scanner schema.EnvelopeScanner   // the fetcher's decode's (a load's tails repeat)
 	// windows is the table's pool of read buffers (windows.go).
 	windows *windowPool
 
@@ -402,7 +403,7 @@ func (w *tableWriter) decode(rec *log.Record) (change, error) {
 		}
 		w.tables[id] = t
 	}
-	info, err := schema.ScanEnvelope(t, body)
+	info, err := w.scanner.Scan(t, body)
 	if err != nil {
 		return change{}, undecodable(fmt.Errorf("iceberg: %s/%d@%d: %w", w.cfg.Topic, rec.Partition, rec.Offset, err))
 	}
