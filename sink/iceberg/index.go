@@ -61,6 +61,10 @@ type keyIndex struct {
 	// in ascending order (serial and time-ordered primary keys, the common
 	// case) cost no seek at all. Deletes leave it as is: still an upper bound.
 	last []byte
+	// lastBefore is last before the batch that last raised it (nil: none):
+	// keys above it are that batch's range, where a file of keys below
+	// last overlaps only that batch's files (index_ingest.go).
+	lastBefore []byte
 	// ingested counts the entries ingested as table files (index_ingest.go).
 	ingested int64
 	noIngest bool
@@ -525,10 +529,14 @@ type indexBatch struct {
 	// partition (partBounds): every key the batch sets is a key of the
 	// commit's changes in that partition. nil: the batch does not say.
 	parts [][]byte
-	// holdAbove: keys at or below it are not held for ingestion either
-	// (the greatest key of the commit in flight, whose entries pebble
-	// does not hold yet: upsert.stage).
+	// holdAbove is the greatest key of the commit in flight, whose entries
+	// pebble does not hold yet (upsert.stage): a key at or below it is
+	// below the index's greatest key by the time the batch is written.
 	holdAbove []byte
+	// deleted: the batch deleted a key, so it holds no key below the
+	// greatest indexed one for ingestion from then on (hold); heldBelow:
+	// it held one, so a delete puts the held entries into the batch first.
+	deleted, heldBelow bool
 	// ingestedLast and ingestedN are the greatest key and the number of
 	// the entries ingested by write (adopt records them).
 	ingestedLast []byte
@@ -584,9 +592,10 @@ func (b *indexBatch) set(key []byte, loc location) {
 }
 
 func (b *indexBatch) del(key []byte) {
-	if len(b.held) > 0 && bytes.Compare(key, b.x.last) > 0 {
+	if len(b.held) > 0 && (b.heldBelow || bytes.Compare(key, b.x.last) > 0) {
 		b.release() // the key may be held: the delete must follow its set
 	}
+	b.deleted = true
 	op := b.b.DeleteDeferred(1 + len(key))
 	op.Key[0] = idxPrefixKey
 	copy(op.Key[1:], key)
@@ -650,11 +659,15 @@ func (b *indexBatch) adopt(snapshot int64) error {
 	x.ingested += b.ingestedN
 	if b.reset {
 		x.ids, x.paths = map[string]uint32{}, map[uint32]string{}
-		x.last = nil
+		x.last, x.lastBefore = nil, nil
 	}
 	x.raiseBounds(b)
+	before := x.last
 	x.raiseLast(b.ingestedLast)
 	x.raiseLast(b.last)
+	if bytes.Compare(x.last, before) > 0 {
+		x.lastBefore = before
+	}
 	for path, id := range b.ids {
 		x.ids[path], x.paths[id] = id, path
 		if id >= x.nextID {

@@ -37,6 +37,8 @@ func TestIndexIngest(t *testing.T) {
 		del bool
 	}
 	bulk := true
+	var lastIngested int64 // by the last step, before it reopened the index
+	reopen := true         // each step reopens the index after its check
 	step := func(name string, snap int64, wipe bool, ops []op, ingested bool) {
 		t.Helper()
 		before := x.ingested
@@ -60,13 +62,14 @@ func TestIndexIngest(t *testing.T) {
 		if err := b.apply(snap); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		lastIngested = x.ingested - before
 		if got := x.ingested > before; got != ingested {
 			t.Errorf("%s: ingested %v, want %v", name, got, ingested)
 		}
 		check := func(when string) {
 			t.Helper()
 			var keys [][]byte
-			for i := int64(-10); i < 40_000; i++ {
+			for i := int64(-10); i < 70_000; i++ {
 				keys = append(keys, key(i))
 			}
 			got := map[string]location{}
@@ -91,6 +94,9 @@ func TestIndexIngest(t *testing.T) {
 			}
 		}
 		check("applied")
+		if !reopen {
+			return
+		}
 		if err := x.close(); err != nil {
 			t.Fatal(err)
 		}
@@ -124,9 +130,35 @@ func TestIndexIngest(t *testing.T) {
 
 	step("too few keys", 4, false, ids(30_000, 30_000+ingestMinKeys-1), false)
 	step("a clear, then new keys", 5, true, ids(5_000, 15_000), false)
+	// A reopened index does not know the last batch's range (lastBefore)
+	// and ingests no key below its greatest until a batch raised it.
+	reopen = false
 	step("after the clear", 6, false, ids(15_000, 26_000), true)
+
+	// Keys below the greatest indexed one, in the last batch's range (a
+	// load's partitions read less far): a second file, whose entries win
+	// over the older ones of the same keys.
+	ingestedBy := func(name string, snap int64, ops []op, want int64) {
+		t.Helper()
+		step(name, snap, false, ops, want > 0)
+		if got := lastIngested; got != want {
+			t.Errorf("%s: %d entries ingested, want %d", name, got, want)
+		}
+	}
+	ingestedBy("keys below the greatest, in the last batch's range", 7,
+		append(ids(24_000, 24_000+ingestMinBelow+500), ids(26_000, 36_000)...), ingestMinBelow+500+10_000)
+	// Spread below the last batch's range (updates, random keys): the
+	// batch, where the memtable gathers many commits' before a flush.
+	ingestedBy("keys below the last batch's range", 8, append(ids(0, 2_000), ids(36_000, 46_000)...), 10_000)
+	// Too few below: the batch; the new keys are ingested.
+	ingestedBy("too few keys below", 9, append(ids(44_000, 44_000+ingestMinBelow-1), ids(46_000, 56_000)...), 10_000)
+	// A delete first: no key below the greatest is held from then on.
+	reopen = true
+	ingestedBy("a delete, then keys below", 10, append([]op{{id: 3, del: true}}, append(ids(54_000, 56_000), ids(56_000, 58_000)...)...), 0)
+	ingestedBy("keys below after reopening", 11, append(ids(55_000, 58_000), ids(60_000, 60_000+ingestMinKeys)...), ingestMinKeys)
+
 	bulk = false // a commit on the interval, not a backlog
-	step("not a bulk batch", 7, false, ids(26_000, 36_000), false)
+	step("not a bulk batch", 12, false, ids(59_000, 59_990), false)
 }
 
 // TestIngestedThenKilled: a commit lands and its index entries are
