@@ -292,7 +292,7 @@ func TestScanTailFastTakesRealEnvelopes(t *testing.T) {
 		if r.err != nil {
 			continue
 		}
-		if _, ok := r.scanTailFast(tbl.envelope == layoutMySQL, &e); !ok {
+		if _, _, _, ok := r.scanTailFast(tbl.envelope == layoutMySQL, &e); !ok {
 			if _, err := scanEnvelope(tbl, s[1:], false); err == nil {
 				t.Errorf("seed %x scans the checked way but not the fast way", s)
 			}

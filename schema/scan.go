@@ -54,12 +54,20 @@ func scanEnvelope(t *Table, buf []byte, fast bool) (EnvelopeInfo, error) {
 // 7% of the daemon's CPU in cdcd bench's load). Identical bytes read from
 // the same table's layout give identical values and end at the same
 // index, so the result is what ScanEnvelope gives; the position is still
-// read, and must end the buffer. The zero value is ready; not safe for
-// concurrent use.
+// read, and must end the buffer. A stream's MySQL changes of one row
+// event differ before their positions only in the source block's row
+// index: the tail is remembered around it, and a tail that repeats the
+// bytes on either side with any valid row index between (read and checked
+// as scanTailFast reads it; no value is taken from it) is answered too.
+// The zero value is ready; not safe for concurrent use.
 type EnvelopeScanner struct {
 	t    *Table
 	tail []byte       // the last full scan's tail before its position (a copy)
 	info EnvelopeInfo // that tail's values
+	// rowAt and rowEnd bound the MySQL source block's row index in tail
+	// (its varint; rowAt -1 in other layouts): the hole a tail of the
+	// same row event fills with its own row (repeats).
+	rowAt, rowEnd int
 	// Hits counts the envelopes whose tail was the last one's (tests).
 	Hits int64
 }
@@ -101,8 +109,8 @@ func (r *reader) scan(t *Table, e *EnvelopeInfo, fast bool, s *EnvelopeScanner) 
 	}
 	if s != nil && s.t == t && len(s.tail) > 0 {
 		rest := r.buf[r.pos:]
-		if len(rest) > len(s.tail) && string(rest[:len(s.tail)]) == string(s.tail) {
-			if pos, end := bytesAt(rest, len(s.tail)); end == len(rest) {
+		if at, ok := s.repeats(rest); ok {
+			if pos, end := bytesAt(rest, at); end == len(rest) {
 				e.TsMs, e.SnapshotEnd, e.TxID, e.LSN, e.Op, e.Unchanged = s.info.TsMs, s.info.SnapshotEnd, s.info.TxID, s.info.LSN, s.info.Op, s.info.Unchanged
 				e.Position = pos
 				r.pos = len(r.buf)
@@ -113,15 +121,37 @@ func (r *reader) scan(t *Table, e *EnvelopeInfo, fast bool, s *EnvelopeScanner) 
 	}
 	start := r.pos
 	if fast {
-		if posAt, ok := r.scanTailFast(t.envelope == layoutMySQL, e); ok {
+		if posAt, rowAt, rowEnd, ok := r.scanTailFast(t.envelope == layoutMySQL, e); ok {
 			if s != nil && r.pos == len(r.buf) {
-				s.t, s.info = t, *e
+				s.t, s.info, s.rowAt, s.rowEnd = t, *e, rowAt, rowEnd
 				s.tail = append(s.tail[:0], r.buf[start:start+posAt]...)
 			}
 			return
 		}
 	}
 	r.scanTail(t, e)
+}
+
+// repeats reports whether rest, what follows a record's images, starts
+// with the remembered tail — its row index, if it has one, any int a
+// varint holds there — and where its position starts.
+func (s *EnvelopeScanner) repeats(rest []byte) (int, bool) {
+	if s.rowAt < 0 {
+		n := len(s.tail)
+		return n, len(rest) > n && string(rest[:n]) == string(s.tail)
+	}
+	if len(rest) <= s.rowAt || string(rest[:s.rowAt]) != string(s.tail[:s.rowAt]) {
+		return 0, false
+	}
+	row, j := longAt(rest, s.rowAt)
+	if j < 0 || row < math.MinInt32 || row > math.MaxInt32 {
+		return 0, false
+	}
+	suffix := s.tail[s.rowEnd:]
+	if len(rest)-j <= len(suffix) || string(rest[j:j+len(suffix)]) != string(suffix) {
+		return 0, false
+	}
+	return j + len(suffix), true
 }
 
 // scanTail reads what follows the images, the checked way.
@@ -318,11 +348,13 @@ func (r *reader) skipValue(c *Column) {
 // else (a bad union branch, a short buffer, an overlong varint, an int out
 // of range, an op not of one letter) returns false with nothing changed,
 // and the checked way reads the tail again and fails as it always did.
-// posAt is where the position starts, from where the tail did.
+// posAt is where the position starts, from where the tail did; rowAt and
+// rowEnd bound a MySQL source block's row index likewise (-1 in others).
 // FuzzScanEnvelope holds the two ways to the same results.
-func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt int, ok bool) {
+func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt, rowAt, rowEnd int, ok bool) {
 	b, i := r.buf, r.pos
 	start := i
+	rowAt, rowEnd = -1, -1
 	var v EnvelopeInfo
 	var n int64
 	var x []byte
@@ -336,7 +368,7 @@ func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt int, ok bool) 
 		v.SnapshotEnd = string(x) == SnapshotLastInColl || string(x) == SnapshotLast
 	case 1:
 	default:
-		return 0, false
+		return 0, 0, 0, false
 	}
 	i = skipBytesAt(b, i)    // db
 	i = skipOptBytesAt(b, i) // sequence
@@ -348,10 +380,12 @@ func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt int, ok bool) 
 		i = skipOptBytesAt(b, i) // gtid
 		i = skipBytesAt(b, i)    // file
 		i = skipLongAt(b, i)     // pos
-		n, i = longAt(b, i)      // row: an int
-		if n < math.MinInt32 || n > math.MaxInt32 {
-			return 0, false
+		at := i
+		n, i = longAt(b, i) // row: an int
+		if i < 0 || n < math.MinInt32 || n > math.MaxInt32 {
+			return 0, 0, 0, false
 		}
+		rowAt, rowEnd = at-start, i-start
 		i = skipOptLongAt(b, i)  // thread
 		i = skipOptBytesAt(b, i) // query
 	} else {
@@ -370,10 +404,10 @@ func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt int, ok bool) 
 		i = skipLongAt(b, i)
 		i = skipLongAt(b, i)
 	default:
-		return 0, false
+		return 0, 0, 0, false
 	}
 	if x, i = bytesAt(b, i); len(x) != 1 {
-		return 0, false
+		return 0, 0, 0, false
 	}
 	v.Op = x[0]
 	i = skipOptLongAt(b, i) // ts_ms
@@ -384,11 +418,11 @@ func (r *reader) scanTailFast(mysql bool, e *EnvelopeInfo) (posAt int, ok bool) 
 	at := i
 	v.Position, i = bytesAt(b, i)
 	if i < 0 {
-		return 0, false
+		return 0, 0, 0, false
 	}
 	e.TsMs, e.SnapshotEnd, e.TxID, e.LSN, e.Op, e.Unchanged, e.Position = v.TsMs, v.SnapshotEnd, v.TxID, v.LSN, v.Op, v.Unchanged, v.Position
 	r.pos = i
-	return at - start, true
+	return at - start, rowAt, rowEnd, true
 }
 
 // The fast readers below take a buffer and the index of a value in it and

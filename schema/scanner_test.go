@@ -103,6 +103,88 @@ func TestEnvelopeScannerRepeatsTails(t *testing.T) {
 	}
 }
 
+// rowEvent is what the emitter encodes for one MySQL row event of a
+// stream: the same source block but for each change's row index, each
+// change its own values and position.
+func rowEvent(t testing.TB, tbl *Table, rows []int, mutate func(i int, e *Envelope)) [][]byte {
+	var out [][]byte
+	for i, row := range rows {
+		e := benchEnvelope(i)
+		e.Source = SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
+			DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: int32(row),
+			Thread: 12, Position: fmt.Appendf(nil, "0-1-77/%d", row)}
+		if mutate != nil {
+			mutate(i, &e)
+		}
+		buf, err := AppendEnvelope(nil, tbl, &e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, buf)
+	}
+	return out
+}
+
+// TestEnvelopeScannerFillsTheRowHole: the changes of one MySQL row event,
+// whose tails differ before their positions only in the row index (one
+// byte or several), are answered from the last tail with what
+// ScanEnvelope gives; another event's position, another op, another
+// GTID or a row index out of an int's range is read again.
+func TestEnvelopeScannerFillsTheRowHole(t *testing.T) {
+	tbl := benchTable()
+	tbl.envelope = layoutMySQL
+	rows := []int{0, 1, 2, 63, 64, 65, 1000, 70000, 3}
+	var s EnvelopeScanner
+	for i, buf := range rowEvent(t, tbl, rows, nil) {
+		info := sameScan(t, &s, tbl, buf)
+		if want := fmt.Sprintf("0-1-77/%d", rows[i]); string(info.Position) != want {
+			t.Fatalf("change %d: position %q, want %q", i, info.Position, want)
+		}
+	}
+	if want := int64(len(rows) - 1); s.Hits != want {
+		t.Fatalf("hits %d, want %d: the row index is a hole in the remembered tail", s.Hits, want)
+	}
+	for name, mutate := range map[string]func(int, *Envelope){
+		"another event": func(_ int, e *Envelope) { e.Source.Pos += 8192 },
+		"another op":    func(_ int, e *Envelope) { e.Op = 'u' },
+		"another gtid":  func(_ int, e *Envelope) { e.Source.GTID = "0-1-78" },
+		"a query":       func(_ int, e *Envelope) { e.Source.Query = "update bench set n = n + 1" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			hits := s.Hits
+			run := rowEvent(t, tbl, []int{5, 6}, mutate)
+			sameScan(t, &s, tbl, run[0])
+			if s.Hits != hits {
+				t.Fatalf("a tail that differs outside the row index was answered as a repeat")
+			}
+			sameScan(t, &s, tbl, run[1])
+			if s.Hits != hits+1 {
+				t.Fatalf("the next change of that event was not answered")
+			}
+		})
+	}
+	// A row index out of an int's range: ScanEnvelope refuses it, and so
+	// does the scanner though every other byte repeats.
+	sameScan(t, &s, tbl, rowEvent(t, tbl, []int{8}, nil)[0])
+	e := benchEnvelope(0)
+	e.Source = SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
+		DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: 8, Thread: 12}
+	head, absent, err := AppendEnvelopeHead(nil, tbl, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, rowAt := AppendEnvelopeTailRow(nil, tbl, &e, absent)
+	if rowAt < 0 || tail[rowAt] != 16 { // 8, zig-zagged: one byte
+		t.Fatalf("row index not where AppendEnvelopeTailRow says (%d)", rowAt)
+	}
+	buf := append(append(append(head, tail[:rowAt]...), AppendLong(nil, 1<<40)...), tail[rowAt+1:]...)
+	buf = AppendPosition(buf, []byte("0-1-77/8"))
+	if _, err := s.Scan(tbl, buf); err == nil {
+		t.Fatal("a row index over an int's range was taken")
+	}
+	sameScan(t, &s, tbl, buf)
+}
+
 // TestEnvelopeScannerRefusesWhatScanRefuses: a record whose tail starts as
 // the last one did but does not end at its position — trailing bytes, a
 // cut position, a position of another length — fails or reads as
@@ -140,6 +222,12 @@ func FuzzEnvelopeScanner(f *testing.F) {
 	run := loadRun(f, benchTable(), 3, nil)
 	f.Add(append([]byte{1}, run[0]...), append([]byte{1}, run[1]...))
 	f.Add(append([]byte{1}, run[0]...), append(append([]byte{1}, run[1]...), 0))
+	my := benchTable()
+	my.envelope = layoutMySQL
+	event := rowEvent(f, my, []int{1, 300, 2}, nil)
+	f.Add(append([]byte{2}, event[0]...), append([]byte{2}, event[1]...))
+	f.Add(append([]byte{2}, event[1]...), append([]byte{2}, event[2]...))
+	f.Add(append([]byte{2}, event[0]...), append([]byte{2}, event[2][:len(event[2])-2]...))
 	tables := fuzzTables()
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		if len(first) == 0 || len(second) == 0 {
