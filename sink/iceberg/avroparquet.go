@@ -554,6 +554,15 @@ func (c *rowCodec) appendPQ(row []byte, w *pqWriter) error {
 				return err
 			}
 			pc.vals = binary.LittleEndian.AppendUint64(pc.vals, uint64(n))
+		case col.conv == convInt32: // an int column's or a date's PLAIN int32, as col.value checks it
+			var n int64
+			if b, n, err = avroLong(b); err != nil {
+				return err
+			}
+			if n < math.MinInt32 || n > math.MaxInt32 {
+				return fmt.Errorf("column %q: value %d out of the int range", col.name, n)
+			}
+			pc.vals = binary.LittleEndian.AppendUint32(pc.vals, uint32(int32(n)))
 		case col.conv == convBytes:
 			var x []byte
 			if b, x, err = avroBytes(b); err != nil {
