@@ -306,3 +306,37 @@ func BenchmarkIndexLoad(b *testing.B) {
 		})
 	}
 }
+
+// TestHeldBufsKeepsTwo: the held entries' buffers of two batches — one
+// staged while the other lands — both come back to the next two batches;
+// a third batch takes new memory, and a smaller buffer given back does not
+// displace the two larger kept.
+func TestHeldBufsKeepsTwo(t *testing.T) {
+	var h heldBufs
+	grow := func(n int) ([]byte, []heldEntry) {
+		a, e := h.take()
+		return append(a, make([]byte, n)...), append(e, make([]heldEntry, n/16)...)
+	}
+	a1, e1 := grow(200 << 10)
+	a2, e2 := grow(300 << 10)
+	if &a1[0] == &a2[0] {
+		t.Fatal("two batches share one arena")
+	}
+	h.put(a1, e1)
+	h.put(a2, e2)
+	h.put(make([]byte, 10), nil) // smaller than both kept: dropped
+	got := map[*byte]bool{}
+	for range 2 {
+		a, e := h.take()
+		if len(a) != 0 || len(e) != 0 {
+			t.Fatalf("a kept buffer came back with %d bytes, %d entries", len(a), len(e))
+		}
+		got[&a[:1][0]] = true
+	}
+	if !got[&a1[0]] || !got[&a2[0]] {
+		t.Fatal("the two arenas given back were not both taken again")
+	}
+	if a, _ := h.take(); cap(a) != 64<<10 {
+		t.Fatalf("a third batch got an arena of %d bytes, want a new one of 64 KiB", cap(a))
+	}
+}
