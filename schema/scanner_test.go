@@ -10,12 +10,20 @@ import (
 // loadRun is what the emitter encodes for a batch of one load chunk: the
 // same source block, op and ts_ms, each row its own values and position.
 func loadRun(t testing.TB, tbl *Table, n int, mutate func(i int, e *Envelope)) [][]byte {
-	var out [][]byte
-	for i := range n {
-		e := benchEnvelope(i)
+	return encodeRun(t, tbl, n, mutate, func(i int, e *Envelope) {
 		e.Op, e.Before = 'r', nil
 		e.Source.Snapshot, e.Source.LSN = "true", 0x16B3748
 		e.Source.Position = fmt.Appendf(nil, "chunk-7/row-%d", i)
+	})
+}
+
+// encodeRun encodes n of the benchmark's envelopes, each made by shape and
+// then mutate (if any).
+func encodeRun(t testing.TB, tbl *Table, n int, mutate, shape func(i int, e *Envelope)) [][]byte {
+	var out [][]byte
+	for i := range n {
+		e := benchEnvelope(i)
+		shape(i, &e)
 		if mutate != nil {
 			mutate(i, &e)
 		}
@@ -107,22 +115,11 @@ func TestEnvelopeScannerRepeatsTails(t *testing.T) {
 // stream: the same source block but for each change's row index, each
 // change its own values and position.
 func rowEvent(t testing.TB, tbl *Table, rows []int, mutate func(i int, e *Envelope)) [][]byte {
-	var out [][]byte
-	for i, row := range rows {
-		e := benchEnvelope(i)
+	return encodeRun(t, tbl, len(rows), mutate, func(i int, e *Envelope) {
 		e.Source = SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
-			DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: int32(row),
-			Thread: 12, Position: fmt.Appendf(nil, "0-1-77/%d", row)}
-		if mutate != nil {
-			mutate(i, &e)
-		}
-		buf, err := AppendEnvelope(nil, tbl, &e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, buf)
-	}
-	return out
+			DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: int32(rows[i]),
+			Thread: 12, Position: fmt.Appendf(nil, "0-1-77/%d", rows[i])}
+	})
 }
 
 // TestEnvelopeScannerFillsTheRowHole: the changes of one MySQL row event,
