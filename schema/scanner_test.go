@@ -115,11 +115,14 @@ func TestEnvelopeScannerRepeatsTails(t *testing.T) {
 // stream: the same source block but for each change's row index, each
 // change its own values and position.
 func rowEvent(t testing.TB, tbl *Table, rows []int, mutate func(i int, e *Envelope)) [][]byte {
-	return encodeRun(t, tbl, len(rows), mutate, func(i int, e *Envelope) {
-		e.Source = SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
-			DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: int32(rows[i]),
-			Thread: 12, Position: fmt.Appendf(nil, "0-1-77/%d", rows[i])}
-	})
+	return encodeRun(t, tbl, len(rows), mutate, func(i int, e *Envelope) { e.Source = eventSource(int32(rows[i])) })
+}
+
+// eventSource is the source block of row row of rowEvent's event.
+func eventSource(row int32) SourceInfo {
+	return SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
+		DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: row,
+		Thread: 12, Position: fmt.Appendf(nil, "0-1-77/%d", row)}
 }
 
 // TestEnvelopeScannerFillsTheRowHole: the changes of one MySQL row event,
@@ -164,8 +167,7 @@ func TestEnvelopeScannerFillsTheRowHole(t *testing.T) {
 	// does the scanner though every other byte repeats.
 	sameScan(t, &s, tbl, rowEvent(t, tbl, []int{8}, nil)[0])
 	e := benchEnvelope(0)
-	e.Source = SourceInfo{Version: "0.1.0", Connector: ConnectorMySQL, Name: "shop", TsMs: 1_700_000_000_000, Snapshot: "false",
-		DB: "shop", Table: "bench", ServerID: 4242, GTID: "0-1-77", File: "mariadb-bin.000002", Pos: 1 << 20, Row: 8, Thread: 12}
+	e.Source = eventSource(8)
 	head, absent, err := AppendEnvelopeHead(nil, tbl, &e)
 	if err != nil {
 		t.Fatal(err)
