@@ -116,7 +116,8 @@ func TestSinkBenchIndexMetrics(t *testing.T) {
 
 // benchIndexOptions reads the key index's experiment options for the sink
 // benchmark's children from CDCD_SINK_BENCH_INDEX_OPTS, e.g.
-// "cache=32,mem=32,block=1024,l0=8,columnar=1,dense=1048576" (sizes in MiB, block in bytes).
+// "cache=32,mem=32,block=1024,l0=8,rows=1,dense=1048576" (sizes in MiB, block in bytes;
+// rows=1: a new index in row blocks, as before session 34).
 func benchIndexOptions(t *testing.T) indexOptions {
 	var o indexOptions
 	for _, f := range strings.Split(os.Getenv("CDCD_SINK_BENCH_INDEX_OPTS"), ",") {
@@ -139,8 +140,8 @@ func benchIndexOptions(t *testing.T) indexOptions {
 			o.l0Compaction = n
 		case "dense":
 			o.denseGap = int64(n)
-		case "columnar":
-			o.columnar = n != 0
+		case "rows":
+			o.rowBlocks = n != 0
 		default:
 			t.Fatalf("CDCD_SINK_BENCH_INDEX_OPTS: unknown %s", k)
 		}

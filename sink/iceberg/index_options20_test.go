@@ -1,6 +1,7 @@
 package iceberg
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -12,13 +13,16 @@ import (
 
 // TestIndexOptionsExperiments: the key index's experiment options (the
 // sink benchmark's CDCD_SINK_BENCH_INDEX_OPTS) reach pebble, and the
-// defaults stay what every existing index was written with: format major
-// version 13 (row blocks: TableFormatPebblev2), 16 MiB memtables, 16 L0
-// tables a compaction; and a commit of 50,000 keys in a 5M-key index (a
-// key every 100) is looked up with prefix seeks (denseGap 64), one of
-// 80,000 with plain seeks; the dense=N knob makes 10,000 dense. An index written with columnar blocks holds tables of
-// TableFormatPebblev5 and reads every entry back (ingested ones too).
-// Fails if a default moves or a knob is dropped on the way to pebble.
+// defaults hold: a new index in columnar blocks (indexFormat, tables of
+// TableFormatPebblev5), 16 MiB memtables, 16 L0 tables a compaction; and a
+// commit of 50,000 keys in a 5M-key index (a key every 100) is looked up
+// with prefix seeks (denseGap 64), one of 80,000 with plain seeks; the
+// dense=N knob makes 10,000 dense. An index made in row blocks (rowBlocks,
+// as every index was before session 34) keeps them when opened again with
+// the defaults — pebble's format ratchet is one-way, so an existing index
+// is never moved — and every entry reads back from both (ingested ones
+// too). Fails if a default moves, a knob is dropped on the way to pebble,
+// or an existing index is ratcheted.
 func TestIndexOptionsExperiments(t *testing.T) {
 	key := func(i int64) []byte {
 		k, err := encodeKey(nil, []any{i})
@@ -88,8 +92,8 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := x.db.FormatMajorVersion(); v != pebble.FormatFlushableIngest {
-		t.Errorf("default format major version %d, want %d", v, pebble.FormatFlushableIngest)
+	if v := x.db.FormatMajorVersion(); v != pebble.FormatColumnarBlocks {
+		t.Errorf("a new index's format major version %d, want %d", v, pebble.FormatColumnarBlocks)
 	}
 	if x.opts.MemTableSize != 16<<20 || x.opts.L0CompactionThreshold != 16 || x.opts.L0StopWritesThreshold != 32 || x.opts.Levels[0].BlockSize != 4096 {
 		t.Errorf("defaults: memtable %d, L0 %d/%d, block %d", x.opts.MemTableSize, x.opts.L0CompactionThreshold, x.opts.L0StopWritesThreshold, x.opts.Levels[0].BlockSize)
@@ -100,20 +104,18 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	}
 	x.size = 0
 	fill(x)
-	for f := range formats(x) {
-		if f >= sstable.TableFormatPebblev5 {
-			t.Errorf("default tables: %v, want row blocks (before Pebblev5) only", formats(x))
-		}
+	if n := formats(x); n[sstable.TableFormatPebblev5] == 0 || len(n) != 1 {
+		t.Errorf("a new index's tables: %v, want Pebblev5 only", n)
 	}
 	x.close()
 
-	x, err = openIndex(t.TempDir(), indexOptions{columnar: true, memTableSize: 32 << 20, blockSize: 1024, l0Compaction: 8, denseGap: 1 << 20})
+	rowDir := t.TempDir()
+	x, err = openIndex(rowDir, indexOptions{rowBlocks: true, memTableSize: 32 << 20, blockSize: 1024, l0Compaction: 8, denseGap: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer x.close()
-	if v := x.db.FormatMajorVersion(); v != pebble.FormatColumnarBlocks {
-		t.Errorf("columnar format major version %d, want %d", v, pebble.FormatColumnarBlocks)
+	if v := x.db.FormatMajorVersion(); v != pebble.FormatFlushableIngest {
+		t.Errorf("row blocks: format major version %d, want %d", v, pebble.FormatFlushableIngest)
 	}
 	if x.opts.MemTableSize != 32<<20 || x.opts.L0CompactionThreshold != 8 || x.opts.L0StopWritesThreshold != 16 || x.opts.Levels[6].BlockSize != 1024 {
 		t.Errorf("knobs: memtable %d, L0 %d/%d, block %d", x.opts.MemTableSize, x.opts.L0CompactionThreshold, x.opts.L0StopWritesThreshold, x.opts.Levels[6].BlockSize)
@@ -124,9 +126,35 @@ func TestIndexOptionsExperiments(t *testing.T) {
 	}
 	x.size = 0
 	fill(x)
-	if n := formats(x); n[sstable.TableFormatPebblev5] == 0 || len(n) != 1 {
-		t.Errorf("columnar tables: %v, want Pebblev5 only", n)
+	rowTables := func(x *keyIndex) {
+		t.Helper()
+		n := formats(x)
+		for f := range n {
+			if f >= sstable.TableFormatPebblev5 {
+				t.Errorf("row-block tables: %v, want row blocks (before Pebblev5) only", n)
+			}
+		}
+		if len(n) == 0 {
+			t.Errorf("no tables")
+		}
 	}
+	rowTables(x)
+	x.close()
+
+	// Opened again with the defaults: still row blocks, entries all there.
+	x, err = openIndex(rowDir, indexOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.close()
+	if v := x.db.FormatMajorVersion(); v != pebble.FormatFlushableIngest {
+		t.Errorf("an existing row-block index opened with the defaults: format major version %d, want %d (not ratcheted)", v, pebble.FormatFlushableIngest)
+	}
+	fill(x)
+	if err := x.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	rowTables(x)
 }
 
 // tableFormat reads the format of the table file at path from its footer.
