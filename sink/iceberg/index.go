@@ -173,8 +173,9 @@ type indexOptions struct {
 	// noIngest puts every entry through the batch (index_ingest.go).
 	noIngest bool
 	// rowBlocks makes a new index in pebble's format major version 13
-	// (row blocks, TableFormatPebblev3), as every index was made before
-	// session 34, instead of FormatColumnarBlocks (indexFormat).
+	// (row blocks: tables before TableFormatPebblev5), as every index was
+	// made before session 34, instead of FormatColumnarBlocks
+	// (indexFormat).
 	rowBlocks bool
 	// memTableSize, blockSize and l0Compaction are experiments too (0:
 	// the defaults, 16 MiB, pebble's 4 KiB blocks, 16 L0 tables).
@@ -188,8 +189,8 @@ type indexOptions struct {
 // indexFormat is the pebble format major version a new key index is made
 // in: columnar blocks (TableFormatPebblev5). Against the row blocks of
 // format 13 that every index had before session 34, a 5M-key index is a
-// third smaller (57 against 87 MB), so more of it stays in the block
-// cache, fewer misses allocate a block, and lookups cost less: cdcd
+// third smaller (57 against 87 MB, session 20), so more of it stays in the
+// block cache, fewer misses allocate a block, and lookups cost less: cdcd
 // bench's MariaDB streaming phase (700,000 lookups in a 5M-key index) took
 // less time and CPU in 6 of 6 alternated pairs (BENCHMARKS.md, "Columnar
 // index blocks, and what did not pay (lead, session 34)"). An existing
