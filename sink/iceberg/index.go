@@ -197,8 +197,10 @@ type indexOptions struct {
 // index keeps the format it was made in: pebble ratchets a format up on
 // open and never down, and an index ratcheted to columnar blocks could not
 // be opened by a cdcd from before the change (it would have to be rebuilt
-// from the table). A rebuilt index is new (docs/internals.md, "Columnar
-// blocks for a new key index").
+// from the table). An index whose directory was removed (the operator's
+// fix for an index out of date) is new; the sink's own rebuild
+// (rebuildIndex) clears an index in place and keeps its format
+// (docs/internals.md, "Columnar blocks for a new key index").
 const indexFormat = pebble.FormatColumnarBlocks
 
 // indexIsNew reports whether dir holds no index yet (absent or empty).
