@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -203,16 +204,22 @@ type indexOptions struct {
 // (docs/internals.md, "Columnar blocks for a new key index").
 const indexFormat = pebble.FormatColumnarBlocks
 
-// indexIsNew reports whether dir holds no index yet (absent or empty).
+// indexIsNew reports whether dir holds no index yet (absent or empty). It
+// reads one name, not the listing of an index's hundreds of table files.
 func indexIsNew(dir string) (bool, error) {
-	ents, err := os.ReadDir(dir)
+	d, err := os.Open(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return true, nil
 	case err != nil:
 		return false, err
 	}
-	return len(ents) == 0, nil
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
 }
 
 // blockCompression is the key index's block compression: none. Snappy
