@@ -184,6 +184,7 @@ func New(ctx context.Context, cfg *config.Config, logger *slog.Logger) (_ *Daemo
 		// it did not pay (BENCHMARKS.md, session 24).
 		PipelineCommits: os.Getenv("CDCD_PIPELINE_COMMITS") == "1",
 		SerialInserts:   os.Getenv("CDCD_SERIAL_INSERTS") == "1",
+		SerialUpserts:   os.Getenv("CDCD_SERIAL_UPSERTS") == "1",
 		OnCommit:        d.committed,
 		OnPause:         func(*iceberg.TableStats) { d.monitor.poke() }, // the alert at once
 	}, d.cat, d.lg, d.reg, logger)

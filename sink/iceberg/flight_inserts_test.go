@@ -13,16 +13,16 @@ import (
 
 // TestInsertsLandInFlight: without PipelineCommits, a backlog of inserts
 // only is committed with commits landing beside the loop (flight.go), and
-// a backlog with updates and deletes after it the serial way; with
-// SerialInserts nothing lands in flight. Each way the table ends equal to
-// its changes.
+// so is a backlog with updates and deletes after it (each landing before
+// the next is staged); with SerialInserts the first lands on the loop,
+// with SerialUpserts the second. Each way the table ends equal to its
+// changes.
 func TestInsertsLandInFlight(t *testing.T) {
-	for _, serial := range []bool{false, true} {
-		name := "default"
-		if serial {
-			name = "serial-inserts"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		serialInserts, serialUpserts bool
+	}{{"default", false, false}, {"serial-inserts", true, false}, {"serial-upserts", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cat := testCatalog(t)
 			reg := memRegistry(t)
@@ -44,7 +44,7 @@ func TestInsertsLandInFlight(t *testing.T) {
 				s := New(Config{Pipeline: "p", Group: "g", Mode: ModeUpsert, FormatVersion: 3, IndexDir: filepath.Join(dir, "index"),
 					Tables:         []TableConfig{{Topic: "t", Ident: table.Identifier{"ns", "tbl"}}},
 					CommitInterval: 50 * time.Millisecond, MaxBufferedBytes: 256 << 10, FetchBytes: 64 << 10, RetryInterval: 200 * time.Millisecond,
-					Compaction: CompactionConfig{Disabled: true}, SerialInserts: serial}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
+					Compaction: CompactionConfig{Disabled: true}, SerialInserts: tc.serialInserts, SerialUpserts: tc.serialUpserts}, cat, f.lg, reg, slog.New(slog.DiscardHandler))
 				return runBacklog(t, s, end).launched
 			}
 
@@ -57,9 +57,9 @@ func TestInsertsLandInFlight(t *testing.T) {
 			produce(recs)
 			launched := run()
 			switch {
-			case serial && launched != 0:
+			case tc.serialInserts && launched != 0:
 				t.Errorf("%d commits of inserts landed in flight with SerialInserts", launched)
-			case !serial && launched < 3:
+			case !tc.serialInserts && launched < 3:
 				t.Errorf("%d commits of inserts landed in flight, want most of about 10", launched)
 			}
 			compareModel(t, want, scanTable(t, cat, table.Identifier{"ns", "tbl"}))
@@ -77,8 +77,11 @@ func TestInsertsLandInFlight(t *testing.T) {
 				recs = append(recs, f.change(op, id, 1, want, changes))
 			}
 			produce(recs)
-			if launched := run(); launched != 0 {
-				t.Errorf("%d commits with updates and deletes landed in flight", launched)
+			switch launched := run(); {
+			case tc.serialUpserts && launched != 0:
+				t.Errorf("%d commits with updates and deletes landed in flight with SerialUpserts", launched)
+			case !tc.serialUpserts && launched < 3:
+				t.Errorf("%d commits with updates and deletes landed in flight, want most of about 15", launched)
 			}
 			compareModel(t, want, scanTable(t, cat, table.Identifier{"ns", "tbl"}))
 		})

@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/cdcd-dev/cdcd/schema"
 )
 
 // landedFailingCatalog lands the next fail.Load() commits and reports
@@ -30,8 +32,12 @@ func (c landedFailingCatalog) CommitTable(ctx context.Context, ident table.Ident
 }
 
 // TestCommitsInFlight: commits staged while the one before lands (the
-// loop's pipeline) leave the table, its row lineage and the key index as
-// the same commits made one after the other do. Random inserts, updates
+// loop's pipeline), and commits landing in flight that the next waits for
+// before it is staged (pipelineLanding; a buffer of inserts only, every
+// seventh, staged ahead as by default: re-inserts of keys the flight may
+// have deleted, which pebble does not know of yet), leave the table, its
+// row lineage and the key index as the same commits made one after the
+// other do. Random inserts, updates
 // (some with unchanged values), deletes and re-inserts over 200 keys, so
 // that most commits look up keys the flight before them wrote or deleted;
 // with catalog commits failing under a flight (its next commit's files
@@ -58,9 +64,14 @@ func TestCommitsInFlight(t *testing.T) {
 				rows             model
 				lineage          map[int64]lineage
 				launched, failed int
+				insertsOnly      int // commits of a buffer of inserts only
 				answered         int64
 			}
-			run := func(pipeline bool) outcome {
+			// pipeline: staged ahead of the flight; landing: in flight,
+			// the next staged once it landed (pipelineLanding), and with
+			// it a buffer of inserts only staged ahead (pipelineInserts,
+			// the daemon's default) of a flight that has no overlay.
+			run := func(pipeline, landing bool) outcome {
 				base := testCatalog(t)
 				fail := &atomic.Int32{}
 				var cat catalog.Catalog = failingCatalog{base, fail}
@@ -68,7 +79,7 @@ func TestCommitsInFlight(t *testing.T) {
 					cat = landedFailingCatalog{base, fail}
 				}
 				w := upsertWriter(t, cat, 3, 1)
-				w.pipeline = pipeline
+				w.pipeline, w.pipelineLanding, w.pipelineInserts = pipeline, landing, landing
 				rng := rand.New(rand.NewPCG(24, uint64(tc.failEvery*10+tc.stopEvery)))
 				want := model{}
 				var off int64
@@ -80,15 +91,30 @@ func TestCommitsInFlight(t *testing.T) {
 					dir := w.s.cfg.IndexDir
 					w.close()
 					w = upsertWriter(t, cat, 3, 1)
-					w.s.cfg.IndexDir, w.pipeline, w.serialFirst = dir, pipeline, serialFirst
+					w.s.cfg.IndexDir, w.pipeline, w.pipelineLanding, w.pipelineInserts, w.serialFirst = dir, pipeline, landing, landing, serialFirst
 					if err := w.load(t.Context()); err != nil {
 						t.Fatal(err)
 					}
 				}
 				for round := range 45 {
-					all = append(all, randomChanges(rng, want, 1+rng.IntN(80), &off)...)
+					if round%7 == 4 {
+						// Inserts only, of keys deleted before (some by
+						// the flight this commit follows).
+						all = append(all, randomInserts(rng, want, 1+rng.IntN(20), &off)...)
+					} else {
+						all = append(all, randomChanges(rng, want, 1+rng.IntN(80), &off)...)
+					}
 					w.buf = slices.Clone(all[w.next[0]:off])
 					w.next[0] = off
+					w.others = 0
+					for i := range w.buf {
+						if !w.buf[i].insert() {
+							w.others++
+						}
+					}
+					if w.others == 0 {
+						o.insertsOnly++
+					}
 					if tc.failEvery > 0 && round%tc.failEvery == 2 {
 						fail.Store(1)
 					}
@@ -137,44 +163,78 @@ func TestCommitsInFlight(t *testing.T) {
 				w.close()
 				return o
 			}
-			serial, flying := run(false), run(true)
-			if flying.launched < 25 {
-				t.Fatalf("%d of 45 commits were launched in flight", flying.launched)
-			}
-			if tc.failEvery > 0 && !tc.landed && flying.failed == 0 {
-				t.Fatal("no flight failed: the failures test proves nothing")
-			}
+			serial := run(false, false)
 			if serial.failed != 0 {
 				t.Fatalf("%d serial commits were rewound", serial.failed)
-			}
-			if flying.answered == 0 {
-				t.Fatal("no lookup was answered by a flight's keys: the test proves nothing")
 			}
 			if serial.launched != 0 {
 				t.Fatalf("%d commits launched in flight with the pipeline off", serial.launched)
 			}
-			if tc.failEvery > 0 && !tc.landed {
-				// Rewound changes land in other commits than serially:
-				// other files, other row ids. Each row's id is its own.
-				ids := map[int64]bool{}
-				for k, l := range flying.lineage {
-					if ids[l.rowID] {
-						t.Fatalf("key %d shares row id %d", k, l.rowID)
-					}
-					ids[l.rowID] = true
+			for _, way := range []struct {
+				name              string
+				pipeline, landing bool
+			}{{"ahead", true, false}, {"landing", false, true}} {
+				flying := run(way.pipeline, way.landing)
+				if way.landing && flying.insertsOnly < 4 {
+					t.Fatalf("%s: %d commits of inserts only: the test proves nothing of them", way.name, flying.insertsOnly)
 				}
-				return
-			}
-			if !maps.Equal(serial.lineage, flying.lineage) {
-				bad := 0
-				for k, l := range serial.lineage {
-					if flying.lineage[k] != l && bad < 5 {
-						bad++
-						t.Errorf("key %d: lineage %+v in flight, %+v serially", k, flying.lineage[k], l)
-					}
+				if flying.launched < 25 {
+					t.Fatalf("%s: %d of 45 commits were launched in flight", way.name, flying.launched)
 				}
-				t.Fatal(fmt.Sprintf("row lineage differs (%d and %d rows)", len(flying.lineage), len(serial.lineage)))
+				if tc.failEvery > 0 && !tc.landed && flying.failed == 0 {
+					t.Fatalf("%s: no flight failed: the failures test proves nothing", way.name)
+				}
+				switch {
+				case way.pipeline && flying.answered == 0:
+					t.Fatalf("%s: no lookup was answered by a flight's keys: the test proves nothing", way.name)
+				case !way.pipeline && flying.answered != 0:
+					t.Fatalf("%s: %d lookups were answered by a flight's keys: a commit was staged before the flight it follows landed", way.name, flying.answered)
+				}
+				if tc.failEvery > 0 && !tc.landed {
+					// Rewound changes land in other commits than serially:
+					// other files, other row ids. Each row's id is its own.
+					ids := map[int64]bool{}
+					for k, l := range flying.lineage {
+						if ids[l.rowID] {
+							t.Fatalf("%s: key %d shares row id %d", way.name, k, l.rowID)
+						}
+						ids[l.rowID] = true
+					}
+					continue
+				}
+				if !maps.Equal(serial.lineage, flying.lineage) {
+					bad := 0
+					for k, l := range serial.lineage {
+						if flying.lineage[k] != l && bad < 5 {
+							bad++
+							t.Errorf("%s: key %d: lineage %+v in flight, %+v serially", way.name, k, flying.lineage[k], l)
+						}
+					}
+					t.Fatal(fmt.Sprintf("%s: row lineage differs (%d and %d rows)", way.name, len(flying.lineage), len(serial.lineage)))
+				}
 			}
 		})
 	}
+}
+
+// randomInserts returns n inserts (at most) of keys m does not hold, from
+// the 200 that randomChanges uses, applied to m.
+func randomInserts(rng *rand.Rand, m model, n int, offset *int64) []change {
+	var out []change
+	for _, id := range rng.Perm(200) {
+		if len(out) == n {
+			break
+		}
+		if _, ok := m[int64(id)]; ok {
+			continue
+		}
+		c := change{env: &schema.Envelope{Op: 'c', After: []any{int64(id), fmt.Sprintf("i%d", rng.IntN(1000)), int64(rng.IntN(50))}}}
+		c.table = kv
+		c.offset = *offset
+		c.env.Source.Position = []byte(fmt.Sprintf("%012d", *offset))
+		*offset++
+		m.apply(c)
+		out = append(out, encoded(c))
+	}
+	return out
 }

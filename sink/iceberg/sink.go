@@ -110,11 +110,19 @@ type Config struct {
 	// of inserts only (a load's rows, a backlog of inserts) lands in
 	// flight all the same unless SerialInserts: those need no lookups in
 	// the key index, and the sink's chain (fetch, fold and write, land)
-	// then runs on two cores (BENCHMARKS.md, session 31).
+	// then runs on two cores (BENCHMARKS.md, session 31). Any other
+	// commit lands in flight too unless SerialUpserts, but the next is
+	// staged only once it landed: the landing's writes and syncs overlap
+	// the next buffer's fetching, not its lookups (BENCHMARKS.md, session
+	// 35).
 	PipelineCommits bool
 	// SerialInserts lands commits of inserts only serially too (the
 	// daemon: CDCD_SERIAL_INSERTS=1, for comparisons).
 	SerialInserts bool
+	// SerialUpserts lands a commit with updates or deletes on the table's
+	// loop, which takes the next batch only after it (the daemon:
+	// CDCD_SERIAL_UPSERTS=1, for comparisons).
+	SerialUpserts bool
 	// OnCommit, when set, is called after every data commit that lands,
 	// with the table's stats and how long the commit took (the daemon's
 	// commit-duration histogram). It runs on the table's loop: it must not

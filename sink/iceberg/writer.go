@@ -51,11 +51,13 @@ type tableWriter struct {
 	// pipeline: a commit may land on a goroutine of its own while the loop
 	// stages the next (flight.go); set by run when the sink's config says
 	// PipelineCommits. pipelineInserts: so may a commit of inserts only
-	// (buffer.others 0), set by run unless SerialInserts. flight is that
-	// commit (nil: none). serialFirst: the loop lands its first commit
-	// itself (it starts again after a flight failed: land retries a
-	// failure that lasts).
+	// (buffer.others 0), set by run unless SerialInserts; pipelineLanding:
+	// so may any other, the next staged once it landed, set by run unless
+	// SerialUpserts. flight is that commit (nil: none). serialFirst: the
+	// loop lands its first commit itself (it starts again after a flight
+	// failed: land retries a failure that lasts).
 	pipeline, pipelineInserts bool
+	pipelineLanding           bool
 	flight                    *flight
 	serialFirst               bool
 	launched                  int // flights launched (tests)
@@ -110,7 +112,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	// A commit landing on its own goroutine is waited for before the index
 	// closes; a table's loop that restarts reloads its outcome.
 	defer w.waitFlight()
-	w.pipeline, w.pipelineInserts = w.s.cfg.PipelineCommits, !w.s.cfg.SerialInserts
+	w.pipeline, w.pipelineInserts, w.pipelineLanding = w.s.cfg.PipelineCommits, !w.s.cfg.SerialInserts, !w.s.cfg.SerialUpserts
 	if err := w.load(ctx); err != nil {
 		return err
 	}
@@ -228,7 +230,7 @@ func (w *tableWriter) run(ctx context.Context) error {
 	}
 	// Stopping: commit what was consumed, within a bounded time, the last
 	// commit on the loop.
-	w.pipeline, w.pipelineInserts = false, false
+	w.pipeline, w.pipelineInserts, w.pipelineLanding = false, false, false
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopCommitTimeout)
 	defer cancel()
 	if err := w.drain(cctx); err != nil {
