@@ -67,9 +67,11 @@ import (
 // hold only 2 of them ready, so after a serial commit the loop waited
 // ~13 ms a commit for the fetcher, while the landing (manifests, the
 // catalog's commit, their syncs, the index batch) took ~16 ms of the
-// loop's ~60. MariaDB streaming at full size, six alternated pairs: 6.63
-// against 7.20 s on average, less time in five (BENCHMARKS.md, session 35).
-// A flight staged so has no overlay, and a commit staged ahead (of inserts
+// loop's ~60. A small gain on two cores, where the source takes the core
+// the landing would use: MariaDB streaming, 24 alternated pairs, less time
+// in 14 and more in 7, 0.23 s less on average (0.09 in the 15 pairs of
+// the build that landed), the same CPU (BENCHMARKS.md, session 35). A
+// flight staged so has no overlay, and a commit staged ahead (of inserts
 // only) waits for it too.
 
 // flight is an upsert commit landing on its own goroutine.

@@ -229,12 +229,7 @@ func randomInserts(rng *rand.Rand, m model, n int, offset *int64) []change {
 			continue
 		}
 		c := change{env: &schema.Envelope{Op: 'c', After: []any{int64(id), fmt.Sprintf("i%d", rng.IntN(1000)), int64(rng.IntN(50))}}}
-		c.table = kv
-		c.offset = *offset
-		c.env.Source.Position = []byte(fmt.Sprintf("%012d", *offset))
-		*offset++
-		m.apply(c)
-		out = append(out, encoded(c))
+		out = append(out, nextChange(c, m, offset))
 	}
 	return out
 }

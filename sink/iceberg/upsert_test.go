@@ -151,14 +151,20 @@ func randomChanges(rng *rand.Rand, m model, n int, offset *int64) []change {
 		default:
 			c = change{env: &schema.Envelope{Op: 'd', Before: []any{id, nil, nil}}}
 		}
-		c.table = kv
-		c.offset = *offset
-		c.env.Source.Position = []byte(fmt.Sprintf("%012d", *offset))
-		*offset++
-		m.apply(c)
-		out = append(out, encoded(c))
+		out = append(out, nextChange(c, m, offset))
 	}
 	return out
+}
+
+// nextChange gives c, a change of table kv, the next offset and a source
+// position from it, applies it to m and returns it encoded.
+func nextChange(c change, m model, offset *int64) change {
+	c.table = kv
+	c.offset = *offset
+	c.env.Source.Position = []byte(fmt.Sprintf("%012d", *offset))
+	*offset++
+	m.apply(c)
+	return encoded(c)
 }
 
 func TestUpsertRandomized(t *testing.T) {
