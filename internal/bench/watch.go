@@ -76,7 +76,7 @@ func (w *watcher) close() {
 // poll reads the table's current snapshot; a table that does not exist
 // yet is the zero state.
 //
-// The benchmark polls every 200 ms (the latency phase every 50) while the
+// The benchmark polls (every 100 ms, the latency phase every 50) while the
 // daemon it measures runs on the same two cores. iceberg-go's LoadTable
 // parses the whole metadata file, which grows a snapshot a commit: 11 ms a
 // poll at 230 snapshots (a 257 KB file, the end of a full-size MariaDB
@@ -86,7 +86,8 @@ func (w *watcher) close() {
 // current (one row); an unchanged name ends the poll, and a new local
 // file is read for what the state needs alone (readState: the current
 // snapshot's id, parent and summary; 2 ms at 230 snapshots). Anything
-// else loads the table as before.
+// else loads the table as before. (The throughput phases polled every
+// 200 ms while every poll loaded the table.)
 func (w *watcher) poll(ctx context.Context) (tableState, error) {
 	if l, ok := w.cat.(metadataLocator); ok {
 		loc, ok, err := l.MetadataLocation(ctx, w.ident)
