@@ -48,19 +48,12 @@ const encodedNamespacePrefix = "__iceberg_namespace_v1__:"
 // the table's shape is not one this way takes (see above): nothing was
 // done, and the caller commits through CommitTable.
 func (c *sqlCatalog) commitOn(ctx context.Context, base *table.Table, wfs icebergio.WriteFileIO, mc *metadataCache, reqs []table.Requirement, updates []table.Update) (_ table.Metadata, _ string, ok bool, _ error) {
-	ident := base.Identifier()
-	ns, name := catalog.NamespaceFromIdent(ident), catalog.TableNameFromIdent(ident)
-	nsKey := strings.Join(ns, ".")
+	nsKey, name, plain := c.rowKey(base.Identifier())
 	meta, from := base.Metadata(), base.MetadataLocation()
 	version := metadataVersion(from)
-	if c.name == "" || len(ns) == 0 || name == "" || strings.Contains(nsKey, encodedNamespacePrefix) || version < 0 ||
+	if !plain || version < 0 ||
 		meta.Properties().Get(table.MetadataCompressionKey, table.MetadataCompressionDefault) != table.MetadataCompressionCodecNone {
 		return nil, "", false, nil
-	}
-	for _, part := range ns {
-		if part == "" || strings.Contains(part, ".") {
-			return nil, "", false, nil
-		}
 	}
 	if err := c.file.check(); err != nil {
 		return nil, "", true, err
@@ -107,6 +100,24 @@ func (c *sqlCatalog) commitOn(ctx context.Context, base *table.Table, wfs iceber
 		return nil, "", true, fmt.Errorf("%w: table %s.%s metadata-location moved underneath us", table.ErrCommitFailed, nsKey, name)
 	}
 	return updated, to, true, nil
+}
+
+// rowKey is the table's row in iceberg_tables: its namespace's parts
+// joined by '.' and its name. plain is false when that is not how
+// iceberg-go keys it (a part with a '.' or empty, iceberg-go's encoded
+// form) or the catalog has no name: such tables go through iceberg-go.
+func (c *sqlCatalog) rowKey(ident table.Identifier) (nsKey, name string, plain bool) {
+	ns, name := catalog.NamespaceFromIdent(ident), catalog.TableNameFromIdent(ident)
+	nsKey = strings.Join(ns, ".")
+	if c.name == "" || len(ns) == 0 || name == "" || strings.Contains(nsKey, encodedNamespacePrefix) {
+		return "", "", false
+	}
+	for _, part := range ns {
+		if part == "" || strings.Contains(part, ".") {
+			return "", "", false
+		}
+	}
+	return nsKey, name, true
 }
 
 // metadataVersion is the version a metadata file's name carries

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/iceberg-go/catalog"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5"
@@ -153,18 +152,12 @@ func ensureWarehouse(w string) error {
 // MetadataLocation returns the metadata file the catalog's row names for
 // the table ("" when there is no such row): one indexed read, for a
 // watcher that polls for new commits (cdcd bench) without loading and
-// parsing the table's metadata each time. Only namespaces of plain parts
-// (commitOn's shape); others report ok false.
+// parsing the table's metadata each time. Only tables whose row rowKey
+// names; others report ok false.
 func (c *sqlCatalog) MetadataLocation(ctx context.Context, ident table.Identifier) (loc string, ok bool, err error) {
-	ns, name := catalog.NamespaceFromIdent(ident), catalog.TableNameFromIdent(ident)
-	nsKey := strings.Join(ns, ".")
-	if c.name == "" || len(ns) == 0 || name == "" || strings.Contains(nsKey, encodedNamespacePrefix) {
+	nsKey, name, plain := c.rowKey(ident)
+	if !plain {
 		return "", false, nil
-	}
-	for _, part := range ns {
-		if part == "" || strings.Contains(part, ".") {
-			return "", false, nil
-		}
 	}
 	q := `SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? AND table_name = ?`
 	if c.postgres {
