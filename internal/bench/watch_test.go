@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
 	icebergsink "github.com/cdcd-dev/cdcd/sink/iceberg"
@@ -32,17 +35,22 @@ func TestWatcherReadsTheMetadataItNeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	if _, ok := w.cat.(metadataLocator); !ok {
+	cat := w.cat
+	loc, ok := cat.(metadataLocator)
+	if !ok {
 		t.Fatal("the SQL catalog names no metadata location: every poll loads the table")
 	}
+	// The watcher's polls may not load the table: each must take the
+	// catalog's row and the lean read.
+	w.cat = noLoads{cat, loc}
 	if st, err := w.poll(ctx); err != nil || st.snapshotID != 0 {
 		t.Fatalf("before the table: %+v, %v; want the zero state", st, err)
 	}
-	if err := w.cat.CreateNamespace(ctx, table.Identifier{"ns"}, nil); err != nil {
+	if err := cat.CreateNamespace(ctx, table.Identifier{"ns"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
-	tbl, err := w.cat.CreateTable(ctx, ident, sc)
+	tbl, err := cat.CreateTable(ctx, ident, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +83,7 @@ func TestWatcherReadsTheMetadataItNeeds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w.loc != tbl.MetadataLocation() {
+		if w.loc != tbl.MetadataLocation() { // what the lean path read
 			t.Fatalf("commit %d: the watcher read %q, the table's metadata is %q", i, w.loc, tbl.MetadataLocation())
 		}
 		data, err := os.ReadFile(strings.TrimPrefix(w.loc, "file://"))
@@ -98,4 +106,15 @@ func TestWatcherReadsTheMetadataItNeeds(t *testing.T) {
 	if w.last.consumed != 20 || w.last.lsn != 0x3f0 {
 		t.Fatalf("the last state: %+v; want 20 records consumed, position 3f0", w.last)
 	}
+}
+
+// noLoads is a catalog whose LoadTable fails: a poll that loads the table
+// instead of reading the catalog's row and the file fails.
+type noLoads struct {
+	catalog.Catalog
+	metadataLocator
+}
+
+func (noLoads) LoadTable(context.Context, table.Identifier) (*table.Table, error) {
+	return nil, errors.New("the watcher loaded the table")
 }
