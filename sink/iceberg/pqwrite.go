@@ -173,6 +173,7 @@ type pqCol struct {
 	ilo, ihi     int64
 	flo, fhi     float64
 	blo, bhi     [2]int // byte arrays: [start, end) in vals
+	plo, phi     uint64 // byte arrays: the bounds' first 8 bytes (prefix8)
 	unencodedLen int64  // byte arrays: the values' bytes in the row group
 	// The open row group's chunk: its pages, encoded, and their index.
 	chunk      []byte
@@ -416,16 +417,38 @@ func (c *pqCol) boundFloat(x float64) {
 	}
 }
 
+// boundBytes widens the page's bounds to the byte array vals[start:end].
+// The bounds' first 8 bytes decide most comparisons (a load's labels, ids
+// and hashes differ early): bytes.Compare, twice a value, was 0.21 of a
+// 5M-row load's 18.2 CPU-s, its own call the most of it; only values whose
+// 8-byte prefix equals a bound's are compared whole.
 func (c *pqCol) boundBytes(start, end int) {
 	v := c.vals[start:end]
+	p := prefix8(v)
 	switch {
 	case !c.has:
 		c.blo, c.bhi, c.has = [2]int{start, end}, [2]int{start, end}, true
-	case bytes.Compare(v, c.vals[c.blo[0]:c.blo[1]]) < 0:
-		c.blo = [2]int{start, end}
-	case bytes.Compare(v, c.vals[c.bhi[0]:c.bhi[1]]) > 0:
-		c.bhi = [2]int{start, end}
+		c.plo, c.phi = p, p
+	case p < c.plo || p == c.plo && bytes.Compare(v, c.vals[c.blo[0]:c.blo[1]]) < 0:
+		c.blo, c.plo = [2]int{start, end}, p
+	case p > c.phi || p == c.phi && bytes.Compare(v, c.vals[c.bhi[0]:c.bhi[1]]) > 0:
+		c.bhi, c.phi = [2]int{start, end}, p
 	}
+}
+
+// prefix8 is v's first 8 bytes as a big-endian number, zeros past v's end.
+// Two arrays' prefixes order them as bytes.Compare does wherever they
+// differ: at the first byte they differ in, either both arrays have a
+// byte, or one has ended there (a zero) and is a proper prefix of the
+// other, whose byte is then not zero. Equal prefixes decide nothing ("a"
+// and "a\x00" have the same).
+func prefix8(v []byte) uint64 {
+	if len(v) >= 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	var b [8]byte
+	copy(b[:], v)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // pageBounds are the open page's bounds, PLAIN encoded (fresh slices);

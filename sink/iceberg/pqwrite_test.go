@@ -537,3 +537,40 @@ func TestPQWritersSurviveCollections(t *testing.T) {
 		t.Errorf("the free list holds %d writers, want %d", n, pqFreeMax)
 	}
 }
+
+// TestPageBytesBounds: a page's byte-array bounds (boundBytes, which
+// compares values by their first 8 bytes before it compares them whole)
+// are the least and greatest values by bytes.Compare, for values that
+// differ only past 8 bytes, only in a trailing zero, or are prefixes of
+// one another, in many orders.
+func TestPageBytesBounds(t *testing.T) {
+	vals := [][]byte{
+		{}, {0}, {0, 0}, []byte("a"), []byte("a\x00"), []byte("a\x00\x00\x00\x00\x00\x00\x00"),
+		[]byte("a\x00\x00\x00\x00\x00\x00\x00\x01"), []byte("abcdefgh"), []byte("abcdefgh\x00"),
+		[]byte("abcdefghi"), []byte("abcdefgi"), []byte("abcdefg"), bytes.Repeat([]byte{0xff}, 8),
+		bytes.Repeat([]byte{0xff}, 9), []byte("\xff\xff\xff\xff\xff\xff\xff\xfe\xff"), []byte("b"),
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := range 500 {
+		n := 1 + rng.IntN(len(vals))
+		perm := rng.Perm(len(vals))[:n]
+		var c pqCol
+		lo, hi := vals[perm[0]], vals[perm[0]]
+		for _, i := range perm {
+			v := vals[i]
+			at := len(c.vals)
+			c.vals = append(c.vals, v...)
+			c.boundBytes(at, len(c.vals))
+			if bytes.Compare(v, lo) < 0 {
+				lo = v
+			}
+			if bytes.Compare(v, hi) > 0 {
+				hi = v
+			}
+		}
+		gotLo, gotHi := c.vals[c.blo[0]:c.blo[1]], c.vals[c.bhi[0]:c.bhi[1]]
+		if !bytes.Equal(gotLo, lo) || !bytes.Equal(gotHi, hi) {
+			t.Fatalf("round %d, values %v: bounds %q, %q; want %q, %q", round, perm, gotLo, gotHi, lo, hi)
+		}
+	}
+}
