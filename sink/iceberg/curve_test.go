@@ -30,8 +30,9 @@ import (
 // metrics (levels, write amplification, cache) every 1,000 commits;
 // CDCD_COMMIT_CURVE_CPU=file profiles the last 1,000 commits (or from commit
 // CDCD_COMMIT_CURVE_CPU_FROM to the end); CDCD_COMMIT_CURVE_MIN_GROUP,
-// CDCD_COMMIT_CURVE_INDEX_CACHE_MB and CDCD_COMMIT_CURVE_INDEX_SNAPPY=1
-// vary the compactor's group size and the key index's cache and compression;
+// CDCD_COMMIT_CURVE_INDEX_CACHE_MB, CDCD_COMMIT_CURVE_INDEX_SNAPPY=1 and
+// CDCD_COMMIT_CURVE_INDEX_L0 vary the compactor's group size and the key
+// index's cache, compression and L0CompactionThreshold;
 // CDCD_COMMIT_CURVE_RETAIN=N keeps N snapshots instead of 50.
 //
 // The goal: the median of the last 100 commits within 1.5x of commits
@@ -50,6 +51,7 @@ func TestCommitCurve(t *testing.T) {
 		tune.index.cacheSize = int64(v) << 20
 	}
 	tune.index.snappy = os.Getenv("CDCD_COMMIT_CURVE_INDEX_SNAPPY") == "1"
+	tune.index.l0Compaction, _ = strconv.Atoi(os.Getenv("CDCD_COMMIT_CURVE_INDEX_L0"))
 	cat := testCatalog(t)
 	w := upsertWriter(t, cat, 3, 1)
 	w.s.tune = tune

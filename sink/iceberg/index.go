@@ -179,7 +179,8 @@ type indexOptions struct {
 	// (indexFormat).
 	rowBlocks bool
 	// memTableSize, blockSize and l0Compaction are experiments too (0:
-	// the defaults, 16 MiB, pebble's 4 KiB blocks, 16 L0 tables).
+	// the defaults, 16 MiB, pebble's 4 KiB blocks, an L0 compaction
+	// threshold of 16: L0 compacted at 8 sublevels).
 	memTableSize uint64
 	blockSize    int
 	l0Compaction int
@@ -255,10 +256,18 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	}
 	// Write amplification: every commit writes keys all over the key
 	// space (updates, and the compactor re-pointing the rows it rewrote,
-	// whose batches are flushed as L0 tables of their own), so with
-	// pebble's default of 4 L0 tables per compaction each L0 compaction
-	// rewrote much of Lbase. 16 L0 tables per compaction keeps write
-	// amplification near 3 at a 20M-key index (BENCHMARKS.md).
+	// whose batches are flushed as L0 tables of their own), so every
+	// flush is an L0 sublevel over the whole key space and every L0
+	// compaction rewrites much of Lbase. pebble compacts L0 once its fill
+	// factor, 2 × its sublevels / L0CompactionThreshold, reaches 1
+	// (compaction_picker.go, calculateL0FillFactor): its default of 4
+	// compacted at 2 sublevels (write amplification 9 on a long upsert
+	// stream); 16 compacts at 8 (3.0 at a 20M-key index). 32 (at 16
+	// sublevels) was measured in session 37 and not kept: write
+	// amplification 2.87 against 3.74 over 10,000 commits, but lookups
+	// through up to 16 sublevels, read amplification 21 against 7, and
+	// later commits slower (BENCHMARKS.md, "The key index's L0 at 16
+	// sublevels: tried, not kept (lead, session 37)").
 	l0 := cmp.Or(o.l0Compaction, 16)
 	opts.L0CompactionThreshold, opts.L0StopWritesThreshold = l0, 2*l0
 	// No tombstone-density compactions: a flush of a stream's deletes (a
@@ -266,7 +275,7 @@ func openIndex(dir string, o indexOptions) (*keyIndex, error) {
 	// table "tombstone-dense", and pebble then compacted it at once with
 	// every bottom-level table it overlaps, which is all of them (a
 	// commit's keys spread over the key space): the whole index rewritten
-	// at a flush, where the L0 threshold above waits for 16. Such
+	// at a flush, where the L0 threshold above waits for 8 sublevels. Such
 	// compactions speed up scans over deleted keys; the index's lookups are
 	// prefix seeks, which a tombstone ends early.
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1

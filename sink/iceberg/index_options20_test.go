@@ -14,7 +14,7 @@ import (
 // TestIndexOptionsExperiments: the key index's experiment options (the
 // sink benchmark's CDCD_SINK_BENCH_INDEX_OPTS) reach pebble, and the
 // defaults hold: a new index in columnar blocks (indexFormat, tables of
-// TableFormatPebblev5), 16 MiB memtables, 16 L0 tables a compaction; and a
+// TableFormatPebblev5), 16 MiB memtables, an L0 compaction threshold of 16; and a
 // commit of 50,000 keys in a 5M-key index (a key every 100) is looked up
 // with prefix seeks (denseGap 64), one of 80,000 with plain seeks; the
 // dense=N knob makes 10,000 dense. An index made in row blocks (rowBlocks,
