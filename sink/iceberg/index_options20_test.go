@@ -14,15 +14,15 @@ import (
 // TestIndexOptionsExperiments: the key index's experiment options (the
 // sink benchmark's CDCD_SINK_BENCH_INDEX_OPTS) reach pebble, and the
 // defaults hold: a new index in columnar blocks (indexFormat, tables of
-// TableFormatPebblev5), 16 MiB memtables, an L0 compaction threshold of 16; and a
-// commit of 50,000 keys in a 5M-key index (a key every 100) is looked up
-// with prefix seeks (denseGap 64), one of 80,000 with plain seeks; the
-// dense=N knob makes 10,000 dense. An index made in row blocks (rowBlocks,
-// as every index was before session 34) keeps them when opened again with
-// the defaults — pebble's format ratchet is one-way, so an existing index
-// is never moved — and every entry reads back from both (ingested ones
-// too). Fails if a default moves, a knob is dropped on the way to pebble,
-// or an existing index is ratcheted.
+// TableFormatPebblev5), 16 MiB memtables, an L0 compaction threshold of
+// 16; and a commit of 50,000 keys in a 5M-key index (a key every 100) is
+// looked up with prefix seeks (denseGap 64), one of 80,000 with plain
+// seeks; the dense=N knob makes 10,000 dense. An index made in row blocks
+// (rowBlocks, as every index was before session 34) keeps them when opened
+// again with the defaults — pebble's format ratchet is one-way, so an
+// existing index is never moved — and every entry reads back from both
+// (ingested ones too). Fails if a default moves, a knob is dropped on the
+// way to pebble, or an existing index is ratcheted.
 func TestIndexOptionsExperiments(t *testing.T) {
 	key := func(i int64) []byte {
 		k, err := encodeKey(nil, []any{i})
