@@ -43,10 +43,13 @@ func TestIndexL0CompactsAtEightSublevels(t *testing.T) {
 	for round := range 7 {
 		flush(round)
 	}
-	time.Sleep(200 * time.Millisecond) // a compaction pebble would pick has been scheduled
+	// A compaction pebble picked would have begun by now: Count counts the
+	// finished ones, NumInProgress those running.
+	time.Sleep(200 * time.Millisecond)
 	m := x.db.Metrics()
-	if got := m.Levels[0].Sublevels; got != 7 || m.Compact.Count != 0 {
-		t.Fatalf("after 7 flushes: L0 %d sublevels deep, %d compactions; want 7 and none", got, m.Compact.Count)
+	if got := m.Levels[0].Sublevels; got != 7 || m.Compact.Count != 0 || m.Compact.NumInProgress != 0 {
+		t.Fatalf("after 7 flushes: L0 %d sublevels deep, %d compactions done, %d running; want 7 and none",
+			got, m.Compact.Count, m.Compact.NumInProgress)
 	}
 	flush(7)
 	deadline := time.Now().Add(20 * time.Second)

@@ -439,9 +439,9 @@ func (c *pqCol) boundBytes(start, end int) {
 // prefix8 is v's first 8 bytes as a big-endian number, zeros past v's end.
 // Two arrays' prefixes order them as bytes.Compare does wherever they
 // differ: at the first byte they differ in, either both arrays have a
-// byte, or one has ended there (a zero) and is a proper prefix of the
-// other, whose byte is then not zero. Equal prefixes decide nothing ("a"
-// and "a\x00" have the same).
+// byte, or one has ended at or before it (a zero there) and is a proper
+// prefix of the other, whose byte there is then not zero. Equal prefixes
+// decide nothing ("a" and "a\x00" have the same).
 func prefix8(v []byte) uint64 {
 	if len(v) >= 8 {
 		return binary.BigEndian.Uint64(v)
